@@ -1,0 +1,184 @@
+"""QuestionAnsweringTrainer: a Trainer whose evaluate() and predict() return answers and EM/F1.
+
+The Trainer's loop gathers start/end logits from every rank (dropping the samples
+that the distributed sampler repeats to even out the last batch), so every rank
+holds all features exactly once. Postprocessing and scoring then run on the main
+process alone and the metrics are broadcast, so they are computed once and every
+rank returns the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch.distributed as dist
+from transformers import Trainer
+from transformers.trainer_utils import PredictionOutput, speed_metrics
+
+from utils_qa import QAPredictions
+
+# (examples, features, (start_logits, end_logits), stage) -> answers; writes prediction files
+PostProcessFunction = Callable[[Any, Any, tuple[np.ndarray, np.ndarray], str], QAPredictions]
+# (answers, examples) -> metrics without prefix, e.g. {"exact_match": .., "f1": ..}
+ScoreFunction = Callable[[QAPredictions, Any], dict[str, float]]
+
+
+def length_order(dataset: Any) -> np.ndarray | None:
+    """Indices that sort features longest first, or None when all have one length.
+
+    Longest first makes a too-large eval batch fail at once rather than at the end,
+    and batches of similar length waste little padding.
+    """
+    if "input_ids" not in dataset.column_names or len(dataset) == 0:
+        return None
+    lengths = np.fromiter((len(ids) for ids in dataset["input_ids"]), dtype=np.int64, count=len(dataset))
+    if lengths.min() == lengths.max():
+        return None
+    return np.argsort(-lengths, kind="stable")
+
+
+def broadcast_from_main(obj: Any) -> Any:
+    """Send a picklable object from rank 0 to every rank (a no-op in one process)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class QuestionAnsweringTrainer(Trainer):
+    """Trainer for extractive QA: logits -> answers -> EM/F1, safe under DDP."""
+
+    def __init__(
+        self,
+        *args: Any,
+        eval_examples: Any = None,
+        post_process_function: PostProcessFunction | None = None,
+        score_function: ScoreFunction | None = None,
+        sort_eval_by_length: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.eval_examples = eval_examples
+        self.post_process_function = post_process_function
+        self.score_function = score_function
+        self.sort_eval_by_length = sort_eval_by_length
+
+    def _gather_logits(
+        self, dataset: Any, description: str, ignore_keys: list[str] | None, prefix: str
+    ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, float], int]:
+        """Run the model over `dataset` (length-sorted if asked) and return logits in dataset order."""
+        order = length_order(dataset) if self.sort_eval_by_length else None
+        loop_dataset = dataset.select(order) if order is not None else dataset
+        dataloader = self.get_eval_dataloader(loop_dataset)
+        compute_metrics, self.compute_metrics = self.compute_metrics, None
+        try:
+            output = self.evaluation_loop(
+                dataloader,
+                description=description,
+                prediction_loss_only=False,
+                ignore_keys=ignore_keys,
+                metric_key_prefix=prefix,
+            )
+        finally:
+            self.compute_metrics = compute_metrics
+        start_logits, end_logits = output.predictions[:2]
+        if len(start_logits) != len(dataset):
+            raise RuntimeError(
+                f"{description}: gathered {len(start_logits)} logit rows for {len(dataset)} features; "
+                "a feature was lost or duplicated across ranks"
+            )
+        if order is not None:
+            inverse = np.empty_like(order)
+            inverse[order] = np.arange(len(order))
+            start_logits, end_logits = start_logits[inverse], end_logits[inverse]
+        return (start_logits, end_logits), dict(output.metrics), output.num_samples
+
+    def _answers_and_metrics(
+        self, examples: Any, features: Any, logits: tuple[np.ndarray, np.ndarray], stage: str, prefix: str
+    ) -> tuple[QAPredictions | None, dict[str, float]]:
+        """Postprocess and score on the main process; every rank gets the metrics."""
+        metrics: dict[str, float] = {}
+        preds: QAPredictions | None = None
+        if self.is_world_process_zero() and self.post_process_function is not None:
+            t0 = time.perf_counter()
+            preds = self.post_process_function(examples, features, logits, stage)
+            metrics[f"{prefix}_postprocess_seconds"] = round(time.perf_counter() - t0, 4)
+            if self.score_function is not None and has_answers(examples):
+                scores = self.score_function(preds, examples)
+                metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
+        metrics = broadcast_from_main(metrics)
+        return preds, metrics
+
+    def evaluate(
+        self,
+        eval_dataset: Any = None,
+        eval_examples: Any = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> dict[str, float]:
+        """Logits over the eval features -> answers -> EM/F1, logged with the `eval_` prefix."""
+        eval_dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        eval_examples = self.eval_examples if eval_examples is None else eval_examples
+        self._memory_tracker.start()
+        start = time.time()
+        logits, loop_metrics, num_samples = self._gather_logits(
+            eval_dataset, "Evaluation", ignore_keys, metric_key_prefix
+        )
+        _, metrics = self._answers_and_metrics(eval_examples, eval_dataset, logits, "eval", metric_key_prefix)
+        metrics.update(self._timing(metric_key_prefix, start, num_samples, loop_metrics))
+        metrics[f"{metric_key_prefix}_examples"] = len(eval_examples)
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        self._memory_tracker.stop_and_update_metrics(metrics)
+        return metrics
+
+    def predict(
+        self,
+        predict_dataset: Any,
+        predict_examples: Any,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "predict",
+    ) -> PredictionOutput:
+        """Answers for a test set; scored too when the examples carry answers."""
+        self._memory_tracker.start()
+        start = time.time()
+        logits, loop_metrics, num_samples = self._gather_logits(
+            predict_dataset, "Prediction", ignore_keys, metric_key_prefix
+        )
+        preds, metrics = self._answers_and_metrics(
+            predict_examples, predict_dataset, logits, "predict", metric_key_prefix
+        )
+        metrics.update(self._timing(metric_key_prefix, start, num_samples, loop_metrics))
+        metrics[f"{metric_key_prefix}_examples"] = len(predict_examples)
+        self.log(metrics)
+        self.control = self.callback_handler.on_predict(self.args, self.state, self.control, metrics)
+        self._memory_tracker.stop_and_update_metrics(metrics)
+        return PredictionOutput(predictions=preds.answers if preds else None, label_ids=None, metrics=metrics)
+
+    def _timing(
+        self, prefix: str, start: float, num_samples: int, loop_metrics: Mapping[str, float]
+    ) -> dict[str, float]:
+        """Speed metrics over the whole evaluation, postprocessing included (what users wait for)."""
+        total_batch = self.args.eval_batch_size * self.args.world_size
+        timing = speed_metrics(prefix, start, num_samples=num_samples, num_steps=math.ceil(num_samples / total_batch))
+        prep = loop_metrics.get(f"{prefix}_model_preparation_time")
+        if prep is not None:
+            timing[f"{prefix}_model_preparation_time"] = prep
+        loss = loop_metrics.get(f"{prefix}_loss")
+        if loss is not None and not (isinstance(loss, float) and math.isnan(loss)):
+            timing[f"{prefix}_loss"] = loss
+        return timing
+
+
+def has_answers(examples: Any) -> bool:
+    """True when the examples carry gold answers (a test set may not)."""
+    names: Sequence[str] = getattr(examples, "column_names", None) or list(examples.keys())
+    return "answers" in names
+
+
+__all__ = ["QuestionAnsweringTrainer", "broadcast_from_main", "length_order", "has_answers"]
