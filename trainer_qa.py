@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 import torch.distributed as dist
 from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, speed_metrics
@@ -67,6 +68,20 @@ class QuestionAnsweringTrainer(Trainer):
         self.post_process_function = post_process_function
         self.score_function = score_function
         self.sort_eval_by_length = sort_eval_by_length
+
+    def _get_eval_sampler(self, eval_dataset: Any) -> torch.utils.data.Sampler | None:
+        """Keep evaluation in dataset order.
+
+        transformers 5.23 hands evaluation a shuffled LengthGroupedSampler whenever
+        train_sampling_strategy is group_by_length, and the logits then come back in
+        that shuffled order: every answer would be read from another feature's logits.
+        Length grouping for eval is done here instead (length_order), in a known order
+        that is undone after the gather. In DDP, None lets accelerate shard the
+        sequential order and gather_for_metrics restore it.
+        """
+        if eval_dataset is None or self.args.world_size > 1:
+            return None
+        return torch.utils.data.SequentialSampler(eval_dataset)
 
     def _gather_logits(
         self, dataset: Any, description: str, ignore_keys: list[str] | None, prefix: str
