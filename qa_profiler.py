@@ -1,0 +1,187 @@
+"""torch.profiler for a few training steps: an op table and a Chrome/Perfetto trace per rank.
+
+Profiling every step slows training and writes tens of GB, so the profiler follows a
+schedule: skip `wait` steps, trace `warmup` steps without keeping them (the first
+steps are dominated by allocator and kernel warm-up), keep `active` steps, `repeat`
+times. When the schedule is done the profiler is stopped, so the rest of training
+runs at full speed; with --profile off this callback is never created at all.
+
+Output in <output_dir>/profiler/:
+  trace_rank{N}.json        Chrome trace of the kept steps of rank N (open in ui.perfetto.dev
+                            or chrome://tracing); later cycles: trace_rank{N}_cycle{K}.json
+  profiler_summary.txt      key_averages table of rank 0 (other ranks: profiler_summary_rank{N}.txt),
+                            sorted by self device time on GPU, self CPU time on CPU
+
+The trace names each kept step `ProfilerStep#S` where S is the Trainer's global step
+that the step completes, so trace, table and TensorBoard all speak of the same steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerAction, ProfilerActivity
+from transformers import TrainerCallback
+
+logger = logging.getLogger("qa_profiler")
+
+RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+
+@dataclass
+class ProfilerConfig:
+    """The torch.profiler schedule and what to record."""
+
+    wait: int = 2
+    warmup: int = 100
+    active: int = 8
+    repeat: int = 1
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    row_limit: int = 40
+
+    def __post_init__(self) -> None:
+        if self.wait < 0 or self.warmup < 0 or self.repeat < 0:
+            raise ValueError("--profile_wait, --profile_warmup and --profile_repeat must be >= 0")
+        if self.active < 1:
+            raise ValueError("--profile_active must be at least 1 (the number of steps kept per cycle)")
+
+    @property
+    def steps_needed(self) -> int | None:
+        """Training steps the whole schedule spans (None: repeat=0 cycles until training ends)."""
+        return (self.wait + self.warmup + self.active) * self.repeat if self.repeat else None
+
+
+def profiler_activities() -> list[ProfilerActivity]:
+    """CPU always; CUDA when this process has a CUDA device."""
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    return activities
+
+
+def summary_sort_key(activities: list[ProfilerActivity]) -> str:
+    """Self device time when a GPU was traced (where GPU jobs spend their time), else self CPU time."""
+    return "self_cuda_time_total" if ProfilerActivity.CUDA in activities else "self_cpu_time_total"
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+class ProfilerCallback(TrainerCallback):
+    """Profile the scheduled training steps of every rank; write traces and op tables."""
+
+    def __init__(self, cfg: ProfilerConfig, out_dir: str) -> None:
+        self.cfg = cfg
+        self.out_dir = out_dir
+        self.rank = _rank()
+        self.prof: torch.profiler.profile | None = None
+        self.activities = profiler_activities()
+        self.sort_by = summary_sort_key(self.activities)
+        self.cycle = 0
+        self.kept_steps: list[int] = []  # global steps recorded in the current cycle
+        self.written: list[dict[str, Any]] = []  # one entry per cycle: steps, trace path, summary path
+
+    # --- trainer events -------------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        os.makedirs(self.out_dir, exist_ok=True)
+        base = torch.profiler.schedule(
+            wait=self.cfg.wait, warmup=self.cfg.warmup, active=self.cfg.active, repeat=self.cfg.repeat
+        )
+        # Profiler step numbers follow the Trainer's global step (ProfilerStep#S completes
+        # global step S), also after a resume from a checkpoint.
+        first = state.global_step + 1
+        self.prof = torch.profiler.profile(
+            activities=self.activities,
+            schedule=lambda step: base(step - first) if step >= first else ProfilerAction.NONE,
+            on_trace_ready=self._trace_ready,
+            record_shapes=self.cfg.record_shapes,
+            profile_memory=self.cfg.profile_memory,
+            with_stack=self.cfg.with_stack,
+        )
+        self.prof.step_num = first
+        self.prof.current_action = self.prof.schedule(first)
+        self.prof.start()
+        if self.rank == 0:
+            needed = self.cfg.steps_needed
+            span = (
+                f"global steps {first + self.cfg.wait + self.cfg.warmup}-{first + self.cfg.wait + self.cfg.warmup + self.cfg.active - 1}"
+                + (f" and {self.cfg.repeat - 1} more cycle(s)" if self.cfg.repeat > 1 else "")
+                if needed
+                else "every cycle until training ends (repeat=0)"
+            )
+            logger.info(
+                "PROFILER on: wait=%d warmup=%d active=%d repeat=%d activities=%s; will keep %s; writing to %s",
+                self.cfg.wait, self.cfg.warmup, self.cfg.active, self.cfg.repeat,
+                "+".join(a.name for a in self.activities), span, self.out_dir,
+            )
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.prof is None:
+            return
+        if self.prof.current_action in RECORDING:
+            self.kept_steps.append(state.global_step)
+        if state.max_steps and state.global_step >= state.max_steps:
+            self._stop()  # the last step: close its span without opening an empty next one
+            return
+        self.prof.step()
+        needed = self.cfg.steps_needed
+        if needed is not None and self.cycle >= self.cfg.repeat:
+            self._stop()  # schedule done: no profiler cost for the rest of training
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._stop()
+        if not self.written:
+            needed = self.cfg.steps_needed or (self.cfg.wait + self.cfg.warmup + self.cfg.active)
+            logger.warning(
+                "PROFILER wrote nothing: training ended before the first kept step (the schedule needs %d steps "
+                "from the start of training: wait=%d + warmup=%d + active=%d); lower --profile_warmup/--profile_wait",
+                needed, self.cfg.wait, self.cfg.warmup, self.cfg.active,
+            )
+
+    # --- profiler plumbing ----------------------------------------------------------------
+    def _stop(self) -> None:
+        prof, self.prof = self.prof, None
+        if prof is not None:
+            prof.stop()  # inside an active window this still calls _trace_ready for what was kept
+
+    def _trace_ready(self, prof: torch.profiler.profile) -> None:
+        self.cycle += 1
+        steps, self.kept_steps = self.kept_steps, []
+        suffix = "" if self.cycle == 1 else f"_cycle{self.cycle}"
+        trace_path = os.path.join(self.out_dir, f"trace_rank{self.rank}{suffix}.json")
+        prof.export_chrome_trace(trace_path)
+        summary_name = "profiler_summary.txt" if self.rank == 0 else f"profiler_summary_rank{self.rank}.txt"
+        summary_path = os.path.join(self.out_dir, summary_name)
+        table = prof.key_averages().table(sort_by=self.sort_by, row_limit=self.cfg.row_limit)
+        step_text = f"{steps[0]}-{steps[-1]}" if steps else "none"
+        header = (
+            f"# torch.profiler key_averages, rank {self.rank}, cycle {self.cycle}: global steps {step_text} "
+            f"({len(steps)} steps, ProfilerStep#<step> in the trace)\n"
+            f"# activities: {'+'.join(a.name for a in self.activities)}; sorted by {self.sort_by}; "
+            f"record_shapes={self.cfg.record_shapes} profile_memory={self.cfg.profile_memory} "
+            f"with_stack={self.cfg.with_stack}\n"
+            "# Times are summed over the profiled steps and include the profiler's own overhead.\n"
+        )
+        mode = "w" if self.cycle == 1 else "a"
+        with open(summary_path, mode, encoding="utf-8") as fh:
+            fh.write(header + table + "\n")
+        self.written.append({"cycle": self.cycle, "steps": steps, "trace": trace_path, "summary": summary_path})
+        if len(steps) < self.cfg.active:
+            logger.warning(
+                "PROFILER: training ended inside a profiling window; the trace holds %d step(s), not "
+                "--profile_active=%d", len(steps), self.cfg.active,
+            )
+        logger.info(
+            "PROFILED_STEPS=%s rank=%d trace=%s summary=%s (table totals include profiler overhead)",
+            step_text, self.rank, trace_path, summary_path,
+        )
+
+
+__all__ = ["ProfilerCallback", "ProfilerConfig", "profiler_activities", "summary_sort_key"]

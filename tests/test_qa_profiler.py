@@ -1,0 +1,174 @@
+"""The profiler callback: off by default, on it writes an op table and a Chrome trace per rank.
+
+End to end: real tiny runs of run_qa.py (one process, and torchrun with two ranks) with
+--profile, then the files are opened: the table's columns and rows, the trace's JSON
+and its ProfilerStep#N spans for exactly the scheduled steps. The schedule edge cases
+drive the callback with real torch work and the Trainer's own state objects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import pytest
+import torch
+from transformers import TrainerControl, TrainerState
+
+from observe_runs import ok_run
+from qa_profiler import ProfilerCallback, ProfilerConfig
+
+CPU_COLUMNS = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls"]
+MEMORY_COLUMNS = ["CPU Mem", "Self CPU Mem"]
+CUDA_COLUMNS = ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
+UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _header_and_rows(table: str) -> tuple[list[str], list[list[str]]]:
+    """Split torch's key_averages table into its header cells and data rows (2+ spaces separate cells)."""
+    lines = [ln for ln in table.splitlines() if ln.strip() and not ln.startswith("#")]
+    rules = [i for i, ln in enumerate(lines) if set(ln.strip()) <= {"-", " "}]
+    header = re.split(r"\s{2,}", lines[rules[0] + 1].strip())
+    rows = [re.split(r"\s{2,}", ln.strip()) for ln in lines[rules[1] + 1: rules[2]]]
+    return header, rows
+
+
+def _seconds(cell: str) -> float:
+    number, unit = re.fullmatch(r"([0-9.]+)(us|ms|s)", cell).groups()
+    return float(number) * UNIT[unit]
+
+
+def _profiler_steps(trace: dict) -> list[str]:
+    return sorted({e["name"] for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")})
+
+
+def test_table_has_the_known_columns_and_rows(tmp_path_factory, tiny_bert, demo_files):
+    run = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
+    text = (run.out_dir / "profiler" / "profiler_summary.txt").read_text(encoding="utf-8")
+    assert "global steps 3-4" in text and "include the profiler's own overhead" in text
+    header, rows = _header_and_rows(text)
+    expected = CPU_COLUMNS + MEMORY_COLUMNS + (CUDA_COLUMNS if torch.cuda.is_available() else [])
+    for column in expected:
+        assert column in header, f"{column!r} missing from {header}"
+    names = [r[0] for r in rows]
+    # the ops of a BERT training step: matmuls, the fused AdamW update, layer norm, softmax
+    assert {"aten::mm", "aten::addmm"} <= set(names), names
+    assert any("adam" in n for n in names) and any("layer_norm" in n for n in names)
+    calls = [int(r[header.index("# of Calls")]) for r in rows]
+    assert all(c >= 1 for c in calls)
+    if not torch.cuda.is_available():
+        # sorted by self CPU time, largest first
+        self_cpu = [_seconds(r[header.index("Self CPU")]) for r in rows]
+        assert self_cpu == sorted(self_cpu, reverse=True)
+        assert "sorted by self_cpu_time_total" in text
+    log = run.text
+    assert "PROFILED_STEPS=3-4" in log and "include profiler overhead" in log
+    assert "will keep global steps 3-4" in log
+
+
+def test_trace_is_chrome_json_of_the_profiled_steps(tmp_path_factory, tiny_bert, demo_files):
+    run = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
+    trace = json.loads((run.out_dir / "profiler" / "trace_rank0.json").read_text(encoding="utf-8"))
+    events = trace["traceEvents"]
+    assert len(events) > 100
+    assert _profiler_steps(trace) == ["ProfilerStep#3", "ProfilerStep#4"]
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"]
+    mm = [e for e in events if e.get("name") == "aten::mm" and e.get("ph") == "X"]
+    assert mm, "no aten::mm in the trace"
+    # every matmul lies inside one of the two profiled step spans
+    for op in mm:
+        assert any(s["ts"] <= op["ts"] and op["ts"] + op["dur"] <= s["ts"] + s["dur"] + 1 for s in steps)
+    # --profile_record_shapes and --profile_memory reached the profiler
+    assert any("Input Dims" in (e.get("args") or {}) for e in mm)
+    assert any(e.get("name") == "[memory]" for e in events)
+
+
+def test_every_rank_writes_its_own_trace(tmp_path_factory, tiny_bert, demo_files):
+    run = ok_run("ddp", tmp_path_factory, tiny_bert, demo_files)
+    prof = run.out_dir / "profiler"
+    for rank in (0, 1):
+        trace = json.loads((prof / f"trace_rank{rank}.json").read_text(encoding="utf-8"))
+        assert _profiler_steps(trace) == ["ProfilerStep#2"]
+    assert (prof / "profiler_summary.txt").is_file() and (prof / "profiler_summary_rank1.txt").is_file()
+    # the gloo collectives of DDP show up in the trace
+    names = {e.get("name", "") for e in json.loads((prof / "trace_rank1.json").read_text())["traceEvents"]}
+    assert any("gloo" in n or "allreduce" in n.lower() or "all_reduce" in n for n in names)
+
+
+def _obs_args(argv: list[str]):
+    from qa_observe import ObservabilityArguments
+    from run_qa import parse_args
+
+    return next(a for a in parse_args(argv) if isinstance(a, ObservabilityArguments))
+
+
+def test_profiler_is_off_by_default_and_flags_parse():
+    from run_qa import parse_args
+
+    obs = _obs_args(["--output_dir", "x"])
+    assert obs.profile is False
+    assert (obs.profile_wait, obs.profile_warmup, obs.profile_active, obs.profile_repeat) == (2, 100, 8, 1)
+    obs = _obs_args(["--output_dir", "x", "--profile", "--profile_wait", "1", "--profile_warmup", "3",
+                          "--profile_active", "4", "--profile_repeat", "2", "--profile_with_stack"])
+    cfg = obs.profiler_config()
+    assert (cfg.wait, cfg.warmup, cfg.active, cfg.repeat, cfg.with_stack) == (1, 3, 4, 2, True)
+    assert cfg.steps_needed == 16
+    from run_qa import UsageError
+
+    with pytest.raises((UsageError, ValueError), match="profile_active"):
+        parse_args(["--output_dir", "x", "--profile", "--profile_active", "0"])
+
+
+def test_no_profiler_callback_unless_asked(tmp_path):
+    from qa_args import QATrainingArguments
+    from qa_observe import Observability, ObservabilityArguments
+
+    args = QATrainingArguments(output_dir=str(tmp_path), report_to="none")
+    model = torch.nn.Linear(2, 2)
+    assert not any(isinstance(c, ProfilerCallback) for c in Observability(ObservabilityArguments(), args, model, 128).callbacks)
+    on = Observability(ObservabilityArguments(profile=True), args, model, 128)
+    assert any(isinstance(c, ProfilerCallback) for c in on.callbacks)
+
+
+def _drive(cb: ProfilerCallback, steps: int) -> None:
+    """Real training-like work between the Trainer's step events."""
+    model = torch.nn.Linear(32, 32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state, control = TrainerState(max_steps=steps), TrainerControl()
+    cb.on_train_begin(None, state, control)
+    for _ in range(steps):
+        model(torch.randn(8, 32)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        state.global_step += 1
+        cb.on_step_end(None, state, control)
+    cb.on_train_end(None, state, control)
+
+
+def test_training_shorter_than_the_window_keeps_what_it_has(tmp_path, caplog):
+    cb = ProfilerCallback(ProfilerConfig(wait=1, warmup=1, active=3), str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="qa_profiler"):
+        _drive(cb, 3)
+    trace = json.loads((tmp_path / "trace_rank0.json").read_text())
+    assert _profiler_steps(trace) == ["ProfilerStep#3"]
+    assert cb.written[0]["steps"] == [3]
+    assert "ended inside a profiling window" in caplog.text
+
+
+def test_training_shorter_than_the_warmup_writes_nothing_and_says_why(tmp_path, caplog):
+    cb = ProfilerCallback(ProfilerConfig(wait=2, warmup=100, active=8), str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="qa_profiler"):
+        _drive(cb, 3)
+    assert not list(tmp_path.glob("trace_*.json"))
+    assert "wrote nothing" in caplog.text and "110 steps" in caplog.text
+
+
+def test_repeat_writes_one_trace_per_cycle_then_stops(tmp_path):
+    cb = ProfilerCallback(ProfilerConfig(wait=0, warmup=1, active=1, repeat=2), str(tmp_path))
+    _drive(cb, 7)
+    assert [w["steps"] for w in cb.written] == [[2], [4]]
+    assert cb.prof is None  # stopped after the last cycle: steps 5-7 ran without the profiler
+    assert _profiler_steps(json.loads((tmp_path / "trace_rank0_cycle2.json").read_text())) == ["ProfilerStep#4"]
+    summary = (tmp_path / "profiler_summary.txt").read_text()
+    assert "cycle 1: global steps 2-2" in summary and "cycle 2: global steps 4-4" in summary
