@@ -1,0 +1,197 @@
+"""Exit codes and clear messages for the ways a cluster job goes wrong.
+
+A batch job's exit code is what the job script (and the scheduler) acts on, so
+each kind of failure gets its own code, and its message says what to change:
+
+    0   done
+    1   unexpected error (a traceback follows; a bug or an unforeseen environment problem)
+    2   bad flags or input data, or a refused --output_dir (fix the command or the file)
+    3   out of memory (the message gives the batch size and what to lower)
+    74  cannot write outputs or checkpoints: disk full, quota, permissions (EX_IOERR)
+    75  stopped by SIGTERM/SIGUSR1 after saving a checkpoint; run again to resume (EX_TEMPFAIL)
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from atomic_io import OutputError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_OOM = 3
+EXIT_IOERR = 74
+EXIT_PREEMPTED = 75
+
+# errno values that mean "this file could not be written", not "this input is bad"
+WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ENOTDIR}
+)
+_OS_ERROR_IN_TEXT = re.compile(r"os error (\d+)")  # how Rust libraries (safetensors, tokenizers) report errno
+PROBE_BYTES = 8 << 20  # a checkpoint is far larger; a write this big failing shows why the save failed
+
+
+class OutOfMemory(RuntimeError):
+    """Training or evaluation ran out of (GPU or host) memory; the message says what to lower."""
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """The flags an out-of-memory message quotes back to the user."""
+
+    train_batch_size: int
+    eval_batch_size: int
+    gradient_accumulation_steps: int
+    max_seq_length: int
+    device: str
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for torch's OutOfMemoryError (CUDA and other accelerators) and Python's MemoryError."""
+    import torch
+
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError))
+
+
+def oom_message(err: BaseException, phase: str, ctx: BatchContext) -> str:
+    """What ran out, with which batch size, and which flags to change."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if phase == "train":
+        bs, acc = ctx.train_batch_size, ctx.gradient_accumulation_steps
+        half = max(1, bs // 2)
+        hint = (
+            f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
+            f"(same effective batch of {bs * acc} per device), or --gradient_checkpointing, --bf16/--fp16, "
+            "or a smaller --max_seq_length"
+        )
+        flags = (f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc} "
+                 f"--max_seq_length {ctx.max_seq_length}")
+    else:
+        bs = ctx.eval_batch_size
+        hint = (f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the "
+                "results), or --bf16/--fp16 evaluation")
+        flags = f"--per_device_eval_batch_size {bs} --max_seq_length {ctx.max_seq_length}"
+    return f"out of memory on {ctx.device} during {phase} with {flags}; {hint}. ({type(err).__name__}: {first})"
+
+
+def _errno_in_chain(err: BaseException) -> int | None:
+    """The errno of the first OSError (or Rust 'os error N') in the exception chain."""
+    seen: set[int] = set()
+    cur: BaseException | None = err
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno:
+            return cur.errno
+        match = _OS_ERROR_IN_TEXT.search(str(cur))
+        if match:
+            return int(match.group(1))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _existing_dir(path: str) -> str:
+    """The nearest existing directory at or above path (where a write would have gone)."""
+    cur = os.path.abspath(path)
+    while not os.path.isdir(cur):
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            break
+        cur = parent
+    return cur
+
+
+def probe_write(directory: str, nbytes: int = PROBE_BYTES) -> int | None:
+    """Write and remove nbytes in directory; return the errno if that fails, else None.
+
+    torch.save reports a full disk as a bare RuntimeError ('file write failed'),
+    so after a failed save this finds the real reason (ENOSPC, EDQUOT, EFBIG, ...).
+    """
+    fd, tmp = None, None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".write-probe.", dir=directory)
+        chunk = b"\0" * (1 << 20)
+        for _ in range(max(1, nbytes // len(chunk))):
+            os.write(fd, chunk)
+        os.fsync(fd)
+        return None
+    except OSError as err:
+        return err.errno
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _free_space(directory: str) -> str:
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return ""
+    return f" ({free / 2**20:.0f} MiB free on that filesystem)"
+
+
+def write_failure(err: BaseException, target: str) -> OutputError | None:
+    """An OutputError naming target and the reason when err is a failed write, else None."""
+    if isinstance(err, OutputError):
+        return err
+    code = _errno_in_chain(err)
+    if code is None or code not in WRITE_ERRNOS:
+        code = probe_write(_existing_dir(target)) if code is None else None
+    if code is None or code not in WRITE_ERRNOS:
+        return None
+    hint = ""
+    if code == errno.EFBIG:
+        hint = "; a file size limit applies (ulimit -f, or the filesystem's largest file)"
+    elif code in (errno.ENOSPC, errno.EDQUOT):
+        hint = "; free space, raise the quota, lower --save_total_limit, or choose another --output_dir"
+    return OutputError(code, f"cannot write {target}: {os.strerror(code)}{_free_space(_existing_dir(target))}{hint}")
+
+
+@contextmanager
+def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> Iterator[None]:
+    """Turn out-of-memory and failed writes inside a phase into errors with clear messages.
+
+    target: what the phase writes (a callable when only known at failure time, e.g. checkpoint-N).
+    """
+    try:
+        yield
+    except OutputError:
+        raise
+    except Exception as err:  # noqa: BLE001 - classified below, re-raised unchanged when unknown
+        if is_out_of_memory(err):
+            raise OutOfMemory(oom_message(err, phase, ctx)) from err
+        failure = write_failure(err, target() if callable(target) else target)
+        if failure is None:
+            raise
+        raise failure from err
+
+
+def check_writable_dir(path: str) -> None:
+    """Create path if needed and write a small file into it, or raise OutputError saying why not.
+
+    Called before the model is loaded, so a wrong --output_dir fails in seconds,
+    not after an hour of training.
+    """
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise OutputError(err.errno, f"cannot create --output_dir {path}: {err.strerror or err}") from err
+    code = probe_write(path, nbytes=1 << 20)
+    if code is not None:
+        raise OutputError(code, f"cannot write into --output_dir {path}: {os.strerror(code)}{_free_space(path)}")
+
+
+__all__ = [
+    "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_OOM", "EXIT_IOERR", "EXIT_PREEMPTED",
+    "BatchContext", "OutOfMemory", "check_writable_dir", "guarded", "is_out_of_memory", "oom_message",
+    "probe_write", "write_failure",
+]
