@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SQUAD_DIR=${SQUAD_DIR:-../shared/data/squad-v1.1}
 OUT=${1:-outputs/accuracy_minilm}
-TRAIN_Q=${TRAIN_Q:-4000}
-EVAL_Q=${EVAL_Q:-1000}
+TRAIN_Q=${TRAIN_Q:-1500}
+EVAL_Q=${EVAL_Q:-500}
 EPOCHS=${EPOCHS:-1}
 LR=${LR:-1e-4}
 BATCH=${BATCH:-16}
