@@ -1,0 +1,40 @@
+#!/bin/bash
+#SBATCH --job-name=bert_squad_cpu
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task=16
+#SBATCH --mem=32G
+#SBATCH --time=12:00:00
+#SBATCH --output=logs/%x-%j.out
+#SBATCH --open-mode=append
+#SBATCH --signal=B:USR1@300
+#SBATCH --requeue
+#
+# The same run as job_ft3.sh on a CPU node: one process, PyTorch threads = --cpus-per-task
+# (OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK), fp32. The full BASELINE takes days on a CPU; the offline
+# demo (QA_MODE=demo) or --max_train_samples make it a sensible CPU job.
+#
+#   sbatch job_cpu.sh                          # log in logs/bert_squad_cpu-<jobid>.out
+#   QA_MODE=demo sbatch -c 8 job_cpu.sh
+#   bash job_cpu.sh --max_train_samples 500    # without SLURM (threads: all cores)
+#
+# Overrides: as job_ft3.sh. Preemption: as job_ft3.sh.
+set -uo pipefail
+_self_dir=${QA_HPC_DIR:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")" && pwd)}}
+[ -f "$_self_dir/scripts/env_setup.sh" ] || _self_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=scripts/env_setup.sh
+source "$_self_dir/scripts/env_setup.sh" || { echo "cannot read $_self_dir/scripts/env_setup.sh (submit from the checkout)" >&2; exit 2; }
+
+JOB_NAME=${SLURM_JOB_NAME:-bert_squad_cpu}
+qa_setup_env
+qa_local_log "$JOB_NAME"
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-${OMP_NUM_THREADS:-$(nproc)}}
+export CUDA_VISIBLE_DEVICES=""
+T0=$(date +%s)
+qa_print_context
+
+qa_select_run "$JOB_NAME"
+qa_run_preemptible local python run_qa.py "${QA_ARGS[@]}" --use_cpu "$@"
+rc=$?
+qa_report "$rc" "$T0"
+exit "$rc"

@@ -1,0 +1,81 @@
+#!/bin/bash
+#SBATCH --job-name=bert_squad_ddp
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:4
+#SBATCH --cpus-per-task=32
+#SBATCH --mem=128G
+#SBATCH --time=04:00:00
+#SBATCH --output=logs/%x-%j.out
+#SBATCH --open-mode=append
+#SBATCH --signal=B:USR1@300
+#SBATCH --requeue
+#
+# Multi-node DDP: the BASELINE fine-tune (see job_ft3.sh) on every GPU of 2 nodes. One task per
+# node: srun starts one torchrun per node, which starts one worker per GPU of that node (as torch
+# sees them in the allocation); rendezvous is c10d on the first node of the allocation, keyed by the
+# job id. NCCL on GPU nodes, gloo on CPU-only nodes (then QA_CPU_PROCS_PER_NODE workers, default 1).
+# per_device_train_batch_size stays 24, so the global batch is 24 x GPUs.
+#
+#   sbatch job_ddp.sh                                        # 2 nodes x 4 GPUs
+#   sbatch --nodes=4 --gres=gpu:8 job_ddp.sh --max_train_samples 20000
+#   sbatch --gres=none job_ddp.sh                            # CPU nodes (gloo)
+#
+# Overrides: everything job_ft3.sh takes, plus QA_NPROC_PER_NODE, QA_CPU_PROCS_PER_NODE,
+# QA_RDZV_PORT (default 29500). Preemption: as job_ft3.sh (USR1 to every worker, requeue, resume).
+set -uo pipefail
+_self_dir=${QA_HPC_DIR:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")" && pwd)}}
+[ -f "$_self_dir/scripts/env_setup.sh" ] || _self_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=scripts/env_setup.sh
+source "$_self_dir/scripts/env_setup.sh" || { echo "cannot read $_self_dir/scripts/env_setup.sh (submit from the checkout)" >&2; exit 2; }
+
+JOB_NAME=${SLURM_JOB_NAME:-bert_squad_ddp}
+qa_setup_env
+qa_local_log "$JOB_NAME"
+T0=$(date +%s)
+qa_print_context
+
+read -r GPUS _ _ <<<"$(qa_probe_devices)"
+if [ "$GPUS" -gt 0 ]; then
+	NPROC=${QA_NPROC_PER_NODE:-$GPUS}
+	BACKEND=nccl
+else
+	NPROC=${QA_NPROC_PER_NODE:-${QA_CPU_PROCS_PER_NODE:-1}}
+	BACKEND=gloo
+	# threads per worker: the task's CPUs shared by the workers of the node (torchrun would say 1)
+	export OMP_NUM_THREADS=$(( ${SLURM_CPUS_PER_TASK:-$(nproc)} / NPROC > 0 ? ${SLURM_CPUS_PER_TASK:-$(nproc)} / NPROC : 1 ))
+fi
+NNODES=${SLURM_NNODES:-1}
+if [ -n "${SLURM_JOB_NODELIST:-}" ]; then
+	MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+else
+	MASTER=127.0.0.1
+fi
+PORT=${QA_RDZV_PORT:-29500}
+
+qa_select_run "$JOB_NAME"
+PRECISION=$(qa_precision_flag)
+[ -n "$PRECISION" ] && QA_ARGS+=("$PRECISION")
+QA_ARGS+=(--ddp_backend "$BACKEND")
+qa_log "DDP nodes=$NNODES nproc_per_node=$NPROC world_size=$(( NNODES * NPROC )) backend=$BACKEND" \
+	"rdzv=c10d endpoint=$MASTER:$PORT id=${SLURM_JOB_ID:-local} precision=${PRECISION:-fp32} omp_threads=${OMP_NUM_THREADS:-unset}"
+
+launcher=(
+	torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC" --max_restarts=0
+	--rdzv_backend=c10d --rdzv_endpoint="$MASTER:$PORT" --rdzv_id="${SLURM_JOB_ID:-local}"
+	run_qa.py "${QA_ARGS[@]}" "$@"
+)
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+	# The preemption warning (SIGUSR1) goes to every process of the step. torchrun must ignore it
+	# (its default action would kill it and orphan the workers); the workers handle it: they agree
+	# on a step, save one checkpoint and exit 75. SIGTERM stays torchrun's: it passes it on.
+	# no --kill-on-bad-exit: after a preemption one node's workers may exit while rank 0 is still
+	# writing the checkpoint (a rank that really fails ends the others through the collective timeout)
+	qa_run_preemptible steps srun --nodes="$NNODES" --ntasks-per-node=1 \
+		bash -c 'trap "" USR1; exec "$@"' torchrun-without-usr1 "${launcher[@]}"
+else
+	qa_run_preemptible torchrun "${launcher[@]}"
+fi
+rc=$?
+qa_report "$rc" "$T0"
+exit "$rc"

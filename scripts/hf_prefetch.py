@@ -1,0 +1,107 @@
+#!/usr/bin/env python
+"""Put the BASELINE model and data set into the Hugging Face cache, or say whether they are there.
+
+Compute nodes of most clusters have no internet, so the login node fills HF_HOME once
+(setup_bert.sh) and jobs read it offline (job_ft3.sh checks first and falls back to the
+offline demo when the cache lacks them).
+
+    python scripts/hf_prefetch.py                 # download what is missing (login node)
+    python scripts/hf_prefetch.py --check         # offline: exit 0 when both are cached
+    python scripts/hf_prefetch.py --reachable     # exit 0 when the hub answers (5 s timeout)
+
+Greppable lines: CACHED model=... / CACHED dataset=... / MISSING ... / HUB_REACHABLE=0|1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import urllib.request
+
+MODEL_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "model.safetensors")
+
+
+def hub_reachable(model: str, timeout: float = 5.0) -> bool:
+    """True when the hub answers for `model` (an HTTP request, no download)."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{endpoint}/api/models/{model}", timeout=timeout) as resp:
+            return resp.status == 200
+    except Exception:  # noqa: BLE001 - any failure means "not reachable" here
+        return False
+
+
+def model_in_cache(model: str) -> str | None:
+    """The cached snapshot directory of `model` when config and weights are there, else None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(model, "config.json")
+    weights = try_to_load_from_cache(model, "model.safetensors")
+    if isinstance(config, str) and isinstance(weights, str):
+        return os.path.dirname(config)
+    return None
+
+
+def dataset_in_cache(name: str) -> dict[str, int] | None:
+    """Split sizes of dataset `name` when it loads offline from the cache, else None."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    import datasets
+
+    datasets.utils.logging.set_verbosity_error()
+    try:
+        loaded = datasets.load_dataset(name)
+    except Exception:  # noqa: BLE001 - any failure means "not cached"
+        return None
+    return {split: len(ds) for split, ds in loaded.items()}
+
+
+def report(model: str, dataset: str) -> bool:
+    """Print what the cache holds; True when both are there."""
+    path = model_in_cache(model)
+    print(f"CACHED model={model} path={path}" if path else f"MISSING model={model}", flush=True)
+    splits = dataset_in_cache(dataset)
+    if splits:
+        print(f"CACHED dataset={dataset} " + " ".join(f"{k}={v}" for k, v in splits.items()), flush=True)
+    else:
+        print(f"MISSING dataset={dataset}", flush=True)
+    return bool(path and splits)
+
+
+def download(model: str, dataset: str) -> None:
+    """Fetch the model files and the data set into HF_HOME."""
+    from huggingface_hub import snapshot_download
+
+    snapshot_download(model, allow_patterns=list(MODEL_FILES))
+    import datasets
+
+    datasets.load_dataset(dataset)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="bert-base-uncased")
+    ap.add_argument("--dataset", default="squad")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="only report what is cached (offline)")
+    mode.add_argument("--reachable", action="store_true", help="only test whether the hub answers")
+    args = ap.parse_args(argv)
+    print(f"HF_HOME={os.environ.get('HF_HOME', '(default ~/.cache/huggingface)')}", flush=True)
+    if args.reachable:
+        ok = hub_reachable(args.model)
+        print(f"HUB_REACHABLE={int(ok)}", flush=True)
+        return 0 if ok else 1
+    if args.check:
+        return 0 if report(args.model, args.dataset) else 1
+    if not hub_reachable(args.model):
+        print("HUB_REACHABLE=0", flush=True)
+        report(args.model, args.dataset)
+        return 1
+    print("HUB_REACHABLE=1", flush=True)
+    download(args.model, args.dataset)
+    return 0 if report(args.model, args.dataset) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

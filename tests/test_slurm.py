@@ -1,0 +1,196 @@
+"""The job scripts under a real SLURM: slurmctld + 2 slurmd (two emulated nodes) + munge.
+
+.ci/run starts the cluster (ci/slurm/start-local-slurm.sh) before pytest; when none is running
+these tests start one themselves if they can (root, apt) and skip, saying why, when they cannot.
+Each job runs the offline-demo path with a tiny model so it takes seconds, and is preempted once
+for real: the batch shell gets SIGUSR1 exactly as `#SBATCH --signal=B:USR1@300` delivers it, the
+run saves a checkpoint and exits 75, the job requeues itself, and the requeued job resumes from
+that checkpoint and finishes. A failing job makes `sbatch --wait` return non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slurm
+
+SLURM_DIR = REPO / "ci" / "slurm"
+JOB_TIMEOUT = 420
+MAX_STEPS = 200
+
+
+def _sh(*cmd: str, timeout: int = 20) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+
+
+def slurm_running() -> bool:
+    if not shutil.which("sinfo"):
+        return False
+    try:
+        out = _sh("sinfo", "-h", "-N", "-o", "%t")
+    except (subprocess.TimeoutExpired, OSError):
+        return False
+    states = out.stdout.split()
+    return out.returncode == 0 and sum(s in ("idle", "mix", "alloc") for s in states) >= 2
+
+
+@pytest.fixture(scope="module")
+def slurm() -> dict[str, bool]:
+    """A SLURM with two nodes: the running one, or a local one started here (and stopped after)."""
+    started = False
+    if not slurm_running():
+        if os.geteuid() != 0:
+            pytest.skip("no SLURM with 2 idle nodes running, and starting a local one needs root "
+                        "(ci/slurm/start-local-slurm.sh; .ci/run does it)")
+        if not shutil.which("slurmctld") and not shutil.which("apt-get"):
+            pytest.skip("no SLURM running or installed, and no apt-get to install one")
+        env = dict(os.environ, SLURM_CI_GPUS="1")
+        proc = subprocess.run(["bash", str(SLURM_DIR / "start-local-slurm.sh")], env=env, capture_output=True,
+                              text=True, timeout=600)
+        if proc.returncode != 0:
+            pytest.skip(f"could not start a local SLURM: {(proc.stdout + proc.stderr)[-1500:]}")
+        started = True
+    gres = _sh("sinfo", "-h", "-o", "%G").stdout
+    yield {"gpu_gres": "gpu" in gres}
+    if started:
+        subprocess.run(["bash", str(SLURM_DIR / "stop-local-slurm.sh"), "--quiet"], timeout=120)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def job_env(tiny_bert: Path, tmp: Path) -> dict[str, str]:
+    """Tiny overrides for the job scripts (sbatch passes the environment on to the job)."""
+    env = dict(os.environ)
+    env.update(
+        QA_MODE="auto",  # nothing cached, no network: the offline demo
+        QA_DEMO_MODEL=str(tiny_bert), QA_DEMO_DATA=str(tmp / "data"), QA_DEMO_TRAIN="16", QA_DEMO_EVAL="7",
+        QA_DEMO_CONTEXT_WORDS="40", QA_DEMO_EPOCHS="1", QA_DEMO_BATCH="8",
+        QA_MAX_SEQ_LENGTH="128", QA_DOC_STRIDE="32", QA_OUTPUT_DIR=str(tmp / "out"), QA_REPORT_TO="none",
+        QA_RDZV_PORT=str(free_port()),
+    )
+    return env
+
+
+def sbatch_cmd(script: str, tmp: Path, *extra: str, name: str) -> list[str]:
+    # small resources so the jobs fit the emulated nodes; the scripts' own #SBATCH lines do the rest
+    return ["sbatch", "--wait", f"--job-name={name}", "--cpus-per-task=1", "--mem=2G", "--time=15",
+            f"--output={tmp}/%x-%j.out", *extra, str(REPO / script)]
+
+
+def wait_for(predicate, timeout: float, what: str, log: Path | None = None) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return
+        time.sleep(0.5)
+    tail = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else ""
+    pytest.fail(f"timed out waiting for {what}\n{tail}")
+
+
+def job_field(job_id: str, field: str) -> str:
+    out = _sh("scontrol", "show", "job", job_id).stdout
+    match = re.search(rf"\b{field}=(\S+)", out)
+    return match.group(1) if match else ""
+
+
+def run_preempted_job(script: str, tmp: Path, env: dict[str, str], *extra: str, name: str) -> tuple[int, str]:
+    """Submit with sbatch --wait; preempt it once training runs; let the requeued job start at once."""
+    cmd = sbatch_cmd(script, tmp, *extra, name=name) + [
+        "--max_steps", str(MAX_STEPS), "--logging_steps", "1", "--save_steps", "1000",
+    ]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        find_log = lambda: next(iter(sorted(tmp.glob(f"{name}-*.out"))), None)  # noqa: E731
+        wait_for(lambda: find_log() is not None, 120, "the job to start")
+        log = find_log()
+        job_id = log.stem.rsplit("-", 1)[1]
+        wait_for(lambda: "'loss'" in log.read_text(errors="replace"), 240, "training to start", log)
+        # what SLURM does at the time limit minus 300 s (#SBATCH --signal=B:USR1@300)
+        assert _sh("scancel", "--batch", "--signal=USR1", job_id).returncode == 0
+        wait_for(lambda: "REQUEUE job" in log.read_text(errors="replace"), 120, "the job to requeue itself", log)
+        def release() -> bool:
+            """SLURM may hold a requeued job ~2 minutes (BeginTime): let it start now."""
+            if "restart_count=1" in log.read_text(errors="replace"):
+                return True  # already running again
+            # only once the first run has fully left the nodes: a job released while its old
+            # credential is still being revoked is killed as "non-startable"
+            nodes_idle = all(t == "idle" for t in _sh("sinfo", "-h", "-N", "-o", "%t").stdout.split())
+            if job_field(job_id, "Restarts") == "1" and job_field(job_id, "JobState") == "PENDING" and nodes_idle:
+                time.sleep(3)
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=20)
+                return True
+            return False
+
+        wait_for(release, 150, "the requeued job", log)
+        # sbatch --wait may return at the requeue (it polls the job state): the log's last line is
+        # the judge, "JOB_EXIT_CODE=<run's status>" of the second run
+        second_run = lambda: log.read_text(errors="replace").partition("restart_count=1")[2]  # noqa: E731
+        wait_for(lambda: "JOB_EXIT_CODE=" in second_run(), JOB_TIMEOUT, "the requeued job to finish", log)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return int(re.findall(r"JOB_EXIT_CODE=(\d+)", second_run())[-1]), log.read_text(errors="replace")
+
+
+def assert_resumed_and_scored(rc: int, log: str, out: Path) -> None:
+    assert rc == 0, log[-4000:]
+    assert "OFFLINE DEMO - NOT THE BASELINE" in log and "RUN_MODE=offline_demo" in log
+    assert "PREEMPT_SIGNAL=SIGUSR1" in log
+    assert "EXIT_CODE=75" in log or "EXIT_CODE=1 (after SIGUSR1)" in log
+    assert "restart_count=1" in log
+    resumed = re.search(r"RESUME_FROM=(\S+)", log)
+    assert resumed, log[-3000:]
+    stopped_at = int(resumed.group(1).rsplit("-", 1)[1])
+    assert 0 < stopped_at < MAX_STEPS
+    assert len(re.findall(r"^WALL_CLOCK_SECONDS=\d+", log, re.M)) == 1  # the first run stopped before the end
+    assert re.search(r"^eval_f1=\d+\.\d+$", log, re.M) and re.search(r"^eval_exact_match=\d+\.\d+$", log, re.M)
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == MAX_STEPS
+    results = json.loads((out / "eval_results.json").read_text())
+    assert results["eval_examples"] == 7
+    assert (out / "OFFLINE_DEMO.txt").is_file()
+
+
+def test_ft3_job_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path, tmp_path: Path):
+    extra = () if slurm["gpu_gres"] else ("--gres=none",)
+    rc, log = run_preempted_job("job_ft3.sh", tmp_path, job_env(tiny_bert, tmp_path), *extra, name="ft3test")
+    assert_resumed_and_scored(rc, log, tmp_path / "out")
+    assert "DISTRIBUTED world_size=1" in log
+
+
+def test_ddp_job_on_two_nodes_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path, tmp_path: Path):
+    rc, log = run_preempted_job("job_ddp.sh", tmp_path, job_env(tiny_bert, tmp_path), "--gres=none",
+                                name="ddptest")
+    assert_resumed_and_scored(rc, log, tmp_path / "out")
+    assert "nodes=node[1-2]" in log
+    assert "DDP nodes=2 nproc_per_node=1 world_size=2 backend=gloo rdzv=c10d endpoint=node1:" in log
+    for rank in (0, 1):
+        assert f"[rank{rank}] INFO run_qa: DISTRIBUTED world_size=2 rank={rank}" in log
+
+
+def test_failing_job_exits_non_zero(slurm, tiny_bert: Path, tmp_path: Path):
+    extra = () if slurm["gpu_gres"] else ("--gres=none",)
+    cmd = sbatch_cmd("job_ft3.sh", tmp_path, *extra, name="failtest") + ["--no_such_flag", "1"]
+    proc = subprocess.run(cmd, cwd=REPO, env=job_env(tiny_bert, tmp_path), capture_output=True, text=True,
+                          timeout=JOB_TIMEOUT)
+    log = next(tmp_path.glob("failtest-*.out")).read_text(errors="replace")
+    assert proc.returncode == 2, log[-3000:]
+    assert "JOB_EXIT_CODE=2" in log
+    assert not re.search(r"^WALL_CLOCK_SECONDS=", log, re.M)
