@@ -2,19 +2,59 @@
 
 Every JSON result, prediction and summary goes through `write_json_atomic`: the
 data is written to a temporary file in the same directory, flushed to disk, and
-renamed over the target in one step (os.replace is atomic on POSIX).
+renamed over the target in one step (os.replace is atomic on POSIX). A writer
+killed mid-write (SIGKILL, node failure) cannot remove its temp file; the temp
+name carries host and pid, and the next write of the same file removes temp files
+left by dead processes of this host.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import socket
 import tempfile
 from typing import Any
 
 
 class OutputError(OSError):
     """A result file could not be written (names the path and the reason)."""
+
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]" prefix
+        return self.strerror or super().__str__()
+
+
+def _temp_prefix(path: str, host: str, pid: int) -> str:
+    return f".{os.path.basename(path)}.{host}-{pid}."
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[str]:
+    """Remove temp files of `path` left by writers on this host that no longer run; return them."""
+    path = os.fspath(path)
+    host = socket.gethostname()
+    directory = os.path.dirname(os.path.abspath(path))
+    mine = f".{os.path.basename(path)}.{host}-"
+    removed = []
+    for tmp in glob.glob(os.path.join(glob.escape(directory), glob.escape(mine) + "*.tmp")):
+        pid_part = os.path.basename(tmp)[len(mine):].split(".", 1)[0]
+        if pid_part.isdigit() and not _pid_alive(int(pid_part)):
+            try:
+                os.unlink(tmp)
+                removed.append(tmp)
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -24,7 +64,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     tmp = None
     try:
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        remove_stale_temps(path)
+        prefix = _temp_prefix(path, socket.gethostname(), os.getpid())
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

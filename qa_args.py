@@ -56,6 +56,14 @@ class DataTrainingArguments:
     validation_file: str | None = field(default=None, metadata={"help": "Evaluation data (same forms)."})
     test_file: str | None = field(default=None, metadata={"help": "Prediction data (same forms; answers optional)."})
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute the tokenized features."})
+    features_cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "(qa-hpc) Where tokenized features are cached, keyed by a fingerprint of the data file, the "
+            "tokenizer and the feature settings, so a second run reuses them (default: <HF datasets "
+            "cache>/qa_hpc_features; --overwrite_cache recomputes). The log says FEATURES_CACHE reused|computed."
+        },
+    )
     preprocessing_num_workers: int | None = field(
         default=None, metadata={"help": "Processes for tokenization (datasets.map num_proc)."}
     )
@@ -129,4 +137,12 @@ class QATrainingArguments(TrainingArguments):
     )
     save_total_limit: int | None = field(
         default=2, metadata={"help": "Keep at most this many checkpoints (the newest)."}
+    )
+    report_to: None | str | list[str] = field(
+        default="tensorboard",
+        metadata={
+            "help": "(qa-hpc default: tensorboard) Where to report logs: 'tensorboard' writes event files to "
+            "--logging_dir (default <output_dir>/runs/<time>_<host>); 'none' turns reporting off; other HF "
+            "integrations (wandb, mlflow, ...) as in transformers."
+        },
     )

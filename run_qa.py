@@ -13,9 +13,11 @@ trainer_qa.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import pickle
 import sys
 import time
 from dataclasses import dataclass
@@ -34,11 +36,31 @@ from transformers import (  # noqa: E402
     HfArgumentParser,
     default_data_collator,
 )
-from transformers.trainer_utils import get_last_checkpoint  # noqa: E402
 
-from atomic_io import OutputError, write_json_atomic  # noqa: E402
+from atomic_io import OutputError, write_json_atomic, write_text_atomic  # noqa: E402
+from qa_errors import (  # noqa: E402
+    EXIT_IOERR,
+    EXIT_OOM,
+    EXIT_PREEMPTED,
+    BatchContext,
+    OutOfMemory,
+    check_writable_dir,
+    guarded,
+    is_out_of_memory,
+)
+from qa_preemption import (  # noqa: E402
+    PreemptionCallback,
+    StopRequest,
+    apply_collective_timeout,
+    last_complete_checkpoint,
+)
 from qa_args import DataTrainingArguments, ModelArguments, QATrainingArguments  # noqa: E402
+from qa_observe import Observability, ObservabilityArguments  # noqa: E402
 from run_summary import final_lines, run_params, write_run_summary  # noqa: E402
+from features_cache import cache_files_in, features_cache_file  # noqa: E402
+from efficiency import device_name_of, real_lengths, train_efficiency  # noqa: E402
+from postprocess_vectorized import mask_padding, postprocess_qa_predictions_vectorized  # noqa: E402
+from qa_speed_args import SpeedArguments, SpeedFlagError, model_kwargs, resolve_speed  # noqa: E402
 from squad_io import DataError, load_qa_records  # noqa: E402
 from squad_metric import score_v1, score_v2  # noqa: E402
 from trainer_qa import QuestionAnsweringTrainer  # noqa: E402
@@ -57,14 +79,14 @@ from utils_qa import (  # noqa: E402
 logger = logging.getLogger("run_qa")
 
 EXIT_OK = 0
-EXIT_USAGE = 2  # bad flags, bad input data, refused output dir
+EXIT_USAGE = 2  # bad flags, bad input data, refused output dir (other codes: qa_errors.py)
 
 
 class UsageError(RuntimeError):
     """A problem the user fixes by changing flags or files; reported without a traceback."""
 
 
-ARG_CLASSES = (ModelArguments, DataTrainingArguments, QATrainingArguments)
+ARG_CLASSES = (ModelArguments, DataTrainingArguments, QATrainingArguments, ObservabilityArguments, SpeedArguments)
 
 
 def configure_cpu_distributed() -> None:
@@ -78,7 +100,9 @@ def configure_cpu_distributed() -> None:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
 
 
-def parse_args(argv: list[str]) -> tuple[ModelArguments, DataTrainingArguments, QATrainingArguments]:
+def parse_args(
+    argv: list[str],
+) -> tuple[ModelArguments, DataTrainingArguments, QATrainingArguments, ObservabilityArguments, SpeedArguments]:
     """Flags from the command line, or from one JSON file (unknown keys are an error)."""
     parser = HfArgumentParser(ARG_CLASSES)
     if len(argv) == 1 and argv[0].endswith(".json"):
@@ -89,7 +113,10 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataTrainingArguments, 
             return parser.parse_json_file(path)
         except ValueError as err:
             raise UsageError(f"{path}: {err}") from err
-    return parser.parse_args_into_dataclasses(args=argv)
+    try:
+        return parser.parse_args_into_dataclasses(args=argv)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
 
 
 def setup_logging(training_args: QATrainingArguments) -> None:
@@ -132,7 +159,7 @@ def checkpoint_to_resume(data_args: DataTrainingArguments, training_args: QATrai
     out = training_args.output_dir
     if not training_args.do_train or not os.path.isdir(out) or data_args.overwrite_output_dir:
         return None
-    last = get_last_checkpoint(out)
+    last = last_complete_checkpoint(out)
     if last is not None:
         logger.info("RESUME_FROM=%s (checkpoint found in --output_dir; add --overwrite_output_dir to start over)", last)
         return last
@@ -180,17 +207,28 @@ def featurize(
     examples: datasets.Dataset, fn: Any, tokenizer: Any, cfg: FeatureConfig, data_args: DataTrainingArguments,
     training_args: QATrainingArguments, desc: str,
 ) -> datasets.Dataset:
-    """Tokenize once on the main process first, so other ranks reuse its cache."""
+    """Tokenize once on the main process first, so other ranks reuse its cache (features_cache.py)."""
+    cache_file = features_cache_file(
+        data_args.features_cache_dir, desc.split()[0], examples, fn, tokenizer, cfg,
+        (data_args.version_2_with_negative, data_args.answer_check),
+    )
     with training_args.main_process_first(desc=desc):
-        return examples.map(
+        os.makedirs(os.path.dirname(cache_file), exist_ok=True)
+        before, t0 = cache_files_in(cache_file), time.time()
+        features = examples.map(
             fn,
             batched=True,
             fn_kwargs={"tokenizer": tokenizer, "cfg": cfg},
             num_proc=data_args.preprocessing_num_workers,
             remove_columns=examples.column_names,
             load_from_cache_file=not data_args.overwrite_cache,
+            cache_file_name=cache_file,
             desc=desc,
         )
+        computed = cache_files_in(cache_file) != before or data_args.overwrite_cache or not before
+        logger.info("FEATURES_CACHE split=%s %s in %.1fs features=%d path=%s", desc.split()[0],
+                    "computed" if computed else "reused", time.time() - t0, len(features), cache_file)
+        return features
 
 
 @dataclass
@@ -241,8 +279,14 @@ def log_token_counts(split: str, features: datasets.Dataset, data_args: DataTrai
     )
 
 
-def make_postprocess(data_args: DataTrainingArguments, training_args: QATrainingArguments) -> Any:
-    """Logits -> answers, with prediction files written on the main process."""
+def make_postprocess(
+    data_args: DataTrainingArguments, training_args: QATrainingArguments, method: str = "vectorized"
+) -> Any:
+    """Logits -> answers, with prediction files written on the main process.
+
+    method 'vectorized' (postprocess_vectorized.py) reads the offsets straight from the features'
+    Arrow column; 'loop' is the per-feature reference loop of utils_qa. Both give the same answers.
+    """
     cfg = PostprocessConfig(
         version_2_with_negative=data_args.version_2_with_negative,
         n_best_size=data_args.n_best_size,
@@ -252,8 +296,18 @@ def make_postprocess(data_args: DataTrainingArguments, training_args: QATraining
 
     def post_process(examples: Any, features: Any, logits: Any, stage: str) -> QAPredictions:
         columns = {"id": examples["id"], "context": examples["context"]}
-        feats = {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]}
-        preds = postprocess_qa_predictions_loop(columns, feats, logits, cfg)
+        # outputs on pad tokens would compete for the n-best slots, and how many there are depends on batching
+        logits = mask_padding(logits, real_lengths(features))
+        if method == "loop":
+            feats = {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]}
+            preds = postprocess_qa_predictions_loop(columns, feats, logits, cfg)
+        else:
+            arrow = features.with_format("arrow") if hasattr(features, "with_format") else None
+            feats = {
+                "example_id": arrow["example_id"].to_pylist() if arrow is not None else features["example_id"],
+                "offset_mapping": arrow["offset_mapping"] if arrow is not None else features["offset_mapping"],
+            }
+            preds = postprocess_qa_predictions_vectorized(columns, feats, logits, cfg)
         write_prediction_files(preds, training_args.output_dir, stage)
         return preds
 
@@ -266,47 +320,90 @@ def make_score(data_args: DataTrainingArguments) -> Any:
     def score(preds: QAPredictions, examples: Any) -> dict[str, float]:
         refs = answers_by_id({"id": examples["id"], "answers": examples["answers"]})
         if data_args.version_2_with_negative:
-            return score_v2(refs, preds.answers, na_probs=preds.null_odds)
+            # null odds are score differences; thresholding them at the same value as the
+            # postprocessing keeps exact/f1 unchanged and makes best_f1_thresh a usable threshold
+            return score_v2(refs, preds.answers, na_probs=preds.null_odds,
+                            na_prob_thresh=data_args.null_score_diff_threshold)
         return score_v1(refs, preds.answers)
 
     return score
 
 
-def load_model_and_tokenizer(model_args: ModelArguments) -> tuple[Any, Any]:
-    """Config, fast tokenizer and QA model (weights as safetensors where available)."""
-    common = {
+def _hub_kwargs(model_args: ModelArguments) -> dict[str, Any]:
+    return {
         "cache_dir": model_args.cache_dir,
         "revision": model_args.model_revision,
         "token": model_args.token,
         "trust_remote_code": model_args.trust_remote_code,
     }
+
+
+def load_tokenizer(model_args: ModelArguments) -> Any:
+    """The fast tokenizer (needed first: features are built, and checked, before the model loads)."""
     model_path = resolve_model_path(model_args.model_name_or_path)
-    config = AutoConfig.from_pretrained(model_args.config_name or model_path, **common)
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path, use_fast=True, **common)
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.tokenizer_name or model_path, use_fast=True, **_hub_kwargs(model_args)
+    )
     if not getattr(tokenizer, "is_fast", False):
         raise UsageError(
             f"{model_args.tokenizer_name or model_path}: needs a fast (Rust) tokenizer for offset mappings; "
             "this model only has a slow one"
         )
-    model = AutoModelForQuestionAnswering.from_pretrained(model_path, config=config, **common)
-    return model, tokenizer
+    return tokenizer
+
+
+def load_model(model_args: ModelArguments, **extra: Any) -> Any:
+    """Config and QA model (weights as safetensors where available, else torch.load with weights_only)."""
+    common = _hub_kwargs(model_args)
+    model_path = resolve_model_path(model_args.model_name_or_path)
+    config = AutoConfig.from_pretrained(model_args.config_name or model_path, **common)
+    try:
+        return AutoModelForQuestionAnswering.from_pretrained(model_path, config=config, **common, **extra)
+    except pickle.UnpicklingError as err:  # torch.load(weights_only=True) met something other than tensors
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        detail = next((ln for ln in lines if "GLOBAL" in ln), lines[0]).strip()  # names the blocked object
+        raise UsageError(
+            f"{model_path}: refusing to load the pickled weights file: it holds objects other than tensors, which "
+            f"could run code ({detail}); use a safetensors copy of the model from a source you trust"
+        ) from err
+
+
+def load_model_and_tokenizer(model_args: ModelArguments) -> tuple[Any, Any]:
+    """Config, fast tokenizer and QA model."""
+    return load_model(model_args), load_tokenizer(model_args)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run training, evaluation and prediction as asked; return the process exit code."""
+    # every rank, before anything else: lets an operator (or a test) signal or kill one rank
+    print(f"RANK_PID rank={os.environ.get('RANK', '0')} local_rank={os.environ.get('LOCAL_RANK', '0')} "
+          f"pid={os.getpid()}", flush=True)
+    stop_request = StopRequest()
+    stop_request.install()  # SIGTERM / SIGUSR1 only set a flag; acted on at the next step end
     configure_cpu_distributed()
-    model_args, data_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
+    model_args, data_args, training_args, obs_args, speed_args = parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging(training_args)
+    try:
+        speed_plan = resolve_speed(speed_args, training_args)  # precision, TF32, workers per device
+    except SpeedFlagError as err:
+        raise UsageError(str(err)) from err
     logger.info(
         "DISTRIBUTED world_size=%d rank=%d parallel_mode=%s backend=%s device=%s",
         training_args.world_size, training_args.process_index, training_args.parallel_mode.value,
         _backend(), training_args.device,
     )
+    apply_collective_timeout(training_args.ddp_timeout)  # --ddp_timeout for gloo too: a frozen rank fails the job
     resume = checkpoint_to_resume(data_args, training_args)
     transformers.set_seed(training_args.seed)
 
-    model, tokenizer = load_model_and_tokenizer(model_args)
+    # validate every input (records, question lengths) before loading the model or writing anything
+    tokenizer = load_tokenizer(model_args)
     data = build_data(model_args, data_args, training_args, tokenizer)
+    check_writable_dir(training_args.output_dir)
+    model = load_model(model_args, **model_kwargs(speed_args))
+    speed_plan.attn_implementation = getattr(model.config, "_attn_implementation", speed_plan.attn_implementation)
+    logger.info(speed_plan.log_line())
+    observe = Observability(obs_args, training_args, model, data_args.max_seq_length)  # profiler, TensorBoard, memory
     collator = (
         default_data_collator if data_args.pad_to_max_length
         else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)
@@ -319,37 +416,75 @@ def main(argv: list[str] | None = None) -> int:
         eval_examples=data.eval_examples,
         processing_class=tokenizer,
         data_collator=collator,
-        post_process_function=make_postprocess(data_args, training_args),
+        post_process_function=make_postprocess(data_args, training_args, speed_args.postprocess),
         score_function=make_score(data_args),
         sort_eval_by_length=not data_args.pad_to_max_length,
+        callbacks=observe.callbacks,
+    )
+
+    preemption = PreemptionCallback(stop_request)
+    trainer.add_callback(preemption)
+    out_dir = training_args.output_dir
+    batch_ctx = BatchContext(
+        training_args.per_device_train_batch_size, training_args.per_device_eval_batch_size,
+        training_args.gradient_accumulation_steps, data_args.max_seq_length, str(training_args.device),
     )
 
     results: dict[str, Any] = {}
+    efficiency_lines: list[str] = []
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=resume)
-        trainer.save_model()
-        metrics = dict(train_result.metrics)
-        metrics["train_samples"] = len(data.train)
-        results.update(metrics)
-        save_results(trainer, "train", metrics)
-        trainer.save_state()
+        checkpoint_dir = lambda: os.path.join(out_dir, f"checkpoint-{trainer.state.global_step}")  # noqa: E731
+        with guarded("train", checkpoint_dir, batch_ctx):
+            train_result = trainer.train(resume_from_checkpoint=resume)
+        if preemption.stopped:
+            # no rank leaves before the checkpoint is on disk: a launcher that kills the job on the
+            # first exit (srun --kill-on-bad-exit) would otherwise cut the main rank's save short
+            trainer.accelerator.wait_for_everyone()
+            if trainer.is_world_process_zero():
+                logger.warning(
+                    "PREEMPTED signal=%s global_step=%d checkpoint=%s exit_code=%d (run the same command to resume)",
+                    stop_request.name, trainer.state.global_step, checkpoint_dir(), EXIT_PREEMPTED,
+                )
+            return EXIT_PREEMPTED
+        with guarded("train", out_dir, batch_ctx):
+            trainer.save_model()
+            metrics = dict(train_result.metrics)
+            metrics["train_samples"] = len(data.train)
+            results.update(metrics)
+            if trainer.is_world_process_zero():  # efficiency.py: real tokens/s, model FLOP/s, MFU
+                efficiency = train_efficiency(
+                    real_lengths(data.train), float(trainer.state.epoch or 0.0), float(metrics["train_runtime"]),
+                    model, device_name_of(training_args.device), training_args.world_size, speed_plan.precision,
+                    speed_plan.tf32,
+                )
+                results.update(efficiency.metrics())
+                efficiency_lines = efficiency.log_lines()
+            save_results(trainer, "train", metrics)
+            save_trainer_state(trainer)
+    if stop_request.requested:
+        # evaluation cannot be checkpointed part-way; the final checkpoint is saved, so finish
+        logger.warning("STOP_REQUESTED signal=%s outside training: finishing the run", stop_request.name)
     if training_args.do_eval:
-        metrics = trainer.evaluate()
+        with guarded("eval", out_dir, batch_ctx):
+            metrics = trainer.evaluate()
         metrics["eval_samples"] = len(data.eval_features)
         results.update(metrics)
         save_results(trainer, "eval", metrics)
     if training_args.do_predict:
-        output = trainer.predict(data.predict_features, data.predict_examples)
+        with guarded("predict", out_dir, batch_ctx):
+            output = trainer.predict(data.predict_features, data.predict_examples)
         metrics = dict(output.metrics)
         metrics["predict_samples"] = len(data.predict_features)
         results.update(metrics)
         save_results(trainer, "predict", metrics)
 
     wall = time.time() - _WALL_START
+    observe_lines = observe.finish(results, wall)  # every rank (gathers memory); lines on rank 0
     if trainer.is_world_process_zero():
         params = run_params(model_args, data_args, training_args)
+        params["speed"] = dataclasses.asdict(speed_plan)
         write_run_summary(os.path.join(training_args.output_dir, "run_summary.json"), params, results, wall, "ok")
-        for line in final_lines(results, wall):
+        for line in observe_lines + efficiency_lines + final_lines(results, wall):
             print(line, flush=True)
     return EXIT_OK
 
@@ -376,8 +511,18 @@ def save_results(trainer: QuestionAnsweringTrainer, split: str, metrics: dict[st
     write_json_atomic(all_path, combined, sort_keys=True)
 
 
+def save_trainer_state(trainer: QuestionAnsweringTrainer) -> None:
+    """trainer_state.json like Trainer.save_state, but written atomically."""
+    if trainer.is_world_process_zero():
+        state = json.dumps(dataclasses.asdict(trainer.state), indent=2, sort_keys=True) + "\n"
+        write_text_atomic(os.path.join(trainer.args.output_dir, "trainer_state.json"), state)
+
+
 def cli() -> int:
-    """Entry point with clear messages (no traceback) for the user's own mistakes."""
+    """Entry point with clear messages (no traceback) for the user's own mistakes and for resources.
+
+    Exit codes (qa_errors.py): 2 bad flags/data, 3 out of memory, 74 cannot write, 75 preempted.
+    """
     try:
         return main()
     except (UsageError, DataError, FeatureError) as err:
@@ -385,7 +530,19 @@ def cli() -> int:
         return EXIT_USAGE
     except OutputError as err:
         print(f"ERROR: {err}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
+        return EXIT_IOERR
+    except OutOfMemory as err:
+        print(f"ERROR: {err}", file=sys.stderr, flush=True)
+        return EXIT_OOM
+    except Exception as err:
+        if is_out_of_memory(err):
+            print(f"ERROR: out of memory ({type(err).__name__}: {err}); lower --per_device_train_batch_size "
+                  "or --per_device_eval_batch_size", file=sys.stderr, flush=True)
+            return EXIT_OOM
+        # say which rank failed (a peer that died shows up here as a failed collective), then the traceback
+        print(f"ERROR: rank {os.environ.get('RANK', '0')} (pid {os.getpid()}) failed: {type(err).__name__}: "
+              f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}", file=sys.stderr, flush=True)
+        raise
 
 
 if __name__ == "__main__":

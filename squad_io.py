@@ -343,7 +343,8 @@ def _decode(ld: _Loader, data: bytes) -> str:
 
 
 def _json_error(ld: _Loader, text: str, e: json.JSONDecodeError) -> DataError:
-    truncated = e.pos >= len(text.rstrip())
+    truncated = e.pos >= len(text.rstrip()) or (
+        e.msg.startswith("Unterminated string") and '"' not in text[e.pos + 1:])
     hint = " - the file ends early; it looks truncated (incomplete copy or download?)" if truncated else ""
     return ld.fail(None, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}{hint}")
 

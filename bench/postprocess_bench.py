@@ -1,0 +1,124 @@
+#!/usr/bin/env python
+"""Postprocessing micro-benchmark on a whole dev set: reference loop vs vectorized, same logits.
+
+Checks that both return identical answers, n-best lists (order, scores,
+probabilities) and v2 null odds, then reports median times and the speedup.
+The vectorized path is timed twice: from Python lists of offsets (what the loop
+gets) and from the Arrow column of the features dataset (what run_qa.py hands it).
+
+    python bench/dev_logits.py --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
+    python bench/postprocess_bench.py --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
+    python bench/postprocess_bench.py ... --sizes 1000,2000,5000,10570   # postprocess time vs examples
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from dev_logits import add_args, load_or_build  # noqa: E402
+from postprocess_vectorized import postprocess_qa_predictions_vectorized  # noqa: E402
+from utils_qa import PostprocessConfig, postprocess_qa_predictions_loop  # noqa: E402
+
+
+def _time(fn, repeats: int) -> tuple[float, float, object]:
+    """(median wall seconds, median CPU seconds of this process, last result).
+
+    CPU seconds are reported beside wall time because a shared machine inflates
+    wall time by however much other work it runs at the moment.
+    """
+    walls, cpus, out = [], [], None
+    for _ in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        out = fn()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return statistics.median(walls), statistics.median(cpus), out
+
+
+def subset(dev, n_examples: int):
+    """The first n examples and exactly their features/logit rows."""
+    keep = set(dev.examples["id"][:n_examples])
+    rows = [i for i, e in enumerate(dev.features["example_id"]) if e in keep]
+    examples = {k: v[:n_examples] for k, v in dev.examples.items()}
+    features = {k: [v[i] for i in rows] for k, v in dev.features.items()}
+    return examples, features, (dev.start_logits[rows], dev.end_logits[rows])
+
+
+def compare(a, b) -> list[str]:
+    """Ids whose answers, n-best lists or null odds differ (exact equality)."""
+    bad = [q for q in a.answers if a.answers[q] != b.answers.get(q) or a.nbest[q] != b.nbest.get(q)]
+    if (a.null_odds or {}) != (b.null_odds or {}):
+        bad += [q for q in (a.null_odds or {}) if a.null_odds[q] != (b.null_odds or {}).get(q)]
+    if set(a.answers) != set(b.answers):
+        bad.append("<different id sets>")
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pyarrow as pa
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_args(parser)
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs of the vectorized path (median)")
+    parser.add_argument("--loop_repeats", type=int, default=1, help="timed runs of the loop (median)")
+    parser.add_argument("--sizes", default="", help="comma-separated example counts for a scaling table")
+    parser.add_argument("--version_2_with_negative", action="store_true", help="postprocess as v2 (null answers)")
+    parser.add_argument("--json_out", default=None, help="write the figures here")
+    args = parser.parse_args(argv)
+    dev, path, reused = load_or_build(args)
+    cfg = PostprocessConfig(version_2_with_negative=args.version_2_with_negative)
+    sizes = [int(s) for s in args.sizes.split(",") if s] or [len(dev.examples["id"])]
+    print(f"# logits: {dev.source} ({'reused' if reused else 'computed'} {path}); cpu_count={os.cpu_count()}")
+    rows = []
+    for n in sizes:
+        examples, features, logits = subset(dev, n)
+        arrow_feats = {"example_id": features["example_id"], "offset_mapping": pa.array(features["offset_mapping"])}
+        t_loop, c_loop, ref = _time(
+            lambda: postprocess_qa_predictions_loop(examples, features, logits, cfg), args.loop_repeats
+        )
+        t_list, c_list, vec = _time(
+            lambda: postprocess_qa_predictions_vectorized(examples, features, logits, cfg), args.repeats
+        )
+        t_arrow, c_arrow, vec_arrow = _time(
+            lambda: postprocess_qa_predictions_vectorized(examples, arrow_feats, logits, cfg), args.repeats
+        )
+        bad = compare(ref, vec) + compare(ref, vec_arrow)
+        row = {
+            "examples": len(examples["id"]), "features": len(features["example_id"]), "v2": cfg.version_2_with_negative,
+            "loop_s": round(t_loop, 4), "vectorized_lists_s": round(t_list, 4), "vectorized_arrow_s": round(t_arrow, 4),
+            "speedup_lists": round(t_loop / t_list, 1), "speedup_arrow": round(t_loop / t_arrow, 1),
+            "loop_cpu_s": round(c_loop, 4), "vectorized_lists_cpu_s": round(c_list, 4),
+            "vectorized_arrow_cpu_s": round(c_arrow, 4), "cpu_speedup_lists": round(c_loop / c_list, 1),
+            "cpu_speedup_arrow": round(c_loop / c_arrow, 1),
+            "identical": not bad, "mismatched_ids": len(set(bad)),
+        }
+        rows.append(row)
+        print(
+            f"POSTPROCESS examples={row['examples']} features={row['features']} loop_s={row['loop_s']} "
+            f"vectorized_lists_s={row['vectorized_lists_s']} vectorized_arrow_s={row['vectorized_arrow_s']} "
+            f"speedup_lists={row['speedup_lists']} speedup_arrow={row['speedup_arrow']} "
+            f"loop_cpu_s={row['loop_cpu_s']} vectorized_lists_cpu_s={row['vectorized_lists_cpu_s']} "
+            f"vectorized_arrow_cpu_s={row['vectorized_arrow_cpu_s']} cpu_speedup_lists={row['cpu_speedup_lists']} "
+            f"cpu_speedup_arrow={row['cpu_speedup_arrow']} "
+            f"identical={row['identical']} mismatched_ids={row['mismatched_ids']}",
+            flush=True,
+        )
+    if args.json_out:
+        with open(args.json_out, "w", encoding="utf-8") as fh:
+            json.dump({"source": dev.source, "rows": rows}, fh, indent=2)
+    return 0 if all(r["identical"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

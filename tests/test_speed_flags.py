@@ -1,0 +1,133 @@
+"""Speed flags through real run_qa.py processes: defaults per device, efficiency lines, feature cache reuse,
+vectorized and loop postprocessing writing identical prediction files, clear refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qa_speed_args import SpeedFlagError, choose_precision
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "requested, device, bf16_ok, hf_bf16, hf_fp16, want",
+    [
+        ("auto", "cuda", True, False, False, "bf16"),
+        ("auto", "cuda", False, False, False, "fp16"),
+        ("auto", "cpu", False, False, False, "fp32"),
+        ("auto", "cuda", True, False, True, "fp16"),  # HF's --fp16 honoured under auto
+        ("auto", "cpu", False, True, False, "bf16"),
+        ("fp32", "cuda", True, False, False, "fp32"),
+        ("bf16", "cpu", False, False, False, "bf16"),
+        ("bf16", "cuda", True, True, False, "bf16"),
+    ],
+)
+def test_choose_precision(requested, device, bf16_ok, hf_bf16, hf_fp16, want):
+    assert choose_precision(requested, device, bf16_ok, hf_bf16, hf_fp16)[0] == want
+
+
+@pytest.mark.parametrize(
+    "requested, device, bf16_ok, hf_bf16, hf_fp16, message",
+    [
+        ("fp16", "cpu", False, False, False, "not supported on CPU"),
+        ("auto", "cpu", False, False, True, "not supported on CPU"),
+        ("bf16", "cuda", False, False, False, "needs an Ampere"),
+        ("fp32", "cuda", True, True, False, "contradicts --bf16"),
+        ("fp8", "cuda", True, False, False, "choose one of"),
+    ],
+)
+def test_choose_precision_refusals(requested, device, bf16_ok, hf_bf16, hf_fp16, message):
+    with pytest.raises(SpeedFlagError, match=message):
+        choose_precision(requested, device, bf16_ok, hf_bf16, hf_fp16)
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return subprocess.run([sys.executable, str(REPO / "run_qa.py"), *args], cwd=cwd, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+
+
+def _common(tiny_bert, demo_files, cache) -> list[str]:
+    return ["--model_name_or_path", str(tiny_bert), "--train_file", str(demo_files["train"]),
+            "--validation_file", str(demo_files["validation"]), "--max_seq_length", "128", "--doc_stride", "32",
+            "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8", "--num_train_epochs", "1",
+            "--report_to", "none", "--features_cache_dir", str(cache), "--seed", "0"]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_bert, demo_files, tmp_path_factory):
+    """One default training + eval run (train features computed), shared by the tests below."""
+    tmp = tmp_path_factory.mktemp("speed")
+    out = tmp / "train"
+    proc = _run(_common(tiny_bert, demo_files, tmp / "cache") + ["--do_train", "--do_eval", "--output_dir", str(out)],
+                tmp)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return tmp, out, proc.stdout
+
+
+def test_default_run_reports_speed_plan_and_efficiency(trained):
+    tmp, out, stdout = trained
+    assert "SPEED device=cpu precision=fp32 (auto: cpu device)" in stdout
+    assert "postprocess=vectorized" in stdout
+    assert "FEATURES_CACHE split=train computed" in stdout
+    lines = stdout.strip().splitlines()
+    assert lines[-1].startswith("WALL_CLOCK_SECONDS=")
+    kv = dict(line.split("=", 1) for line in lines if "=" in line and line.split("=", 1)[0].isupper())
+    summary = json.loads((out / "run_summary.json").read_text())
+    results = summary["results"]
+    assert float(kv["TRAIN_TOKENS_PER_SECOND"]) == pytest.approx(results["train_tokens_per_second"], rel=1e-3)
+    assert kv["MFU"].startswith("n/a")  # CPU: achieved FLOP/s only
+    assert results["train_achieved_tflops"] > 0
+    # real tokens counted independently from the train features' lengths
+    assert results["train_real_tokens"] == pytest.approx(
+        results["train_tokens_per_second"] * results["train_runtime"], rel=0.01
+    )
+    assert summary["params"]["speed"]["precision"] == "fp32"
+    assert summary["params"]["precision"] == "fp32"
+
+
+def test_second_run_reuses_features_and_loop_postprocess_gives_identical_files(trained, tiny_bert, demo_files):
+    tmp, out, _ = trained
+    loop_out = tmp / "eval_loop"
+    args = _common(out, demo_files, tmp / "cache")  # the trained model, same data and settings
+    proc = _run(args + ["--do_eval", "--postprocess", "loop", "--output_dir", str(loop_out)], tmp)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "FEATURES_CACHE split=eval reused" in proc.stdout
+    assert "postprocess=loop" in proc.stdout
+    for name in ("eval_predictions.json", "eval_nbest_predictions.json"):
+        assert (loop_out / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_fp16_on_cpu_is_refused_clearly(tiny_bert, demo_files, tmp_path):
+    proc = _run(_common(tiny_bert, demo_files, tmp_path / "cache")
+                + ["--do_eval", "--precision", "fp16", "--output_dir", str(tmp_path / "o")], tmp_path)
+    assert proc.returncode == 2
+    assert "ERROR: --precision fp16 (or --fp16) is not supported on CPU" in proc.stdout
+    assert not (tmp_path / "o" / "eval_predictions.json").exists()
+
+
+@pytest.mark.parametrize("precision, want", [("bf16", "bfloat16"), ("fp32", "float32")])
+def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
+    """--precision bf16 is autocast in the eval forward too (matmuls run in bf16), fp32 stays fp32."""
+    import datasets
+    from transformers import AutoModelForQuestionAnswering, Trainer
+
+    from qa_args import QATrainingArguments
+    from qa_speed_args import SpeedArguments, resolve_speed
+
+    args = QATrainingArguments(output_dir=str(tmp_path / "o"), report_to="none", use_cpu=True)
+    plan = resolve_speed(SpeedArguments(precision=precision), args)
+    assert plan.precision == precision and args.bf16 == (precision == "bf16")
+    model = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert))
+    seen = []
+    model.bert.encoder.layer[0].attention.self.query.register_forward_hook(lambda m, i, o: seen.append(str(o.dtype)))
+    trainer = Trainer(model=model, args=args)
+    trainer.predict(datasets.Dataset.from_dict({"input_ids": [[101, 2000, 102] * 4], "attention_mask": [[1] * 12]}))
+    assert seen == [f"torch.{want}"]
