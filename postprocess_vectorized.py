@@ -85,8 +85,11 @@ def flat_offsets(offset_mapping: Any) -> FlatOffsets:
         pairs = [o for o in flat if o is not None]
         start = np.zeros(len(flat), dtype=np.int64)
         end = np.zeros(len(flat), dtype=np.int64)
-        if pairs:
-            both = np.asarray(pairs, dtype=np.int64).reshape(len(pairs), 2)
+        if pairs:  # fromiter over the flattened pairs: about 2x sooner than np.asarray on a list of tuples
+            if np.any(np.fromiter(map(len, pairs), dtype=np.int64, count=len(pairs)) != 2):
+                raise ValueError("offset_mapping entries must be [start, end] pairs or None")
+            both = np.fromiter(itertools.chain.from_iterable(pairs), dtype=np.int64, count=2 * len(pairs))
+            both = both.reshape(len(pairs), 2)
             start[valid] = both[:, 0]
             end[valid] = both[:, 1]
     row_start = np.zeros(len(length), dtype=np.int64)
@@ -158,6 +161,27 @@ def _kth_largest(rows: np.ndarray, k: int) -> np.ndarray:
         return np.partition(rows, n - k, axis=1)[:, n - k]
 
 
+_SORT_BITS = {np.dtype(np.float16): np.uint16, np.dtype(np.float32): np.uint32}
+
+
+def _by_example_then_score(ex: np.ndarray, score: np.ndarray, n_ex: int) -> np.ndarray:
+    """`np.lexsort((-score, ex))`: by example, then by descending score, ties in input order.
+
+    For float16/float32 scores this is one stable sort of a uint64 key (example index in the high bits, the
+    score's bits mapped to an order-preserving unsigned integer and flipped in the low bits), about 4x
+    sooner than lexsort. -0.0 is folded into +0.0 first (they compare equal); NaN falls back to lexsort.
+    """
+    utype = _SORT_BITS.get(score.dtype)
+    if utype is None or n_ex >= 2**31 or (len(score) and np.isnan(score).any()):
+        return np.lexsort((-score.astype(np.float64), ex))
+    nbits = 8 * score.dtype.itemsize
+    bits = (score + score.dtype.type(0)).view(utype).astype(np.uint64)  # -0.0 + 0.0 == +0.0
+    sign, full = np.uint64(1 << (nbits - 1)), np.uint64((1 << nbits) - 1)
+    ascending = np.where(bits & sign, full ^ bits, bits | sign)  # unsigned order == float order
+    key = (ex.astype(np.uint64) << np.uint64(nbits)) | (full ^ ascending)
+    return np.argsort(key, kind="stable")
+
+
 def _example_index(example_ids: Sequence[str], feature_example_ids: Sequence[str]) -> np.ndarray:
     index = {eid: i for i, eid in enumerate(example_ids)}
     try:
@@ -183,6 +207,8 @@ def postprocess_qa_predictions_vectorized(
                          f"and {end_logits.shape}")
     ids = list(examples["id"])
     contexts = examples["context"]
+    if not isinstance(contexts, list):  # e.g. a datasets Column: item access reads a whole row each time
+        contexts = list(contexts)
     n_ex, n_feat = len(ids), len(start_logits)
     k = cfg.n_best_size
     ex_of_feat = _example_index(ids, list(feature_ids))
@@ -212,20 +238,21 @@ def postprocess_qa_predictions_vectorized(
     ok = fits & s_ok[:, :, None] & e_ok[:, None, :]
     scores = s_val[:, :, None] + e_val[:, None, :]  # in the logits' dtype, like the loop's scalar sums
     n_pairs = scores.shape[1] * scores.shape[2]
-    crowded = np.flatnonzero(np.count_nonzero(ok.reshape(n_feat, n_pairs), axis=1) > k) if n_feat else []
-    if len(crowded) and not (np.isnan(s_val).any() or np.isnan(e_val).any()):
-        # only a feature's own top n_best can reach its example's top n_best: in features with more valid
-        # pairs than that, keep those scoring at least the n_best-th (ties kept; the stable sort settles them)
-        sub = np.where(ok[crowded], scores[crowded], -np.inf).reshape(len(crowded), n_pairs)
-        kth = _kth_largest(sub, k)
-        ok[crowded] &= scores[crowded] >= kth[:, None, None]
+    if n_feat and n_pairs > k and not (np.isnan(s_val).any() or np.isnan(e_val).any()):
+        # only a feature's own top n_best can reach its example's top n_best: keep the pairs scoring at least
+        # the n_best-th valid score (ties kept; the stable sort settles them). Features with fewer valid
+        # pairs get -inf there and keep them all. Done on every feature at once: most are crowded, and
+        # gathering the crowded ones would cost more than it saves.
+        kth = _kth_largest(np.where(ok, scores, -np.inf).reshape(n_feat, n_pairs), k)
+        ok &= scores >= kth[:, None, None]
     f_c, si_c, ei_c = np.nonzero(ok)  # C order = the loop's insertion order within a feature
-    score_c = scores[f_c, si_c, ei_c].astype(np.float64)
+    score_native = scores[f_c, si_c, ei_c]
+    score_c = score_native.astype(np.float64)
     ex_c = ex_of_feat[f_c]
 
     # 3. per example, candidates by descending score; stable, so ties keep insertion order. Features of one
     #    example are visited in feature order by the loop, which a stable sort on the example index keeps.
-    order = np.lexsort((-score_c, ex_c))
+    order = _by_example_then_score(ex_c, score_native, n_ex)
     ex_sorted = ex_c[order]
     counts = np.bincount(ex_sorted, minlength=n_ex)
     first = np.zeros(n_ex + 1, dtype=np.int64)

@@ -3,8 +3,15 @@
 
 Checks that both return identical answers, n-best lists (order, scores,
 probabilities) and v2 null odds, then reports median times and the speedup.
-The vectorized path is timed twice: from Python lists of offsets (what the loop
-gets) and from the Arrow column of the features dataset (what run_qa.py hands it).
+Two comparisons, both reported:
+
+(a) as run_qa.py runs it: examples and features as datasets.Dataset objects, logits
+    as the Trainer hands them, through run_qa.predictions_from_logits (padding mask,
+    then each path reads the datasets its own way: the loop through dataset["col"],
+    the vectorized path through the Arrow columns). Conversion is included.
+    KEY=value line: POSTPROCESS_DATASET.
+(b) the algorithm alone: the loop from pre-built Python lists; the vectorized path
+    from the same lists and from a pyarrow array of the offsets. KEY=value line: POSTPROCESS.
 
     python bench/dev_logits.py --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
     python bench/postprocess_bench.py --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
@@ -27,7 +34,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from dev_logits import add_args, load_or_build  # noqa: E402
-from postprocess_vectorized import postprocess_qa_predictions_vectorized  # noqa: E402
+from postprocess_vectorized import mask_padding, postprocess_qa_predictions_vectorized  # noqa: E402
 from utils_qa import PostprocessConfig, postprocess_qa_predictions_loop  # noqa: E402
 
 
@@ -65,8 +72,23 @@ def compare(a, b) -> list[str]:
     return bad
 
 
+def as_datasets(examples, features):
+    """Examples and features as the eval datasets run_qa.py holds (attention_mask gives real lengths)."""
+    import datasets
+
+    ex_ds = datasets.Dataset.from_dict({"id": examples["id"], "context": examples["context"]})
+    feat_ds = datasets.Dataset.from_dict({
+        "example_id": features["example_id"],
+        "offset_mapping": [[list(o) if o is not None else None for o in row] for row in features["offset_mapping"]],
+        "attention_mask": [[1] * len(row) for row in features["offset_mapping"]],
+    })
+    return ex_ds, feat_ds
+
+
 def main(argv: list[str] | None = None) -> int:
     import pyarrow as pa
+
+    from run_qa import predictions_from_logits
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(parser)
@@ -83,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in sizes:
         examples, features, logits = subset(dev, n)
+        # as run_qa.py does before either path: logits past each feature's real length set to -100
+        logits = mask_padding(logits, np.array([len(r) for r in features["offset_mapping"]]))
         arrow_feats = {"example_id": features["example_id"], "offset_mapping": pa.array(features["offset_mapping"])}
         t_loop, c_loop, ref = _time(
             lambda: postprocess_qa_predictions_loop(examples, features, logits, cfg), args.loop_repeats
@@ -93,7 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         t_arrow, c_arrow, vec_arrow = _time(
             lambda: postprocess_qa_predictions_vectorized(examples, arrow_feats, logits, cfg), args.repeats
         )
-        bad = compare(ref, vec) + compare(ref, vec_arrow)
+        ex_ds, feat_ds = as_datasets(examples, features)
+        t_loop_ds, c_loop_ds, ref_ds = _time(
+            lambda: predictions_from_logits(ex_ds, feat_ds, logits, cfg, "loop"), args.loop_repeats
+        )
+        t_vec_ds, c_vec_ds, vec_ds = _time(
+            lambda: predictions_from_logits(ex_ds, feat_ds, logits, cfg, "vectorized"), args.repeats
+        )
+        bad = compare(ref, vec) + compare(ref, vec_arrow) + compare(ref, ref_ds) + compare(ref, vec_ds)
         row = {
             "examples": len(examples["id"]), "features": len(features["example_id"]), "v2": cfg.version_2_with_negative,
             "loop_s": round(t_loop, 4), "vectorized_lists_s": round(t_list, 4), "vectorized_arrow_s": round(t_arrow, 4),
@@ -101,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             "loop_cpu_s": round(c_loop, 4), "vectorized_lists_cpu_s": round(c_list, 4),
             "vectorized_arrow_cpu_s": round(c_arrow, 4), "cpu_speedup_lists": round(c_loop / c_list, 1),
             "cpu_speedup_arrow": round(c_loop / c_arrow, 1),
+            "dataset_loop_s": round(t_loop_ds, 4), "dataset_vectorized_s": round(t_vec_ds, 4),
+            "dataset_speedup": round(t_loop_ds / t_vec_ds, 1), "dataset_loop_cpu_s": round(c_loop_ds, 4),
+            "dataset_vectorized_cpu_s": round(c_vec_ds, 4), "dataset_cpu_speedup": round(c_loop_ds / c_vec_ds, 1),
             "identical": not bad, "mismatched_ids": len(set(bad)),
         }
         rows.append(row)
@@ -112,6 +146,14 @@ def main(argv: list[str] | None = None) -> int:
             f"vectorized_arrow_cpu_s={row['vectorized_arrow_cpu_s']} cpu_speedup_lists={row['cpu_speedup_lists']} "
             f"cpu_speedup_arrow={row['cpu_speedup_arrow']} "
             f"identical={row['identical']} mismatched_ids={row['mismatched_ids']}",
+            flush=True,
+        )
+        print(
+            f"POSTPROCESS_DATASET examples={row['examples']} features={row['features']} "
+            f"loop_s={row['dataset_loop_s']} vectorized_s={row['dataset_vectorized_s']} "
+            f"speedup={row['dataset_speedup']} loop_cpu_s={row['dataset_loop_cpu_s']} "
+            f"vectorized_cpu_s={row['dataset_vectorized_cpu_s']} cpu_speedup={row['dataset_cpu_speedup']} "
+            f"identical={row['identical']}",
             flush=True,
         )
     if args.json_out:

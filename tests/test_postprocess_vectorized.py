@@ -16,7 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from postprocess_vectorized import flat_offsets, postprocess_qa_predictions_vectorized, top_k_like_argsort
+from postprocess_vectorized import (
+    _by_example_then_score,
+    flat_offsets,
+    postprocess_qa_predictions_vectorized,
+    top_k_like_argsort,
+)
 from utils_qa import FeatureConfig, PostprocessConfig, postprocess_qa_predictions_loop, prepare_validation_features
 
 
@@ -94,6 +99,30 @@ def test_top_k_ranks_like_argsort_even_with_ties(step):
         got = top_k_like_argsort(logits, k)
         want = np.stack([np.argsort(row)[-1 : -k - 1 : -1] for row in logits])
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_candidate_order_equals_lexsort(dtype):
+    """The packed-key sort orders candidates exactly as lexsort((-score, example)): ties, +-0.0, +-inf, NaN."""
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        n = int(rng.integers(0, 2000))
+        ex = rng.integers(0, 30, n)
+        if trial % 2:
+            ex = np.sort(ex)
+        score = (np.round(rng.normal(size=n) * 4) / 2).astype(dtype)  # many equal scores
+        special = [np.inf, -np.inf, -0.0, 0.0] + ([np.nan] if trial % 5 == 0 else [])
+        score[: min(n, len(special))] = special[: min(n, len(special))]
+        want = np.lexsort((-score.astype(np.float64), ex))
+        np.testing.assert_array_equal(_by_example_then_score(ex, score, 30), want)
+
+
+def test_ragged_offset_pairs_are_refused():
+    for rows in ([[(1, 2, 3)], [(4,)]], [[(1, 2, 3)], [(4, 5)]]):
+        with pytest.raises(ValueError, match="pairs"):
+            flat_offsets(rows)
+        with pytest.raises(ValueError, match="pairs"):
+            flat_offsets(pa.array(rows))
 
 
 def test_flat_offsets_from_arrow_and_lists_agree():
