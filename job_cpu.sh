@@ -25,16 +25,12 @@ _self_dir=${QA_HPC_DIR:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")" && pwd)}}
 # shellcheck source=scripts/env_setup.sh
 source "$_self_dir/scripts/env_setup.sh" || { echo "cannot read $_self_dir/scripts/env_setup.sh (submit from the checkout)" >&2; exit 2; }
 
-JOB_NAME=${SLURM_JOB_NAME:-bert_squad_cpu}
-qa_setup_env
-qa_local_log "$JOB_NAME"
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-${OMP_NUM_THREADS:-$(nproc)}}
 export CUDA_VISIBLE_DEVICES=""
-T0=$(date +%s)
-qa_print_context
+qa_job_start bert_squad_cpu
 
 qa_select_run "$JOB_NAME"
 qa_run_preemptible local python run_qa.py "${QA_ARGS[@]}" --use_cpu "$@"
 rc=$?
-qa_report "$rc" "$T0"
+qa_report "$rc"
 exit "$rc"

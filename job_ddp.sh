@@ -29,11 +29,7 @@ _self_dir=${QA_HPC_DIR:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")" && pwd)}}
 # shellcheck source=scripts/env_setup.sh
 source "$_self_dir/scripts/env_setup.sh" || { echo "cannot read $_self_dir/scripts/env_setup.sh (submit from the checkout)" >&2; exit 2; }
 
-JOB_NAME=${SLURM_JOB_NAME:-bert_squad_ddp}
-qa_setup_env
-qa_local_log "$JOB_NAME"
-T0=$(date +%s)
-qa_print_context
+qa_job_start bert_squad_ddp
 
 read -r GPUS _ _ <<<"$(qa_probe_devices)"
 if [ "$GPUS" -gt 0 ]; then
@@ -54,11 +50,10 @@ fi
 PORT=${QA_RDZV_PORT:-29500}
 
 qa_select_run "$JOB_NAME"
-PRECISION=$(qa_precision_flag)
-[ -n "$PRECISION" ] && QA_ARGS+=("$PRECISION")
+qa_add_precision
 QA_ARGS+=(--ddp_backend "$BACKEND")
 qa_log "DDP nodes=$NNODES nproc_per_node=$NPROC world_size=$(( NNODES * NPROC )) backend=$BACKEND" \
-	"rdzv=c10d endpoint=$MASTER:$PORT id=${SLURM_JOB_ID:-local} precision=${PRECISION:-fp32} omp_threads=${OMP_NUM_THREADS:-unset}"
+	"rdzv=c10d endpoint=$MASTER:$PORT id=${SLURM_JOB_ID:-local} precision=$QA_PRECISION_CHOSEN omp_threads=${OMP_NUM_THREADS:-unset}"
 
 launcher=(
 	torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC" --max_restarts=0
@@ -77,5 +72,5 @@ else
 	qa_run_preemptible torchrun "${launcher[@]}"
 fi
 rc=$?
-qa_report "$rc" "$T0"
+qa_report "$rc"
 exit "$rc"

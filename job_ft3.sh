@@ -36,19 +36,14 @@ _self_dir=${QA_HPC_DIR:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")" && pwd)}}
 # shellcheck source=scripts/env_setup.sh
 source "$_self_dir/scripts/env_setup.sh" || { echo "cannot read $_self_dir/scripts/env_setup.sh (submit from the checkout)" >&2; exit 2; }
 
-JOB_NAME=${SLURM_JOB_NAME:-bert_squad_ft3}
-qa_setup_env
-qa_local_log "$JOB_NAME"
-T0=$(date +%s)
-qa_print_context
+qa_job_start bert_squad_ft3
 
 qa_select_run "$JOB_NAME"
-PRECISION=$(qa_precision_flag)
-[ -n "$PRECISION" ] && QA_ARGS+=("$PRECISION")
-qa_log "precision=${PRECISION:-fp32}"
+qa_add_precision
+qa_log "precision=$QA_PRECISION_CHOSEN"
 
 # signal forwarding + requeue on exit 75 (scripts/env_setup.sh)
 qa_run_preemptible local python run_qa.py "${QA_ARGS[@]}" "$@"
 rc=$?
-qa_report "$rc" "$T0"
+qa_report "$rc"
 exit "$rc"

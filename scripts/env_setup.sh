@@ -66,6 +66,16 @@ qa_print_context() {
 		"offline=${HF_HUB_OFFLINE:-0} omp_threads=${OMP_NUM_THREADS:-unset}"
 }
 
+# The start of every job: name, environment, log copy, start time, context line. Sets JOB_NAME
+# (SLURM's job name, else $1) and QA_T0 (for qa_report).
+qa_job_start() {
+	JOB_NAME=${SLURM_JOB_NAME:-$1}
+	qa_setup_env
+	qa_local_log "$JOB_NAME"
+	QA_T0=$(date +%s)
+	qa_print_context
+}
+
 # "GPUS BF16 FP16" of this node as torch sees it (CUDA_VISIBLE_DEVICES may name fake devices).
 qa_probe_devices() {
 	"$QA_PYTHON" - <<'EOF'
@@ -74,6 +84,14 @@ n = torch.cuda.device_count() if torch.cuda.is_available() else 0
 bf16 = int(n > 0 and torch.cuda.is_bf16_supported())
 print(n, bf16, int(n > 0))
 EOF
+}
+
+# Append the precision flag (qa_precision_flag) to QA_ARGS; QA_PRECISION_CHOSEN says which, for the log.
+qa_add_precision() {
+	local flag
+	flag=$(qa_precision_flag)
+	[ -n "$flag" ] && QA_ARGS+=("$flag")
+	QA_PRECISION_CHOSEN=${flag:-fp32}
 }
 
 # Mixed-precision flag for this node: --bf16 where supported, else --fp16 on a GPU, else nothing.
@@ -235,9 +253,9 @@ qa_demo_data() {
 	echo "$stamp" >"$data/.params"
 }
 
-# The last lines of a job: what ran, where its results are, how it ended.
+# The last lines of a job: what ran, where its results are, how it ended (qa_report EXIT_CODE).
 qa_report() {
-	local rc=$1 t0=$2
+	local rc=$1 t0=${QA_T0:?qa_job_start sets QA_T0}
 	if [ "$QA_RUN_MODE" = offline_demo ]; then
 		echo "RUN_MODE=offline_demo (generated data, NOT the BERT/SQuAD baseline)"
 		[ -d "$QA_OUT" ] && echo "OFFLINE DEMO: generated data, not the BERT/SQuAD baseline (see the job log)" \
