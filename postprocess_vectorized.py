@@ -288,7 +288,7 @@ def postprocess_qa_predictions_vectorized(
 
 def _v2_output(
     ids: list[str], texts: list[str], scores: np.ndarray, start_l: list[float], end_l: list[float],
-    n_top: np.ndarray, first: np.ndarray, min_null: np.ndarray, has_feat: np.ndarray, cfg: PostprocessConfig,
+    n_top: np.ndarray, first: np.ndarray, min_null: np.ndarray, with_null: np.ndarray, cfg: PostprocessConfig,
 ) -> QAPredictions:
     """SQuAD v2 results: each example's spans with its null answer slotted in where the loop's sort puts it.
 
@@ -296,11 +296,11 @@ def _v2_output(
     n_best, and appends the null when it fell off. Per example: pos = spans scoring >= null; if pos < n_best
     the list is spans[:pos] + null + spans[pos:n_best - 1], else spans[:n_best] + null. Every list is laid
     out in one flat array, softmaxed per list length on 2-D arrays, and cut into per-example slices.
+    with_null: examples that have features (each such example has a null score).
     """
     k = cfg.n_best_size
     n_ex = len(ids)
     ex_of = np.repeat(np.arange(n_ex), n_top)
-    with_null = has_feat  # an example with features always has a null score
     ge = (scores >= min_null[ex_of]).astype(np.int64)
     pos = np.bincount(ex_of, weights=ge, minlength=n_ex).astype(np.int64) if len(ex_of) else np.zeros(n_ex, np.int64)
     kept = np.where(with_null & (pos < k), np.minimum(n_top, k - 1), n_top)
@@ -323,13 +323,7 @@ def _v2_output(
     slot_scores = np.zeros(n_out, dtype=np.float64)  # the empty answer scores 0.0
     slot_scores[span_slot] = scores[span_src]
     slot_scores[null_slot] = min_null[null_ex]
-    probs = np.empty(n_out, dtype=np.float64)
-    for m in np.unique(total[total > 0]).tolist():  # utils_qa._softmax, one 2-D array per list length
-        rows = np.flatnonzero(total == m)
-        idx = out_first[rows][:, None] + np.arange(m)
-        mat = slot_scores[idx]
-        exp = np.exp(mat - np.max(mat, axis=1, keepdims=True))
-        probs[idx] = exp / exp.sum(axis=1, keepdims=True)
+    probs = _grouped_softmax(slot_scores, out_first, total)
 
     # one dict per slot, built in bulk per kind, then put in slot order
     if len(span_src) == len(texts):  # usually no span is cut: take the lists as they are
@@ -380,13 +374,7 @@ def _v1_output(
     n_top: np.ndarray, first: np.ndarray,
 ) -> QAPredictions:
     """SQuAD v1 results from flat per-candidate lists grouped by example (no per-example array work)."""
-    probs = np.empty(len(scores), dtype=np.float64)
-    for m in np.unique(n_top[n_top > 0]).tolist():  # utils_qa._softmax on one 2-D array per list length
-        rows = np.flatnonzero(n_top == m)
-        idx = first[rows][:, None] + np.arange(m)
-        mat = scores[idx]
-        exp = np.exp(mat - np.max(mat, axis=1, keepdims=True))
-        probs[idx] = exp / exp.sum(axis=1, keepdims=True)
+    probs = _grouped_softmax(scores, first, n_top)
     entries = [
         {"text": t, "probability": p, "score": s, "start_logit": a, "end_logit": b}
         for t, p, s, a, b in zip(texts, probs.tolist(), scores.tolist(), start_l, end_l)
@@ -403,6 +391,21 @@ def _v1_output(
             nbest[qid] = [{"text": "", "probability": 1.0, "score": 0.0, "start_logit": 0.0, "end_logit": 0.0}]
             answers[qid] = ""
     return QAPredictions(answers, nbest, None)
+
+
+def _grouped_softmax(scores: np.ndarray, first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """utils_qa._softmax of every list scores[first[i] : first[i] + lengths[i]], same floats.
+
+    One 2-D array per list length, so the max, exp and sum run in numpy, not per list.
+    """
+    probs = np.empty(len(scores), dtype=np.float64)
+    for m in np.unique(lengths[lengths > 0]).tolist():
+        rows = np.flatnonzero(lengths == m)
+        idx = first[rows][:, None] + np.arange(m)
+        mat = scores[idx]
+        exp = np.exp(mat - np.max(mat, axis=1, keepdims=True))
+        probs[idx] = exp / exp.sum(axis=1, keepdims=True)
+    return probs
 
 
 __all__ = ["FlatOffsets", "flat_offsets", "mask_padding", "postprocess_qa_predictions_vectorized", "top_k_like_argsort"]
