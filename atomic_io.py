@@ -80,7 +80,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
             os.unlink(tmp)
 
 
+def json_text(obj: Any, indent: int | None = 2, sort_keys: bool = False) -> str:
+    """The text every JSON file here holds: UTF-8 as is, NaN allowed, one trailing newline."""
+    return json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=False, allow_nan=True) + "\n"
+
+
 def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 4, sort_keys: bool = False) -> None:
     """Serialize first (so a non-serializable value fails before any file is touched), then write atomically."""
-    text = json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=False, allow_nan=True) + "\n"
-    write_text_atomic(path, text)
+    write_text_atomic(path, json_text(obj, indent=indent, sort_keys=sort_keys))

@@ -1,7 +1,7 @@
 """Vectorized QA postprocessing: exactly the answers of utils_qa.postprocess_qa_predictions_loop, sooner.
 
-On the SQuAD v1.1 dev set: ~10x less time than the loop as run_qa.py runs it, ~5x from pre-built
-lists (docs/PERFORMANCE.md); what is left is mostly building the n-best lists' Python dicts.
+On the SQuAD v1.1 dev set: ~46x less time than the loop as run_qa.py runs it, ~24x from pre-built
+lists (docs/PERFORMANCE.md).
 
 The reference loop visits every feature and tries n_best x n_best (start, end)
 pairs in Python: about 4 million iterations on the SQuAD dev set, more time than a
@@ -12,8 +12,8 @@ GPU needs for the whole forward pass. This module does the same work on arrays:
 2. all n_best x n_best scores of every feature as one array, masked by the same
    validity rules (context tokens only, end >= start, at most max_answer_length);
 3. one stable sort of the surviving candidates by (example, -score), on a packed integer key;
-4. the first n_best per example, the v2 null answer, softmax and texts on flat arrays, then the
-   n-best dicts built in bulk and sliced per example.
+4. the first n_best per example, the v2 null answer and softmax on flat arrays, kept as an
+   nbest_table.NBestTable: the n-best dicts and texts are built when read or written, not here.
 
 Exactly the loop's answers, including its tie-breaking:
 - the loop ranks positions with np.argsort, whose order among equal logits is an
@@ -38,24 +38,44 @@ from typing import Any
 
 import numpy as np
 
+from nbest_table import NBestTable, SpanTexts
 from utils_qa import PostprocessConfig, QAPredictions
-
-_NULL = -1  # candidate kind marker for the v2 null answer
 
 
 @dataclass
 class FlatOffsets:
-    """Offsets of all features laid end to end.
+    """Offsets of all features laid end to end, read only where a candidate needs them.
 
-    Feature f owns flat positions row_start[f] .. row_start[f] + length[f] - 1; a
-    token has offsets (start[i], end[i]) when valid[i] (a context token) is True.
+    Feature f owns flat positions row_start[f] .. row_start[f] + length[f] - 1. Token i is a context
+    token when valid[i]; its offsets are then values[pair_at[i]] and values[pair_at[i] + 1]. From Arrow
+    these are the column's own buffers (no copy of the ~2 million offsets of a dev set).
     """
 
     row_start: np.ndarray  # int64 [F]
     length: np.ndarray  # int64 [F]
     valid: np.ndarray  # bool [T]
-    start: np.ndarray  # int64 [T]
-    end: np.ndarray  # int64 [T]
+    pair_at: np.ndarray  # int [T]; meaningful where valid
+    values: np.ndarray  # int64, start/end character offsets
+
+    def start_at(self, tokens: np.ndarray) -> np.ndarray:
+        """Start character of each (valid) flat token index."""
+        return self.values[self.pair_at[tokens]].astype(np.int64)
+
+    def end_at(self, tokens: np.ndarray) -> np.ndarray:
+        return self.values[self.pair_at[tokens] + 1].astype(np.int64)
+
+    @property
+    def start(self) -> np.ndarray:
+        """Start of every token (0 outside the context): the whole column, for checks."""
+        out = np.zeros(len(self.valid), dtype=np.int64)
+        out[self.valid] = self.start_at(np.flatnonzero(self.valid))
+        return out
+
+    @property
+    def end(self) -> np.ndarray:
+        out = np.zeros(len(self.valid), dtype=np.int64)
+        out[self.valid] = self.end_at(np.flatnonzero(self.valid))
+        return out
 
 
 def flat_offsets(offset_mapping: Any) -> FlatOffsets:
@@ -67,38 +87,37 @@ def flat_offsets(offset_mapping: Any) -> FlatOffsets:
         pa = None
     if pa is not None and isinstance(offset_mapping, (pa.Array, pa.ChunkedArray)):
         arr = offset_mapping.combine_chunks() if isinstance(offset_mapping, pa.ChunkedArray) else offset_mapping
-        wanted = pa.list_(pa.list_(pa.int64()))
-        if not (pa.types.is_list(arr.type) and pa.types.is_list(arr.type.value_type)) or arr.type != wanted:
-            arr = arr.cast(wanted)  # e.g. list<null> when a column holds no offsets at all
+        if not (pa.types.is_list(arr.type) and pa.types.is_list(arr.type.value_type)):
+            arr = arr.cast(pa.list_(pa.list_(pa.int64())))  # e.g. list<null> when a column holds no offsets at all
         length = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-        tokens = arr.flatten()  # one entry per token; null outside the context
+        tokens = arr.flatten()  # one entry per token, null outside the context; honours slices of arr
         valid = tokens.is_valid().to_numpy(zero_copy_only=False)
-        token_len = pc.fill_null(pc.list_value_length(tokens), 0).to_numpy(zero_copy_only=False)
-        if np.any(token_len[valid] != 2):
+        pair_at = tokens.offsets.to_numpy()[:-1]  # where each token's pair sits in tokens.values
+        pair_len = pc.min_max(pc.list_value_length(tokens))  # nulls (non-context tokens) skipped
+        if pair_len["min"].as_py() not in (None, 2) or pair_len["max"].as_py() not in (None, 2):
             raise ValueError("offset_mapping entries must be [start, end] pairs or null")
-        values = tokens.flatten().to_numpy(zero_copy_only=False).astype(np.int64)  # nulls contribute nothing
-        start = np.zeros(len(valid), dtype=np.int64)
-        end = np.zeros(len(valid), dtype=np.int64)
-        start[valid] = values[0::2]
-        end[valid] = values[1::2]
+        values = tokens.values
+        if values.null_count:
+            raise ValueError("offset_mapping pairs must not hold nulls")
+        values = values.to_numpy(zero_copy_only=False)
+        if not np.issubdtype(values.dtype, np.integer):
+            values = values.astype(np.int64)
     else:
         rows = list(offset_mapping)
         length = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
         flat = list(itertools.chain.from_iterable(rows))
         valid = np.fromiter((o is not None for o in flat), dtype=bool, count=len(flat))
         pairs = [o for o in flat if o is not None]
-        start = np.zeros(len(flat), dtype=np.int64)
-        end = np.zeros(len(flat), dtype=np.int64)
+        values = np.zeros(0, dtype=np.int64)
+        pair_at = np.zeros(len(flat), dtype=np.int64)
         if pairs:  # fromiter over the flattened pairs: about 2x sooner than np.asarray on a list of tuples
             if np.any(np.fromiter(map(len, pairs), dtype=np.int64, count=len(pairs)) != 2):
                 raise ValueError("offset_mapping entries must be [start, end] pairs or None")
-            both = np.fromiter(itertools.chain.from_iterable(pairs), dtype=np.int64, count=2 * len(pairs))
-            both = both.reshape(len(pairs), 2)
-            start[valid] = both[:, 0]
-            end[valid] = both[:, 1]
+            values = np.fromiter(itertools.chain.from_iterable(pairs), dtype=np.int64, count=2 * len(pairs))
+            pair_at[valid] = np.arange(0, 2 * len(pairs), 2)
     row_start = np.zeros(len(length), dtype=np.int64)
     np.cumsum(length[:-1], out=row_start[1:])
-    return FlatOffsets(row_start, length, valid, start, end)
+    return FlatOffsets(row_start, length, valid, pair_at, values)
 
 
 def top_k_like_argsort(logits: np.ndarray, k: int) -> np.ndarray:
@@ -108,17 +127,24 @@ def top_k_like_argsort(logits: np.ndarray, k: int) -> np.ndarray:
     values and no NaN have exactly one such ranking, found with argpartition. Any
     other row is ranked by np.argsort itself, so ties come out as the loop has them.
     """
+    return top_k_with_values(logits, k)[0]
+
+
+def top_k_with_values(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """top_k_like_argsort's indices and the logits at them (what take_along_axis would give)."""
     n, width = logits.shape
     k_eff = min(k, width)
     if n == 0 or width == 0:
-        return np.zeros((n, k_eff), dtype=np.int64)
+        return np.zeros((n, k_eff), dtype=np.int64), np.zeros((n, k_eff), dtype=logits.dtype)
     keep = min(k_eff + 1, width)  # the (k+1)-th value decides whether the k-th is unique
     ranked, ranked_vals = _top_sorted(logits, keep)
     ambiguous = np.any(ranked_vals[:, :-1] == ranked_vals[:, 1:], axis=1) | np.isnan(ranked_vals).any(axis=1)
     out = ranked[:, :k_eff].astype(np.int64)
+    vals = np.ascontiguousarray(ranked_vals[:, :k_eff]).astype(logits.dtype, copy=False)
     for row in np.flatnonzero(ambiguous):
         out[row] = np.argsort(logits[row])[-1 : -k - 1 : -1]
-    return out
+        vals[row] = logits[row, out[row]]
+    return out, vals
 
 
 def mask_padding(logits: tuple[np.ndarray, np.ndarray], lengths: np.ndarray, fill: float = -100.0):
@@ -132,8 +158,15 @@ def mask_padding(logits: tuple[np.ndarray, np.ndarray], lengths: np.ndarray, fil
     out = []
     for arr in logits:
         arr = np.asarray(arr)
-        cols = np.arange(arr.shape[1])
-        out.append(np.where(cols[None, :] < np.asarray(lengths)[:, None], arr, np.asarray(fill, dtype=arr.dtype)))
+        keep = np.arange(arr.shape[1])[None, :] < np.asarray(lengths)[:, None]
+        try:  # torch runs the select on every core; numpy on one
+            import torch
+
+            if not arr.flags.writeable:  # torch.from_numpy warns about read-only arrays
+                raise TypeError("read-only")
+            out.append(torch.where(torch.from_numpy(keep), torch.from_numpy(arr), fill).numpy())
+        except (ImportError, RuntimeError, TypeError, ValueError):  # no torch, a dtype or layout it lacks
+            out.append(np.where(keep, arr, np.asarray(fill, dtype=arr.dtype)))
     return out[0], out[1]
 
 
@@ -221,10 +254,8 @@ def postprocess_qa_predictions_vectorized(
         raise ValueError(f"got {len(offs.length)} offset rows for {n_feat} features")
 
     # 1. ranked candidates per feature
-    s_idx = top_k_like_argsort(start_logits, k)
-    e_idx = top_k_like_argsort(end_logits, k)
-    s_val = np.take_along_axis(start_logits, s_idx, axis=1)
-    e_val = np.take_along_axis(end_logits, e_idx, axis=1)
+    s_idx, s_val = top_k_with_values(start_logits, k)
+    e_idx, e_val = top_k_with_values(end_logits, k)
 
     # 2. validity of every (start rank, end rank) pair, as the loop tests it
     length = offs.length[:, None]
@@ -249,8 +280,10 @@ def postprocess_qa_predictions_vectorized(
         # gathering the crowded ones would cost more than it saves.
         kth = _kth_largest(np.where(ok, scores, -np.inf).reshape(n_feat, n_pairs), k)
         ok &= scores >= kth[:, None, None]
-    f_c, si_c, ei_c = np.nonzero(ok)  # C order = the loop's insertion order within a feature
-    score_native = scores[f_c, si_c, ei_c]
+    flat_c = np.flatnonzero(ok)  # C order = the loop's insertion order within a feature
+    f_c, pair_c = np.divmod(flat_c, n_pairs)
+    si_c, ei_c = np.divmod(pair_c, scores.shape[2])
+    score_native = scores.reshape(-1)[flat_c]
     score_c = score_native.astype(np.float64)
     ex_c = ex_of_feat[f_c]
 
@@ -269,47 +302,70 @@ def postprocess_qa_predictions_vectorized(
 
     f_t, si_t, ei_t = f_c[top], si_c[top], ei_c[top]
     score_t = score_c[top]
-    sl_t = s_val[f_t, si_t].astype(np.float64).tolist()
-    el_t = e_val[f_t, ei_t].astype(np.float64).tolist()
-    char_s = offs.start[s_flat[f_t, si_t]].tolist()
-    char_e = offs.end[e_flat[f_t, ei_t]].tolist()
-    ex_t = ex_c[top].tolist()
-    texts = [contexts[e][a:b] for e, a, b in zip(ex_t, char_s, char_e)]
+    sl_t = s_val[f_t, si_t].astype(np.float64)
+    el_t = e_val[f_t, ei_t].astype(np.float64)
+    spans = SpanTexts(contexts, ex_c[top], offs.start_at(s_flat[f_t, si_t]), offs.end_at(e_flat[f_t, ei_t]))
 
     if not cfg.version_2_with_negative:
-        return _v1_output(ids, texts, score_t, sl_t, el_t, n_top, top_first)
+        return _assemble(ids, spans, score_t, sl_t, el_t, n_top, top_first, cfg, None, np.zeros(n_ex, dtype=bool))
     # v2: the smallest null score (CLS start + end) over each example's features
     has_feat = np.bincount(ex_of_feat, minlength=n_ex) > 0
-    mins = np.full(n_ex, np.inf)
-    if n_feat:
-        np.minimum.at(mins, ex_of_feat, (start_logits[:, 0] + end_logits[:, 0]).astype(np.float64))
-    return _v2_output(ids, texts, score_t, sl_t, el_t, n_top, top_first, mins, has_feat, cfg)
+    null = (start_logits[:, 0] + end_logits[:, 0]).astype(np.float64)
+    mins = _first_minimum(null, ex_of_feat, n_ex)
+    return _assemble(ids, spans, score_t, sl_t, el_t, n_top, top_first, cfg, mins, has_feat)
 
 
-def _v2_output(
-    ids: list[str], texts: list[str], scores: np.ndarray, start_l: list[float], end_l: list[float],
-    n_top: np.ndarray, first: np.ndarray, min_null: np.ndarray, with_null: np.ndarray, cfg: PostprocessConfig,
+def _first_minimum(values: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group, the loop's `if first or v < best: best = v` over its values in order (inf where none).
+
+    Not just np.minimum.at: among equal values the loop keeps the first (0.0 and -0.0 are equal but
+    are written differently), and a NaN is kept only when it comes first (nothing is < NaN, NaN < x is False).
+    """
+    mins = np.full(n_groups, np.inf)
+    if not len(values):
+        return mins
+    np.fmin.at(mins, group, values)  # fmin: NaN never wins
+    hits = np.flatnonzero(values == mins[group])
+    _, first_hit = np.unique(group[hits], return_index=True)  # hits are in order: the first per group
+    mins[group[hits[first_hit]]] = values[hits[first_hit]]
+    _, first_feat = np.unique(group, return_index=True)
+    nan_first = np.isnan(values[first_feat])
+    mins[group[first_feat[nan_first]]] = np.nan
+    return mins
+
+
+def _assemble(
+    ids: list[str], spans: SpanTexts, scores: np.ndarray, start_l: np.ndarray, end_l: np.ndarray,
+    n_top: np.ndarray, first: np.ndarray, cfg: PostprocessConfig, min_null: np.ndarray | None,
+    with_null: np.ndarray,
 ) -> QAPredictions:
-    """SQuAD v2 results: each example's spans with its null answer slotted in where the loop's sort puts it.
+    """Answers and the n-best table from each example's spans (flat, grouped by example, best first).
 
-    The loop sorts spans + null by score (stable, so the null goes after spans of equal score), keeps
-    n_best, and appends the null when it fell off. Per example: pos = spans scoring >= null; if pos < n_best
-    the list is spans[:pos] + null + spans[pos:n_best - 1], else spans[:n_best] + null. Every list is laid
-    out in one flat array, softmaxed per list length on 2-D arrays, and cut into per-example slices.
-    with_null: examples that have features (each such example has a null score).
+    Lays out every example's n-best list as the loop builds it, in one flat set of columns:
+    - v1 (with_null all False): the spans; an example without any span gets the loop's single empty
+      answer (text "", scores and logits 0.0).
+    - v2 (with_null: examples that have features, hence a null score): the loop sorts spans + null by
+      score (stable, so the null goes after spans of equal score), keeps n_best, and appends the null
+      when it fell off. Per example: pos = spans scoring >= null; if pos < n_best the list is
+      spans[:pos] + null + spans[pos:n_best - 1], else spans[:n_best] + null.
+    Then one softmax per list (grouped by length), and no per-entry dicts: NBestTable builds them on read.
     """
     k = cfg.n_best_size
     n_ex = len(ids)
     ex_of = np.repeat(np.arange(n_ex), n_top)
-    ge = (scores >= min_null[ex_of]).astype(np.int64)
-    pos = np.bincount(ex_of, weights=ge, minlength=n_ex).astype(np.int64) if len(ex_of) else np.zeros(n_ex, np.int64)
+    if min_null is not None and len(ex_of):
+        ge = (scores >= min_null[ex_of]).astype(np.int64)
+        pos = np.bincount(ex_of, weights=ge, minlength=n_ex).astype(np.int64)
+    else:
+        pos = np.zeros(n_ex, dtype=np.int64)
     kept = np.where(with_null & (pos < k), np.minimum(n_top, k - 1), n_top)
-    total = np.where(with_null, kept + 1, np.maximum(kept, 1))  # no features: one empty answer
+    total = np.where(with_null, kept + 1, np.maximum(kept, 1))  # no span and no null: one empty answer
     out_first = np.zeros(n_ex + 1, dtype=np.int64)
     np.cumsum(total, out=out_first[1:])
     n_out = int(out_first[-1])
 
-    # flat slots: span j of example e -> out_first[e] + j + (j >= pos[e]); the null -> out_first[e] + pos[e]
+    # flat slots: span j of example e -> out_first[e] + j + (j >= pos[e] when e has a null);
+    # the null -> out_first[e] + pos[e]; the empty answer -> out_first[e]
     j = np.arange(len(ex_of)) - first[ex_of]
     span_keep = j < kept[ex_of]
     span_src = np.flatnonzero(span_keep)
@@ -317,81 +373,45 @@ def _v2_output(
     span_slot = out_first[span_ex] + span_j + (with_null[span_ex] & (span_j >= pos[span_ex]))
     null_ex = np.flatnonzero(with_null)
     null_slot = out_first[null_ex] + pos[null_ex]
-    empty_ex = np.flatnonzero(~with_null & (kept == 0))
-    empty_slot = out_first[empty_ex]
 
-    slot_scores = np.zeros(n_out, dtype=np.float64)  # the empty answer scores 0.0
-    slot_scores[span_slot] = scores[span_src]
-    slot_scores[null_slot] = min_null[null_ex]
-    probs = _grouped_softmax(slot_scores, out_first, total)
+    score_out = np.zeros(n_out, dtype=np.float64)  # the empty answer scores 0.0
+    start_out = np.zeros(n_out, dtype=np.float64)
+    end_out = np.zeros(n_out, dtype=np.float64)
+    score_out[span_slot] = scores[span_src]
+    start_out[span_slot] = start_l[span_src]
+    end_out[span_slot] = end_l[span_src]
+    logits_none = None
+    if len(null_ex):
+        score_out[null_slot] = min_null[null_ex]
+        logits_none = np.zeros(n_out, dtype=bool)
+        logits_none[null_slot] = True  # the null answer has no start/end logit
+    if n_out == len(spans) == len(span_src):  # every span kept, no null, no empty answer: slots are 0..n-1
+        text_out = spans
+    else:  # the null and the empty answer are "": context 0, characters 0..0
+        cols = [np.zeros(n_out, dtype=np.int64) for _ in range(3)]
+        for col, src in zip(cols, (spans.example, spans.start, spans.end)):
+            col[span_slot] = src[span_src]
+        text_out = SpanTexts(spans.contexts, *cols)
+    probs = _grouped_softmax(score_out, out_first, total)
+    table = NBestTable(ids, out_first, text_out, probs, score_out, start_out, end_out, logits_none)
 
-    # one dict per slot, built in bulk per kind, then put in slot order
-    if len(span_src) == len(texts):  # usually no span is cut: take the lists as they are
-        t_k, sl_k, el_k = texts, start_l, end_l
-    else:
-        src = span_src.tolist()
-        t_k, sl_k, el_k = [texts[i] for i in src], [start_l[i] for i in src], [end_l[i] for i in src]
-    span_dicts = [
-        {"text": t, "probability": p, "score": sc, "start_logit": a, "end_logit": b}
-        for t, p, sc, a, b in zip(t_k, probs[span_slot].tolist(), scores[span_src].tolist(), sl_k, el_k)
-    ]
-    null_dicts = [
-        {"text": "", "probability": p, "score": sc, "start_logit": None, "end_logit": None}
-        for p, sc in zip(probs[null_slot].tolist(), min_null[null_ex].tolist())
-    ]
-    empty_dicts = [
-        {"text": "", "probability": p, "score": 0.0, "start_logit": 0.0, "end_logit": 0.0}
-        for p in probs[empty_slot].tolist()
-    ]
-    order = np.argsort(np.concatenate([span_slot, null_slot, empty_slot]), kind="stable").tolist()
-    pool = span_dicts + null_dicts + empty_dicts
-    dicts = [pool[i] for i in order]
-
-    # answer: the best span unless the null beats it by more than the threshold
+    # answer: the best span (v2: unless the null beats it by more than the threshold)
     has_span = kept > 0
     best = first[:-1][has_span]
-    best_sl = np.array(start_l, dtype=np.float64)[best] if len(best) else np.zeros(0)
-    best_el = np.array(end_l, dtype=np.float64)[best] if len(best) else np.zeros(0)
-    odds = np.where(with_null, min_null, 0.0)
-    odds[has_span] = min_null[has_span] - best_sl - best_el  # same float64 operations as the loop
-    pick = np.zeros(n_ex, dtype=bool)
-    pick[has_span] = ~(odds[has_span] > cfg.null_score_diff_threshold)
-    best_of = np.zeros(n_ex, dtype=np.int64)
-    best_of[has_span] = best
-    answers: dict[str, str] = {}
-    nbest: dict[str, list[dict]] = {}
-    null_odds: dict[str, float] = {}
-    bounds = out_first.tolist()
-    for ex, (qid, o, pk, b) in enumerate(zip(ids, odds.tolist(), pick.tolist(), best_of.tolist())):
-        nbest[qid] = dicts[bounds[ex] : bounds[ex + 1]]
-        null_odds[qid] = o
-        answers[qid] = texts[b] if pk else ""
-    return QAPredictions(answers, nbest, null_odds)
-
-
-def _v1_output(
-    ids: list[str], texts: list[str], scores: np.ndarray, start_l: list[float], end_l: list[float],
-    n_top: np.ndarray, first: np.ndarray,
-) -> QAPredictions:
-    """SQuAD v1 results from flat per-candidate lists grouped by example (no per-example array work)."""
-    probs = _grouped_softmax(scores, first, n_top)
-    entries = [
-        {"text": t, "probability": p, "score": s, "start_logit": a, "end_logit": b}
-        for t, p, s, a, b in zip(texts, probs.tolist(), scores.tolist(), start_l, end_l)
-    ]
-    answers: dict[str, str] = {}
-    nbest: dict[str, list[dict]] = {}
-    bounds = first.tolist()
-    for ex, qid in enumerate(ids):
-        lo, hi = bounds[ex], bounds[ex + 1]
-        if hi > lo:
-            nbest[qid] = entries[lo:hi]
-            answers[qid] = texts[lo]
-        else:  # no valid span in any feature: the loop's empty answer
-            nbest[qid] = [{"text": "", "probability": 1.0, "score": 0.0, "start_logit": 0.0, "end_logit": 0.0}]
-            answers[qid] = ""
-    return QAPredictions(answers, nbest, None)
-
+    if min_null is None:
+        pick, odds = has_span, None
+    else:
+        odds = np.where(with_null, min_null, 0.0)
+        odds[has_span] = min_null[has_span] - start_l[best] - end_l[best]  # same float64 operations as the loop
+        pick = has_span & ~(odds > cfg.null_score_diff_threshold)
+    texts = [""] * n_ex
+    picked = np.flatnonzero(pick)
+    best_span = first[:-1][picked]
+    for ex, text in zip(picked.tolist(), SpanTexts(spans.contexts, spans.example[best_span], spans.start[best_span],
+                                                    spans.end[best_span]).cut()):
+        texts[ex] = text
+    answers = dict(zip(ids, texts))
+    return QAPredictions(answers, table, None if odds is None else dict(zip(ids, odds.tolist())))
 
 def _grouped_softmax(scores: np.ndarray, first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """utils_qa._softmax of every list scores[first[i] : first[i] + lengths[i]], same floats.
@@ -408,4 +428,5 @@ def _grouped_softmax(scores: np.ndarray, first: np.ndarray, lengths: np.ndarray)
     return probs
 
 
-__all__ = ["FlatOffsets", "flat_offsets", "mask_padding", "postprocess_qa_predictions_vectorized", "top_k_like_argsort"]
+__all__ = ["FlatOffsets", "flat_offsets", "mask_padding", "postprocess_qa_predictions_vectorized", "top_k_like_argsort",
+           "top_k_with_values"]

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from atomic_io import write_json_atomic
+from atomic_io import json_text, write_text_atomic
+from nbest_table import nbest_json
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class QAPredictions:
     """Answers per example id, their n-best lists, and (v2) null-score differences."""
 
     answers: dict[str, str]
-    nbest: dict[str, list[dict]]
+    nbest: Mapping[str, list[dict]]  # a dict from the loop, an nbest_table.NBestTable from the vectorized path
     null_odds: dict[str, float] | None
 
 
@@ -259,15 +260,16 @@ def write_prediction_files(preds: QAPredictions, output_dir: str, prefix: str) -
     """Write {prefix}_predictions.json, _nbest_predictions.json and (v2) _null_odds.json atomically."""
     os.makedirs(output_dir, exist_ok=True)
     written = []
-    files: list[tuple[str, Any]] = [
-        (f"{prefix}_predictions.json", preds.answers),
-        (f"{prefix}_nbest_predictions.json", preds.nbest),
+    # serialized before anything is written, so a bad value leaves no file behind
+    texts: list[tuple[str, str]] = [
+        (f"{prefix}_predictions.json", json_text(preds.answers)),
+        (f"{prefix}_nbest_predictions.json", nbest_json(preds.nbest, indent=2) + "\n"),  # fast for NBestTable
     ]
     if preds.null_odds is not None:
-        files.append((f"{prefix}_null_odds.json", preds.null_odds))
-    for name, obj in files:
+        texts.append((f"{prefix}_null_odds.json", json_text(preds.null_odds)))
+    for name, text in texts:
         path = os.path.join(output_dir, name)
-        write_json_atomic(path, obj, indent=2)
+        write_text_atomic(path, text)
         written.append(path)
     logger.info("wrote %s", ", ".join(written))
     return written

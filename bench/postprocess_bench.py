@@ -12,6 +12,9 @@ Two comparisons, both reported:
     KEY=value line: POSTPROCESS_DATASET.
 (b) the algorithm alone: the loop from pre-built Python lists; the vectorized path
     from the same lists and from a pyarrow array of the offsets. KEY=value line: POSTPROCESS.
+(c) what an eval pays in all: (a) plus writing the prediction files (answers, n-best lists) as
+    run_qa.py writes them; the loop's dicts through json.dumps, the vectorized n-best table
+    straight from its columns. The files must be byte-identical. KEY=value line: POSTPROCESS_WRITE.
 
     python bench/dev_logits.py --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
     python bench/postprocess_bench.py --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
@@ -23,8 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -35,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from dev_logits import add_args, load_or_build  # noqa: E402
 from postprocess_vectorized import mask_padding, postprocess_qa_predictions_vectorized  # noqa: E402
-from utils_qa import PostprocessConfig, postprocess_qa_predictions_loop  # noqa: E402
+from utils_qa import PostprocessConfig, postprocess_qa_predictions_loop, write_prediction_files  # noqa: E402
 
 
 def _time(fn, repeats: int) -> tuple[float, float, object]:
@@ -124,7 +129,21 @@ def main(argv: list[str] | None = None) -> int:
         t_vec_ds, c_vec_ds, vec_ds = _time(
             lambda: predictions_from_logits(ex_ds, feat_ds, logits, cfg, "vectorized"), args.repeats
         )
+        out_dir = tempfile.mkdtemp(prefix="postprocess_bench_")
+        try:
+            def run_and_write(method: str) -> list[bytes]:
+                files = write_prediction_files(
+                    predictions_from_logits(ex_ds, feat_ds, logits, cfg, method), os.path.join(out_dir, method), "eval"
+                )
+                return [open(f, "rb").read() for f in files]
+
+            t_loop_w, c_loop_w, loop_files = _time(lambda: run_and_write("loop"), args.loop_repeats)
+            t_vec_w, c_vec_w, vec_files = _time(lambda: run_and_write("vectorized"), args.repeats)
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
         bad = compare(ref, vec) + compare(ref, vec_arrow) + compare(ref, ref_ds) + compare(ref, vec_ds)
+        if loop_files != vec_files:
+            bad.append("<prediction files differ>")
         row = {
             "examples": len(examples["id"]), "features": len(features["example_id"]), "v2": cfg.version_2_with_negative,
             "loop_s": round(t_loop, 4), "vectorized_lists_s": round(t_list, 4), "vectorized_arrow_s": round(t_arrow, 4),
@@ -135,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
             "dataset_loop_s": round(t_loop_ds, 4), "dataset_vectorized_s": round(t_vec_ds, 4),
             "dataset_speedup": round(t_loop_ds / t_vec_ds, 1), "dataset_loop_cpu_s": round(c_loop_ds, 4),
             "dataset_vectorized_cpu_s": round(c_vec_ds, 4), "dataset_cpu_speedup": round(c_loop_ds / c_vec_ds, 1),
+            "write_loop_s": round(t_loop_w, 4), "write_vectorized_s": round(t_vec_w, 4),
+            "write_speedup": round(t_loop_w / t_vec_w, 1), "write_loop_cpu_s": round(c_loop_w, 4),
+            "write_vectorized_cpu_s": round(c_vec_w, 4), "write_cpu_speedup": round(c_loop_w / c_vec_w, 1),
+            "nbest_file_bytes": len(vec_files[1]),
             "identical": not bad, "mismatched_ids": len(set(bad)),
         }
         rows.append(row)
@@ -153,6 +176,14 @@ def main(argv: list[str] | None = None) -> int:
             f"loop_s={row['dataset_loop_s']} vectorized_s={row['dataset_vectorized_s']} "
             f"speedup={row['dataset_speedup']} loop_cpu_s={row['dataset_loop_cpu_s']} "
             f"vectorized_cpu_s={row['dataset_vectorized_cpu_s']} cpu_speedup={row['dataset_cpu_speedup']} "
+            f"identical={row['identical']}",
+            flush=True,
+        )
+        print(
+            f"POSTPROCESS_WRITE examples={row['examples']} loop_s={row['write_loop_s']} "
+            f"vectorized_s={row['write_vectorized_s']} speedup={row['write_speedup']} "
+            f"loop_cpu_s={row['write_loop_cpu_s']} vectorized_cpu_s={row['write_vectorized_cpu_s']} "
+            f"cpu_speedup={row['write_cpu_speedup']} nbest_file_bytes={row['nbest_file_bytes']} "
             f"identical={row['identical']}",
             flush=True,
         )

@@ -22,14 +22,18 @@ from postprocess_vectorized import (
     postprocess_qa_predictions_vectorized,
     top_k_like_argsort,
 )
+from nbest_table import nbest_json
 from utils_qa import FeatureConfig, PostprocessConfig, postprocess_qa_predictions_loop, prepare_validation_features
 
 
 def _same(a, b) -> None:
+    """a from the loop, b from the vectorized path: same results, and the same n-best file text."""
     assert a.answers == b.answers
     assert a.nbest == b.nbest  # dict/list equality: exact floats, same order
     assert a.null_odds == b.null_odds
     assert list(a.answers) == list(b.answers), "same example order"
+    assert list(a.nbest) == list(b.nbest)
+    assert nbest_json(b.nbest) == json.dumps(a.nbest, indent=2, ensure_ascii=False)
 
 
 def _random_case(seed: int, n_examples: int, width: int, tie_step: float, dtype: str, pad_frac: float):
@@ -201,3 +205,24 @@ def test_full_dev_set_real_eval_identical():
         cfg = PostprocessConfig(version_2_with_negative=v2)
         ref = postprocess_qa_predictions_loop(dev.examples, dev.features, logits, cfg)
         _same(ref, postprocess_qa_predictions_vectorized(dev.examples, arrow, logits, cfg))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_mask_padding_same_with_torch_and_numpy(dtype):
+    """Logits past each row's length become -100 in the logits' dtype, whichever library does the select."""
+    from postprocess_vectorized import mask_padding
+
+    rng = np.random.default_rng(3)
+    start, end = (rng.normal(size=(5, 12)).astype(dtype) for _ in range(2))
+    lengths = np.array([12, 0, 3, 7, 1])
+    want = np.where(np.arange(12)[None, :] < lengths[:, None], start, np.asarray(-100.0, dtype=dtype))
+    original = start.copy()
+    got_s, got_e = mask_padding((start, end), lengths)  # writable arrays: torch path
+    frozen = start.copy()
+    frozen.setflags(write=False)
+    got_frozen, _ = mask_padding((frozen, end), lengths)  # read-only: numpy path, no torch warning
+    for got in (got_s, got_frozen):
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got, want)
+    assert got_e[2, 3:].tolist() == [-100.0] * 9 and got_e[0].tolist() == end[0].tolist()
+    np.testing.assert_array_equal(start, original)  # inputs untouched
