@@ -20,9 +20,6 @@ from typing import Any
 
 import numpy as np
 
-FIELDS = ("text", "probability", "score", "start_logit", "end_logit")
-
-
 @dataclass
 class SpanTexts:
     """Row r's text is contexts[example[r]][start[r]:end[r]], cut only when it is read."""
@@ -172,4 +169,4 @@ def nbest_json(nbest: Mapping[str, list[dict]], indent: int = 2) -> str:
     return json.dumps(nbest, indent=indent, ensure_ascii=False, allow_nan=True)
 
 
-__all__ = ["FIELDS", "NBestTable", "SpanTexts", "nbest_json"]
+__all__ = ["NBestTable", "SpanTexts", "nbest_json"]

@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 files = write_prediction_files(
                     predictions_from_logits(ex_ds, feat_ds, logits, cfg, method), os.path.join(out_dir, method), "eval"
                 )
-                return [open(f, "rb").read() for f in files]
+                return [Path(f).read_bytes() for f in files]
 
             t_loop_w, c_loop_w, loop_files = _time(lambda: run_and_write("loop"), args.loop_repeats)
             t_vec_w, c_vec_w, vec_files = _time(lambda: run_and_write("vectorized"), args.repeats)

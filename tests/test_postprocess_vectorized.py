@@ -129,6 +129,11 @@ def test_ragged_offset_pairs_are_refused():
             flat_offsets(pa.array(rows))
 
 
+def test_offset_pairs_holding_nulls_are_refused():
+    with pytest.raises(ValueError, match="pairs must not hold nulls"):
+        flat_offsets(pa.array([[(0, 3), (4, None)]]))
+
+
 def test_flat_offsets_from_arrow_and_lists_agree():
     rows = [[None, (0, 3), (4, 9), None], [], [(2, 2)], [None]]
     a, b = flat_offsets(rows), flat_offsets(pa.array(rows))
