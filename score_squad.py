@@ -22,10 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import squad_metric
+from qa_hpc.metric import squad as squad_metric
+from qa_hpc.reliability.exit_codes import EXIT_USAGE
 
 PROG = "score_squad.py"
-EXIT_BAD_INPUT = 2
 SHOWN_IDS = 5
 
 
@@ -262,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_atomic(args.out_file, line + "\n")
     except InputError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_USAGE
     print(line)
     return 0
 

@@ -27,6 +27,9 @@ if [ "${QA_SKIP_PIP:-0}" != 1 ]; then
 	qa_log "installing requirements.txt into .venv"
 	.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt ||
 		qa_die "pip install -r requirements.txt failed (no package index reachable? see README 'On a cluster')"
+	# the qa_hpc package, editable: `python -m qa_hpc.tools.<tool>` then works from any directory
+	.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e . ||
+		qa_die "pip install -e . failed"
 fi
 mkdir -p logs outputs hf_cache
 
@@ -40,10 +43,10 @@ if [ "${QA_SKIP_PREFETCH:-0}" != 1 ]; then
 	qa_log "prefetching $model + $dataset into $HF_HOME (if the hub is reachable)"
 	# a login node has internet: let this one process download
 	if env -u HF_HUB_OFFLINE -u HF_DATASETS_OFFLINE -u TRANSFORMERS_OFFLINE \
-		python scripts/hf_prefetch.py --model "$model" --dataset "$dataset"; then
+		python -m qa_hpc.tools.prefetch --model "$model" --dataset "$dataset"; then
 		baseline=1
 	fi
-elif python scripts/hf_prefetch.py --check --model "$model" --dataset "$dataset"; then
+elif python -m qa_hpc.tools.prefetch --check --model "$model" --dataset "$dataset"; then
 	baseline=1
 fi
 

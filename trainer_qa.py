@@ -20,7 +20,7 @@ import torch.distributed as dist
 from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, speed_metrics
 
-from utils_qa import QAPredictions
+from qa_hpc.postprocess.reference import QAPredictions
 
 # (examples, features, (start_logits, end_logits), stage) -> answers; writes prediction files
 PostProcessFunction = Callable[[Any, Any, tuple[np.ndarray, np.ndarray], str], QAPredictions]

@@ -7,8 +7,8 @@ dynamic padding, and lays the logits out as the Trainer hands them over (rows
 padded with -100 past each batch's width). The result is pickled under a cache
 directory keyed by file + model + settings, so later benchmarks and checks reuse it.
 
-    python bench/dev_logits.py --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
-    python bench/dev_logits.py ... --random_logits   # no model: random logits over the real features
+    python -m bench.dev_logits --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
+    python -m bench.dev_logits ... --random_logits   # no model: random logits over the real features
 """
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
 
 logger = logging.getLogger("dev_logits")
 
@@ -68,9 +64,9 @@ def build(args: argparse.Namespace) -> DevEval:
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from run_qa import resolve_model_path
-    from squad_io import load_qa_records
-    from utils_qa import FeatureConfig, prepare_validation_features
+    from qa_hpc.model import resolve_model_path
+    from qa_hpc.data.squad_io import load_qa_records
+    from qa_hpc.data.features import FeatureConfig, prepare_validation_features
 
     records, _ = load_qa_records(args.validation_file, split="validation")
     if args.max_eval_samples:

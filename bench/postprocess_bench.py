@@ -6,7 +6,7 @@ probabilities) and v2 null odds, then reports median times and the speedup.
 Two comparisons, both reported:
 
 (a) as run_qa.py runs it: examples and features as datasets.Dataset objects, logits
-    as the Trainer hands them, through run_qa.predictions_from_logits (padding mask,
+    as the Trainer hands them, through qa_hpc.postprocess.predict.predictions_from_logits (padding mask,
     then each path reads the datasets its own way: the loop through dataset["col"],
     the vectorized path through the Arrow columns). Conversion is included.
     KEY=value line: POSTPROCESS_DATASET.
@@ -16,9 +16,9 @@ Two comparisons, both reported:
     run_qa.py writes them; the loop's dicts through json.dumps, the vectorized n-best table
     straight from its columns. The files must be byte-identical. KEY=value line: POSTPROCESS_WRITE.
 
-    python bench/dev_logits.py --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
-    python bench/postprocess_bench.py --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
-    python bench/postprocess_bench.py ... --sizes 1000,2000,5000,10570   # postprocess time vs examples
+    python -m bench.dev_logits --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
+    python -m bench.postprocess_bench --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
+    python -m bench.postprocess_bench ... --sizes 1000,2000,5000,10570   # postprocess time vs examples
 """
 
 from __future__ import annotations
@@ -35,13 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from dev_logits import add_args, load_or_build  # noqa: E402
-from postprocess_vectorized import mask_padding, postprocess_qa_predictions_vectorized  # noqa: E402
-from utils_qa import PostprocessConfig, postprocess_qa_predictions_loop, write_prediction_files  # noqa: E402
+from bench.dev_logits import add_args, load_or_build
+from qa_hpc.postprocess.vectorized import mask_padding, postprocess_qa_predictions_vectorized
+from qa_hpc.postprocess.files import write_prediction_files
+from qa_hpc.postprocess.reference import PostprocessConfig, postprocess_qa_predictions_loop
 
 
 def _time(fn, repeats: int) -> tuple[float, float, object]:
@@ -94,7 +91,7 @@ def as_datasets(examples, features):
 def main(argv: list[str] | None = None) -> int:
     import pyarrow as pa
 
-    from run_qa import predictions_from_logits
+    from qa_hpc.postprocess.predict import predictions_from_logits
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(parser)

@@ -51,6 +51,6 @@ fi
 
 mkdir -p "$WORKDIR"
 echo "# machine: $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
-"$PY" bench/side_by_side.py --repeats "$REPEATS" --workdir "$WORKDIR" \
+"$PY" -m bench.side_by_side --repeats "$REPEATS" --workdir "$WORKDIR" \
   --cmd "ours=$OURS" --cmd "hf_defaults=$HF_DEF" --cmd "hf_dynamic=$HF_DYN"
 echo "# done: load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"

@@ -32,6 +32,6 @@ print(f"| {sys.argv[2]} | {r['train_samples']} | {r['train_runtime']:.1f} | {r['
       f"| {r['train_tokens_per_second']:.0f} |")
 PYEOF
 done
-"$PY" bench/dev_logits.py --validation_file "$DEV_FILE"
-"$PY" bench/postprocess_bench.py --validation_file "$DEV_FILE" --sizes 1000,2500,5000,10570 \
+"$PY" -m bench.dev_logits --validation_file "$DEV_FILE"
+"$PY" -m bench.postprocess_bench --validation_file "$DEV_FILE" --sizes 1000,2500,5000,10570 \
   --json_out "$WORKDIR/postprocess_scaling.json"

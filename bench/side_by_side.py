@@ -6,7 +6,7 @@ all commands instead of penalising whichever ran last. Each command is a shell
 string with `{out}` where its output directory goes; its closing KEY=value lines
 (run_qa.py prints them) and its wall time are collected.
 
-    python bench/side_by_side.py --repeats 2 --workdir /tmp/sbs \
+    python -m bench.side_by_side --repeats 2 --workdir /tmp/sbs \
         --cmd "ours=python run_qa.py ... --output_dir {out}" \
         --cmd "hf_defaults=python run_qa.py ... --pad_to_max_length --output_dir {out}"
 

@@ -7,8 +7,8 @@ optimizer step, the part that scales with the data, to see which speed flags pay
 random token ids at the given widths (the work of a real batch of that shape); variants are timed
 in alternating order, round after round, and each reports its median step.
 
-    python bench/train_step.py                                  # MiniLM, CPU-friendly variants
-    python bench/train_step.py --model bert-base-random --batch 24 --widths 384 \
+    python -m bench.train_step                                  # MiniLM, CPU-friendly variants
+    python -m bench.train_step --model bert-base-random --batch 24 --widths 384 \
         --variants fp32,tf32,bf16,bf16+compile                  # the BASELINE's step on a GPU
 
 `--model bert-base-random` is a randomly initialised bert-base (BertConfig defaults), which needs
@@ -20,15 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from efficiency import device_name_of, non_embedding_params, peak_tflops, train_flops_per_sequence  # noqa: E402
+from qa_hpc.observe.efficiency import device_name_of, non_embedding_params, peak_tflops, train_flops_per_sequence
 
 VARIANT_PARTS = {"fp32", "tf32", "bf16", "fp16", "compile", "fused", "eager_attn"}
 
@@ -38,9 +36,9 @@ def build_model(name: str, attn: str) -> torch.nn.Module:
 
     if name == "bert-base-random":
         return BertForQuestionAnswering(BertConfig(attn_implementation=attn))
-    import run_qa
+    from qa_hpc.model import resolve_model_path
 
-    return AutoModelForQuestionAnswering.from_pretrained(run_qa.resolve_model_path(name), attn_implementation=attn)
+    return AutoModelForQuestionAnswering.from_pretrained(resolve_model_path(name), attn_implementation=attn)
 
 
 class Variant:

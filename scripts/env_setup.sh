@@ -13,10 +13,12 @@
 #   QA_MAX_REQUEUES how often a preempted job requeues itself (default 20)
 #   QA_LOG_DIR      where a job run without SLURM keeps its log (default logs/)
 
-QA_EXIT_PREEMPTED=75   # run_qa.py: "preempted, checkpoint saved" (EX_TEMPFAIL)
+# EXIT_USAGE, EXIT_PREEMPTED, ...: the exit codes run_qa.py uses, from the one table
+# shellcheck source=../qa_hpc/reliability/exit_codes.env
+source "$(dirname "${BASH_SOURCE[0]}")/../qa_hpc/reliability/exit_codes.env"
 
 qa_log() { printf '[qa-hpc %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
-qa_die() { qa_log "ERROR: $*" >&2; exit 2; }
+qa_die() { qa_log "ERROR: $*" >&2; exit "$EXIT_USAGE"; }
 
 # The checkout. Under sbatch the script runs from a spool copy, so its own path says nothing;
 # the submit directory does (submit from the checkout: the #SBATCH --output path is relative to it).
@@ -134,9 +136,9 @@ qa_run_preemptible() {
 	wait "$QA_CHILD"; rc=$?   # the child's own status (bash keeps it after reaping)
 	trap - USR1 TERM
 	qa_log "EXIT_CODE=$rc${QA_SIGNALLED:+ (after SIG$QA_SIGNALLED)}"
-	if [ "$rc" = "$QA_EXIT_PREEMPTED" ] || { [ -n "$QA_SIGNALLED" ] && [ "$rc" != 0 ] && [ "$_QA_HOW" != local ]; }; then
+	if [ "$rc" = "$EXIT_PREEMPTED" ] || { [ -n "$QA_SIGNALLED" ] && [ "$rc" != 0 ] && [ "$_QA_HOW" != local ]; }; then
 		qa_requeue && { QA_REQUEUED=1; return 0; }
-		return "$QA_EXIT_PREEMPTED"
+		return "$EXIT_PREEMPTED"
 	fi
 	return "$rc"
 }
@@ -187,9 +189,9 @@ qa_select_run() {
 	local job=$1
 	local model=${QA_MODEL:-bert-base-uncased} dataset=${QA_DATASET:-squad} mode=${QA_MODE:-auto}
 	if [ "$mode" = auto ]; then
-		if python scripts/hf_prefetch.py --check --model "$model" --dataset "$dataset"; then
+		if python -m qa_hpc.tools.prefetch --check --model "$model" --dataset "$dataset"; then
 			mode=baseline
-		elif python scripts/hf_prefetch.py --reachable --model "$model" | grep -q '=1$'; then
+		elif python -m qa_hpc.tools.prefetch --reachable --model "$model" | grep -q '=1$'; then
 			mode=baseline
 			unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE
 			qa_log "not cached but the hub is reachable: downloading into $HF_HOME"
@@ -248,7 +250,7 @@ qa_demo_data() {
 		qa_log "demo data in $data ($stamp)"
 		return 0
 	fi
-	python make_demo_data.py --output_dir "$data" --num_train "$n_train" --num_eval "$n_eval" \
+	python -m qa_hpc.tools.make_demo_data --output_dir "$data" --num_train "$n_train" --num_eval "$n_eval" \
 		--context_words "$words" --seed 0 || qa_die "could not generate the demo data in $data"
 	echo "$stamp" >"$data/.params"
 }

@@ -7,16 +7,12 @@ vocab), the weights are random and tiny so a CPU run takes seconds.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_SQUAD = REPO.parent / "shared" / "data" / "squad-v1.1"
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -76,7 +72,7 @@ def demo_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Small generated SQuAD v1.1-format train/validation/test files (long contexts)."""
     import json
 
-    from make_demo_data import generate_squad
+    from qa_hpc.tools.make_demo_data import generate_squad
 
     out = tmp_path_factory.mktemp("demo_data")
     files = {}
@@ -92,7 +88,7 @@ def demo_files_v2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Small generated SQuAD v2.0-format files with unanswerable questions."""
     import json
 
-    from make_demo_data import generate_squad
+    from qa_hpc.tools.make_demo_data import generate_squad
 
     out = tmp_path_factory.mktemp("demo_data_v2")
     files = {}

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from atomic_io import OutputError, remove_stale_temps, write_json_atomic
+from conftest import REPO
+from qa_hpc.reliability.atomic_io import OutputError, remove_stale_temps, write_json_atomic
 
 BIG = {"answers": {f"q{i}": "x" * 200 for i in range(20000)}}  # ~4.5 MB of JSON
 
@@ -39,8 +40,7 @@ def test_write_failing_mid_way_leaves_the_old_file_and_no_temp(tmp_path: Path) -
     write_json_atomic(target, {"eval_f1": 88.1})
     code = f"""
 import resource, signal, sys
-sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-from atomic_io import OutputError, write_json_atomic
+from qa_hpc.reliability.atomic_io import OutputError, write_json_atomic
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 try:
@@ -49,7 +49,7 @@ except OutputError as err:
     print("OutputError:", err)
     sys.exit(74)
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 74, proc.stdout + proc.stderr
     assert f"cannot write {target}: File too large" in proc.stdout
     assert json.loads(target.read_text()) == {"eval_f1": 88.1}
@@ -61,13 +61,12 @@ def test_killed_writer_leaves_the_old_file_and_the_next_write_removes_its_temp(t
     write_json_atomic(target, {"q1": "old answer"})
     code = f"""
 import resource, signal, sys
-sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-from atomic_io import write_json_atomic
+from qa_hpc.reliability.atomic_io import write_json_atomic
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it by default; the kernel now kills at the limit
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 write_json_atomic({str(target)!r}, {{"answers": {{f"q{{i}}": "x" * 200 for i in range(20000)}}}})
 """
-    proc = subprocess.run([sys.executable, "-c", code], timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], timeout=120, cwd=REPO)
     assert proc.returncode == -signal.SIGXFSZ  # killed by the kernel mid-write
     assert json.loads(target.read_text()) == {"q1": "old answer"}  # never truncated
     left = _temps(tmp_path)

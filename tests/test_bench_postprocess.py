@@ -14,10 +14,10 @@ def test_postprocess_bench_reports_identical_outputs(demo_files, tmp_path):
     out = tmp_path / "bench.json"
     for v2 in ([], ["--version_2_with_negative"]):
         proc = subprocess.run(
-            [sys.executable, str(REPO / "bench" / "postprocess_bench.py"), "--validation_file",
+            [sys.executable, "-m", "bench.postprocess_bench", "--validation_file",
              str(demo_files["validation"]), "--random_logits", "--cache_dir", str(tmp_path / "cache"),
              "--repeats", "1", "--sizes", "5,16", "--json_out", str(out), *v2],
-            capture_output=True, text=True, timeout=600,
+            capture_output=True, text=True, timeout=600, cwd=REPO,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         lines = proc.stdout.splitlines()

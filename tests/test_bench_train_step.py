@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REPO / "bench" / "train_step.py"), *args],
+        [sys.executable, "-m", "bench.train_step", *args],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )
 

@@ -16,7 +16,6 @@ import sys
 
 import pytest
 
-from conftest import REPO
 from observe_runs import ok_run, project_dir, tiny_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -31,7 +30,7 @@ def project(tmp_path_factory, tiny_bert, demo_files):
 
 
 def collect(root, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, str(REPO / "collect_results.py"), *args], cwd=root,
+    proc = subprocess.run([sys.executable, "-m", "qa_hpc.tools.collect_results", *args], cwd=root,
                           capture_output=True, text=True, timeout=120)
     if ok:
         assert proc.returncode == 0, proc.stderr

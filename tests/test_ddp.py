@@ -115,7 +115,7 @@ def assert_logits_belong_to_their_features(model_dir: Path, records: list[dict],
 @pytest.fixture(scope="module")
 def ddp_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """24 train questions; validation questions (long and short contexts) with an odd number of features."""
-    from make_demo_data import generate_squad
+    from qa_hpc.tools.make_demo_data import generate_squad
 
     out = tmp_path_factory.mktemp("ddp_data")
     train = generate_squad(24, seed=11, context_words=60, title_prefix="ddp-train")

@@ -13,7 +13,7 @@ import pytest
 from transformers import DataCollatorWithPadding, default_data_collator
 
 import run_qa
-from qa_args import DataTrainingArguments, ModelArguments, QATrainingArguments
+from qa_hpc.settings.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from trainer_qa import QuestionAnsweringTrainer, length_order
 
 

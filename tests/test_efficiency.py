@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForQuestionAnswering
 
-from efficiency import non_embedding_params, peak_tflops, real_lengths, train_efficiency, train_flops_per_sequence
+from qa_hpc.observe.efficiency import non_embedding_params, peak_tflops, real_lengths, train_efficiency, train_flops_per_sequence
 
 
 def _bert_base_on_meta():

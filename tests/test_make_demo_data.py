@@ -6,17 +6,15 @@ import hashlib
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import qa_hpc.tools.make_demo_data as mdd
+from qa_hpc.data.squad_io import load_qa_records
+from qa_hpc.tools.make_demo_data import generate_squad
 
-import make_demo_data as mdd  # noqa: E402
-from make_demo_data import generate_squad  # noqa: E402
-from squad_io import load_qa_records  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 N = 600  # ~100 paragraphs at the default 450 words: enough for shares, fast to build
 

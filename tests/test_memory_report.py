@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForQuestionAnswering, BertConfig, BertForQuestionAnswering
 
-from memory_report import MB, anatomy_estimate, measure_process, optimizer_bytes_per_param
+from qa_hpc.observe.memory import MB, anatomy_estimate, measure_process, optimizer_bytes_per_param
 from observe_runs import ok_run
 
 

@@ -10,9 +10,10 @@ import json
 import numpy as np
 import pytest
 
-import nbest_table
-from nbest_table import NBestTable, nbest_json
-from utils_qa import QAPredictions, write_prediction_files
+from qa_hpc.postprocess import nbest_table as nbest_table
+from qa_hpc.postprocess.nbest_table import NBestTable, nbest_json
+from qa_hpc.postprocess.files import write_prediction_files
+from qa_hpc.postprocess.reference import QAPredictions
 
 
 def _table_and_dicts():

@@ -16,14 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from postprocess_vectorized import (
+from qa_hpc.postprocess.vectorized import (
     _by_example_then_score,
     flat_offsets,
     postprocess_qa_predictions_vectorized,
     top_k_like_argsort,
 )
-from nbest_table import nbest_json
-from utils_qa import FeatureConfig, PostprocessConfig, postprocess_qa_predictions_loop, prepare_validation_features
+from qa_hpc.postprocess.nbest_table import nbest_json
+from qa_hpc.data.features import FeatureConfig, prepare_validation_features
+from qa_hpc.postprocess.reference import PostprocessConfig, postprocess_qa_predictions_loop
 
 
 def _same(a, b) -> None:
@@ -149,8 +150,8 @@ def test_flat_offsets_from_arrow_and_lists_agree():
 
 def test_real_features_v1_and_v2(tokenizer, tmp_path):
     """Features of a real tokenizer (long contexts, several windows), random logits, both versions."""
-    from make_demo_data import generate_squad
-    from squad_io import load_qa_records
+    from qa_hpc.tools.make_demo_data import generate_squad
+    from qa_hpc.data.squad_io import load_qa_records
 
     path = tmp_path / "dev.json"
     path.write_text(json.dumps(generate_squad(12, seed=7, with_impossible=True)), encoding="utf-8")
@@ -191,14 +192,11 @@ def test_errors_match_the_loop():
 def test_full_dev_set_real_eval_identical():
     """All 10,570 dev questions, logits of a real MiniLM forward pass (cached by bench/dev_logits.py)."""
     import argparse
-    import sys
-    from pathlib import Path
 
     from conftest import shared_squad_file
 
     dev_file = shared_squad_file("dev-v1.1.json")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    from dev_logits import add_args, load_or_build
+    from bench.dev_logits import add_args, load_or_build
 
     parser = argparse.ArgumentParser()
     add_args(parser)
@@ -215,7 +213,7 @@ def test_full_dev_set_real_eval_identical():
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 def test_mask_padding_same_with_torch_and_numpy(dtype):
     """Logits past each row's length become -100 in the logits' dtype, whichever library does the select."""
-    from postprocess_vectorized import mask_padding
+    from qa_hpc.postprocess.vectorized import mask_padding
 
     rng = np.random.default_rng(3)
     start, end = (rng.normal(size=(5, 12)).astype(dtype) for _ in range(2))

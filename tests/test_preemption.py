@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import load_file
 
 from fixtures.runqa import PYTHON, REPO, LoggedProcess, files_under, qa_env, run_qa, tiny_flags
-from qa_errors import EXIT_PREEMPTED
-from qa_preemption import StopRequest, last_complete_checkpoint
+from qa_hpc.reliability.errors import EXIT_PREEMPTED
+from qa_hpc.reliability.preemption import StopRequest, last_complete_checkpoint
 
 LOSS_LINE = r"\{'loss'"
 
@@ -136,7 +136,7 @@ def test_two_ranks_stop_at_the_same_step_when_one_is_signalled(
     finally:
         run.kill_all()
     log = run.text()
-    stops = re.findall(r"\[rank(\d)\] WARNING qa_preemption: STOP_REQUESTED signal=\w+ global_step=(\d+)", log)
+    stops = re.findall(r"\[rank(\d)\] WARNING [\w.]+: STOP_REQUESTED signal=\w+ global_step=(\d+)", log)
     assert {r for r, _ in stops} == {"0", "1"}, log[-4000:]
     assert len({s for _, s in stops}) == 1, f"ranks stopped at different steps: {stops}"
     step = int(stops[0][1])

@@ -17,7 +17,7 @@ import torch
 from transformers import TrainerControl, TrainerState
 
 from observe_runs import ok_run
-from qa_profiler import ProfilerCallback, ProfilerConfig
+from qa_hpc.observe.profiler import ProfilerCallback, ProfilerConfig
 
 CPU_COLUMNS = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls"]
 MEMORY_COLUMNS = ["CPU Mem", "Self CPU Mem"]
@@ -97,7 +97,7 @@ def test_every_rank_writes_its_own_trace(tmp_path_factory, tiny_bert, demo_files
 
 
 def _obs_args(argv: list[str]):
-    from qa_observe import ObservabilityArguments
+    from qa_hpc.observe.observability import ObservabilityArguments
     from run_qa import parse_args
 
     return next(a for a in parse_args(argv) if isinstance(a, ObservabilityArguments))
@@ -121,8 +121,8 @@ def test_profiler_is_off_by_default_and_flags_parse():
 
 
 def test_no_profiler_callback_unless_asked(tmp_path):
-    from qa_args import QATrainingArguments
-    from qa_observe import Observability, ObservabilityArguments
+    from qa_hpc.settings.flags import QATrainingArguments
+    from qa_hpc.observe.observability import Observability, ObservabilityArguments
 
     args = QATrainingArguments(output_dir=str(tmp_path), report_to="none")
     model = torch.nn.Linear(2, 2)

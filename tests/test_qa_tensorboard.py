@@ -133,9 +133,9 @@ def test_run_totals_as_hparams_and_text(tmp_path_factory, tiny_bert, demo_files)
 def test_report_to_decides_and_hf_callback_is_replaced(tmp_path):
     from transformers.integrations import TensorBoardCallback as HFTensorBoardCallback
 
-    from qa_args import QATrainingArguments
-    from qa_observe import Observability, ObservabilityArguments
-    from qa_tensorboard import TensorBoardCallback
+    from qa_hpc.settings.flags import QATrainingArguments
+    from qa_hpc.observe.observability import Observability, ObservabilityArguments
+    from qa_hpc.observe.tensorboard import TensorBoardCallback
 
     default = QATrainingArguments(output_dir=str(tmp_path))
     assert default.report_to == ["tensorboard"]
@@ -150,7 +150,7 @@ def test_report_to_decides_and_hf_callback_is_replaced(tmp_path):
 def test_token_counter_counts_attention_mask_of_training_forwards():
     from transformers import BertConfig, BertForQuestionAnswering
 
-    from qa_tensorboard import TokenCounter
+    from qa_hpc.observe.tensorboard import TokenCounter
 
     model = BertForQuestionAnswering(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                                                 num_attention_heads=2, intermediate_size=32))

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from atomic_io import OutputError
+from qa_hpc.reliability.atomic_io import OutputError
 from fixtures.runqa import files_under, run_qa, tiny_flags
-from qa_errors import (
+from qa_hpc.reliability.errors import (
     EXIT_IOERR,
     EXIT_OOM,
     BatchContext,

@@ -264,8 +264,6 @@ def test_unwritable_out_file_exit_2(v1_files, tmp_path: Path) -> None:
 
 
 def test_main_in_process_returns_exit_code(v1_files, capsys) -> None:
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     import score_squad
 
     data, preds = v1_files

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from fixtures.runqa import qa_env, run_qa, tiny_flags
-from qa_args import ModelArguments
+from qa_hpc.settings.flags import ModelArguments
 
 SECRET = "hf_SECRET123"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qa_speed_args import SpeedFlagError, choose_precision
+from qa_hpc.settings.speed import SpeedFlagError, choose_precision
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -119,8 +119,8 @@ def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
     import datasets
     from transformers import AutoModelForQuestionAnswering, Trainer
 
-    from qa_args import QATrainingArguments
-    from qa_speed_args import SpeedArguments, resolve_speed
+    from qa_hpc.settings.flags import QATrainingArguments
+    from qa_hpc.settings.speed import SpeedArguments, resolve_speed
 
     args = QATrainingArguments(output_dir=str(tmp_path / "o"), report_to="none", use_cpu=True)
     plan = resolve_speed(SpeedArguments(precision=precision), args)

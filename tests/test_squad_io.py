@@ -5,16 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from qa_hpc.data.squad_io import DataError, LoadReport, load_qa_records
+from qa_hpc.tools.make_demo_data import generate_squad
 
-from make_demo_data import generate_squad  # noqa: E402
-from squad_io import DataError, LoadReport, load_qa_records  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 REAL_DATA = ROOT.parent / "shared/data/squad-v1.1"
 

@@ -7,16 +7,13 @@ evaluation semantics, not produced by running another implementation.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import qa_hpc.metric.squad as sm
 
-import squad_metric as sm  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEV_V11 = ROOT.parent / "shared" / "data" / "squad-v1.1" / "dev-v1.1.json"
 TOL = 1e-9

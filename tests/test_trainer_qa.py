@@ -7,16 +7,16 @@ import pytest
 import torch
 from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding
 
-from qa_args import QATrainingArguments
+from qa_hpc.settings.flags import QATrainingArguments
 from trainer_qa import QuestionAnsweringTrainer, length_order
-from utils_qa import FeatureConfig, prepare_validation_features
+from qa_hpc.data.features import FeatureConfig, prepare_validation_features
 
 
 @pytest.fixture(scope="module")
 def eval_setup(tiny_bert, tokenizer, demo_files):
     import datasets
 
-    from squad_io import load_qa_records
+    from qa_hpc.data.squad_io import load_qa_records
 
     records, _ = load_qa_records(demo_files["validation"], split="validation")
     examples = datasets.Dataset.from_list(records)

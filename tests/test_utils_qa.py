@@ -5,16 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from utils_qa import (
-    FeatureConfig,
-    FeatureError,
-    PostprocessConfig,
-    answers_by_id,
-    features_by_example,
-    postprocess_qa_predictions_loop,
-    prepare_train_features,
-    prepare_validation_features,
-)
+from qa_hpc.data.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features
+from qa_hpc.metric.squad import answers_by_id
+from qa_hpc.postprocess.reference import PostprocessConfig, features_by_example, postprocess_qa_predictions_loop
 
 
 def _long_example(qid: str, answer: str, position: str) -> dict:

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from qa_errors import EXIT_PREEMPTED
+from qa_hpc.reliability.errors import EXIT_PREEMPTED
 
 logger = logging.getLogger(__name__)
 

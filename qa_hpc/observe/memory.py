@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from atomic_io import write_json_atomic
+from qa_hpc.reliability.atomic_io import write_json_atomic
 
 MB = 1024 * 1024
 NO_CUDA_NOTE = "no CUDA device"

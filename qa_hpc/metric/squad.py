@@ -31,6 +31,7 @@ __all__ = [
     "unknown_ids",
     "load_official_references",
     "json_type_name",
+    "answers_by_id",
 ]
 
 # Only ASCII punctuation: the official scripts use string.punctuation, so unicode
@@ -299,6 +300,12 @@ def unknown_ids(references: Mapping[str, Any], predictions: Mapping[str, Any]) -
 
 
 # --------------------------------------------------------------------------- dataset
+
+
+def answers_by_id(examples: Mapping[str, Sequence]) -> dict[str, list[str]]:
+    """Gold answer texts per id, from columns "id" and "answers" ({"text": [...], ...} per row)."""
+    return {qid: list(ans["text"]) for qid, ans in zip(examples["id"], examples["answers"])}
+
 
 
 def load_official_references(dataset_json: Mapping[str, Any]) -> dict[str, list[str]]:

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """One row per run from SLURM logs and output dirs: where runs went, how fast, how good, how big.
 
-    python collect_results.py                          # logs/ and outputs/ of the checkout
-    python collect_results.py logs/ outputs/ --baseline bert_squad_ft3 --format md
-    python collect_results.py logs/*.out --format csv > runs.csv
-    python collect_results.py logs/ outputs/ --plot plots/   # + loss_curves.png throughput.png wall_time.png
+    python -m qa_hpc.tools.collect_results                          # logs/ and outputs/ of the checkout
+    python -m qa_hpc.tools.collect_results logs/ outputs/ --baseline bert_squad_ft3 --format md
+    python -m qa_hpc.tools.collect_results logs/*.out --format csv > runs.csv
+    python -m qa_hpc.tools.collect_results logs/ outputs/ --plot plots/   # + loss_curves.png throughput.png wall_time.png
 
 A log (`*.out`, `*.err`, `*.log`; `name-id.out` and `name-id.err` are one run) gives the
 KEY=value lines run_qa.py prints at the end (WALL_CLOCK_SECONDS last), the job's name,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import transformers
 
-from atomic_io import write_json_atomic
+from qa_hpc.reliability.atomic_io import write_json_atomic
 
 # Result keys printed as KEY=value at the end of a run, in this order, when present.
 FINAL_KEYS = (

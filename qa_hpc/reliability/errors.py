@@ -1,14 +1,7 @@
-"""Exit codes and clear messages for the ways a cluster job goes wrong.
+"""Clear messages for the ways a cluster job goes wrong, and the exit code of each (exit_codes.env).
 
-A batch job's exit code is what the job script (and the scheduler) acts on, so
-each kind of failure gets its own code, and its message says what to change:
-
-    0   done
-    1   unexpected error (a traceback follows; a bug or an unforeseen environment problem)
-    2   bad flags or input data, or a refused --output_dir (fix the command or the file)
-    3   out of memory (the message gives the batch size and what to lower)
-    74  cannot write outputs or checkpoints: disk full, quota, permissions (EX_IOERR)
-    75  stopped by SIGTERM/SIGUSR1 after saving a checkpoint; run again to resume (EX_TEMPFAIL)
+Out of memory names the batch size and what to lower; a failed write names the file and the
+reason (a full disk, a quota, permissions), found even when a library hides the errno.
 """
 
 from __future__ import annotations
@@ -22,14 +15,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from atomic_io import OutputError
+from qa_hpc.reliability.atomic_io import OutputError
+from qa_hpc.reliability.exit_codes import EXIT_FAILED, EXIT_IOERR, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, EXIT_USAGE
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_OOM = 3
-EXIT_IOERR = 74
-EXIT_PREEMPTED = 75
 
 # errno values that mean "this file could not be written", not "this input is bad"
 WRITE_ERRNOS = frozenset(
@@ -37,6 +25,10 @@ WRITE_ERRNOS = frozenset(
 )
 _OS_ERROR_IN_TEXT = re.compile(r"os error (\d+)")  # how Rust libraries (safetensors, tokenizers) report errno
 PROBE_BYTES = 8 << 20  # a checkpoint is far larger; a write this big failing shows why the save failed
+
+
+class UsageError(RuntimeError):
+    """A problem the user fixes by changing flags or files; reported without a traceback (exit 2)."""
 
 
 class OutOfMemory(RuntimeError):
@@ -192,6 +184,6 @@ def check_writable_dir(path: str) -> None:
 
 __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_OOM", "EXIT_IOERR", "EXIT_PREEMPTED",
-    "BatchContext", "OutOfMemory", "check_writable_dir", "guarded", "is_out_of_memory", "oom_message",
+    "BatchContext", "OutOfMemory", "UsageError", "check_writable_dir", "guarded", "is_out_of_memory", "oom_message",
     "probe_write", "write_failure",
 ]

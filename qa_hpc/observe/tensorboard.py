@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-logger = logging.getLogger("qa_tensorboard")
+logger = logging.getLogger(__name__)
 
 MB = 1024 * 1024
 

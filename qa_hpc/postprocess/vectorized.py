@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from nbest_table import NBestTable, SpanTexts
-from utils_qa import PostprocessConfig, QAPredictions
+from qa_hpc.postprocess.nbest_table import NBestTable, SpanTexts
+from qa_hpc.postprocess.reference import PostprocessConfig, QAPredictions
 
 
 @dataclass

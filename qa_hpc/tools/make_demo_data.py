@@ -27,7 +27,7 @@ Output is deterministic: same arguments, same bytes.
 
 CLI::
 
-    python make_demo_data.py --output_dir data/demo [--num_train 2000] [--num_eval 400]
+    python -m qa_hpc.tools.make_demo_data --output_dir data/demo [--num_train 2000] [--num_eval 400]
         [--seed 0] [--version_2_with_negative] [--context_words 450]
 """
 

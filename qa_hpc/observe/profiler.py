@@ -27,7 +27,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 from transformers import TrainerCallback
 
-logger = logging.getLogger("qa_profiler")
+logger = logging.getLogger(__name__)
 
 RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 

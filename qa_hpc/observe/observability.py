@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from memory_report import anatomy_estimate, build_report, gather_to_main, measure_process, report_lines, write_report
-from qa_profiler import ProfilerCallback, ProfilerConfig
-from qa_tensorboard import TensorBoardCallback, default_tensorboard_dir
-from run_summary import precision_of
+from qa_hpc.observe.memory import anatomy_estimate, build_report, gather_to_main, measure_process, report_lines, write_report
+from qa_hpc.observe.profiler import ProfilerCallback, ProfilerConfig
+from qa_hpc.observe.tensorboard import TensorBoardCallback, default_tensorboard_dir
+from qa_hpc.summary import precision_of
 
 
 @dataclass

@@ -5,9 +5,9 @@ Compute nodes of most clusters have no internet, so the login node fills HF_HOME
 (setup_bert.sh) and jobs read it offline (job_ft3.sh checks first and falls back to the
 offline demo when the cache lacks them).
 
-    python scripts/hf_prefetch.py                 # download what is missing (login node)
-    python scripts/hf_prefetch.py --check         # offline: exit 0 when both are cached
-    python scripts/hf_prefetch.py --reachable     # exit 0 when the hub answers (5 s timeout)
+    python -m qa_hpc.tools.prefetch                 # download what is missing (login node)
+    python -m qa_hpc.tools.prefetch --check         # offline: exit 0 when both are cached
+    python -m qa_hpc.tools.prefetch --reachable     # exit 0 when the hub answers (5 s timeout)
 
 Greppable lines: CACHED model=... / CACHED dataset=... / MISSING ... / HUB_REACHABLE=0|1.
 """
