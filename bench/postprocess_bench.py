@@ -12,9 +12,9 @@ Two comparisons, both reported:
     KEY=value line: POSTPROCESS_DATASET.
 (b) the algorithm alone: the loop from pre-built Python lists; the vectorized path
     from the same lists and from a pyarrow array of the offsets. KEY=value line: POSTPROCESS.
-(c) what an eval pays in all: (a) plus writing the prediction files (answers, n-best lists) as
-    run_qa.py writes them; the loop's dicts through json.dumps, the vectorized n-best table
-    straight from its columns. The files must be byte-identical. KEY=value line: POSTPROCESS_WRITE.
+(c) what an eval pays in all: (a) plus writing the prediction files (answers, n-best lists, v2 null
+    odds) as run_qa.py writes them (qa_hpc.postprocess.files). The files of both paths must hold the
+    same JSON values. KEY=value line: POSTPROCESS_WRITE.
 
     python -m bench.dev_logits --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
     python -m bench.postprocess_bench --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
@@ -36,9 +36,15 @@ from pathlib import Path
 import numpy as np
 
 from bench.dev_logits import add_args, load_or_build
-from qa_hpc.postprocess.vectorized import mask_padding, postprocess_qa_predictions_vectorized
 from qa_hpc.postprocess.files import write_prediction_files
-from qa_hpc.postprocess.reference import PostprocessConfig, postprocess_qa_predictions_loop
+from qa_hpc.postprocess.reference import (
+    PostprocessConfig,
+    postprocess_qa_predictions_loop,
+)
+from qa_hpc.postprocess.vectorized import (
+    mask_padding,
+    postprocess_qa_predictions_vectorized,
+)
 
 
 def _time(fn, repeats: int) -> tuple[float, float, object]:
@@ -88,11 +94,99 @@ def as_datasets(examples, features):
     return ex_ds, feat_ds
 
 
-def main(argv: list[str] | None = None) -> int:
+def _timings(examples: dict, features: dict, logits: tuple, cfg: PostprocessConfig, repeats: int,
+             loop_repeats: int) -> dict[str, tuple[float, float, object]]:
+    """(median wall s, median CPU s, result) of each way of running (a), (b) and (c) on the same input."""
     import pyarrow as pa
 
     from qa_hpc.postprocess.predict import predictions_from_logits
 
+    arrow_feats = {"example_id": features["example_id"], "offset_mapping": pa.array(features["offset_mapping"])}
+    ex_ds, feat_ds = as_datasets(examples, features)
+    t = {
+        "loop": _time(lambda: postprocess_qa_predictions_loop(examples, features, logits, cfg), loop_repeats),
+        "lists": _time(lambda: postprocess_qa_predictions_vectorized(examples, features, logits, cfg), repeats),
+        "arrow": _time(lambda: postprocess_qa_predictions_vectorized(examples, arrow_feats, logits, cfg), repeats),
+        "loop_ds": _time(lambda: predictions_from_logits(ex_ds, feat_ds, logits, cfg, "loop"), loop_repeats),
+        "vec_ds": _time(lambda: predictions_from_logits(ex_ds, feat_ds, logits, cfg, "vectorized"), repeats),
+    }
+    out_dir = tempfile.mkdtemp(prefix="postprocess_bench_")
+    try:
+        def run_and_write(method: str) -> list[bytes]:
+            preds = predictions_from_logits(ex_ds, feat_ds, logits, cfg, method)
+            return [Path(f).read_bytes() for f in write_prediction_files(preds, os.path.join(out_dir, method), "eval")]
+
+        t["loop_w"] = _time(lambda: run_and_write("loop"), loop_repeats)
+        t["vec_w"] = _time(lambda: run_and_write("vectorized"), repeats)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return t
+
+
+def _mismatches(t: dict[str, tuple[float, float, object]]) -> list[str]:
+    """Ids (or files) where any way of running differs from the loop on lists."""
+    ref = t["loop"][2]
+    bad = [q for name in ("lists", "arrow", "loop_ds", "vec_ds") for q in compare(ref, t[name][2])]
+    if [json.loads(f) for f in t["loop_w"][2]] != [json.loads(f) for f in t["vec_w"][2]]:
+        bad.append("<prediction files hold different JSON values>")
+    return bad
+
+
+def _row(examples: dict, features: dict, cfg: PostprocessConfig, t: dict[str, tuple[float, float, object]]) -> dict:
+    """The figures of one size, as the JSON report and the KEY=value lines name them."""
+    bad = _mismatches(t)
+    (t_loop, c_loop, _), (t_list, c_list, _), (t_arrow, c_arrow, _) = t["loop"], t["lists"], t["arrow"]
+    (t_loop_ds, c_loop_ds, _), (t_vec_ds, c_vec_ds, _) = t["loop_ds"], t["vec_ds"]
+    (t_loop_w, c_loop_w, _), (t_vec_w, c_vec_w, vec_files) = t["loop_w"], t["vec_w"]
+    return {
+        "examples": len(examples["id"]), "features": len(features["example_id"]), "v2": cfg.version_2_with_negative,
+        "loop_s": round(t_loop, 4), "vectorized_lists_s": round(t_list, 4), "vectorized_arrow_s": round(t_arrow, 4),
+        "speedup_lists": round(t_loop / t_list, 1), "speedup_arrow": round(t_loop / t_arrow, 1),
+        "loop_cpu_s": round(c_loop, 4), "vectorized_lists_cpu_s": round(c_list, 4),
+        "vectorized_arrow_cpu_s": round(c_arrow, 4), "cpu_speedup_lists": round(c_loop / c_list, 1),
+        "cpu_speedup_arrow": round(c_loop / c_arrow, 1),
+        "dataset_loop_s": round(t_loop_ds, 4), "dataset_vectorized_s": round(t_vec_ds, 4),
+        "dataset_speedup": round(t_loop_ds / t_vec_ds, 1), "dataset_loop_cpu_s": round(c_loop_ds, 4),
+        "dataset_vectorized_cpu_s": round(c_vec_ds, 4), "dataset_cpu_speedup": round(c_loop_ds / c_vec_ds, 1),
+        "write_loop_s": round(t_loop_w, 4), "write_vectorized_s": round(t_vec_w, 4),
+        "write_speedup": round(t_loop_w / t_vec_w, 1), "write_loop_cpu_s": round(c_loop_w, 4),
+        "write_vectorized_cpu_s": round(c_vec_w, 4), "write_cpu_speedup": round(c_loop_w / c_vec_w, 1),
+        "nbest_file_bytes": len(vec_files[1]),
+        "identical": not bad, "mismatched_ids": len(set(bad)),
+    }
+
+
+def _print_row(row: dict) -> None:
+    """The three KEY=value lines of one row."""
+    print(
+        f"POSTPROCESS examples={row['examples']} features={row['features']} loop_s={row['loop_s']} "
+        f"vectorized_lists_s={row['vectorized_lists_s']} vectorized_arrow_s={row['vectorized_arrow_s']} "
+        f"speedup_lists={row['speedup_lists']} speedup_arrow={row['speedup_arrow']} "
+        f"loop_cpu_s={row['loop_cpu_s']} vectorized_lists_cpu_s={row['vectorized_lists_cpu_s']} "
+        f"vectorized_arrow_cpu_s={row['vectorized_arrow_cpu_s']} cpu_speedup_lists={row['cpu_speedup_lists']} "
+        f"cpu_speedup_arrow={row['cpu_speedup_arrow']} "
+        f"identical={row['identical']} mismatched_ids={row['mismatched_ids']}",
+        flush=True,
+    )
+    print(
+        f"POSTPROCESS_DATASET examples={row['examples']} features={row['features']} "
+        f"loop_s={row['dataset_loop_s']} vectorized_s={row['dataset_vectorized_s']} "
+        f"speedup={row['dataset_speedup']} loop_cpu_s={row['dataset_loop_cpu_s']} "
+        f"vectorized_cpu_s={row['dataset_vectorized_cpu_s']} cpu_speedup={row['dataset_cpu_speedup']} "
+        f"identical={row['identical']}",
+        flush=True,
+    )
+    print(
+        f"POSTPROCESS_WRITE examples={row['examples']} loop_s={row['write_loop_s']} "
+        f"vectorized_s={row['write_vectorized_s']} speedup={row['write_speedup']} "
+        f"loop_cpu_s={row['write_loop_cpu_s']} vectorized_cpu_s={row['write_vectorized_cpu_s']} "
+        f"cpu_speedup={row['write_cpu_speedup']} nbest_file_bytes={row['nbest_file_bytes']} "
+        f"identical={row['identical']}",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(parser)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of the vectorized path (median)")
@@ -110,81 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         examples, features, logits = subset(dev, n)
         # as run_qa.py does before either path: logits past each feature's real length set to -100
         logits = mask_padding(logits, np.array([len(r) for r in features["offset_mapping"]]))
-        arrow_feats = {"example_id": features["example_id"], "offset_mapping": pa.array(features["offset_mapping"])}
-        t_loop, c_loop, ref = _time(
-            lambda: postprocess_qa_predictions_loop(examples, features, logits, cfg), args.loop_repeats
-        )
-        t_list, c_list, vec = _time(
-            lambda: postprocess_qa_predictions_vectorized(examples, features, logits, cfg), args.repeats
-        )
-        t_arrow, c_arrow, vec_arrow = _time(
-            lambda: postprocess_qa_predictions_vectorized(examples, arrow_feats, logits, cfg), args.repeats
-        )
-        ex_ds, feat_ds = as_datasets(examples, features)
-        t_loop_ds, c_loop_ds, ref_ds = _time(
-            lambda: predictions_from_logits(ex_ds, feat_ds, logits, cfg, "loop"), args.loop_repeats
-        )
-        t_vec_ds, c_vec_ds, vec_ds = _time(
-            lambda: predictions_from_logits(ex_ds, feat_ds, logits, cfg, "vectorized"), args.repeats
-        )
-        out_dir = tempfile.mkdtemp(prefix="postprocess_bench_")
-        try:
-            def run_and_write(method: str) -> list[bytes]:
-                files = write_prediction_files(
-                    predictions_from_logits(ex_ds, feat_ds, logits, cfg, method), os.path.join(out_dir, method), "eval"
-                )
-                return [Path(f).read_bytes() for f in files]
-
-            t_loop_w, c_loop_w, loop_files = _time(lambda: run_and_write("loop"), args.loop_repeats)
-            t_vec_w, c_vec_w, vec_files = _time(lambda: run_and_write("vectorized"), args.repeats)
-        finally:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        bad = compare(ref, vec) + compare(ref, vec_arrow) + compare(ref, ref_ds) + compare(ref, vec_ds)
-        if loop_files != vec_files:
-            bad.append("<prediction files differ>")
-        row = {
-            "examples": len(examples["id"]), "features": len(features["example_id"]), "v2": cfg.version_2_with_negative,
-            "loop_s": round(t_loop, 4), "vectorized_lists_s": round(t_list, 4), "vectorized_arrow_s": round(t_arrow, 4),
-            "speedup_lists": round(t_loop / t_list, 1), "speedup_arrow": round(t_loop / t_arrow, 1),
-            "loop_cpu_s": round(c_loop, 4), "vectorized_lists_cpu_s": round(c_list, 4),
-            "vectorized_arrow_cpu_s": round(c_arrow, 4), "cpu_speedup_lists": round(c_loop / c_list, 1),
-            "cpu_speedup_arrow": round(c_loop / c_arrow, 1),
-            "dataset_loop_s": round(t_loop_ds, 4), "dataset_vectorized_s": round(t_vec_ds, 4),
-            "dataset_speedup": round(t_loop_ds / t_vec_ds, 1), "dataset_loop_cpu_s": round(c_loop_ds, 4),
-            "dataset_vectorized_cpu_s": round(c_vec_ds, 4), "dataset_cpu_speedup": round(c_loop_ds / c_vec_ds, 1),
-            "write_loop_s": round(t_loop_w, 4), "write_vectorized_s": round(t_vec_w, 4),
-            "write_speedup": round(t_loop_w / t_vec_w, 1), "write_loop_cpu_s": round(c_loop_w, 4),
-            "write_vectorized_cpu_s": round(c_vec_w, 4), "write_cpu_speedup": round(c_loop_w / c_vec_w, 1),
-            "nbest_file_bytes": len(vec_files[1]),
-            "identical": not bad, "mismatched_ids": len(set(bad)),
-        }
-        rows.append(row)
-        print(
-            f"POSTPROCESS examples={row['examples']} features={row['features']} loop_s={row['loop_s']} "
-            f"vectorized_lists_s={row['vectorized_lists_s']} vectorized_arrow_s={row['vectorized_arrow_s']} "
-            f"speedup_lists={row['speedup_lists']} speedup_arrow={row['speedup_arrow']} "
-            f"loop_cpu_s={row['loop_cpu_s']} vectorized_lists_cpu_s={row['vectorized_lists_cpu_s']} "
-            f"vectorized_arrow_cpu_s={row['vectorized_arrow_cpu_s']} cpu_speedup_lists={row['cpu_speedup_lists']} "
-            f"cpu_speedup_arrow={row['cpu_speedup_arrow']} "
-            f"identical={row['identical']} mismatched_ids={row['mismatched_ids']}",
-            flush=True,
-        )
-        print(
-            f"POSTPROCESS_DATASET examples={row['examples']} features={row['features']} "
-            f"loop_s={row['dataset_loop_s']} vectorized_s={row['dataset_vectorized_s']} "
-            f"speedup={row['dataset_speedup']} loop_cpu_s={row['dataset_loop_cpu_s']} "
-            f"vectorized_cpu_s={row['dataset_vectorized_cpu_s']} cpu_speedup={row['dataset_cpu_speedup']} "
-            f"identical={row['identical']}",
-            flush=True,
-        )
-        print(
-            f"POSTPROCESS_WRITE examples={row['examples']} loop_s={row['write_loop_s']} "
-            f"vectorized_s={row['write_vectorized_s']} speedup={row['write_speedup']} "
-            f"loop_cpu_s={row['write_loop_cpu_s']} vectorized_cpu_s={row['write_vectorized_cpu_s']} "
-            f"cpu_speedup={row['write_cpu_speedup']} nbest_file_bytes={row['nbest_file_bytes']} "
-            f"identical={row['identical']}",
-            flush=True,
-        )
+        rows.append(_row(examples, features, cfg, _timings(examples, features, logits, cfg, args.repeats,
+                                                          args.loop_repeats)))
+        _print_row(rows[-1])
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as fh:
             json.dump({"source": dev.source, "rows": rows}, fh, indent=2)

@@ -9,6 +9,7 @@ a real tokenizer; and from Arrow offsets as run_qa.py hands them over.
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -16,25 +17,28 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qa_hpc.postprocess.vectorized import (
-    _by_example_then_score,
-    flat_offsets,
-    postprocess_qa_predictions_vectorized,
-    top_k_like_argsort,
-)
-from qa_hpc.postprocess.nbest_table import nbest_json
 from qa_hpc.data.features import FeatureConfig, prepare_validation_features
-from qa_hpc.postprocess.reference import PostprocessConfig, postprocess_qa_predictions_loop
+from qa_hpc.postprocess.files import nbest_json
+from qa_hpc.postprocess.nbest_lists import by_example_then_score
+from qa_hpc.postprocess.offsets import flat_offsets
+from qa_hpc.postprocess.ranking import top_k_with_values
+from qa_hpc.postprocess.reference import (
+    PostprocessConfig,
+    postprocess_qa_predictions_loop,
+)
+from qa_hpc.postprocess.vectorized import postprocess_qa_predictions_vectorized
 
 
 def _same(a, b) -> None:
-    """a from the loop, b from the vectorized path: same results, and the same n-best file text."""
+    """a from the loop, b from the vectorized path: same results, and n-best files of the same JSON values."""
     assert a.answers == b.answers
     assert a.nbest == b.nbest  # dict/list equality: exact floats, same order
     assert a.null_odds == b.null_odds
     assert list(a.answers) == list(b.answers), "same example order"
     assert list(a.nbest) == list(b.nbest)
-    assert nbest_json(b.nbest) == json.dumps(a.nbest, indent=2, ensure_ascii=False)
+    assert json.loads(nbest_json(b.nbest)) == a.nbest
+    # one writer for both: the same text also where == cannot tell (0.0 is written "0.0", -0.0 "-0.0")
+    assert nbest_json(b.nbest) == nbest_json(a.nbest)
 
 
 def _random_case(seed: int, n_examples: int, width: int, tie_step: float, dtype: str, pad_frac: float):
@@ -101,14 +105,15 @@ def test_top_k_ranks_like_argsort_even_with_ties(step):
         logits = np.round(logits / step) * step
     logits[::7, 20:] = -100.0  # long runs of equal padding
     for k in (1, 5, 20, 40, 60):
-        got = top_k_like_argsort(logits, k)
+        got, values = top_k_with_values(logits, k)
         want = np.stack([np.argsort(row)[-1 : -k - 1 : -1] for row in logits])
         np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(values, np.take_along_axis(logits, want, axis=1))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_candidate_order_equals_lexsort(dtype):
-    """The packed-key sort orders candidates exactly as lexsort((-score, example)): ties, +-0.0, +-inf, NaN."""
+    """Candidates are ordered exactly as lexsort((-score, example)): ties, +-0.0, +-inf, NaN."""
     rng = np.random.default_rng(5)
     for trial in range(40):
         n = int(rng.integers(0, 2000))
@@ -119,7 +124,7 @@ def test_candidate_order_equals_lexsort(dtype):
         special = [np.inf, -np.inf, -0.0, 0.0] + ([np.nan] if trial % 5 == 0 else [])
         score[: min(n, len(special))] = special[: min(n, len(special))]
         want = np.lexsort((-score.astype(np.float64), ex))
-        np.testing.assert_array_equal(_by_example_then_score(ex, score, 30), want)
+        np.testing.assert_array_equal(by_example_then_score(ex, score.astype(np.float64)), want)
 
 
 def test_ragged_offset_pairs_are_refused():
@@ -135,23 +140,37 @@ def test_offset_pairs_holding_nulls_are_refused():
         flat_offsets(pa.array([[(0, 3), (4, None)]]))
 
 
+def _context_starts_ends(offs) -> tuple[list[int], list[int]]:
+    """Start and end characters of every context token, in flat order."""
+    tokens = np.flatnonzero(offs.valid)
+    return offs.start_at(tokens).tolist(), offs.end_at(tokens).tolist()
+
+
 def test_flat_offsets_from_arrow_and_lists_agree():
     rows = [[None, (0, 3), (4, 9), None], [], [(2, 2)], [None]]
     a, b = flat_offsets(rows), flat_offsets(pa.array(rows))
-    for name in ("row_start", "length", "valid", "start", "end"):
+    for name in ("row_start", "length", "valid"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert _context_starts_ends(a) == _context_starts_ends(b) == ([0, 4, 2], [3, 9, 2])
     assert a.length.tolist() == [4, 0, 1, 1]
     assert a.valid.tolist() == [False, True, True, False, True, False]
     # a sliced/reordered Arrow column (dataset.select) is read with its own offsets
     sliced = pa.chunked_array([pa.array(rows)]).take([2, 0])
     c = flat_offsets(sliced)
-    assert c.length.tolist() == [1, 4] and c.start[c.valid].tolist() == [2, 0, 4]
+    assert c.length.tolist() == [1, 4] and _context_starts_ends(c)[0] == [2, 0, 4]
+
+
+def test_context_tokens_past_a_row_or_outside_the_context_are_refused():
+    offs = flat_offsets([[None, (0, 3), (4, 9)], [], [(2, 2)]])
+    ok, flat = offs.context_tokens(np.array([[0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]]))
+    assert ok.tolist() == [[False, True, True, False], [False] * 4, [True, False, False, False]]
+    assert offs.start_at(flat[ok]).tolist() == [0, 4, 2]
 
 
 def test_real_features_v1_and_v2(tokenizer, tmp_path):
     """Features of a real tokenizer (long contexts, several windows), random logits, both versions."""
-    from qa_hpc.tools.make_demo_data import generate_squad
     from qa_hpc.data.squad_io import load_qa_records
+    from qa_hpc.tools.make_demo_data import generate_squad
 
     path = tmp_path / "dev.json"
     path.write_text(json.dumps(generate_squad(12, seed=7, with_impossible=True)), encoding="utf-8")
@@ -211,8 +230,8 @@ def test_full_dev_set_real_eval_identical():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
-def test_mask_padding_same_with_torch_and_numpy(dtype):
-    """Logits past each row's length become -100 in the logits' dtype, whichever library does the select."""
+def test_mask_padding_sets_padding_in_the_logits_dtype(dtype):
+    """Logits past each row's length become -100 in the logits' dtype; read-only inputs too, without a warning."""
     from qa_hpc.postprocess.vectorized import mask_padding
 
     rng = np.random.default_rng(3)
@@ -220,10 +239,12 @@ def test_mask_padding_same_with_torch_and_numpy(dtype):
     lengths = np.array([12, 0, 3, 7, 1])
     want = np.where(np.arange(12)[None, :] < lengths[:, None], start, np.asarray(-100.0, dtype=dtype))
     original = start.copy()
-    got_s, got_e = mask_padding((start, end), lengths)  # writable arrays: torch path
+    got_s, got_e = mask_padding((start, end), lengths)
     frozen = start.copy()
     frozen.setflags(write=False)
-    got_frozen, _ = mask_padding((frozen, end), lengths)  # read-only: numpy path, no torch warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns when it is handed a read-only array
+        got_frozen, _ = mask_padding((frozen, end), lengths)
     for got in (got_s, got_frozen):
         assert got.dtype == np.dtype(dtype)
         np.testing.assert_array_equal(got, want)
