@@ -15,14 +15,17 @@
 # node: srun starts one torchrun per node, which starts one worker per GPU of that node (as torch
 # sees them in the allocation); rendezvous is c10d on the first node of the allocation, keyed by the
 # job id. NCCL on GPU nodes, gloo on CPU-only nodes (then QA_CPU_PROCS_PER_NODE workers, default 1).
-# per_device_train_batch_size stays 24, so the global batch is 24 x GPUs.
+# per_device_train_batch_size stays 24, so the global batch is 24 x GPUs. Each node's torchrun gets the
+# task's --cpus-per-task CPUs (passed to srun explicitly: Slurm 22.05+ steps no longer inherit it), and
+# run_qa.py gives each of its processes an equal share of them as torch threads (PLAN line).
 #
 #   sbatch job_ddp.sh                                        # 2 nodes x 4 GPUs
 #   sbatch --nodes=4 --gres=gpu:8 job_ddp.sh --max_train_samples 20000
 #   sbatch --gres=none job_ddp.sh                            # CPU nodes (gloo)
 #
 # Overrides: everything job_ft3.sh takes, plus QA_NPROC_PER_NODE, QA_CPU_PROCS_PER_NODE,
-# QA_RDZV_PORT (default 29500). Preemption: as job_ft3.sh (USR1 to every worker, requeue, resume).
+# QA_RDZV_PORT (default 15000 + job id mod 10000, so jobs sharing a node do not collide).
+# Preemption: as job_ft3.sh (USR1 to every worker, requeue, resume).
 set -uo pipefail
 _self_dir=${QA_HPC_DIR:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")" && pwd)}}
 [ -f "$_self_dir/scripts/env_setup.sh" ] || _self_dir=$(cd "$(dirname "$0")" && pwd)
@@ -31,15 +34,13 @@ source "$_self_dir/scripts/env_setup.sh" || { echo "cannot read $_self_dir/scrip
 
 qa_job_start bert_squad_ddp
 
-read -r GPUS _ _ <<<"$(qa_probe_devices)"
+GPUS=$(qa_gpu_count) || exit $?
 if [ "$GPUS" -gt 0 ]; then
 	NPROC=${QA_NPROC_PER_NODE:-$GPUS}
 	BACKEND=nccl
 else
 	NPROC=${QA_NPROC_PER_NODE:-${QA_CPU_PROCS_PER_NODE:-1}}
 	BACKEND=gloo
-	# threads per worker: the task's CPUs shared by the workers of the node (torchrun would say 1)
-	export OMP_NUM_THREADS=$(( ${SLURM_CPUS_PER_TASK:-$(nproc)} / NPROC > 0 ? ${SLURM_CPUS_PER_TASK:-$(nproc)} / NPROC : 1 ))
 fi
 NNODES=${SLURM_NNODES:-1}
 if [ -n "${SLURM_JOB_NODELIST:-}" ]; then
@@ -47,13 +48,12 @@ if [ -n "${SLURM_JOB_NODELIST:-}" ]; then
 else
 	MASTER=127.0.0.1
 fi
-PORT=${QA_RDZV_PORT:-29500}
+PORT=$(qa_rdzv_port)
 
 qa_select_run "$JOB_NAME"
-qa_add_precision
 QA_ARGS+=(--ddp_backend "$BACKEND")
 qa_log "DDP nodes=$NNODES nproc_per_node=$NPROC world_size=$(( NNODES * NPROC )) backend=$BACKEND" \
-	"rdzv=c10d endpoint=$MASTER:$PORT id=${SLURM_JOB_ID:-local} precision=$QA_PRECISION_CHOSEN omp_threads=${OMP_NUM_THREADS:-unset}"
+	"rdzv=c10d endpoint=$MASTER:$PORT id=${SLURM_JOB_ID:-local} cpus_per_task=${SLURM_CPUS_PER_TASK:-unset}"
 
 launcher=(
 	torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC" --max_restarts=0
@@ -66,8 +66,12 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
 	# on a step, save one checkpoint and exit 75. SIGTERM stays torchrun's: it passes it on.
 	# no --kill-on-bad-exit: after a preemption one node's workers may exit while rank 0 is still
 	# writing the checkpoint (a rank that really fails ends the others through the collective timeout)
-	qa_run_preemptible steps srun --nodes="$NNODES" --ntasks-per-node=1 \
-		bash -c 'trap "" USR1; exec "$@"' torchrun-without-usr1 "${launcher[@]}"
+	# --cpus-per-task given to the step explicitly: Slurm 22.05 stopped passing SLURM_CPUS_PER_TASK
+	# on to srun, later versions read SRUN_CPUS_PER_TASK; each step then gets what the job asked for.
+	# STEP_CPUS: the CPUs the step really got on each node (its affinity mask).
+	qa_run_preemptible steps srun --nodes="$NNODES" --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
+		bash -c 'trap "" USR1; echo "STEP_CPUS node=${SLURMD_NODENAME:-$(hostname)} cpus=$(nproc)"; exec "$@"' \
+		torchrun-without-usr1 "${launcher[@]}"
 else
 	qa_run_preemptible torchrun "${launcher[@]}"
 fi

@@ -12,7 +12,9 @@
 #SBATCH --requeue
 #
 # The BASELINE fine-tune on one GPU: bert-base-uncased on SQuAD v1.1, 2 epochs, batch 24, lr 4e-5,
-# max_seq_length 384, doc_stride 128, bf16 (fp16 on GPUs without bf16), then EM/F1 on the dev set.
+# max_seq_length 384, doc_stride 128, then EM/F1 on the dev set. Precision: QA_PRECISION (default auto:
+# bf16 on GPUs of compute capability >= 8.0, fp16 on older ones), decided by run_qa.py (its PLAN and
+# EFFECTIVE lines say what ran). A GPU that torch cannot see stops the job at once (exit 2).
 #
 #   sbatch job_ft3.sh                         # from the checkout; log in logs/bert_squad_ft3-<jobid>.out
 #   bash job_ft3.sh                           # without SLURM (log also in logs/bert_squad_ft3-local-<time>.out)
@@ -27,7 +29,7 @@
 # and exits 75; the job requeues itself and resumes from outputs/<job name> (stable across requeues).
 #
 # Overrides (environment): QA_MODEL QA_DATASET QA_EPOCHS QA_BATCH QA_LR QA_MAX_SEQ_LENGTH QA_DOC_STRIDE
-#   QA_SEED QA_OUTPUT_DIR QA_PRECISION(auto|bf16|fp16|none) QA_MODE(auto|baseline|demo)
+#   QA_SEED QA_OUTPUT_DIR QA_PRECISION(auto|bf16|fp16|fp32) QA_MODE(auto|baseline|demo)
 #   demo: QA_DEMO_MODEL QA_DEMO_DATA QA_DEMO_TRAIN QA_DEMO_EVAL QA_DEMO_CONTEXT_WORDS QA_DEMO_EPOCHS
 #         QA_DEMO_BATCH QA_DEMO_LR
 set -uo pipefail
@@ -39,8 +41,6 @@ source "$_self_dir/scripts/env_setup.sh" || { echo "cannot read $_self_dir/scrip
 qa_job_start bert_squad_ft3
 
 qa_select_run "$JOB_NAME"
-qa_add_precision
-qa_log "precision=$QA_PRECISION_CHOSEN"
 
 # signal forwarding + requeue on exit 75 (scripts/env_setup.sh)
 qa_run_preemptible local python run_qa.py "${QA_ARGS[@]}" "$@"

@@ -1,14 +1,18 @@
-"""Score a SQuAD predictions file against the official dataset JSON.
+"""Score a SQuAD predictions file against the dataset's gold answers.
 
     python score_squad.py DATASET.json PREDICTIONS.json [--version_2_with_negative]
         [--na_prob_file F] [--na_prob_thresh 1.0] [--out_file F] [--ignore_unknown_ids]
 
-Prints one JSON line with the official metrics (see squad_metric.py, which gives
+Prints one JSON line with the official metrics (see qa_hpc/metric/squad.py, which gives
 the same numbers as evaluate-v1.1.py / evaluate-v2.0.py). Why a new CLI rather
 than the official scripts: those crash with a traceback (or silently mis-score)
 on bad input; here every input problem is reported with the file, the record and
 the field, exits with status 2 and writes nothing. Unanswered questions score 0,
 stay in the denominator and are summarized in one warning on stderr.
+
+The dataset is read by the reader training uses (qa_hpc.data.squad_io), so any file
+run_qa.py takes can be scored: the official nested JSON, flat JSON / JSON Lines, CSV or
+Parquet. Only ids and answer texts are required, as by the official scripts.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ import json
 import math
 import os
 import sys
-import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
+from qa_hpc.data.squad_io import DataError, load_references
 from qa_hpc.metric import squad as squad_metric
+from qa_hpc.reliability.atomic_io import OutputError, write_text_atomic
 from qa_hpc.reliability.exit_codes import EXIT_USAGE
 
 PROG = "score_squad.py"
@@ -60,18 +66,6 @@ def read_json(path: str, what: str) -> Any:
             f"{path}: {what} file is not valid JSON: {exc.msg} "
             f"(line {exc.lineno}, column {exc.colno})"
         ) from None
-
-
-def load_references(path: str) -> dict[str, list[str]]:
-    """id -> gold texts of a dataset file, with the JSON location of any format error."""
-    dataset = read_json(path, "dataset")
-    try:
-        references = squad_metric.load_official_references(dataset)
-    except squad_metric.SquadFormatError as exc:
-        raise InputError(f"{path}: {exc}") from None
-    if not references:
-        raise InputError(f"{path}: dataset contains no questions")
-    return references
 
 
 def load_predictions(path: str) -> dict[str, str]:
@@ -162,27 +156,13 @@ def warn(message: str) -> None:
 # --------------------------------------------------------------------------- output
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory + os.replace.
-
-    Readers never see a half-written file, and a failure leaves no file behind.
-    """
-    target = Path(path)
+def write_output(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file + rename): readers never see half a file."""
     try:
-        fd, tmp_name = tempfile.mkstemp(
-            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
-        )
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write output file: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except OSError as exc:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise InputError(f"{path}: cannot write output file: {exc.strerror or exc}") from None
+        write_text_atomic(path, text)
+    except OutputError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise InputError(f"{path}: cannot write output file: {reason}") from None
 
 
 # --------------------------------------------------------------------------- main
@@ -193,7 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Official SQuAD v1.1 / v2.0 metrics for a predictions file.",
     )
-    parser.add_argument("dataset_file", help="official SQuAD dataset JSON (nested 'data' layout)")
+    parser.add_argument(
+        "dataset_file",
+        help="SQuAD dataset: the official nested JSON, or flat JSON / JSON Lines / CSV / Parquet as run_qa.py reads",
+    )
     parser.add_argument("prediction_file", help="JSON object: question id -> answer text")
     parser.add_argument(
         "--version_2_with_negative", action="store_true",
@@ -259,8 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = compute(args)
         line = json.dumps(result)
         if args.out_file:
-            write_atomic(args.out_file, line + "\n")
-    except InputError as exc:
+            write_output(args.out_file, line + "\n")
+    except (InputError, DataError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(line)

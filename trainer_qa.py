@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, speed_metrics
 
+from qa_hpc.dist import broadcast_from_main
 from qa_hpc.postprocess.reference import QAPredictions
 
 # (examples, features, (start_logits, end_logits), stage) -> answers; writes prediction files
@@ -40,15 +40,6 @@ def length_order(dataset: Any) -> np.ndarray | None:
     if lengths.min() == lengths.max():
         return None
     return np.argsort(-lengths, kind="stable")
-
-
-def broadcast_from_main(obj: Any) -> Any:
-    """Send a picklable object from rank 0 to every rank (a no-op in one process)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 class QuestionAnsweringTrainer(Trainer):
@@ -129,6 +120,19 @@ class QuestionAnsweringTrainer(Trainer):
         metrics = broadcast_from_main(metrics)
         return preds, metrics
 
+    def _answer(
+        self, dataset: Any, examples: Any, ignore_keys: list[str] | None, prefix: str, stage: str
+    ) -> tuple[QAPredictions | None, dict[str, float]]:
+        """The shared body of evaluate() and predict(): logits -> answers -> metrics, logged."""
+        start = time.time()
+        description = "Evaluation" if stage == "eval" else "Prediction"
+        logits, loop_metrics, num_samples = self._gather_logits(dataset, description, ignore_keys, prefix)
+        preds, metrics = self._answers_and_metrics(examples, dataset, logits, stage, prefix)
+        metrics.update(self._timing(prefix, start, num_samples, loop_metrics))
+        metrics[f"{prefix}_examples"] = len(examples)
+        self.log(metrics)
+        return preds, metrics
+
     def evaluate(
         self,
         eval_dataset: Any = None,
@@ -137,17 +141,12 @@ class QuestionAnsweringTrainer(Trainer):
         metric_key_prefix: str = "eval",
     ) -> dict[str, float]:
         """Logits over the eval features -> answers -> EM/F1, logged with the `eval_` prefix."""
-        eval_dataset = self.eval_dataset if eval_dataset is None else eval_dataset
-        eval_examples = self.eval_examples if eval_examples is None else eval_examples
         self._memory_tracker.start()
-        start = time.time()
-        logits, loop_metrics, num_samples = self._gather_logits(
-            eval_dataset, "Evaluation", ignore_keys, metric_key_prefix
+        _, metrics = self._answer(
+            self.eval_dataset if eval_dataset is None else eval_dataset,
+            self.eval_examples if eval_examples is None else eval_examples,
+            ignore_keys, metric_key_prefix, "eval",
         )
-        _, metrics = self._answers_and_metrics(eval_examples, eval_dataset, logits, "eval", metric_key_prefix)
-        metrics.update(self._timing(metric_key_prefix, start, num_samples, loop_metrics))
-        metrics[f"{metric_key_prefix}_examples"] = len(eval_examples)
-        self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         self._memory_tracker.stop_and_update_metrics(metrics)
         return metrics
@@ -161,16 +160,7 @@ class QuestionAnsweringTrainer(Trainer):
     ) -> PredictionOutput:
         """Answers for a test set; scored too when the examples carry answers."""
         self._memory_tracker.start()
-        start = time.time()
-        logits, loop_metrics, num_samples = self._gather_logits(
-            predict_dataset, "Prediction", ignore_keys, metric_key_prefix
-        )
-        preds, metrics = self._answers_and_metrics(
-            predict_examples, predict_dataset, logits, "predict", metric_key_prefix
-        )
-        metrics.update(self._timing(metric_key_prefix, start, num_samples, loop_metrics))
-        metrics[f"{metric_key_prefix}_examples"] = len(predict_examples)
-        self.log(metrics)
+        preds, metrics = self._answer(predict_dataset, predict_examples, ignore_keys, metric_key_prefix, "predict")
         self.control = self.callback_handler.on_predict(self.args, self.state, self.control, metrics)
         self._memory_tracker.stop_and_update_metrics(metrics)
         return PredictionOutput(predictions=preds.answers if preds else None, label_ids=None, metrics=metrics)
@@ -196,4 +186,4 @@ def has_answers(examples: Any) -> bool:
     return "answers" in names
 
 
-__all__ = ["QuestionAnsweringTrainer", "broadcast_from_main", "length_order", "has_answers"]
+__all__ = ["QuestionAnsweringTrainer", "has_answers", "length_order"]

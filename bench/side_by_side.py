@@ -3,8 +3,10 @@
 
 Alternating (A B C, then C B A, ...) spreads slow phases of a shared machine over
 all commands instead of penalising whichever ran last. Each command is a shell
-string with `{out}` where its output directory goes; its closing KEY=value lines
-(run_qa.py prints them) and its wall time are collected.
+string with `{out}` where its output directory goes (emptied before each run); its closing
+KEY=value lines (run_qa.py prints them), its wall time, and the figures of `{out}/all_results.json`
+that its output lacks (HF's own run_qa.py prints its metrics as a table, and writes them there)
+are collected.
 
     python -m bench.side_by_side --repeats 2 --workdir /tmp/sbs \
         --cmd "ours=python run_qa.py ... --output_dir {out}" \
@@ -16,6 +18,12 @@ machine shared with other work it is far less disturbed than wall time.
 Ratios are `other / first` for times (how many times longer than the first
 command) and `first / other` for rates, so a value above 1 means the first
 command is faster.
+
+Achieved FLOP/s count useful FLOPs (real tokens only, qa_hpc/observe/efficiency.py). A command
+that does not print ACHIEVED_TFLOPS (HF's script) gets the TRAIN_MODEL_TFLOP of the commands that
+do, divided by its own train time: the commands of one comparison train on the same features,
+so their useful work is the same. With --peak_tflops (bench/cpu_peak.py's CPU_PEAK_TFLOPS) each
+run's achieved FLOP/s is also given as a fraction of that peak.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import os
 import re
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,12 +47,15 @@ METRICS = (
     ("train_runtime", "train time (s)", "time"),
     ("train_samples_per_second", "train samples/s", "rate"),
     ("TRAIN_TOKENS_PER_SECOND", "train real tokens/s", "rate"),
-    ("eval_runtime", "eval time incl. postprocess (s)", "time"),
+    ("ACHIEVED_TFLOPS", "achieved TFLOP/s (useful FLOPs)", "rate"),
+    ("peak_fraction", "fraction of CPU fp32 peak", "rate"),
+    ("eval_runtime", "eval time (s; ours incl. postprocess, HF's script excl.)", "time"),
     ("eval_postprocess_seconds", "postprocess (s)", "time"),
     ("eval_exact_match", "EM", "score"),
     ("eval_f1", "F1", "score"),
 )
 _KV = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)\s*$")
+RESULT_FILES = ("all_results.json",)  # the Trainer's save_metrics("all", ...) file: HF's script writes it
 
 
 def parse_lines(text: str) -> dict[str, float]:
@@ -56,9 +68,24 @@ def parse_lines(text: str) -> dict[str, float]:
     return out
 
 
+def file_figures(out_dir: str) -> dict[str, float]:
+    """Numeric figures of the result files a run left in out_dir (none when there are none)."""
+    out: dict[str, float] = {}
+    for name in RESULT_FILES:
+        path = os.path.join(out_dir, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            numbers = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            out.update({k: float(v) for k, v in numbers.items()})
+    return out
+
+
 def run_one(name: str, template: str, out_dir: str, log_path: str, timeout: float | None) -> dict[str, float]:
     """Run one command, tee its output to log_path, return its figures (wall_s measured here)."""
     cmd = template.replace("{out}", shlex.quote(out_dir))
+    if os.path.isdir(out_dir):  # a run must not resume from (or refuse) an earlier sitting's output
+        shutil.rmtree(out_dir)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -70,10 +97,23 @@ def run_one(name: str, template: str, out_dir: str, log_path: str, timeout: floa
         fh.write(f"$ {cmd}\n{proc.stdout}")
     if proc.returncode != 0:
         raise RuntimeError(f"{name}: exit {proc.returncode}; see {log_path}\n{proc.stdout[-2000:]}")
-    figures = parse_lines(proc.stdout)
+    figures = {**file_figures(out_dir), **parse_lines(proc.stdout)}  # printed lines win
     figures["wall_s"] = wall
     figures["cpu_s"] = cpu
     return figures
+
+
+def add_flop_rates(runs: dict[str, list[dict[str, float]]], peak_tflops: float | None) -> None:
+    """Fill ACHIEVED_TFLOPS where a run lacks it (same work as the runs that print it) and peak_fraction."""
+    work = [r["TRAIN_MODEL_TFLOP"] for rs in runs.values() for r in rs if "TRAIN_MODEL_TFLOP" in r]
+    model_tflop = statistics.median(work) if work else None
+    for rs in runs.values():
+        for r in rs:
+            if "ACHIEVED_TFLOPS" not in r and model_tflop and r.get("train_runtime"):
+                r["ACHIEVED_TFLOPS"] = model_tflop / r["train_runtime"]
+                r["achieved_tflops_from_shared_work"] = 1.0
+            if peak_tflops and "ACHIEVED_TFLOPS" in r:
+                r["peak_fraction"] = r["ACHIEVED_TFLOPS"] / peak_tflops
 
 
 def summarize(names: list[str], runs: dict[str, list[dict[str, float]]]) -> list[dict]:
@@ -121,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--timeout", type=float, default=None, help="seconds per command")
     parser.add_argument("--json_out", default=None, help="default: <workdir>/side_by_side.json")
+    parser.add_argument("--peak_tflops", type=float, default=None,
+                        help="the machine's fp32 GEMM TFLOP/s (python -m bench.cpu_peak): adds 'fraction of peak'")
     args = parser.parse_args(argv)
     commands = []
     for spec in args.cmd:
@@ -143,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"train_runtime={figures.get('train_runtime', float('nan')):.1f} "
                   f"eval_runtime={figures.get('eval_runtime', float('nan')):.1f} "
                   f"eval_f1={figures.get('eval_f1', float('nan')):.2f}", flush=True)
+    add_flop_rates(runs, args.peak_tflops)
     rows = summarize(names, runs)
     print_table(names, rows, args.repeats)
     for row in rows:
@@ -151,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     path = args.json_out or os.path.join(args.workdir, "side_by_side.json")
     with open(path, "w", encoding="utf-8") as fh:
         json.dump({"commands": dict(commands), "repeats": args.repeats, "runs": runs, "summary": rows,
-                   "host_cpus": os.cpu_count()}, fh, indent=2)
+                   "host_cpus": os.cpu_count(), "peak_tflops": args.peak_tflops}, fh, indent=2)
     print(f"wrote {path}")
     return 0
 

@@ -26,7 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from qa_hpc.observe.efficiency import device_name_of, non_embedding_params, peak_tflops, train_flops_per_sequence
+from qa_hpc.model import ModelShape
+from qa_hpc.observe.efficiency import peak_tflops, train_flops_per_sequence
+from qa_hpc.settings.devices import device_name
 
 VARIANT_PARTS = {"fp32", "tf32", "bf16", "fp16", "compile", "fused", "eager_attn"}
 
@@ -56,7 +58,7 @@ class Variant:
         self.dtype = torch.bfloat16 if "bf16" in parts else torch.float16 if "fp16" in parts else None
         torch.manual_seed(0)
         self.model = build_model(model_name, "eager" if "eager_attn" in parts else "sdpa").to(device).train()
-        self.n_params = non_embedding_params(self.model)
+        self.n_params = ModelShape.of(self.model).non_embedding_params
         self.config = self.model.config
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, fused=True if "fused" in parts else None)
         self.forward = torch.compile(self.model, dynamic=True) if "compile" in parts else self.model
@@ -133,7 +135,7 @@ def main() -> None:
         for v, batches, times in variants if r % 2 == 0 else variants[::-1]:
             times.extend(timed(v, batches))
 
-    name = device_name_of(device)
+    name = device_name(torch.device(device) if isinstance(device, str) else device)
     rows = []
     base = None
     for v, batches, times in variants:

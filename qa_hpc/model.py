@@ -1,13 +1,16 @@
-"""The tokenizer and the QA model: from the hub, a local directory, or the offline MiniLM package."""
+"""The tokenizer and the QA model (from the hub, a local directory, or the offline MiniLM package), and its shape."""
 
 from __future__ import annotations
 
 import os
 import pickle
+from dataclasses import dataclass
 from typing import Any
 
+import torch
 from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer
 
+from qa_hpc.hub import MODEL_ELSE, from_disk_or_hub, model_cache_dir
 from qa_hpc.reliability.errors import UsageError
 from qa_hpc.settings.flags import ModelArguments
 
@@ -32,27 +35,40 @@ def _hub_kwargs(model_args: ModelArguments) -> dict[str, Any]:
     }
 
 
+def _from_disk_or_hub(model_args: ModelArguments, name: str) -> Any:
+    return from_disk_or_hub("model", name, model_cache_dir(model_args.cache_dir), MODEL_ELSE)
+
+
+def load_config(model_args: ModelArguments) -> Any:
+    """The model's config: loaded first, so a model that is neither on disk nor reachable fails before anything."""
+    name = model_args.config_name or resolve_model_path(model_args.model_name_or_path)
+    with _from_disk_or_hub(model_args, name):
+        return AutoConfig.from_pretrained(name, **_hub_kwargs(model_args))
+
+
 def load_tokenizer(model_args: ModelArguments) -> Any:
-    """The fast tokenizer (needed first: features are built, and checked, before the model loads)."""
-    model_path = resolve_model_path(model_args.model_name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.tokenizer_name or model_path, use_fast=True, **_hub_kwargs(model_args)
-    )
+    """The fast tokenizer (needed before the model: features are built, and checked, first)."""
+    name = model_args.tokenizer_name or resolve_model_path(model_args.model_name_or_path)
+    with _from_disk_or_hub(model_args, name):
+        tokenizer = AutoTokenizer.from_pretrained(name, use_fast=True, **_hub_kwargs(model_args))
     if not getattr(tokenizer, "is_fast", False):
-        raise UsageError(
-            f"{model_args.tokenizer_name or model_path}: needs a fast (Rust) tokenizer for offset mappings; "
-            "this model only has a slow one"
-        )
+        raise UsageError(f"{name}: needs a fast (Rust) tokenizer for offset mappings; this model only has a slow one")
     return tokenizer
 
 
-def load_model(model_args: ModelArguments, **extra: Any) -> Any:
-    """Config and QA model (weights as safetensors where available, else torch.load with weights_only)."""
-    common = _hub_kwargs(model_args)
+def load_model(model_args: ModelArguments, config: Any, attn_implementation: str | None = None) -> Any:
+    """The QA model in fp32 (weights as safetensors where available, else torch.load with weights_only).
+
+    fp32 whatever dtype the checkpoint was saved in: transformers 5 loads with dtype="auto", so a model
+    saved in fp16 would otherwise train with fp16 master weights. Mixed precision is autocast on top.
+    """
     model_path = resolve_model_path(model_args.model_name_or_path)
-    config = AutoConfig.from_pretrained(model_args.config_name or model_path, **common)
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
     try:
-        return AutoModelForQuestionAnswering.from_pretrained(model_path, config=config, **common, **extra)
+        with _from_disk_or_hub(model_args, model_path):
+            return AutoModelForQuestionAnswering.from_pretrained(
+                model_path, config=config, dtype=torch.float32, **_hub_kwargs(model_args), **extra
+            )
     except pickle.UnpicklingError as err:  # torch.load(weights_only=True) met something other than tensors
         lines = str(err).strip().splitlines() or [type(err).__name__]
         detail = next((ln for ln in lines if "GLOBAL" in ln), lines[0]).strip()  # names the blocked object
@@ -60,3 +76,34 @@ def load_model(model_args: ModelArguments, **extra: Any) -> Any:
             f"{model_path}: refusing to load the pickled weights file: it holds objects other than tensors, which "
             f"could run code ({detail}); use a safetensors copy of the model from a source you trust"
         ) from err
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes that FLOP and memory figures need, counted once right after loading.
+
+    Counted before the Trainer wraps the model: under FSDP each rank's parameters are then a
+    shard, and a count taken later would be about 1/world_size of the model.
+    """
+
+    name: str
+    params: int
+    trainable_params: int
+    non_embedding_params: int  # parameters outside the embedding tables (they cost no matmul FLOPs)
+    layers: int
+    hidden: int
+    heads: int
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> ModelShape:
+        cfg = getattr(model, "config", None)
+        named = list(model.named_parameters())
+        return cls(
+            name=str(getattr(cfg, "_name_or_path", "") or ""),
+            params=sum(p.numel() for _, p in named),
+            trainable_params=sum(p.numel() for _, p in named if p.requires_grad),
+            non_embedding_params=sum(p.numel() for n, p in named if "embeddings." not in n),
+            layers=int(getattr(cfg, "num_hidden_layers", 0) or 0),
+            hidden=int(getattr(cfg, "hidden_size", 0) or 0),
+            heads=int(getattr(cfg, "num_attention_heads", 0) or 0),
+        )

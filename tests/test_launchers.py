@@ -141,3 +141,85 @@ def test_accelerate_configs_load_as_intended():
     assert load_config_from_file(str(REPO / "configs" / "accelerate" / "multi_node.yaml")).num_machines == 2
     fsdp = load_config_from_file(str(REPO / "configs" / "accelerate" / "fsdp.yaml")).fsdp_config
     assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == "BertLayer"
+
+
+# --- settings through the launchers: what the user asks for reaches run_qa.py unchanged ------------------
+
+
+@pytest.mark.parametrize("qa_precision, want", [("fp32", "fp32"), ("none", "fp32"), ("bf16", "bf16")])
+def test_job_passes_qa_precision_through(tiny_bert: Path, tmp_path: Path, qa_precision: str, want: str):
+    """QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what ran."""
+    proc = run(["bash", str(REPO / "job_ft3.sh"), "--max_steps", "2", "--max_eval_samples", "3"],
+               demo_env(tiny_bert, tmp_path, QA_PRECISION=qa_precision))
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert f"PLAN device=cpu precision={want} (--precision {want})" in log
+    assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
+
+
+def test_job_flags_win_over_qa_precision_and_bad_values_are_refused(tiny_bert: Path, tmp_path: Path):
+    proc = run(["bash", str(REPO / "job_ft3.sh"), "--precision", "fp32", "--max_steps", "1", "--max_eval_samples", "2"],
+               demo_env(tiny_bert, tmp_path, QA_PRECISION="bf16"))
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert "precision=fp32 (--precision fp32)" in log and re.search(r"^EFFECTIVE rank=0 precision=fp32 ", log, re.M)
+    bad = run(["bash", str(REPO / "job_ft3.sh")], demo_env(tiny_bert, tmp_path / "bad", QA_PRECISION="fp8"))
+    assert bad.returncode == 2 and "ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32" in bad.stdout + bad.stderr
+
+
+def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_path: Path):
+    """CUDA_VISIBLE_DEVICES names a GPU (as Slurm sets it for --gres=gpu) but torch sees none: exit 2, no training."""
+    for script in ("job_ft3.sh", "job_ddp.sh"):
+        env = demo_env(tiny_bert, tmp_path / script, CUDA_VISIBLE_DEVICES="0")
+        proc = run(["bash", str(REPO / script)], env)
+        log = proc.stdout + proc.stderr
+        assert proc.returncode == 2, (script, log[-3000:])
+        assert "asked for a GPU (CUDA_VISIBLE_DEVICES=0)" in log and "torch.cuda.is_available()=False" in log, script
+        assert "'loss'" not in log and "WALL_CLOCK_SECONDS" not in log, script
+
+
+def test_rendezvous_port_is_the_jobs_own():
+    """Two jobs on one node must not meet on one port: the port follows the job id (QA_RDZV_PORT overrides)."""
+    def port(**env: str) -> str:
+        script = f"source {REPO}/scripts/env_setup.sh && qa_rdzv_port"
+        return run(["bash", "-c", script], base_env(**env)).stdout.strip()
+
+    assert port(SLURM_JOB_ID="123456") == "18456" and port(SLURM_JOB_ID="123457") == "18457"
+    assert port(SLURM_JOB_ID="123456", QA_RDZV_PORT="29999") == "29999"
+
+
+def accelerate_train(config: str, tiny_bert: Path, files: dict[str, Path], out: Path, *extra: str,
+                     run_args: tuple[str, ...] = ()) -> list[str]:
+    return [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+        str(REPO / "configs" / "accelerate" / config), *extra, str(REPO / "run_qa.py"),
+        "--model_name_or_path", str(tiny_bert), "--train_file", str(files["train"]), "--do_train",
+        "--output_dir", str(out), "--max_seq_length", "128", "--doc_stride", "32", "--max_steps", "2",
+        "--report_to", "none", "--save_strategy", "no", *run_args,
+    ]
+
+
+@pytest.mark.parametrize("launch, run_args, want, reason", [
+    ((), (), "fp32", "accelerate mixed_precision=no"),  # cpu.yaml says mixed_precision: 'no'
+    (("--mixed_precision", "bf16"), (), "bf16", "accelerate mixed_precision=bf16"),
+    (("--mixed_precision", "bf16"), ("--precision", "fp32"), "fp32", "--precision fp32"),
+])
+def test_accelerate_mixed_precision_is_what_trains(tiny_bert: Path, demo_files: dict, tmp_path: Path, launch,
+                                                   run_args, want, reason):
+    proc = run(accelerate_train("cpu.yaml", tiny_bert, demo_files, tmp_path / "out", *launch, run_args=run_args),
+               base_env(), cwd=tmp_path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert f"precision={want} ({reason})" in log
+    assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
+
+
+def test_single_gpu_config_keeps_the_gpus_slurm_gave(tmp_path: Path):
+    """accelerate's gpu_ids would overwrite CUDA_VISIBLE_DEVICES: the config leaves it as Slurm set it."""
+    script = tmp_path / "show.py"
+    script.write_text('import os\nprint("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))\n')
+    proc = run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                str(REPO / "configs" / "accelerate" / "single_gpu.yaml"), str(script)],
+               base_env(CUDA_VISIBLE_DEVICES="3"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CUDA_VISIBLE_DEVICES=3" in proc.stdout

@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForQuestionAnswering, BertConfig, BertForQuestionAnswering
 
+from qa_hpc.model import ModelShape
 from qa_hpc.observe.memory import MB, anatomy_estimate, measure_process, optimizer_bytes_per_param
 from observe_runs import ok_run
 
@@ -82,8 +83,8 @@ def _tiny() -> BertForQuestionAnswering:
 def test_bytes_per_param_follow_precision_and_optimizer():
     model = _tiny()
     n = sum(p.numel() for p in model.parameters())
-    fp32 = anatomy_estimate(model, "fp32", "adamw_torch_fused", 4, 64)
-    mixed = anatomy_estimate(model, "bf16", "adamw_torch", 4, 64)
+    fp32 = anatomy_estimate(ModelShape.of(model), "fp32", "adamw_torch_fused", 4, 64)
+    mixed = anatomy_estimate(ModelShape.of(model), "bf16", "adamw_torch", 4, 64)
     assert fp32["bytes_per_param"]["total"] == 16 and mixed["bytes_per_param"]["total"] == 18
     assert mixed["weights_mb"] == round(n * 6 / MB, 1)
     assert optimizer_bytes_per_param("adamw_bnb_8bit") == 2 and optimizer_bytes_per_param("sgd") == 0
@@ -92,12 +93,12 @@ def test_bytes_per_param_follow_precision_and_optimizer():
     s, b, h, a = 64, 4, 32, 4
     per_layer = s * b * h * (34 + 5 * a * s / h)
     assert mixed["activations_mb"] == round((3 * per_layer + s * b * h * 5) / MB, 1)
-    checkpointed = anatomy_estimate(model, "bf16", "adamw_torch", 4, 64, gradient_checkpointing=True)
+    checkpointed = anatomy_estimate(ModelShape.of(model), "bf16", "adamw_torch", 4, 64, gradient_checkpointing=True)
     assert checkpointed["activations_mb"] < mixed["activations_mb"]
     frozen = _tiny()
     for p in frozen.bert.parameters():
         p.requires_grad_(False)
-    est = anatomy_estimate(frozen, "fp32", "adamw_torch", 4, 64)
+    est = anatomy_estimate(ModelShape.of(frozen), "fp32", "adamw_torch", 4, 64)
     assert est["trainable_params"] < est["params"] and est["gradients_mb"] < fp32["gradients_mb"]
 
 

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from fixtures.runqa import PYTHON, REPO, LoggedProcess, files_under, qa_env, run_qa, tiny_flags
-from qa_hpc.reliability.errors import EXIT_PREEMPTED
+from qa_hpc.reliability.exit_codes import EXIT_PREEMPTED
 from qa_hpc.reliability.preemption import StopRequest, last_complete_checkpoint
 
 LOSS_LINE = r"\{'loss'"
@@ -72,8 +72,12 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
     checkpoint = out / f"checkpoint-{step}"
     assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "model.safetensors"} <= set(
         os.listdir(checkpoint))
-    # nothing but the checkpoint: no results or summary of a run that did not finish
-    assert all(f.startswith(f"checkpoint-{step}/") for f in files_under(out)), files_under(out)
+    # nothing but the checkpoint and the run's record, which says it was preempted: no results
+    assert all(f.startswith(f"checkpoint-{step}/") or f == "run_summary.json" for f in files_under(out)), \
+        files_under(out)
+    record = json.loads((out / "run_summary.json").read_text())
+    assert (record["status"], record["exit_code"]) == ("preempted", EXIT_PREEMPTED)
+    assert record["stopped"] == {"signal": "SIGTERM", "global_step": step, "checkpoint": str(checkpoint)}
 
     again = run_qa(cmd[2:])  # the same command
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
@@ -159,3 +163,16 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("vote_every, stop_at, want_step", [(1, 4, 4), (3, 4, 6), (10, 4, 10)])
+def test_ranks_vote_only_every_n_steps_and_stop_together(tmp_path: Path, vote_every: int, stop_at: int,
+                                                          want_step: int) -> None:
+    """On GPUs a vote syncs host and device, so the plan votes every 10 steps there: all ranks still stop together."""
+    script = REPO / "tests" / "fixtures" / "vote_ranks.py"
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+           str(script), str(vote_every), str(stop_at), "20"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, env=qa_env(PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    stopped = sorted(re.findall(r"STOPPED rank=(\d) step=(\d+) votes=(\d+)", proc.stdout))
+    assert stopped == [(str(r), str(want_step), str(want_step // vote_every)) for r in (0, 1)], proc.stdout

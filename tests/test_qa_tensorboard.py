@@ -133,18 +133,20 @@ def test_run_totals_as_hparams_and_text(tmp_path_factory, tiny_bert, demo_files)
 def test_report_to_decides_and_hf_callback_is_replaced(tmp_path):
     from transformers.integrations import TensorBoardCallback as HFTensorBoardCallback
 
-    from qa_hpc.settings.flags import QATrainingArguments
-    from qa_hpc.observe.observability import Observability, ObservabilityArguments
+    from fixtures.settings import plan_and_flags
+    from qa_hpc.model import ModelShape
+    from qa_hpc.observe.observability import Observability
     from qa_hpc.observe.tensorboard import TensorBoardCallback
 
-    default = QATrainingArguments(output_dir=str(tmp_path))
-    assert default.report_to == ["tensorboard"]
-    obs = Observability(ObservabilityArguments(logging_dir=str(tmp_path / "tb")), default, torch.nn.Linear(2, 2), 128)
+    shape = ModelShape.of(torch.nn.Linear(2, 2))
+    plan, flags = plan_and_flags(["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "tb")])
+    assert plan.tensorboard  # the qa-hpc default --report_to tensorboard
+    obs = Observability(flags.observe, plan, flags.training, shape, 128)
     assert any(isinstance(c, TensorBoardCallback) for c in obs.callbacks)
-    assert "tensorboard" not in default.report_to  # HF's callback is not added as well
+    assert "tensorboard" not in flags.training.report_to  # HF's callback is not added as well
     assert not any(isinstance(c, HFTensorBoardCallback) for c in obs.callbacks)
-    off = QATrainingArguments(output_dir=str(tmp_path), report_to="none")
-    assert not Observability(ObservabilityArguments(), off, torch.nn.Linear(2, 2), 128).callbacks
+    plan, flags = plan_and_flags(["--output_dir", str(tmp_path), "--report_to", "none"])
+    assert not Observability(flags.observe, plan, flags.training, shape, 128).callbacks
 
 
 def test_token_counter_counts_attention_mask_of_training_forwards():

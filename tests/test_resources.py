@@ -7,6 +7,8 @@ Trainer's checkpoint save fails inside safetensors / torch.save.
 
 from __future__ import annotations
 
+import json
+
 import errno
 import os
 import resource
@@ -17,9 +19,8 @@ import torch
 
 from qa_hpc.reliability.atomic_io import OutputError
 from fixtures.runqa import files_under, run_qa, tiny_flags
+from qa_hpc.reliability.exit_codes import EXIT_IOERR, EXIT_OOM
 from qa_hpc.reliability.errors import (
-    EXIT_IOERR,
-    EXIT_OOM,
     BatchContext,
     OutOfMemory,
     check_writable_dir,
@@ -49,8 +50,12 @@ def test_disk_full_while_saving_a_checkpoint(tiny_bert: Path, demo_files: dict[s
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR: ")]
     assert errors and errors[0].startswith(f"ERROR: cannot write {out}/checkpoint-2: File too large"), proc.stderr
     assert "Traceback" not in proc.stderr
-    # training had finished its steps; nothing claims success and no JSON is truncated
-    assert not any(f.endswith("results.json") or f == "run_summary.json" for f in files_under(out))
+    # training had finished its steps; nothing claims success and no JSON is truncated: the run's record
+    # says it failed, with the exit code and the reason
+    assert not any(f.endswith("results.json") for f in files_under(out))
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert (summary["status"], summary["exit_code"]) == ("failed", EXIT_IOERR)
+    assert "File too large" in summary["error"] and "checkpoint-2" in summary["error"]
 
 
 def test_unwritable_output_dir_fails_before_the_model_loads(

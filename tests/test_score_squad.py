@@ -5,6 +5,7 @@ Expected numbers are the hand-computed ones of test_squad_metric.py.
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -139,6 +140,32 @@ def test_unknown_ids_allowed_with_flag(v1_files) -> None:
     assert "warning" in proc.stderr and "'zz1'" in proc.stderr
 
 
+def test_dataset_in_any_format_run_qa_reads(tmp_path: Path) -> None:
+    # the reader training uses: flat records as JSON Lines and as CSV give the nested file's numbers
+    preds = write(tmp_path / "preds.json", V1_PREDS)
+    records = [{"id": qid, "answers": {"text": golds, "answer_start": [0] * len(golds)}} for qid, golds in V1.items()]
+    jsonl = tmp_path / "dev.jsonl"
+    jsonl.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    table = tmp_path / "dev.csv"
+    with open(table, "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([["id", "answers"], *([r["id"], json.dumps(r["answers"])] for r in records)])
+    for data in (jsonl, table):
+        proc = run_cli(data, preds)
+        assert proc.returncode == 0, proc.stderr
+        result = json.loads(proc.stdout)
+        assert result["exact_match"] == pytest.approx(25.0, abs=TOL)  # as test_v1_scores_and_warns_about_missing
+        assert result["f1"] == pytest.approx(1100 / 28, abs=TOL)
+
+
+def test_out_file_directory_is_created(v1_files, tmp_path: Path) -> None:
+    data, preds = v1_files
+    out = tmp_path / "scores" / "eval.json"
+    proc = run_cli(data, preds, "--out_file", out)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text(encoding="utf-8")) == json.loads(proc.stdout)
+    assert [p.name for p in out.parent.iterdir()] == ["eval.json"]  # no temp file left
+
+
 def test_utf8_bom_is_accepted(v1_files) -> None:
     data, preds = v1_files
     preds.write_bytes(b"\xef\xbb\xbf" + preds.read_bytes())
@@ -188,7 +215,7 @@ BAD_DATASETS = {
                    ["data[0].paragraphs[0].qas[0]", "'id'"]),
     "answer_text_not_string": (
         {"data": [{"paragraphs": [{"qas": [{"id": "q1", "answers": [{"text": 3}]}]}]}]},
-        ["'q1'", "answers[0]", "'text'"]),
+        ["'q1'", "'answers[0].text'"]),
     "no_questions": ({"data": []}, ["no questions"]),
     "v2_data_without_flag": (dataset({**V1, "q5": None}),
                              ["'q5'", "no gold answers", "--version_2_with_negative"]),

@@ -169,8 +169,8 @@ def assert_resumed_and_scored(rc: int, log: str, out: Path) -> None:
 
 
 def test_ft3_job_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path, tmp_path: Path):
-    extra = () if slurm["gpu_gres"] else ("--gres=none",)
-    rc, log = run_preempted_job("job_ft3.sh", tmp_path, job_env(tiny_bert, tmp_path), *extra, name="ft3test")
+    # --gres=none: the CI nodes' GPUs are fake, and a GPU job whose torch sees none stops (test below)
+    rc, log = run_preempted_job("job_ft3.sh", tmp_path, job_env(tiny_bert, tmp_path), "--gres=none", name="ft3test")
     assert_resumed_and_scored(rc, log, tmp_path / "out")
     assert "DISTRIBUTED world_size=1" in log
 
@@ -186,11 +186,58 @@ def test_ddp_job_on_two_nodes_is_preempted_requeues_resumes_and_scores(slurm, ti
 
 
 def test_failing_job_exits_non_zero(slurm, tiny_bert: Path, tmp_path: Path):
-    extra = () if slurm["gpu_gres"] else ("--gres=none",)
-    cmd = sbatch_cmd("job_ft3.sh", tmp_path, *extra, name="failtest") + ["--no_such_flag", "1"]
+    cmd = sbatch_cmd("job_ft3.sh", tmp_path, "--gres=none", name="failtest") + ["--no_such_flag", "1"]
     proc = subprocess.run(cmd, cwd=REPO, env=job_env(tiny_bert, tmp_path), capture_output=True, text=True,
                           timeout=JOB_TIMEOUT)
     log = next(tmp_path.glob("failtest-*.out")).read_text(errors="replace")
     assert proc.returncode == 2, log[-3000:]
     assert "JOB_EXIT_CODE=2" in log
     assert not re.search(r"^WALL_CLOCK_SECONDS=", log, re.M)
+
+
+def _run_job(script: str, tmp: Path, env: dict[str, str], *sbatch_extra: str, name: str, args: tuple[str, ...] = ()
+             ) -> tuple[int, str]:
+    cmd = sbatch_cmd(script, tmp, *sbatch_extra, name=name) + list(args)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    log = next(tmp.glob(f"{name}-*.out")).read_text(errors="replace")
+    return proc.returncode, log
+
+
+def test_steps_see_only_the_cpus_they_were_given(slurm):
+    """The CI cluster binds tasks to their CPUs (TaskPlugin=task/affinity), as real clusters do."""
+    proc = _sh("srun", "--nodes=1", "--cpus-per-task=1", "nproc", timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stdout + proc.stderr
+
+
+def test_gpu_job_whose_torch_sees_no_gpu_stops_at_once(slurm, tiny_bert: Path, tmp_path: Path):
+    """--gres=gpu:1 (fake GPUs here): Slurm sets CUDA_VISIBLE_DEVICES, torch sees none: exit 2, no requeue."""
+    if not slurm["gpu_gres"]:
+        pytest.fail("the CI cluster has no gres/gpu: start it with SLURM_CI_GPUS=1 (.ci/run does)")
+    rc, log = _run_job("job_ft3.sh", tmp_path, job_env(tiny_bert, tmp_path), name="nogpu")
+    assert rc == 2, log[-3000:]
+    assert "asked for a GPU (CUDA_VISIBLE_DEVICES=" in log and "torch.cuda.is_available()=False" in log
+    assert "JOB_EXIT_CODE=2" in log and "REQUEUE" not in log and "'loss'" not in log
+
+
+def test_qa_precision_fp32_is_what_the_job_runs(slurm, tiny_bert: Path, tmp_path: Path):
+    env = job_env(tiny_bert, tmp_path) | {"QA_PRECISION": "fp32"}
+    rc, log = _run_job("job_ft3.sh", tmp_path, env, "--gres=none", name="fp32test", args=("--max_steps", "2"))
+    assert rc == 0, log[-3000:]
+    assert "precision=fp32 (--precision fp32)" in log
+    assert re.search(r"^EFFECTIVE rank=0 precision=fp32 ", log, re.M)
+
+
+def test_ddp_job_gives_each_rank_its_share_of_the_cpus(slurm, tiny_bert: Path, tmp_path: Path):
+    """2 nodes x 2 processes, --cpus-per-task=2: each node's step gets 2 CPUs, each rank 1 thread."""
+    env = job_env(tiny_bert, tmp_path) | {"QA_CPU_PROCS_PER_NODE": "2"}
+    cmd_extra = ("--gres=none",)
+    cmd = sbatch_cmd("job_ddp.sh", tmp_path, *cmd_extra, name="cpustest")
+    cmd[cmd.index("--cpus-per-task=1")] = "--cpus-per-task=2"
+    proc = subprocess.run(cmd + ["--max_steps", "2"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=JOB_TIMEOUT)
+    log = next(tmp_path.glob("cpustest-*.out")).read_text(errors="replace")
+    assert proc.returncode == 0, log[-4000:]
+    assert sorted(re.findall(r"STEP_CPUS node=(node\d) cpus=(\d+)", log)) == [("node1", "2"), ("node2", "2")]
+    effective = re.findall(r"^EFFECTIVE rank=(\d) .*threads=(\d+) ", log, re.M)
+    assert sorted(effective) == [("0", "1"), ("1", "1"), ("2", "1"), ("3", "1")], log[-4000:]
+    assert "threads=1 (2 CPUs / 2 process(es) on this node)" in log

@@ -1,5 +1,6 @@
-"""Speed flags through real run_qa.py processes: defaults per device, efficiency lines, feature cache reuse,
-vectorized and loop postprocessing writing identical prediction files, clear refusals."""
+"""Speed flags through real run_qa.py processes: the plan and what really ran, efficiency lines, feature cache
+reuse, vectorized and loop postprocessing writing identical prediction files, clear refusals.
+(The plan's decisions for every device: tests/test_plan.py.)"""
 
 from __future__ import annotations
 
@@ -11,41 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from qa_hpc.settings.speed import SpeedFlagError, choose_precision
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.mark.parametrize(
-    "requested, device, bf16_ok, hf_bf16, hf_fp16, want",
-    [
-        ("auto", "cuda", True, False, False, "bf16"),
-        ("auto", "cuda", False, False, False, "fp16"),
-        ("auto", "cpu", False, False, False, "fp32"),
-        ("auto", "cuda", True, False, True, "fp16"),  # HF's --fp16 honoured under auto
-        ("auto", "cpu", False, True, False, "bf16"),
-        ("fp32", "cuda", True, False, False, "fp32"),
-        ("bf16", "cpu", False, False, False, "bf16"),
-        ("bf16", "cuda", True, True, False, "bf16"),
-    ],
-)
-def test_choose_precision(requested, device, bf16_ok, hf_bf16, hf_fp16, want):
-    assert choose_precision(requested, device, bf16_ok, hf_bf16, hf_fp16)[0] == want
-
-
-@pytest.mark.parametrize(
-    "requested, device, bf16_ok, hf_bf16, hf_fp16, message",
-    [
-        ("fp16", "cpu", False, False, False, "not supported on CPU"),
-        ("auto", "cpu", False, False, True, "not supported on CPU"),
-        ("bf16", "cuda", False, False, False, "needs an Ampere"),
-        ("fp32", "cuda", True, True, False, "contradicts --bf16"),
-        ("fp8", "cuda", True, False, False, "choose one of"),
-    ],
-)
-def test_choose_precision_refusals(requested, device, bf16_ok, hf_bf16, hf_fp16, message):
-    with pytest.raises(SpeedFlagError, match=message):
-        choose_precision(requested, device, bf16_ok, hf_bf16, hf_fp16)
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -74,8 +42,8 @@ def trained(tiny_bert, demo_files, tmp_path_factory):
 
 def test_default_run_reports_speed_plan_and_efficiency(trained):
     tmp, out, stdout = trained
-    assert "SPEED device=cpu precision=fp32 (auto: cpu device)" in stdout
-    assert "postprocess=vectorized" in stdout
+    assert "PLAN device=cpu precision=fp32 (auto: CPU)" in stdout
+    assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in stdout and "postprocess=vectorized" in stdout
     assert "FEATURES_CACHE split=train computed" in stdout
     lines = stdout.strip().splitlines()
     assert lines[-1].startswith("WALL_CLOCK_SECONDS=")
@@ -89,8 +57,8 @@ def test_default_run_reports_speed_plan_and_efficiency(trained):
     assert results["train_real_tokens"] == pytest.approx(
         results["train_tokens_per_second"] * results["train_runtime"], rel=0.01
     )
-    assert summary["params"]["speed"]["precision"] == "fp32"
-    assert summary["params"]["precision"] == "fp32"
+    assert summary["plan"]["precision"] == summary["effective"]["precision"] == "fp32"
+    assert summary["params"]["precision"] == "fp32" and summary["status"] == "ok" and summary["exit_code"] == 0
 
 
 def test_second_run_reuses_features_and_loop_postprocess_gives_identical_files(trained, tiny_bert, demo_files):
@@ -109,7 +77,7 @@ def test_fp16_on_cpu_is_refused_clearly(tiny_bert, demo_files, tmp_path):
     proc = _run(_common(tiny_bert, demo_files, tmp_path / "cache")
                 + ["--do_eval", "--precision", "fp16", "--output_dir", str(tmp_path / "o")], tmp_path)
     assert proc.returncode == 2
-    assert "ERROR: --precision fp16 (or --fp16) is not supported on CPU" in proc.stdout
+    assert "ERROR: fp16 (--precision fp16) is not supported on CPU" in proc.stdout
     assert not (tmp_path / "o" / "eval_predictions.json").exists()
 
 
@@ -119,11 +87,14 @@ def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
     import datasets
     from transformers import AutoModelForQuestionAnswering, Trainer
 
-    from qa_hpc.settings.flags import QATrainingArguments
-    from qa_hpc.settings.speed import SpeedArguments, resolve_speed
+    from qa_hpc.settings.apply import request_from
+    from qa_hpc.settings.devices import read_device_facts
+    from qa_hpc.settings.apply import build_flags, read_flags
+    from qa_hpc.settings.plan import decide
 
-    args = QATrainingArguments(output_dir=str(tmp_path / "o"), report_to="none", use_cpu=True)
-    plan = resolve_speed(SpeedArguments(precision=precision), args)
+    values = read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision", precision])
+    plan = decide(request_from(values), read_device_facts())
+    args = build_flags(values, plan.training_fields(values["tf32"])).training
     assert plan.precision == precision and args.bf16 == (precision == "bf16")
     model = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert))
     seen = []

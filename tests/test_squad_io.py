@@ -277,6 +277,16 @@ def _nested(*qas_kw: dict, context: str = CTX) -> dict:
 _DROP = object()
 
 
+def _articles(count: int, broken: dict[int, dict]) -> bytes:
+    """``count`` articles of the official layout (ids unique across them), article i replaced by broken[i]."""
+    data = []
+    for i in range(count):
+        qa = {"id": f"a{i}", "question": "What is the capital of France?",
+              "answers": [{"text": "Paris", "answer_start": 0}]}
+        data.append(broken.get(i, {"title": f"T{i}", "paragraphs": [{"context": CTX, "qas": [qa]}]}))
+    return _json({"version": "1.1", "data": data})
+
+
 def _drop(r: dict, key: str) -> dict:
     return {k: v for k, v in r.items() if k != key}
 
@@ -318,6 +328,16 @@ BAD = [
     ("nested_missing_context", "n.json",
      _json({"data": [{"title": "T", "paragraphs": [{"qas": [{"id": "q0"}]}]}]}), {},
      ["data[0].paragraphs[0]", "'context'", "missing"]),
+    # the layout is read from every article: a broken first article is still reported as an article
+    ("nested_first_article_misspelt", "n.json",
+     lambda: _articles(3, {0: {"title": "T0", "paragraph": [{"context": CTX, "qas": []}]}}), {},
+     ["data[0]: field 'paragraphs': missing", "'paragraph'"]),
+    ("nested_first_article_without_paragraphs", "n.json", lambda: _articles(3, {0: {"title": "T0"}}), {},
+     ["data[0]: field 'paragraphs': missing", "['title']"]),
+    ("nested_later_article_misspelt", "n.json", lambda: _articles(3, {2: {"title": "T2", "paragraph": []}}), {},
+     ["data[2]: field 'paragraphs': missing", "'paragraph'"]),
+    ("flat_first_record_only_title", "f.json", _json([{"title": "T"}, _rec(1), _rec(2)]), {},
+     ["[0]: field 'id': missing", "['title']"]),
     ("nested_missing_answers_train", "n.json", _json(_nested({"answers": _DROP})), {},
      ["'q0'", "'answers'", "test"]),
     ("nested_empty_question", "n.json", _json(_nested({"question": "   \n"})), {}, ["'q0'", "'question'", "empty"]),

@@ -6,12 +6,12 @@ evaluation semantics, not produced by running another implementation.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 import qa_hpc.metric.squad as sm
+from qa_hpc.data.squad_io import load_references
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -307,68 +307,19 @@ def test_score_v2_requires_na_prob_for_each_prediction() -> None:
         sm.score_v2(V2_REFS, V2_PREDS, {"a": 0.1, "c": 0.2, "d": 0.3})
 
 
-# --------------------------------------------------------------------------- dataset
-
-
-def _dataset(qas: list) -> dict:
-    """The official nested layout with one article and one paragraph."""
-    paragraph = {"context": "c", "qas": qas}
-    return {"version": "x", "data": [{"title": "t", "paragraphs": [paragraph]}]}
-
-
-def test_load_official_references_v1_and_v2() -> None:
-    data = _dataset([
-        {"id": "q1", "question": "?", "answers": [
-            {"text": "Denver", "answer_start": 0}, {"text": "Denver", "answer_start": 0},
-            {"text": "the Broncos", "answer_start": 5}]},
-        {"id": "q2", "question": "?", "answers": [], "is_impossible": True,
-         "plausible_answers": [{"text": "x", "answer_start": 0}]},
-        {"id": "q3", "question": "?", "answers": [{"text": "y", "answer_start": 0}],
-         "is_impossible": False},
-    ])
-    refs = sm.load_official_references(data)
-    assert refs == {"q1": ["Denver", "Denver", "the Broncos"], "q2": [], "q3": ["y"]}
-    assert list(refs) == ["q1", "q2", "q3"]
-
-
-@pytest.mark.parametrize(
-    ("dataset", "fragments"),
-    [
-        ([], ["top level", "object", "array"]),
-        ({"version": "1.1"}, ["top level", "'data'"]),
-        ({"data": {}}, ["'data'", "array"]),
-        ({"data": [{"title": "t"}]}, ["data[0]", "'paragraphs'"]),
-        (_dataset([{"question": "?", "answers": []}]), ["data[0].paragraphs[0].qas[0]", "'id'"]),
-        (_dataset([{"id": 7, "answers": []}]), ["qas[0]", "'id'", "string", "number"]),
-        (_dataset([{"id": "q1"}]), ["qas[0] (id 'q1')", "'answers'"]),
-        (_dataset([{"id": "q1", "answers": [{"answer_start": 0}]}]),
-         ["q1", "answers[0]", "'text'"]),
-        (_dataset([{"id": "q1", "answers": [], "is_impossible": "yes"}]),
-         ["q1", "'is_impossible'"]),
-        (_dataset([{"id": "q1", "answers": []}, {"id": "q1", "answers": []}]),
-         ["qas[1]", "duplicate", "'q1'", "qas[0]"]),
-    ],
-)
-def test_load_official_references_errors_name_location(dataset, fragments) -> None:
-    with pytest.raises(sm.SquadFormatError) as info:
-        sm.load_official_references(dataset)
-    for fragment in fragments:
-        assert fragment in str(info.value)
-
-
 # --------------------------------------------------------------------------- real data
 
 
-def _dev_set() -> dict:
+def _dev_set() -> Path:
     if not DEV_V11.is_file():
         pytest.skip(
             f"SQuAD dev set not found at ../shared/data/squad-v1.1/dev-v1.1.json: {DEV_V11}"
         )
-    return json.loads(DEV_V11.read_text(encoding="utf-8"))
+    return DEV_V11
 
 
 def test_dev_set_first_gold_scores_100_and_empty_scores_near_0() -> None:
-    refs = sm.load_official_references(_dev_set())
+    refs = load_references(_dev_set())
     assert len(refs) == 10570
     perfect = sm.score_v1(refs, {qid: golds[0] for qid, golds in refs.items()})
     assert perfect == {"exact_match": 100.0, "f1": 100.0}

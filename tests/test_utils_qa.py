@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from qa_hpc.data.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features
-from qa_hpc.metric.squad import answers_by_id
 from qa_hpc.postprocess.reference import PostprocessConfig, features_by_example, postprocess_qa_predictions_loop
 
 
@@ -218,9 +217,7 @@ def test_wrong_number_of_logit_rows_is_an_error():
                                         (np.stack([s, s]), np.stack([e, e])), PostprocessConfig())
 
 
-def test_features_by_example_and_answers_by_id():
+def test_features_by_example():
     assert features_by_example(["a", "b"], ["a", "a", "b"]) == [[0, 1], [2]]
     with pytest.raises(ValueError, match="unknown example id 'z'"):
         features_by_example(["a"], ["z"])
-    refs = answers_by_id({"id": ["a"], "answers": [{"text": ["x", "y"], "answer_start": [0, 3]}]})
-    assert refs == {"a": ["x", "y"]}

@@ -26,6 +26,8 @@
 #   SLURM_CI_ETC_HOSTS=1        add "127.0.0.1 node1 .. nodeN" to /etc/hosts (marked line)
 #   SLURM_CI_SMOKE=1            end with "srun -N NODES" across all nodes
 #   SLURM_CI_TIMEOUT=60         seconds to wait for each daemon / for the nodes to become idle
+#   SLURM_CI_TASK_PLUGIN=task/affinity  binds each task to its CPUs as real clusters do, so a step
+#                               sees only the CPUs it was given (srun -c 1 nproc prints 1); task/none: all
 set -euo pipefail
 
 NODES=${SLURM_CI_NODES:-2}
@@ -40,6 +42,7 @@ DO_INSTALL=${SLURM_CI_INSTALL:-1}
 DO_HOSTS=${SLURM_CI_ETC_HOSTS:-1}
 DO_SMOKE=${SLURM_CI_SMOKE:-1}
 TMO=${SLURM_CI_TIMEOUT:-60}
+TASK_PLUGIN=${SLURM_CI_TASK_PLUGIN:-task/affinity}
 
 CONF_DIR=/etc/slurm
 STATE=/var/spool/slurm-ci        # StateSaveLocation + per-node SlurmdSpoolDir
@@ -167,7 +170,7 @@ SlurmdLogFile=$LOG/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$TASK_PLUGIN
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill

@@ -9,12 +9,16 @@ they came from, so logits can be turned back into text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 
-class FeatureError(ValueError):
+from qa_hpc.reliability.errors import UsageError
+
+
+class FeatureError(UsageError):
     """A record cannot be turned into features (names the record and the field)."""
 
 
@@ -124,3 +128,21 @@ def prepare_validation_features(
     tokenized["example_id"] = example_ids
     tokenized["offset_mapping"] = offsets_out
     return dict(tokenized)
+
+
+def real_lengths(features: Any) -> np.ndarray:
+    """Real (unpadded) token count of every feature: its attention mask's sum."""
+    try:
+        import pyarrow.compute as pc
+
+        masks = features.with_format("arrow")["attention_mask"]
+        masks = masks.combine_chunks() if hasattr(masks, "combine_chunks") else masks
+        flat = pc.list_flatten(masks).to_numpy(zero_copy_only=False)
+        sizes = pc.list_value_length(masks).to_numpy(zero_copy_only=False).astype(np.int64)
+    except (AttributeError, KeyError, TypeError):
+        rows: Sequence[Sequence[int]] = features["attention_mask"]
+        return np.array([int(sum(r)) for r in rows], dtype=np.int64)
+    starts = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    sums = np.add.reduceat(flat, starts) if len(flat) else np.zeros(len(sizes))
+    return np.where(sizes > 0, sums, 0).astype(np.int64)

@@ -15,11 +15,12 @@ On a CPU there is no meaningful peak, so only achieved FLOP/s is reported.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+from qa_hpc.model import ModelShape
 
 # name substring (lower case) -> peak TFLOP/s by precision: (bf16/fp16 tensor, tf32 tensor, fp32), dense
 GPU_PEAK_TFLOPS: dict[str, tuple[float, float, float]] = {
@@ -31,6 +32,7 @@ GPU_PEAK_TFLOPS: dict[str, tuple[float, float, float]] = {
     "a10g": (70.0, 35.0, 31.2),  # AWS A10G
     "a10": (125.0, 62.5, 31.2),
     "l40s": (362.0, 183.0, 91.6),
+    "l40": (181.0, 90.5, 90.5),
     "l4": (121.0, 60.0, 30.3),
     "v100": (125.0, 15.7, 15.7),  # fp16 tensor cores; no bf16/tf32
     "t4": (65.0, 8.1, 8.1),  # fp16 tensor cores; no bf16/tf32
@@ -45,7 +47,8 @@ def peak_tflops(device_name: str | None, precision: str, tf32: bool) -> float | 
     if not device_name:
         return None
     name = device_name.lower()
-    for key, (half, tf32_peak, fp32) in GPU_PEAK_TFLOPS.items():
+    for key in sorted(GPU_PEAK_TFLOPS, key=len, reverse=True):  # "l40s" before "l40" before "l4"
+        half, tf32_peak, fp32 = GPU_PEAK_TFLOPS[key]
         if key in name:
             if precision in ("bf16", "fp16"):
                 return half
@@ -53,33 +56,10 @@ def peak_tflops(device_name: str | None, precision: str, tf32: bool) -> float | 
     return None
 
 
-def non_embedding_params(model: Any) -> int:
-    """Parameters outside the embedding tables (they cost no matmul FLOPs)."""
-    return sum(p.numel() for n, p in model.named_parameters() if "embeddings." not in n)
-
-
 def train_flops_per_sequence(lengths: np.ndarray, n_params: int, layers: int, hidden: int) -> np.ndarray:
     """Forward + backward model FLOPs of each sequence of real length s: 6*N*s + 12*L*H*s^2."""
     s = lengths.astype(np.float64)
     return 6.0 * n_params * s + 12.0 * layers * hidden * s * s
-
-
-def real_lengths(features: Any) -> np.ndarray:
-    """Real (unpadded) token count of every feature: its attention mask's sum."""
-    try:
-        import pyarrow.compute as pc
-
-        masks = features.with_format("arrow")["attention_mask"]
-        masks = masks.combine_chunks() if hasattr(masks, "combine_chunks") else masks
-        flat = pc.list_flatten(masks).to_numpy(zero_copy_only=False)
-        sizes = pc.list_value_length(masks).to_numpy(zero_copy_only=False).astype(np.int64)
-    except (AttributeError, KeyError, TypeError):
-        rows: Sequence[Sequence[int]] = features["attention_mask"]
-        return np.array([int(sum(r)) for r in rows], dtype=np.int64)
-    starts = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    sums = np.add.reduceat(flat, starts) if len(flat) else np.zeros(len(sizes))
-    return np.where(sizes > 0, sums, 0).astype(np.int64)
 
 
 @dataclass
@@ -118,16 +98,14 @@ def train_efficiency(
     lengths: np.ndarray,
     epochs: float,
     runtime_s: float,
-    model: Any,
+    shape: ModelShape,
     device_name: str,
     n_devices: int,
     precision: str,
     tf32: bool,
 ) -> TrainEfficiency:
     """Efficiency of `epochs` passes over features of real `lengths` that took `runtime_s` seconds."""
-    config = model.config
-    n_params = non_embedding_params(model)
-    per_epoch = float(train_flops_per_sequence(lengths, n_params, config.num_hidden_layers, config.hidden_size).sum())
+    per_epoch = float(train_flops_per_sequence(lengths, shape.non_embedding_params, shape.layers, shape.hidden).sum())
     flops = per_epoch * epochs
     tokens = int(round(float(lengths.sum()) * epochs))
     runtime_s = max(runtime_s, 1e-9)
@@ -146,24 +124,3 @@ def train_efficiency(
         n_devices=n_devices,
         precision=precision,
     )
-
-
-def device_name_of(device: Any) -> str:
-    """GPU name as CUDA reports it, or 'cpu'."""
-    import torch
-
-    if getattr(device, "type", str(device)) == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_name(device)
-    return str(getattr(device, "type", device))
-
-
-__all__ = [
-    "GPU_PEAK_TFLOPS",
-    "TrainEfficiency",
-    "device_name_of",
-    "non_embedding_params",
-    "peak_tflops",
-    "real_lengths",
-    "train_efficiency",
-    "train_flops_per_sequence",
-]

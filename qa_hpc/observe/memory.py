@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
+from qa_hpc.model import ModelShape
 from qa_hpc.reliability.atomic_io import write_json_atomic
 
 MB = 1024 * 1024
@@ -44,7 +44,7 @@ def optimizer_bytes_per_param(optim_name: str) -> int:
 
 
 def anatomy_estimate(
-    model: torch.nn.Module,
+    shape: ModelShape,
     precision: str,
     optim_name: str,
     batch_size: int,
@@ -60,38 +60,12 @@ def anatomy_estimate(
     16-bit activations, s*b*h*(66 + 9*a*s/h) with fp32 ones (dropout masks stay 1 byte).
     s is max_seq_length, an upper bound when batches are padded to their longest feature.
     """
-    params = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    params, trainable = shape.params, shape.trainable_params
     mixed = precision in ("fp16", "bf16")
     weights_bpp = 6 if mixed else 4
     grads_bpp = 4
     optim_bpp = optimizer_bytes_per_param(optim_name)
-    cfg = getattr(model, "config", None)
-    hidden = int(getattr(cfg, "hidden_size", 0) or 0)
-    heads = int(getattr(cfg, "num_attention_heads", 0) or 0)
-    layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
-    sbh = seq_len * batch_size * hidden
-    if hidden and heads and layers:
-        if mixed:
-            per_layer = sbh * (34 + 5 * heads * seq_len / hidden)
-            act_bytes = 2
-        else:
-            per_layer = sbh * (66 + 9 * heads * seq_len / hidden)
-            act_bytes = 4
-        embeddings = sbh * (2 * act_bytes + 1)  # embedding sum, layer norm output, dropout mask
-        if gradient_checkpointing:
-            # only each layer's input is kept, plus one layer recomputed at a time
-            activations = layers * sbh * act_bytes + per_layer + embeddings
-        else:
-            activations = layers * per_layer + embeddings
-        formula = (
-            f"{layers} layers x s*b*h*({'34 + 5' if mixed else '66 + 9'}*a*s/h) bytes, s={seq_len} b={batch_size} "
-            f"h={hidden} a={heads} (Korthikanti et al. 2022)"
-            + ("; gradient checkpointing: layer inputs + one layer" if gradient_checkpointing else "")
-        )
-    else:
-        activations = 0.0
-        formula = "model config lacks hidden_size/num_attention_heads/num_hidden_layers; activations not estimated"
+    activations, formula = activation_bytes(shape, mixed, batch_size, seq_len, gradient_checkpointing)
     weights = params * weights_bpp
     grads = trainable * grads_bpp
     optim = trainable * optim_bpp
@@ -116,6 +90,30 @@ def anatomy_estimate(
         "seq_len": seq_len,
         "activation_formula": formula,
     }
+
+
+def activation_bytes(shape: ModelShape, mixed: bool, batch_size: int, seq_len: int,
+                     gradient_checkpointing: bool) -> tuple[float, str]:
+    """(bytes, the formula used) of the activations kept for backward, per process (Korthikanti et al. 2022)."""
+    hidden, heads, layers = shape.hidden, shape.heads, shape.layers
+    if not (hidden and heads and layers):
+        return 0.0, "model config lacks hidden_size/num_attention_heads/num_hidden_layers; activations not estimated"
+    sbh = seq_len * batch_size * hidden
+    if mixed:
+        per_layer, act_bytes = sbh * (34 + 5 * heads * seq_len / hidden), 2
+    else:
+        per_layer, act_bytes = sbh * (66 + 9 * heads * seq_len / hidden), 4
+    embeddings = sbh * (2 * act_bytes + 1)  # embedding sum, layer norm output, dropout mask
+    if gradient_checkpointing:  # only each layer's input is kept, plus one layer recomputed at a time
+        activations = layers * sbh * act_bytes + per_layer + embeddings
+    else:
+        activations = layers * per_layer + embeddings
+    formula = (
+        f"{layers} layers x s*b*h*({'34 + 5' if mixed else '66 + 9'}*a*s/h) bytes, s={seq_len} b={batch_size} "
+        f"h={hidden} a={heads} (Korthikanti et al. 2022)"
+        + ("; gradient checkpointing: layer inputs + one layer" if gradient_checkpointing else "")
+    )
+    return activations, formula
 
 
 def cpu_peak_rss_mb() -> float:
@@ -216,15 +214,6 @@ def measure_process(rank: int, device: torch.device | None = None) -> dict[str, 
     }
 
 
-def gather_to_main(local: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every rank's figures on rank 0 (collective: call on all ranks); [local] in one process."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [local]
-    boxes: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(boxes, local)
-    return sorted(boxes, key=lambda r: r["rank"])
-
-
 def build_report(ranks: list[dict[str, Any]], estimate: Mapping[str, Any] | None) -> dict[str, Any]:
     """memory.json: rank 0's figures at the top, the max over ranks, every rank, and the estimate."""
     main = ranks[0]
@@ -284,17 +273,3 @@ def report_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"MEMORY_ESTIMATE_MB={est['total_mb']:.1f}")
         lines.append(f"MEMORY_ESTIMATE_BYTES_PER_PARAM={est['bytes_per_param']['total']}")
     return lines
-
-
-__all__ = [
-    "anatomy_estimate",
-    "build_report",
-    "cpu_peak_rss_mb",
-    "cuda_memory",
-    "gather_to_main",
-    "measure_process",
-    "nvml_memory",
-    "optimizer_bytes_per_param",
-    "report_lines",
-    "write_report",
-]

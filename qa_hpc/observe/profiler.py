@@ -20,41 +20,18 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 from transformers import TrainerCallback
 
+from qa_hpc.dist import env_rank
+from qa_hpc.settings.flags import ObservabilityArguments
+
 logger = logging.getLogger(__name__)
 
 RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
-
-
-@dataclass
-class ProfilerConfig:
-    """The torch.profiler schedule and what to record."""
-
-    wait: int = 2
-    warmup: int = 100
-    active: int = 8
-    repeat: int = 1
-    record_shapes: bool = False
-    profile_memory: bool = False
-    with_stack: bool = False
-    row_limit: int = 40
-
-    def __post_init__(self) -> None:
-        if self.wait < 0 or self.warmup < 0 or self.repeat < 0:
-            raise ValueError("--profile_wait, --profile_warmup and --profile_repeat must be >= 0")
-        if self.active < 1:
-            raise ValueError("--profile_active must be at least 1 (the number of steps kept per cycle)")
-
-    @property
-    def steps_needed(self) -> int | None:
-        """Training steps the whole schedule spans (None: repeat=0 cycles until training ends)."""
-        return (self.wait + self.warmup + self.active) * self.repeat if self.repeat else None
 
 
 def profiler_activities() -> list[ProfilerActivity]:
@@ -70,17 +47,13 @@ def summary_sort_key(activities: list[ProfilerActivity]) -> str:
     return "self_cuda_time_total" if ProfilerActivity.CUDA in activities else "self_cpu_time_total"
 
 
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
 class ProfilerCallback(TrainerCallback):
     """Profile the scheduled training steps of every rank; write traces and op tables."""
 
-    def __init__(self, cfg: ProfilerConfig, out_dir: str) -> None:
+    def __init__(self, cfg: ObservabilityArguments, out_dir: str) -> None:
         self.cfg = cfg
         self.out_dir = out_dir
-        self.rank = _rank()
+        self.rank = env_rank()
         self.prof: torch.profiler.profile | None = None
         self.activities = profiler_activities()
         self.sort_by = summary_sort_key(self.activities)
@@ -91,9 +64,9 @@ class ProfilerCallback(TrainerCallback):
     # --- trainer events -------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         os.makedirs(self.out_dir, exist_ok=True)
-        base = torch.profiler.schedule(
-            wait=self.cfg.wait, warmup=self.cfg.warmup, active=self.cfg.active, repeat=self.cfg.repeat
-        )
+        c = self.cfg
+        base = torch.profiler.schedule(wait=c.profile_wait, warmup=c.profile_warmup, active=c.profile_active,
+                                       repeat=c.profile_repeat)
         # Profiler step numbers follow the Trainer's global step (ProfilerStep#S completes
         # global step S), also after a resume from a checkpoint.
         first = state.global_step + 1
@@ -101,24 +74,21 @@ class ProfilerCallback(TrainerCallback):
             activities=self.activities,
             schedule=lambda step: base(step - first) if step >= first else ProfilerAction.NONE,
             on_trace_ready=self._trace_ready,
-            record_shapes=self.cfg.record_shapes,
-            profile_memory=self.cfg.profile_memory,
-            with_stack=self.cfg.with_stack,
+            record_shapes=c.profile_record_shapes,
+            profile_memory=c.profile_memory,
+            with_stack=c.profile_with_stack,
         )
         self.prof.step_num = first
         self.prof.current_action = self.prof.schedule(first)
         self.prof.start()
         if self.rank == 0:
-            needed = self.cfg.steps_needed
-            span = (
-                f"global steps {first + self.cfg.wait + self.cfg.warmup}-{first + self.cfg.wait + self.cfg.warmup + self.cfg.active - 1}"
-                + (f" and {self.cfg.repeat - 1} more cycle(s)" if self.cfg.repeat > 1 else "")
-                if needed
-                else "every cycle until training ends (repeat=0)"
-            )
+            kept = first + c.profile_wait + c.profile_warmup
+            span = (f"global steps {kept}-{kept + c.profile_active - 1}"
+                    + (f" and {c.profile_repeat - 1} more cycle(s)" if c.profile_repeat > 1 else "")
+                    if c.profile_steps_needed else "every cycle until training ends (repeat=0)")
             logger.info(
                 "PROFILER on: wait=%d warmup=%d active=%d repeat=%d activities=%s; will keep %s; writing to %s",
-                self.cfg.wait, self.cfg.warmup, self.cfg.active, self.cfg.repeat,
+                c.profile_wait, c.profile_warmup, c.profile_active, c.profile_repeat,
                 "+".join(a.name for a in self.activities), span, self.out_dir,
             )
 
@@ -131,18 +101,19 @@ class ProfilerCallback(TrainerCallback):
             self._stop()  # the last step: close its span without opening an empty next one
             return
         self.prof.step()
-        needed = self.cfg.steps_needed
-        if needed is not None and self.cycle >= self.cfg.repeat:
+        needed = self.cfg.profile_steps_needed
+        if needed is not None and self.cycle >= self.cfg.profile_repeat:
             self._stop()  # schedule done: no profiler cost for the rest of training
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._stop()
         if not self.written:
-            needed = self.cfg.steps_needed or (self.cfg.wait + self.cfg.warmup + self.cfg.active)
+            c = self.cfg
+            needed = c.profile_steps_needed or (c.profile_wait + c.profile_warmup + c.profile_active)
             logger.warning(
                 "PROFILER wrote nothing: training ended before the first kept step (the schedule needs %d steps "
                 "from the start of training: wait=%d + warmup=%d + active=%d); lower --profile_warmup/--profile_wait",
-                needed, self.cfg.wait, self.cfg.warmup, self.cfg.active,
+                needed, c.profile_wait, c.profile_warmup, c.profile_active,
             )
 
     # --- profiler plumbing ----------------------------------------------------------------
@@ -159,29 +130,26 @@ class ProfilerCallback(TrainerCallback):
         prof.export_chrome_trace(trace_path)
         summary_name = "profiler_summary.txt" if self.rank == 0 else f"profiler_summary_rank{self.rank}.txt"
         summary_path = os.path.join(self.out_dir, summary_name)
-        table = prof.key_averages().table(sort_by=self.sort_by, row_limit=self.cfg.row_limit)
+        table = prof.key_averages().table(sort_by=self.sort_by, row_limit=self.cfg.profile_row_limit)
         step_text = f"{steps[0]}-{steps[-1]}" if steps else "none"
         header = (
             f"# torch.profiler key_averages, rank {self.rank}, cycle {self.cycle}: global steps {step_text} "
             f"({len(steps)} steps, ProfilerStep#<step> in the trace)\n"
             f"# activities: {'+'.join(a.name for a in self.activities)}; sorted by {self.sort_by}; "
-            f"record_shapes={self.cfg.record_shapes} profile_memory={self.cfg.profile_memory} "
-            f"with_stack={self.cfg.with_stack}\n"
+            f"record_shapes={self.cfg.profile_record_shapes} profile_memory={self.cfg.profile_memory} "
+            f"with_stack={self.cfg.profile_with_stack}\n"
             "# Times are summed over the profiled steps and include the profiler's own overhead.\n"
         )
         mode = "w" if self.cycle == 1 else "a"
         with open(summary_path, mode, encoding="utf-8") as fh:
             fh.write(header + table + "\n")
         self.written.append({"cycle": self.cycle, "steps": steps, "trace": trace_path, "summary": summary_path})
-        if len(steps) < self.cfg.active:
+        if len(steps) < self.cfg.profile_active:
             logger.warning(
                 "PROFILER: training ended inside a profiling window; the trace holds %d step(s), not "
-                "--profile_active=%d", len(steps), self.cfg.active,
+                "--profile_active=%d", len(steps), self.cfg.profile_active,
             )
         logger.info(
             "PROFILED_STEPS=%s rank=%d trace=%s summary=%s (table totals include profiler overhead)",
             step_text, self.rank, trace_path, summary_path,
         )
-
-
-__all__ = ["ProfilerCallback", "ProfilerConfig", "profiler_activities", "summary_sort_key"]

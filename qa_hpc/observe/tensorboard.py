@@ -33,8 +33,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from transformers import TrainerCallback
+
+from qa_hpc.dist import all_reduce_sum
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +46,6 @@ def default_tensorboard_dir(output_dir: str) -> str:
     """<output_dir>/runs/<Mon01_12-00-00>_<host>, as HF names it: one folder per launch (resumes included)."""
     stamp = _dt.datetime.now().strftime("%b%d_%H-%M-%S")
     return os.path.join(output_dir, "runs", f"{stamp}_{socket.gethostname()}")
-
-
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 class TokenCounter:
@@ -87,9 +84,7 @@ class TokenCounter:
         for i, v in enumerate((self.samples, self.tokens, self.real_tokens)):
             values[i] += v.to(device) if isinstance(v, torch.Tensor) else int(v)
         self.samples = self.tokens = self.real_tokens = 0
-        if _distributed():
-            dist.all_reduce(values, op=dist.ReduceOp.SUM)
-        samples, tokens, real = (int(x) for x in values.tolist())
+        samples, tokens, real = (int(x) for x in all_reduce_sum(values).tolist())
         return samples, tokens, real
 
 
@@ -223,6 +218,3 @@ class TensorBoardCallback(TrainerCallback):
         if self.writer is not None:
             self.writer.close()
             self.writer = None
-
-
-__all__ = ["TensorBoardCallback", "TokenCounter", "default_tensorboard_dir"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from qa_hpc.observe.efficiency import real_lengths
+from qa_hpc.data.features import real_lengths
+from qa_hpc.postprocess.files import write_prediction_files
 from qa_hpc.postprocess.reference import PostprocessConfig, QAPredictions, postprocess_qa_predictions_loop
 from qa_hpc.postprocess.vectorized import mask_padding, postprocess_qa_predictions_vectorized
 
@@ -34,3 +35,24 @@ def predictions_from_logits(
         "offset_mapping": arrow["offset_mapping"] if arrow is not None else features["offset_mapping"],
     }
     return postprocess_qa_predictions_vectorized(columns, feats, logits, cfg)
+
+
+def make_postprocess(data_args: Any, output_dir: str, method: str = "vectorized") -> Any:
+    """Logits -> answers, with the prediction files written (the trainer calls it on the main process).
+
+    'vectorized' reads the offsets straight from the features' Arrow column; 'loop' is the
+    per-feature reference loop. Both give the same answers.
+    """
+    cfg = PostprocessConfig(
+        version_2_with_negative=data_args.version_2_with_negative,
+        n_best_size=data_args.n_best_size,
+        max_answer_length=data_args.max_answer_length,
+        null_score_diff_threshold=data_args.null_score_diff_threshold,
+    )
+
+    def post_process(examples: Any, features: Any, logits: Any, stage: str) -> QAPredictions:
+        preds = predictions_from_logits(examples, features, logits, cfg, method)
+        write_prediction_files(preds, output_dir, stage)
+        return preds
+
+    return post_process

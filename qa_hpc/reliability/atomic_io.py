@@ -57,6 +57,12 @@ def remove_stale_temps(path: str | os.PathLike) -> list[str]:
     return removed
 
 
+def _current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` through a temp file + rename; raise OutputError with a clear reason."""
     path = os.fspath(path)
@@ -67,6 +73,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         remove_stale_temps(path)
         prefix = _temp_prefix(path, socket.gethostname(), os.getpid())
         fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+        os.fchmod(fd, 0o666 & ~_current_umask())  # mkstemp makes 0600: give what open() would (group can read)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

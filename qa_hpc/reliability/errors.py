@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from qa_hpc.reliability.atomic_io import OutputError
-from qa_hpc.reliability.exit_codes import EXIT_FAILED, EXIT_IOERR, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, EXIT_USAGE
+from qa_hpc.reliability.exit_codes import EXIT_FAILED, EXIT_IOERR, EXIT_OOM, EXIT_USAGE
 
 
 # errno values that mean "this file could not be written", not "this input is bad"
@@ -27,8 +27,12 @@ _OS_ERROR_IN_TEXT = re.compile(r"os error (\d+)")  # how Rust libraries (safeten
 PROBE_BYTES = 8 << 20  # a checkpoint is far larger; a write this big failing shows why the save failed
 
 
-class UsageError(RuntimeError):
-    """A problem the user fixes by changing flags or files; reported without a traceback (exit 2)."""
+class UsageError(ValueError):
+    """A problem the user fixes by changing flags, files or the machine asked for; reported without a traceback.
+
+    Bad input data (DataError), records that cannot become features (FeatureError) and requests
+    this machine cannot honour (PlanError) are UsageErrors: all exit with EXIT_USAGE.
+    """
 
 
 class OutOfMemory(RuntimeError):
@@ -167,6 +171,20 @@ def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> I
         raise failure from err
 
 
+def classify(err: BaseException) -> tuple[int, str | None]:
+    """(exit code, the one ERROR line to print) for an error that ended a run; None: unexpected, show the traceback."""
+    if isinstance(err, UsageError):
+        return EXIT_USAGE, str(err)
+    if isinstance(err, OutputError):
+        return EXIT_IOERR, str(err)
+    if isinstance(err, OutOfMemory):
+        return EXIT_OOM, str(err)
+    if is_out_of_memory(err):
+        return EXIT_OOM, (f"out of memory ({type(err).__name__}: {err}); lower --per_device_train_batch_size or "
+                          "--per_device_eval_batch_size")
+    return EXIT_FAILED, None
+
+
 def check_writable_dir(path: str) -> None:
     """Create path if needed and write a small file into it, or raise OutputError saying why not.
 
@@ -180,10 +198,3 @@ def check_writable_dir(path: str) -> None:
     code = probe_write(path, nbytes=1 << 20)
     if code is not None:
         raise OutputError(code, f"cannot write into --output_dir {path}: {os.strerror(code)}{_free_space(path)}")
-
-
-__all__ = [
-    "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_OOM", "EXIT_IOERR", "EXIT_PREEMPTED",
-    "BatchContext", "OutOfMemory", "UsageError", "check_writable_dir", "guarded", "is_out_of_memory", "oom_message",
-    "probe_write", "write_failure",
-]

@@ -3,15 +3,17 @@
 SLURM sends SIGTERM at the time limit or on preemption (and SIGUSR1 a while before,
 with `#SBATCH --signal=USR1@120`); torchrun forwards SIGTERM to its workers. The
 handler only sets a flag: signal handlers run between two Python bytecodes, so
-doing I/O or collectives there could deadlock. At the end of the next optimizer
-step every rank votes (an all_reduce of the flag) so all ranks stop at the same
-step, the Trainer saves a full checkpoint (weights, optimizer, scheduler, RNG and
+doing I/O or collectives there could deadlock. Every `vote_every` optimizer steps
+(the same global steps on every rank) the ranks vote (an all_reduce of the flag) so
+all ranks stop at the same step; on GPUs a vote syncs host and device, so the plan
+votes every few steps there and after each step elsewhere. Then the Trainer saves a full checkpoint (weights, optimizer, scheduler, RNG and
 trainer state), and run_qa exits with EXIT_PREEMPTED (75). Running the same
 command again resumes from that checkpoint.
 
-Also here, for the same goal of ending rather than hanging: `apply_collective_timeout`
-(--ddp_timeout for gloo too) and `last_complete_checkpoint` (never resume from a
-checkpoint whose writing was cut short).
+Also here, for the same goal of ending rather than hanging or losing work:
+`apply_collective_timeout` (--ddp_timeout for gloo too), `last_complete_checkpoint`
+(never resume from a checkpoint whose writing was cut short) and `checkpoint_to_resume`
+(what a non-empty --output_dir means).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from datetime import timedelta
 from types import FrameType
 from typing import Any
 
-import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from qa_hpc.reliability.errors import EXIT_PREEMPTED
+from qa_hpc.dist import any_rank
+from qa_hpc.reliability.errors import UsageError
+from qa_hpc.reliability.exit_codes import EXIT_PREEMPTED
 
 logger = logging.getLogger(__name__)
 
@@ -59,15 +62,6 @@ class StopRequest:
         return signal.Signals(self.signum).name if self.signum is not None else "none"
 
 
-def any_rank(flag: bool, device: Any) -> bool:
-    """True on every rank when the flag is set on any rank (one all_reduce; no-op in one process)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return flag
-    box = torch.tensor([1 if flag else 0], dtype=torch.int64, device=device)
-    dist.all_reduce(box, op=dist.ReduceOp.MAX)
-    return bool(box.item())
-
-
 def apply_collective_timeout(seconds: float) -> None:
     """Make --ddp_timeout the timeout of every collective, for gloo as well as NCCL.
 
@@ -87,13 +81,16 @@ def apply_collective_timeout(seconds: float) -> None:
 
 
 class PreemptionCallback(TrainerCallback):
-    """At each optimizer step end: if any rank was signalled, save a checkpoint and stop training."""
+    """Every vote_every optimizer steps: if any rank was signalled, save a checkpoint and stop training."""
 
-    def __init__(self, request: StopRequest) -> None:
+    def __init__(self, request: StopRequest, vote_every: int = 1) -> None:
         self.request = request
+        self.vote_every = max(1, vote_every)
         self.stopped_at_step: int | None = None
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step % self.vote_every:
+            return control  # not a voting step: no collective, no host-device sync
         if any_rank(self.request.requested, args.device):
             control.should_save = True
             control.should_training_stop = True
@@ -139,7 +136,26 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
     return None
 
 
-__all__ = [
-    "EXIT_PREEMPTED", "PreemptionCallback", "STOP_SIGNALS", "StopRequest", "any_rank", "apply_collective_timeout",
-    "checkpoint_is_complete", "last_complete_checkpoint",
-]
+def checkpoint_to_resume(training_args: Any, overwrite_output_dir: bool) -> str | None:
+    """What a non-empty --output_dir means (transformers 5 has no overwrite_output_dir).
+
+    - --resume_from_checkpoint given: use it.
+    - checkpoints present: resume from the last complete one (a requeued SLURM job continues by itself).
+    - other files present: refuse, unless --overwrite_output_dir.
+    """
+    if training_args.resume_from_checkpoint:
+        return training_args.resume_from_checkpoint
+    out = training_args.output_dir
+    if not training_args.do_train or not os.path.isdir(out) or overwrite_output_dir:
+        return None
+    last = last_complete_checkpoint(out)
+    if last is not None:
+        logger.info("RESUME_FROM=%s (checkpoint found in --output_dir; add --overwrite_output_dir to start over)", last)
+        return last
+    leftovers = [n for n in os.listdir(out) if not n.startswith(".")]
+    if leftovers:
+        raise UsageError(
+            f"--output_dir {out} is not empty ({', '.join(sorted(leftovers)[:5])}) and holds no checkpoint to "
+            "resume from; add --overwrite_output_dir to train into it anyway, or choose another --output_dir"
+        )
+    return None

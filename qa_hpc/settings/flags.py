@@ -1,19 +1,24 @@
-"""Command-line flags of run_qa.py, as dataclasses parsed by HfArgumentParser.
+"""Every command-line flag of run_qa.py, as dataclasses parsed once by HfArgumentParser.
 
 The model and data flags keep the names and defaults of the Hugging Face `run_qa`
 example so its users feel at home; `QATrainingArguments` only changes defaults of
-`TrainingArguments` where the HF default is wrong for this task on a cluster.
-Flags that HF does not have are marked "(qa-hpc)" in their help text.
+`TrainingArguments` where the HF default is wrong for this task on a cluster. Flags that
+HF does not have are marked "(qa-hpc)" in their help text. Parsed values are never
+changed afterwards: what they lead to is decided in qa_hpc.settings.plan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from transformers import TrainingArguments
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+POSTPROCESSORS = ("vectorized", "loop")
 
-@dataclass
+
+@dataclass(frozen=True)
 class ModelArguments:
     """Which model, config and tokenizer to fine-tune from."""
 
@@ -40,7 +45,7 @@ class ModelArguments:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataTrainingArguments:
     """Which data to train and score on, and how to cut it into features."""
 
@@ -85,6 +90,15 @@ class DataTrainingArguments:
     )
     null_score_diff_threshold: float = field(
         default=0.0, metadata={"help": "v2: answer '' when null score - best span score exceeds this."}
+    )
+    squad_metric: str | None = field(
+        default=None,
+        metadata={
+            "help": "(qa-hpc) The `evaluate` metric that scores evaluation. Default: the local module of this "
+            "package for the SQuAD version (qa_hpc/metric/evaluate_squad_v1 or _v2: the official numbers, loaded "
+            "offline). A hub name ('squad', 'squad_v2': needs internet once, then evaluate's cache) or the path "
+            "of an evaluate module chooses another; one that cannot be loaded stops the run before training."
+        },
     )
     doc_stride: int = field(default=128, metadata={"help": "Overlap in tokens between windows of a long context."})
     n_best_size: int = field(default=20, metadata={"help": "Start and end candidates per feature."})
@@ -146,3 +160,115 @@ class QATrainingArguments(TrainingArguments):
             "integrations (wandb, mlflow, ...) as in transformers."
         },
     )
+
+
+@dataclass(frozen=True)
+class SpeedArguments:
+    """(qa-hpc) Precision, threads, kernels and postprocessing (decided per device in qa_hpc.settings.plan)."""
+
+    precision: str = field(
+        default="auto",
+        metadata={
+            "help": "(qa-hpc) Numeric precision of training and evaluation: 'auto' = bf16 autocast on GPUs of compute "
+            "capability >= 8.0, fp16 on older GPUs, fp32 on CPU; or 'fp32', 'bf16', 'fp16' (fp16 is refused on "
+            "CPU, bf16 on GPUs below 8.0). Given, it wins over HF's --bf16/--fp16 (which must agree) and over "
+            "accelerate's mixed_precision; under auto those two are honoured in that order.",
+            "choices": list(PRECISIONS),
+        },
+    )
+    num_threads: int = field(
+        default=0,
+        metadata={
+            "help": "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it, else this process's "
+            "share of the CPUs it may run on (its affinity mask, capped by SLURM_CPUS_PER_TASK, divided by the "
+            "processes on the node). torchrun's own default OMP_NUM_THREADS=1 is not taken as a choice."
+        },
+    )
+    postprocess: str = field(
+        default="vectorized",
+        metadata={
+            "help": "(qa-hpc) Logits -> answers: 'vectorized' (array code, same answers, 20x+ faster) or 'loop' "
+            "(the per-feature reference loop, as in the HF example).",
+            "choices": list(POSTPROCESSORS),
+        },
+    )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={
+            "help": "(qa-hpc) Attention kernel: 'sdpa' (PyTorch scaled_dot_product_attention: flash/memory-efficient "
+            "kernels on GPU), 'eager', 'flash_attention_2' (needs the flash-attn package). Default: transformers' "
+            "choice, which is sdpa for BERT-style models."
+        },
+    )
+    speed_defaults: bool = field(
+        default=True,
+        metadata={
+            "help": "(qa-hpc) Per-device defaults: TF32 on GPUs of compute capability >= 8.0 (unless --tf32 is "
+            "given), and on GPUs dataloader workers when --dataloader_num_workers is 0. --speed_defaults false "
+            "leaves both as given."
+        },
+    )
+
+
+@dataclass(frozen=True)
+class ObservabilityArguments:
+    """(qa-hpc) Profiler, TensorBoard and memory report flags."""
+
+    profile: bool = field(
+        default=False,
+        metadata={"help": "(qa-hpc) Profile training steps with torch.profiler (see --profile_wait etc.); off: no cost."},
+    )
+    profile_wait: int = field(default=2, metadata={"help": "(qa-hpc) Profiler schedule: steps skipped first."})
+    profile_warmup: int = field(
+        default=100, metadata={"help": "(qa-hpc) Profiler schedule: steps traced and thrown away (warm-up)."}
+    )
+    profile_active: int = field(default=8, metadata={"help": "(qa-hpc) Profiler schedule: steps kept per cycle."})
+    profile_repeat: int = field(
+        default=1, metadata={"help": "(qa-hpc) Profiler schedule: cycles (0: until training ends)."}
+    )
+    profile_record_shapes: bool = field(default=False, metadata={"help": "(qa-hpc) Record operator input shapes."})
+    profile_memory: bool = field(default=False, metadata={"help": "(qa-hpc) Record tensor memory per operator."})
+    profile_with_stack: bool = field(
+        default=False, metadata={"help": "(qa-hpc) Record Python stacks (large traces)."}
+    )
+    profile_row_limit: int = field(default=40, metadata={"help": "(qa-hpc) Rows in profiler_summary.txt."})
+    profile_dir: str | None = field(
+        default=None, metadata={"help": "(qa-hpc) Where traces and the op table go (default <output_dir>/profiler)."}
+    )
+    logging_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "TensorBoard event dir, the transformers 4 flag (default <output_dir>/runs/<time>_<host>). "
+            "TensorBoard is on while --report_to includes 'tensorboard' (qa-hpc default)."
+        },
+    )
+    memory_report: bool = field(
+        default=True,
+        metadata={"help": "(qa-hpc) Write memory.json and MEMORY_* lines at the end (measured peaks + estimate)."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.profile_wait < 0 or self.profile_warmup < 0 or self.profile_repeat < 0:
+            raise ValueError("--profile_wait, --profile_warmup and --profile_repeat must be >= 0")
+        if self.profile_active < 1:
+            raise ValueError("--profile_active must be at least 1 (the number of steps kept per cycle)")
+
+    @property
+    def profile_steps_needed(self) -> int | None:
+        """Training steps the whole schedule spans (None: repeat=0 cycles until training ends)."""
+        if not self.profile_repeat:
+            return None
+        return (self.profile_wait + self.profile_warmup + self.profile_active) * self.profile_repeat
+
+
+class Flags(NamedTuple):
+    """All flags of one run, one dataclass per group, each built once."""
+
+    model: ModelArguments
+    data: DataTrainingArguments
+    training: QATrainingArguments
+    speed: SpeedArguments
+    observe: ObservabilityArguments
+
+
+FLAG_GROUPS = (ModelArguments, DataTrainingArguments, QATrainingArguments, SpeedArguments, ObservabilityArguments)

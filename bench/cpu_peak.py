@@ -1,0 +1,89 @@
+#!/usr/bin/env python
+"""The practical fp32 matmul limit of this CPU: achieved FLOP/s of large torch.mm on all torch threads.
+
+There is no peak table for CPUs (run_qa.py prints MFU=n/a there), and a datasheet peak assumes
+clocks and vector units a 2-core VM or a shared node never gives. The figure a training run can
+be held against is what the same torch build reaches on a big square fp32 GEMM on the same
+machine: training BERT is mostly such GEMMs. So: warm up, time several multiplications, take
+the median (robust to a noisy neighbour), count 2*n^3 FLOPs each.
+
+    python -m bench.cpu_peak                      # CPU_PEAK_TFLOPS=... line
+    python -m bench.cpu_peak --json_out peak.json --size 4096 --repeats 7
+
+bench/side_by_side.py --peak_tflops takes the figure and adds a "fraction of CPU fp32 peak" row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+
+def time_matmul(n: int, repeats: int, warmup: int) -> list[float]:
+    """Seconds of each of `repeats` (n x n) @ (n x n) fp32 products, after `warmup` untimed ones."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=gen, dtype=torch.float32)
+    b = torch.randn(n, n, generator=gen, dtype=torch.float32)
+    out = torch.empty(n, n, dtype=torch.float32)  # reused: timing the GEMM, not the allocator
+    for _ in range(warmup):
+        torch.mm(a, b, out=out)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=out)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def measure(n: int, repeats: int, warmup: int) -> dict:
+    times = time_matmul(n, repeats, warmup)
+    median = statistics.median(times)
+    flop = 2.0 * n**3
+    return {
+        "cpu_peak_tflops": flop / median / 1e12,
+        "best_tflops": flop / min(times) / 1e12,
+        "median_s": median,
+        "times_s": times,
+        "size": n,
+        "repeats": repeats,
+        "warmup": warmup,
+        "threads": torch.get_num_threads(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch": torch.__version__,
+        "cpu": platform.processor() or platform.machine(),
+        "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=4096, help="matrix side (default 4096: 137 GFLOP a product)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's, i.e. all cores)")
+    parser.add_argument("--json_out", default=None)
+    args = parser.parse_args(argv)
+    if args.size < 1 or args.repeats < 1 or args.warmup < 0:
+        parser.error("--size and --repeats must be >= 1, --warmup >= 0")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = measure(args.size, args.repeats, args.warmup)
+    print(f"CPU_PEAK size={result['size']} threads={result['threads']} median_s={result['median_s']:.4f} "
+          f"best_tflops={result['best_tflops']:.4f} load_avg={result['load_avg']}")
+    print(f"CPU_PEAK_TFLOPS={result['cpu_peak_tflops']:.4f}")
+    if args.json_out:
+        with open(args.json_out, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=2)
+        print(f"wrote {args.json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

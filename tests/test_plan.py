@@ -1,0 +1,221 @@
+"""The settings plan for every device, decided on a CPU from made-up device facts.
+
+Each row of the tables below is one combination with its expected outcome, written from the
+rules in README ("How precision is chosen") and qa_hpc/settings/plan.py's docstring:
+  1. --precision X, or HF's --bf16/--fp16 (must agree with each other);
+  2. accelerate's mixed_precision (ACCELERATE_MIXED_PRECISION; "no" = fp32);
+  3. auto: bf16 on compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU;
+  fp16 refused on CPU, bf16 refused below 8.0 (torch only emulates it there).
+Threads: --num_threads, else OMP_NUM_THREADS (not torchrun's default 1), else CPUs / processes on the node.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from qa_hpc.settings.plan import DeviceFacts, PlanError, Request, decide
+
+GPUS = {"A100": (8, 0), "H100": (9, 0), "V100": (7, 0), "T4": (7, 5), "CPU": None}
+
+
+def facts(device: str, ranks: int = 1, cpus: int = 32, omp: int | None = None, accelerate: str | None = None,
+          launcher: str | None = None, gpus_visible: int | None = None, asked: str | None = None) -> DeviceFacts:
+    capability = GPUS[device]
+    cuda = capability is not None
+    return DeviceFacts(
+        cuda_available=cuda, gpu_count=(gpus_visible or 1) if cuda else 0, capability=capability,
+        gpu_name=f"NVIDIA {device}" if cuda else None, cpus=cpus, world_size=ranks, local_world_size=ranks,
+        launcher=launcher or ("accelerate" if accelerate else "torchrun" if ranks > 1 else "python"),
+        omp_num_threads=omp, accelerate_mixed_precision=accelerate, gpus_requested=asked,
+        torch_version="2.13.0", torch_cuda="13.0" if cuda else None,
+    )
+
+
+# device | --precision | HF flag | accelerate mixed_precision | expected precision, or "!" + words of the refusal
+PRECISION_TABLE = """
+A100  auto  -     -     bf16
+H100  auto  -     -     bf16
+V100  auto  -     -     fp16
+T4    auto  -     -     fp16
+CPU   auto  -     -     fp32
+A100  fp32  -     -     fp32
+H100  fp32  -     -     fp32
+V100  fp32  -     -     fp32
+T4    fp32  -     -     fp32
+CPU   fp32  -     -     fp32
+A100  fp16  -     -     fp16
+V100  fp16  -     -     fp16
+T4    fp16  -     -     fp16
+CPU   fp16  -     -     !not supported on CPU
+A100  bf16  -     -     bf16
+H100  bf16  -     -     bf16
+V100  bf16  -     -     !compute capability 8.0
+T4    bf16  -     -     !compute capability 8.0
+CPU   bf16  -     -     bf16
+A100  auto  bf16  -     bf16
+A100  auto  fp16  -     fp16
+V100  auto  fp16  -     fp16
+V100  auto  bf16  -     !compute capability 8.0
+T4    auto  bf16  -     !compute capability 8.0
+CPU   auto  bf16  -     bf16
+CPU   auto  fp16  -     !not supported on CPU
+A100  fp32  bf16  -     !contradicts --bf16
+A100  fp16  bf16  -     !contradicts --bf16
+A100  bf16  fp16  -     !contradicts --fp16
+A100  bf16  bf16  -     bf16
+V100  fp16  fp16  -     fp16
+A100  auto  -     no    fp32
+A100  auto  -     fp16  fp16
+A100  auto  -     bf16  bf16
+H100  auto  -     no    fp32
+V100  auto  -     no    fp32
+V100  auto  -     fp16  fp16
+V100  auto  -     bf16  !compute capability 8.0
+T4    auto  -     fp16  fp16
+CPU   auto  -     no    fp32
+CPU   auto  -     fp16  !not supported on CPU
+CPU   auto  -     bf16  bf16
+A100  auto  -     fp8   !not supported here
+A100  fp32  -     bf16  fp32
+A100  bf16  -     no    bf16
+V100  fp32  -     fp16  fp32
+A100  auto  fp16  bf16  fp16
+A100  auto  bf16  no    bf16
+CPU   fp32  -     bf16  fp32
+"""
+
+
+def _rows(table: str, columns: int) -> list[list[str]]:
+    """Whitespace-separated columns; the last one keeps its spaces (a refusal's words)."""
+    return [line.split(None, columns - 1) for line in table.strip().splitlines()]
+
+
+@pytest.mark.parametrize("ranks", [1, 4])
+@pytest.mark.parametrize("device, precision, hf, accelerate, want", _rows(PRECISION_TABLE, 5))
+def test_precision_for_every_device(device, precision, hf, accelerate, want, ranks):
+    request = Request(precision=precision, hf_bf16=hf == "bf16", hf_fp16=hf == "fp16")
+    device_facts = facts(device, ranks=ranks, accelerate=None if accelerate == "-" else accelerate)
+    if want.startswith("!"):
+        with pytest.raises(PlanError, match=want[1:]):
+            decide(request, device_facts)
+    else:
+        plan = decide(request, device_facts)
+        assert plan.precision == want
+        fields = plan.training_fields(None)
+        assert (fields["bf16"], fields["fp16"]) == (want == "bf16", want == "fp16")
+
+
+# device | --tf32 | --speed_defaults | expected TF32, or "!" + refusal
+TF32_TABLE = """
+A100  -      true   on
+H100  -      true   on
+V100  -      true   off
+T4    -      true   off
+CPU   -      true   off
+A100  -      false  off
+A100  false  true   off
+A100  true   false  on
+V100  true   true   !compute capability 8.0
+CPU   true   true   !compute capability 8.0
+CPU   false  true   off
+"""
+
+
+@pytest.mark.parametrize("device, tf32, defaults, want", _rows(TF32_TABLE, 4))
+def test_tf32_for_every_device(device, tf32, defaults, want):
+    request = Request(tf32=None if tf32 == "-" else tf32 == "true", speed_defaults=defaults == "true")
+    if want.startswith("!"):
+        with pytest.raises(PlanError, match=want[1:]):
+            decide(request, facts(device))
+        return
+    plan = decide(request, facts(device))
+    assert plan.tf32 == (want == "on")
+    # TrainingArguments gets tf32 only where it means something (it refuses True off Ampere)
+    given = None if tf32 == "-" else tf32 == "true"
+    assert plan.training_fields(given)["tf32"] == (plan.tf32 if device != "CPU" else given)
+
+
+# device | CPUs | processes on the node | OMP_NUM_THREADS | launcher | --num_threads | threads | workers
+THREADS_TABLE = """
+CPU   2    1  -   python    0  2   0
+CPU   32   1  -   python    0  32  0
+CPU   32   4  -   torchrun  0  8   0
+CPU   32   4  1   torchrun  0  8   0
+CPU   32   1  1   python    0  1   0
+CPU   32   4  2   torchrun  0  2   0
+CPU   32   4  -   torchrun  3  3   0
+CPU   32   1  12  python    0  12  0
+A100  32   1  -   python    0  32  4
+A100  32   4  -   torchrun  0  8   4
+A100  8    4  -   torchrun  0  2   1
+A100  4    4  -   torchrun  0  1   0
+H100  16   1  -   python    0  16  4
+H100  32   4  1   torchrun  0  8   4
+V100  32   4  32  torchrun  0  32  4
+"""
+
+
+@pytest.mark.parametrize("device, cpus, ranks, omp, launcher, asked, threads, workers", _rows(THREADS_TABLE, 8))
+def test_threads_and_workers(device, cpus, ranks, omp, launcher, asked, threads, workers):
+    plan = decide(Request(num_threads=int(asked)),
+                  facts(device, ranks=int(ranks), cpus=int(cpus), omp=None if omp == "-" else int(omp),
+                        launcher=launcher))
+    assert (plan.threads, plan.dataloader_num_workers) == (int(threads), int(workers))
+
+
+def test_workers_as_asked_and_without_speed_defaults():
+    assert decide(Request(dataloader_num_workers=2), facts("CPU")).dataloader_num_workers == 2
+    assert decide(Request(dataloader_num_workers=6), facts("A100")).dataloader_num_workers == 6
+    assert decide(Request(speed_defaults=False), facts("A100")).dataloader_num_workers == 0
+
+
+def test_a_gpu_job_whose_torch_sees_no_gpu_is_refused():
+    with pytest.raises(PlanError) as err:
+        decide(Request(), facts("CPU", asked="CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0"))
+    message = str(err.value)
+    for words in ("asked for a GPU (CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0)", "torch 2.13.0",
+                  "CPU-only build", "torch.cuda.is_available()=False", "--use_cpu"):
+        assert words in message
+    # on the CPU on purpose: fine
+    assert decide(Request(use_cpu=True), facts("CPU", asked="CUDA_VISIBLE_DEVICES=0")).device == "cpu"
+
+
+def test_one_process_on_several_gpus_is_refused_naming_torchrun():
+    with pytest.raises(PlanError, match=r"torchrun --nproc_per_node=4"):
+        decide(Request(), facts("A100", gpus_visible=4))
+    assert decide(Request(), facts("A100", ranks=4, gpus_visible=4)).world_size == 4
+    assert decide(Request(use_cpu=True), facts("A100", gpus_visible=4)).device == "cpu"
+
+
+@pytest.mark.parametrize("device, ranks, every", [("A100", 1, 1), ("A100", 8, 10), ("CPU", 1, 1), ("CPU", 4, 1)])
+def test_preemption_votes_sparsely_only_where_a_vote_syncs_a_gpu(device, ranks, every):
+    assert decide(Request(), facts(device, ranks=ranks)).stop_vote_every == every
+
+
+def test_reporting_tensorboard_is_ours_and_profile_dir():
+    plan = decide(Request(report_to=("tensorboard", "wandb"), output_dir="o", profile=True), facts("CPU"))
+    assert plan.tensorboard and plan.report_to == ("wandb",) and plan.profile_dir == "o/profiler"
+    fields = plan.training_fields(None)
+    assert fields["report_to"] == ["wandb"] and fields["use_cpu"] is True
+    off = decide(Request(report_to=()), facts("A100"))
+    assert not off.tensorboard and off.profile_dir is None and off.training_fields(None)["use_cpu"] is False
+
+
+def test_plan_log_line_names_every_decision():
+    line = decide(Request(), facts("H100", ranks=4)).log_line()
+    for part in ("PLAN device=cuda(NVIDIA H100)", "precision=bf16 (auto: GPU sm_90 has bf16)", "tf32=on",
+                 "threads=8", "dataloader_workers=4", "world_size=4", "launcher=torchrun", "stop_vote_every=10"):
+        assert part in line
+
+
+@pytest.mark.parametrize("precision, accelerate_env, want", [
+    ("fp32", "bf16", {"ACCELERATE_MIXED_PRECISION": "no"}),
+    ("auto", "fp16", {"ACCELERATE_MIXED_PRECISION": "fp16"}),
+    ("bf16", "no", {"ACCELERATE_MIXED_PRECISION": "bf16"}),
+    ("auto", None, {}),  # not under accelerate: nothing to align
+])
+def test_accelerates_variable_is_aligned_with_the_plan(precision, accelerate_env, want):
+    """TrainingArguments reads ACCELERATE_MIXED_PRECISION when --bf16/--fp16 are off: it must say the plan's precision."""
+    plan = decide(Request(precision=precision), facts("A100", accelerate=accelerate_env))
+    env = {} if accelerate_env is None else {"ACCELERATE_MIXED_PRECISION": accelerate_env}
+    assert plan.environment(env) == want
