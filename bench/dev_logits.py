@@ -58,11 +58,42 @@ def cache_path(args: argparse.Namespace) -> str:
     return os.path.join(args.cache_dir, f"dev_logits_{hashlib.sha256(key.encode()).hexdigest()[:16]}.pkl")
 
 
+def _model_logits(args: argparse.Namespace, model_path: str, feats: Any, input_ids: list, lengths: np.ndarray,
+                  start: np.ndarray, end: np.ndarray) -> None:
+    """A real forward pass, longest features first in batches padded to a multiple of 8; fills start/end."""
+    import torch
+    from transformers import AutoModelForQuestionAnswering
+
+    torch.manual_seed(args.seed)  # the QA head of a non-QA checkpoint is initialised at random
+    model = AutoModelForQuestionAnswering.from_pretrained(model_path).eval()
+    token_type = feats["token_type_ids"][:] if "token_type_ids" in feats.column_names else None
+    order = np.argsort(-lengths, kind="stable")
+    dtype = {"fp32": None, "bf16": torch.bfloat16}[args.dtype]
+    t0, n = time.perf_counter(), len(input_ids)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
+        for b in range(0, n, args.batch_size):
+            idx = order[b : b + args.batch_size]
+            w = int(-(-lengths[idx].max() // 8) * 8)
+            ids = torch.zeros((len(idx), w), dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            tt = torch.zeros_like(ids)
+            for r, i in enumerate(idx):
+                L = lengths[i]
+                ids[r, :L] = torch.tensor(input_ids[i])
+                mask[r, :L] = 1
+                if token_type is not None:
+                    tt[r, :L] = torch.tensor(token_type[i])
+            out = model(input_ids=ids, attention_mask=mask, token_type_ids=tt)
+            start[idx, :w] = out.start_logits.float().numpy()
+            end[idx, :w] = out.end_logits.float().numpy()
+            if b // args.batch_size % 20 == 0:
+                logger.info("forward %d/%d features (%.0f s)", b + len(idx), n, time.perf_counter() - t0)
+
+
 def build(args: argparse.Namespace) -> DevEval:
     """Featurize the file and produce logits (model forward or random)."""
     import datasets
-    import torch
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from qa_hpc.model import resolve_model_path
     from qa_hpc.data.squad_io import load_qa_records
@@ -92,29 +123,7 @@ def build(args: argparse.Namespace) -> DevEval:
             end[i, :w] = rng.normal(size=w)
         source = f"random:{args.seed}"
     else:
-        torch.manual_seed(args.seed)  # the QA head of a non-QA checkpoint is initialised at random
-        model = AutoModelForQuestionAnswering.from_pretrained(model_path).eval()
-        token_type = feats["token_type_ids"][:] if "token_type_ids" in feats.column_names else None
-        order = np.argsort(-lengths, kind="stable")
-        dtype = {"fp32": None, "bf16": torch.bfloat16}[args.dtype]
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
-            for b in range(0, n, args.batch_size):
-                idx = order[b : b + args.batch_size]
-                w = int(-(-lengths[idx].max() // 8) * 8)
-                ids = torch.zeros((len(idx), w), dtype=torch.long)
-                mask = torch.zeros_like(ids)
-                tt = torch.zeros_like(ids)
-                for r, i in enumerate(idx):
-                    L = lengths[i]
-                    ids[r, :L] = torch.tensor(input_ids[i])
-                    mask[r, :L] = 1
-                    if token_type is not None:
-                        tt[r, :L] = torch.tensor(token_type[i])
-                out = model(input_ids=ids, attention_mask=mask, token_type_ids=tt)
-                start[idx, :w] = out.start_logits.float().numpy()
-                end[idx, :w] = out.end_logits.float().numpy()
-                if b // args.batch_size % 20 == 0:
-                    logger.info("forward %d/%d features (%.0f s)", b + len(idx), n, time.perf_counter() - t0)
+        _model_logits(args, model_path, feats, input_ids, lengths, start, end)
         source = f"model:{model_path}:{args.dtype}"
     return DevEval(
         examples={"id": [r["id"] for r in records], "context": [r["context"] for r in records]},

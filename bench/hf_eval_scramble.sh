@@ -18,23 +18,16 @@
 # default 200), EVAL_N (100), WORKDIR, PY, SQUAD_DIR, HF_DIR. Needs HF's script (../shared/peers/hf_run_qa).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO=$PWD
-die() { echo "ERROR: $*" >&2; exit 2; }
+# shellcheck source=common.sh
+source bench/common.sh
 
-PY=${PY:-$REPO/.venv/bin/python}
-[[ $PY == /* ]] || PY=$REPO/$PY
-SQUAD_DIR=$(realpath -m "${SQUAD_DIR:-$REPO/../shared/data/squad-v1.1}")
 HF_DIR=$(realpath -m "${HF_DIR:-$REPO/../shared/peers/hf_run_qa}")
-TRAIN_FILE=$SQUAD_DIR/train-v1.1.first44articles.json
-DEV_FILE=$SQUAD_DIR/dev-v1.1.json
 TRAIN_N=${TRAIN_N:-200}
 EVAL_N=${EVAL_N:-100}
 WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/hf_eval_scramble_${EVAL_N}}")
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
 
-for f in "$TRAIN_FILE" "$DEV_FILE"; do
-	[ -f "$f" ] || die "no $f: the real SQuAD v1.1 files are expected in ../shared/data/squad-v1.1 beside the checkout (or SQUAD_DIR=...)"
-done
+require_squad
 [ -f "$HF_DIR/run_qa.py" ] || die "no $HF_DIR/run_qa.py: HF's example is expected in ../shared/peers/hf_run_qa (or HF_DIR=...)"
 mkdir -p "$WORKDIR/data"
 common="--max_seq_length 384 --doc_stride 128 --seed 42 --report_to none --disable_tqdm true"

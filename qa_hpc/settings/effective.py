@@ -42,7 +42,8 @@ class Effective:
     def log_line(self, rank: int) -> str:
         """One line per rank: threads and devices can differ between nodes."""
         return (
-            f"EFFECTIVE rank={rank} precision={self.precision} tf32={'on' if self.tf32 else 'off'} param_dtype={self.param_dtype} "
+            f"EFFECTIVE rank={rank} precision={self.precision} tf32={'on' if self.tf32 else 'off'} "
+            f"param_dtype={self.param_dtype} "
             f"threads={self.threads} dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} "
             f"device={self.device} device_name={self.device_name.replace(' ', '_')} optim={self.optim} "
             f"attn={self.attn_implementation} torch_compile={self.torch_compile} postprocess={self.postprocess}"
