@@ -2,23 +2,27 @@
 
 The full disk is real: run_qa.py runs under a file-size limit (RLIMIT_FSIZE; Python
 ignores SIGXFSZ, so writes past it fail with EFBIG exactly as ENOSPC would), so the
-Trainer's checkpoint save fails inside safetensors / torch.save.
+Trainer's checkpoint save fails inside safetensors / torch.save. The out-of-memory is
+real too: run_qa.py runs under an address-space limit (RLIMIT_AS, `ulimit -v`) just above
+what the same run needs with a small batch, and is given a batch far larger than that margin.
 """
 
 from __future__ import annotations
 
-import json
-
 import errno
+import json
 import os
+import re
 import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from qa_hpc.reliability.atomic_io import OutputError
-from fixtures.runqa import files_under, run_qa, tiny_flags
+from fixtures.runqa import REPO, RUN_QA, files_under, qa_env, run_qa, tiny_flags
 from qa_hpc.reliability.exit_codes import EXIT_IOERR, EXIT_OOM
 from qa_hpc.reliability.errors import (
     BatchContext,
@@ -39,6 +43,7 @@ def _file_size_limit(nbytes: int):
     return apply
 
 
+@pytest.mark.e2e
 def test_disk_full_while_saving_a_checkpoint(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = [*tiny_flags(tiny_bert, out), "--do_train", "--do_eval", "--train_file", str(demo_files["train"]),
@@ -58,6 +63,7 @@ def test_disk_full_while_saving_a_checkpoint(tiny_bert: Path, demo_files: dict[s
     assert "File too large" in summary["error"] and "checkpoint-2" in summary["error"]
 
 
+@pytest.mark.e2e
 def test_unwritable_output_dir_fails_before_the_model_loads(
     tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -92,6 +98,72 @@ def test_write_failure_names_the_reason_from_rust_and_torch_errors(tmp_path: Pat
     assert "MiB free" in str(err) and "--save_total_limit" in str(err)
     # an error with no errno on a writable disk is not a write failure: left to the traceback
     assert write_failure(RuntimeError("shape mismatch"), str(tmp_path / "checkpoint-7")) is None
+
+
+# run_qa.py as `python run_qa.py ARGS`, printing the process's peak address space (VmPeak) on exit
+VMPEAK_WRAPPER = """import atexit, runpy, sys
+def peak():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmPeak:'):
+            print('VMPEAK_KB=' + line.split()[1], file=sys.stderr, flush=True)
+atexit.register(peak)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+MARGIN = 512 << 20  # address space allowed beyond the small-batch run's peak
+
+
+def _address_space_limit(nbytes: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
+
+    return apply
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmPeak is read from /proc (Linux)")
+def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tiny_bert: Path,
+                                                                            tmp_path: Path) -> None:
+    """A batch that cannot fit: exit 3, one ERROR line with the batch size and what to lower, no traceback.
+
+    80 generated questions make 160 features at --max_seq_length 512 (padded to it); a batch of 160 holds
+    them all. With eager attention each layer keeps 160 x 2 heads x 512 x 512 fp32 scores for backward:
+    160*2*512*512*4 B = 320 MiB per tensor, and scores, probabilities and dropout output per layer, two
+    layers: about 1.9 GiB, nearly 4x the margin. A batch of 2 needs 1/80 of that (24 MiB), well inside it.
+    """
+    from qa_hpc.tools.make_demo_data import generate_squad
+
+    train = tmp_path / "train.json"
+    train.write_text(json.dumps(generate_squad(80, seed=1)))
+    # fewer glibc arenas: less address space reserved per thread, less noise; the checkout on the path, as
+    # `python run_qa.py` has it (the wrapper runs the script by path)
+    env = qa_env(MALLOC_ARENA_MAX="2", PYTHONPATH=str(REPO))
+
+    def run(batch: int, out: str, limit: int | None = None):
+        args = [RUN_QA, "--model_name_or_path", str(tiny_bert), "--train_file", str(train), "--do_train",
+                "--output_dir", str(tmp_path / out), "--max_seq_length", "512", "--doc_stride", "128",
+                "--pad_to_max_length", "--attn_implementation", "eager", "--max_steps", "1",
+                "--per_device_train_batch_size", str(batch), "--report_to", "none", "--save_strategy", "no",
+                "--features_cache_dir", str(tmp_path / "cache"), "--disable_tqdm", "true"]
+        return subprocess.run([sys.executable, "-c", VMPEAK_WRAPPER, *args], capture_output=True, text=True,
+                              timeout=300, env=env, cwd=str(tmp_path),
+                              preexec_fn=_address_space_limit(limit) if limit else None)
+
+    small = run(2, "small")
+    assert small.returncode == 0, small.stdout[-2000:] + small.stderr[-3000:]
+    assert "TOKENS split=train features=160 " in small.stdout + small.stderr
+    peak = int(re.search(r"^VMPEAK_KB=(\d+)$", small.stderr, re.M).group(1)) * 1024
+    big = run(160, "big", peak + MARGIN)
+    errors = [ln for ln in big.stderr.splitlines() if ln.startswith("ERROR: ")]
+    assert big.returncode == EXIT_OOM, f"exit {big.returncode}, small-batch peak {peak >> 20} MiB:\n" + big.stderr[-3000:]
+    assert len(errors) == 1, big.stderr[-3000:]
+    assert errors[0].startswith(
+        "ERROR: out of memory on cpu during train with --per_device_train_batch_size 160 "
+        "--gradient_accumulation_steps 1 --max_seq_length 512; try --per_device_train_batch_size 80 "
+        "--gradient_accumulation_steps 2 (same effective batch of 160 per device)"), errors[0]
+    assert "Traceback" not in big.stderr
+    summary = json.loads((tmp_path / "big" / "run_summary.json").read_text())
+    assert (summary["status"], summary["exit_code"]) == ("failed", EXIT_OOM)
 
 
 def _allocate_too_much() -> None:

@@ -50,11 +50,17 @@ class BatchContext:
     device: str
 
 
+# torch's CPU allocator reports a failed allocation as a plain RuntimeError, not OutOfMemoryError
+CPU_ALLOCATOR_FAILED = "DefaultCPUAllocator: can't allocate memory"
+
+
 def is_out_of_memory(err: BaseException) -> bool:
-    """True for torch's OutOfMemoryError (CUDA and other accelerators) and Python's MemoryError."""
+    """True for torch's OutOfMemoryError (CUDA and other accelerators), its CPU allocator's failure and MemoryError."""
     import torch
 
-    return isinstance(err, (torch.OutOfMemoryError, MemoryError))
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(err, RuntimeError) and CPU_ALLOCATOR_FAILED in str(err)
 
 
 def oom_message(err: BaseException, phase: str, ctx: BatchContext) -> str:
