@@ -13,13 +13,13 @@ variables SLURM sets, so run_summary.json records them as it would under SLURM.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from conftest import REPO
+from fixtures.procs import offline_env
 
 TIMEOUT = 400
 COMMON = [
@@ -68,11 +68,7 @@ class TinyRun:
 
 
 def _env(job_name: str, job_id: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1",
-               SLURM_JOB_ID=job_id, SLURM_JOB_NAME=job_name)
-    env.pop("ACCELERATE_USE_CPU", None)
-    return env
+    return offline_env(SLURM_JOB_ID=job_id, SLURM_JOB_NAME=job_name, ACCELERATE_USE_CPU=None)
 
 
 def _broken_train_file(good: Path, dest: Path) -> Path:

@@ -8,17 +8,17 @@ train subset, 1 epoch) scored on the first 200 official dev questions. 600 quest
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 from conftest import REPO, shared_squad_file
+from fixtures.procs import offline_env
 
 pytestmark = pytest.mark.slow
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = offline_env(OMP_NUM_THREADS=None)  # all cores: these runs take minutes
 
 
 def _run(*args: str) -> None:

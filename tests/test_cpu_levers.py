@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, skip_or_fail
 from test_launchers import demo_env, run
 
 REPORT = """import os
@@ -66,7 +66,7 @@ def child_env(log: str) -> dict[str, str]:
 def test_jemalloc_is_preloaded_into_the_training_process(tiny_bert: Path, tmp_path: Path, demo_data: Path):
     lib = find_jemalloc()
     if not lib:
-        pytest.skip("libjemalloc not installed (Debian: apt-get install -y libjemalloc2)")
+        skip_or_fail("libjemalloc not installed (Debian: apt-get install -y libjemalloc2)")
     rc, log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_ALLOCATOR="jemalloc", QA_CPU_AFFINITY="0")
     assert rc == 0, log[-3000:]
     assert f"CPU_LEVERS allocator=jemalloc({lib}) affinity=off" in log

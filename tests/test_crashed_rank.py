@@ -16,17 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.procs import free_port
 from fixtures.runqa import PYTHON, REPO, LoggedProcess, tiny_flags
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="signals and torchrun on POSIX")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.name != "posix", reason="signals and torchrun on POSIX")]
 
 
 def _start(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path, *extra: str) -> LoggedProcess:
@@ -35,7 +28,7 @@ def _start(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path, *extra:
         "--max_train_samples", "8", "--per_device_train_batch_size", "4", "--num_train_epochs", "200",
         "--logging_steps", "1", "--save_strategy", "no", *extra,
     ]
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(REPO / "run_qa.py"), *flags]
     return LoggedProcess(cmd, tmp_path / "torchrun.log")
 

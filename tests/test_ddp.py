@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,22 +19,14 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, minilm_dir
+from fixtures.procs import free_port, offline_env
 
 MAX_LEN, STRIDE, BATCH = 128, 32, 4
 TIMEOUT = 300
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
-    env.pop("ACCELERATE_USE_CPU", None)
-    return env
+    return offline_env(ACCELERATE_USE_CPU=None)
 
 
 def qa_args(model: Path, files: dict[str, Path], out: Path, *, train: bool) -> list[str]:

@@ -1,48 +1,56 @@
-"""The launchers as a user runs them, without SLURM: setup_bert.sh, job_ft3.sh, accelerate launch.
+"""The launchers as a user runs them, without SLURM: setup_bert.sh, job_ft3.sh, job_cpu.sh, accelerate launch,
+and scripts/start_tensorboard.sh serving a real run to TensorBoard's HTTP API on the loopback.
 
-All offline (no hub here): setup_bert.sh must still finish and leave the offline demo ready;
-job_ft3.sh must fall back to the offline demo, say so loudly, and exit with the run's status.
-Tiny overrides (tiny random BERT, a few generated questions) keep each run to seconds.
+All offline (the hub is a closed or a recording port on 127.0.0.1): setup_bert.sh must try the hub, still
+finish and leave the offline demo ready; the job scripts must fall back to the offline demo, say so loudly,
+and exit with the run's status. Tiny overrides (tiny random BERT, a few generated questions) keep each run
+to seconds.
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import shutil
-import socket
+import signal
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
+from fixtures.procs import free_port, offline_env
+from observe_runs import ok_run
 
 TIMEOUT = 300
-NO_SLURM = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_CPUS_PER_TASK", "SLURM_SUBMIT_DIR", "SLURM_JOB_NODELIST")
 
 
-def base_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in NO_SLURM}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
-    env.update(extra)
-    return env
+def base_env(**extra: str | None) -> dict[str, str]:
+    return offline_env(**extra)
 
 
-def demo_env(tiny_bert: Path, tmp: Path, **extra: str) -> dict[str, str]:
-    return base_env(
-        QA_DEMO_MODEL=str(tiny_bert), QA_DEMO_DATA=str(tmp / "data"), QA_DEMO_TRAIN="16", QA_DEMO_EVAL="9",
-        QA_DEMO_CONTEXT_WORDS="40", QA_DEMO_BATCH="8", QA_MAX_SEQ_LENGTH="128", QA_DOC_STRIDE="32",
-        QA_OUTPUT_DIR=str(tmp / "out"), QA_REPORT_TO="none", QA_LOG_DIR=str(tmp / "logs"), **extra,
-    )
+def demo_env(tiny_bert: Path, tmp: Path, **extra: str | None) -> dict[str, str]:
+    return base_env(**{
+        "QA_DEMO_MODEL": str(tiny_bert), "QA_DEMO_DATA": str(tmp / "data"), "QA_DEMO_TRAIN": "16",
+        "QA_DEMO_EVAL": "9", "QA_DEMO_CONTEXT_WORDS": "40", "QA_DEMO_BATCH": "8", "QA_MAX_SEQ_LENGTH": "128",
+        "QA_DOC_STRIDE": "32", "QA_OUTPUT_DIR": str(tmp / "out"), "QA_REPORT_TO": "none",
+        "QA_LOG_DIR": str(tmp / "logs"), **extra,
+    })
 
 
 def run(cmd: list[str], env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
 
 
+@pytest.mark.e2e
 def test_job_ft3_falls_back_to_the_offline_demo_and_labels_it(tiny_bert: Path, tmp_path: Path):
     proc = run(["bash", str(REPO / "job_ft3.sh"), "--max_eval_samples", "5"], demo_env(tiny_bert, tmp_path))
     log = proc.stdout + proc.stderr
@@ -67,6 +75,7 @@ def test_job_ft3_falls_back_to_the_offline_demo_and_labels_it(tiny_bert: Path, t
     assert len(logs) == 1 and "RUN_MODE=offline_demo" in logs[0].read_text()
 
 
+@pytest.mark.e2e
 def test_job_ft3_exits_with_the_run_status(tiny_bert: Path, tmp_path: Path):
     proc = run(["bash", str(REPO / "job_ft3.sh"), "--no_such_flag", "1"], demo_env(tiny_bert, tmp_path))
     log = proc.stdout + proc.stderr
@@ -74,28 +83,156 @@ def test_job_ft3_exits_with_the_run_status(tiny_bert: Path, tmp_path: Path):
     assert "JOB_EXIT_CODE=2" in log and not re.search(r"^WALL_CLOCK_SECONDS=", log, re.M)
 
 
-def test_setup_bert_offline_finishes_ready_for_the_demo(tmp_path: Path):
-    """A copy of the checkout with no network: setup finishes, twice, and says what it got."""
+class _RecordingHub(http.server.BaseHTTPRequestHandler):
+    """A hub on the loopback that is down: records each request's path and answers 503."""
+
+    seen: list[str]
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.seen.append(self.path)
+        self.send_error(503, "hub down (test)")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _checkout_copy(tmp_path: Path) -> Path:
+    """A copy of the checkout without data, caches and outputs; the project's venv linked in (pip is CI's)."""
     work = tmp_path / "checkout"
     keep = shutil.ignore_patterns(".git", ".venv", "hf_cache", "outputs", "logs", "runs", "data", "__pycache__")
     shutil.copytree(REPO, work, ignore=keep)
-    (work / ".venv").symlink_to(REPO / ".venv")  # the project's venv (pip is not under test here)
-    env = base_env(QA_SKIP_PIP="1", QA_DEMO_TRAIN="20", QA_DEMO_EVAL="5")
+    (work / ".venv").symlink_to(REPO / ".venv")
+    return work
+
+
+@pytest.mark.e2e
+def test_setup_bert_without_trying_the_hub_finishes_ready_for_the_demo(tmp_path: Path):
+    """QA_SKIP_PREFETCH=1 (no hub here): setup only checks the cache, finishes, twice, and says what it got."""
+    work = _checkout_copy(tmp_path)
+    env = base_env(QA_SKIP_PIP="1", QA_SKIP_PREFETCH="1", QA_DEMO_TRAIN="20", QA_DEMO_EVAL="5")
     for attempt in (1, 2):
         proc = run(["bash", "setup_bert.sh"], env, cwd=work)
         log = proc.stdout + proc.stderr
         assert proc.returncode == 0, log[-3000:]
-        assert "HUB_REACHABLE=0" in log and "SETUP_READY=offline_demo" in log
+        assert "MISSING model=bert-base-uncased" in log and "SETUP_READY=offline_demo" in log
+        assert "prefetching" not in log and "HUB_REACHABLE" not in log
     assert "demo data in data/demo" in log  # the second run kept what the first made
     for name in ("train.json", "validation.json"):
         assert (work / "data" / "demo" / name).is_file()
     assert (work / "logs").is_dir() and (work / "hf_cache").is_dir()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@pytest.mark.e2e
+def test_setup_bert_online_tries_the_hub_and_falls_back_cleanly(tmp_path: Path):
+    """The login-node branch: not offline, it asks the hub for the model; the hub is down, so it says so,
+    reports what is missing and still ends ready for the offline demo (exit 0)."""
+    work = _checkout_copy(tmp_path)
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Hub", (_RecordingHub,), {"seen": []}))
+    seen = hub.RequestHandlerClass.seen
+    server = threading.Thread(target=hub.serve_forever, daemon=True)
+    server.start()
+    try:
+        env = base_env(QA_SKIP_PIP="1", QA_DEMO_TRAIN="20", QA_DEMO_EVAL="5", HF_HUB_OFFLINE=None,
+                       HF_DATASETS_OFFLINE=None, TRANSFORMERS_OFFLINE=None,
+                       HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}")
+        proc = run(["bash", "setup_bert.sh"], env, cwd=work)
+    finally:
+        hub.shutdown()
+        hub.server_close()
+        server.join(timeout=10)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert "prefetching bert-base-uncased + squad" in log
+    assert seen == ["/api/models/bert-base-uncased"], seen  # it did ask, once, for the model
+    lines = log.splitlines()
+    assert "HUB_REACHABLE=0" in lines
+    assert "MISSING model=bert-base-uncased" in lines and "MISSING dataset=squad" in lines
+    assert "SETUP_READY=offline_demo" in lines and "Traceback" not in log
+    assert (work / "data" / "demo" / "train.json").is_file()
+    assert not list((work / "hf_cache").glob("**/models--*")), "nothing was downloaded"
+
+
+@pytest.mark.e2e
+def test_job_cpu_runs_the_demo_on_the_cpu_with_threads_from_its_cpus(tiny_bert: Path, tmp_path: Path):
+    """bash job_cpu.sh outside Slurm: one fp32 CPU process whose torch threads are the CPUs it may use."""
+    cpus = len(os.sched_getaffinity(0))
+    env = demo_env(tiny_bert, tmp_path, OMP_NUM_THREADS=None, QA_CPU_ALLOCATOR="none", QA_CPU_AFFINITY="0")
+    proc = run(["bash", str(REPO / "job_cpu.sh"), "--max_eval_samples", "5"], env)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    plan = re.search(r"\bPLAN device=.*$", log, re.M)  # a log record: time, rank, logger first
+    assert plan, log[-3000:]
+    assert plan.group(0).startswith(f"PLAN device=cpu precision=fp32 (auto: CPU) tf32=off threads={cpus} "
+                                    f"({cpus} CPUs / 1 process(es) on this node) dataloader_workers=0 "
+                                    "world_size=1 "), plan.group(0)
+    assert re.search(rf"^EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32 threads={cpus} .*device=cpu ",
+                     log, re.M)
+    assert "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=none) affinity=off (QA_CPU_AFFINITY=0)" in log
+    assert "OFFLINE DEMO - NOT THE BASELINE" in log and "RUN_MODE=offline_demo" in log
+    results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    f1 = re.search(r"^eval_f1=(\d+\.\d+)$", log, re.M)
+    assert f1 and float(f1.group(1)) == pytest.approx(results["eval_f1"], abs=1e-4)
+    assert results["eval_examples"] == 5
+    assert re.search(r"^WALL_CLOCK_SECONDS=\d+$", log, re.M)
+    assert re.search(r"JOB_SECONDS=\d+ JOB_EXIT_CODE=0$", log, re.M)
+    logs = list((tmp_path / "logs").glob("bert_squad_cpu-local-*.out"))
+    assert len(logs) == 1 and "RUN_MODE=offline_demo" in logs[0].read_text()
+
+
+def _get(url: str, timeout: float = 5.0):
+    """GET a loopback URL, no proxy; the decoded JSON."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout) as resp:
+        return json.loads(resp.read().decode())
+
+
+@pytest.mark.e2e
+def test_start_tensorboard_serves_a_runs_scalars(tmp_path_factory, tiny_bert: Path, demo_files: dict[str, Path],
+                                                  tmp_path: Path):
+    """scripts/start_tensorboard.sh on a real run's event dir: TensorBoard's HTTP API returns the loss the
+    event file holds (read here with TensorBoard's own reader), on 127.0.0.1 only."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tiny = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
+    logdir = tiny.out_dir / "runs"
+    (run_dir,) = [p for p in logdir.iterdir() if p.is_dir()]
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    expected = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+    assert [s for s, _ in expected] == [3, 6, 9]
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "tensorboard.log"
+    with open(log, "w") as fh:
+        server = subprocess.Popen(["bash", str(REPO / "scripts" / "start_tensorboard.sh"), str(logdir)],
+                                  env=base_env(PORT=str(port), BIND="127.0.0.1"), stdout=fh,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        tags: dict = {}
+        deadline = time.monotonic() + 120
+        while "train/loss" not in tags.get(run_dir.name, {}):  # up, and the run loaded
+            assert server.poll() is None, f"exited {server.returncode}:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no train/loss of {run_dir.name} after 120 s:\n{log.read_text()}"
+            try:
+                tags = _get(f"{base}/data/plugin/scalars/tags")
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        assert _get(f"{base}/data/runs") == [run_dir.name]
+        query = urllib.parse.urlencode({"run": run_dir.name, "tag": "train/loss"})
+        served = _get(f"{base}/data/plugin/scalars/scalars?{query}")  # [[wall_time, step, value], ...]
+        assert [(step, value) for _, step, value in served] == [(s, pytest.approx(v, rel=1e-6)) for s, v in expected]
+        text = log.read_text()
+        assert f"TENSORBOARD_URL=http://127.0.0.1:{port}" in text and "serving 1 event file(s)" in text
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(timeout=20)
 
 
 def accelerate_cmd(config: str, tiny_bert: Path, files: dict[str, Path], out: Path, *extra: str) -> list[str]:
@@ -109,6 +246,7 @@ def accelerate_cmd(config: str, tiny_bert: Path, files: dict[str, Path], out: Pa
     ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("config,world", [("cpu.yaml", 1), ("cpu_multi.yaml", 2)])
 def test_accelerate_launch_cpu_configs(config: str, world: int, tiny_bert: Path, demo_files: dict, tmp_path: Path):
     out = tmp_path / "out"
@@ -146,6 +284,7 @@ def test_accelerate_configs_load_as_intended():
 # --- settings through the launchers: what the user asks for reaches run_qa.py unchanged ------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("qa_precision, want", [("fp32", "fp32"), ("none", "fp32"), ("bf16", "bf16")])
 def test_job_passes_qa_precision_through(tiny_bert: Path, tmp_path: Path, qa_precision: str, want: str):
     """QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what ran."""
@@ -157,6 +296,7 @@ def test_job_passes_qa_precision_through(tiny_bert: Path, tmp_path: Path, qa_pre
     assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
 
 
+@pytest.mark.e2e
 def test_job_flags_win_over_qa_precision_and_bad_values_are_refused(tiny_bert: Path, tmp_path: Path):
     proc = run(["bash", str(REPO / "job_ft3.sh"), "--precision", "fp32", "--max_steps", "1", "--max_eval_samples", "2"],
                demo_env(tiny_bert, tmp_path, QA_PRECISION="bf16"))
@@ -167,6 +307,7 @@ def test_job_flags_win_over_qa_precision_and_bad_values_are_refused(tiny_bert: P
     assert bad.returncode == 2 and "ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32" in bad.stdout + bad.stderr
 
 
+@pytest.mark.e2e
 def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_path: Path):
     """CUDA_VISIBLE_DEVICES names a GPU (as Slurm sets it for --gres=gpu) but torch sees none: exit 2, no training."""
     for script in ("job_ft3.sh", "job_ddp.sh"):
@@ -178,6 +319,7 @@ def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_pa
         assert "'loss'" not in log and "WALL_CLOCK_SECONDS" not in log, script
 
 
+@pytest.mark.e2e
 def test_rendezvous_port_is_the_jobs_own():
     """Two jobs on one node must not meet on one port: the port follows the job id (QA_RDZV_PORT overrides)."""
     def port(**env: str) -> str:
@@ -199,6 +341,7 @@ def accelerate_train(config: str, tiny_bert: Path, files: dict[str, Path], out: 
     ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("launch, run_args, want, reason", [
     ((), (), "fp32", "accelerate mixed_precision=no"),  # cpu.yaml says mixed_precision: 'no'
     (("--mixed_precision", "bf16"), (), "bf16", "accelerate mixed_precision=bf16"),
@@ -214,6 +357,7 @@ def test_accelerate_mixed_precision_is_what_trains(tiny_bert: Path, demo_files: 
     assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
 
 
+@pytest.mark.e2e
 def test_single_gpu_config_keeps_the_gpus_slurm_gave(tmp_path: Path):
     """accelerate's gpu_ids would overwrite CUDA_VISIBLE_DEVICES: the config leaves it as Slurm set it."""
     script = tmp_path / "show.py"

@@ -1,8 +1,8 @@
 """memory.json and the MEMORY_* lines: measured peaks of real runs beside the anatomy estimate.
 
-The estimate is checked against numbers computed here by hand (parameter count of the
-saved model, 16/18 bytes per parameter, the activation formula); the measured figures
-against what the machine allows (RSS below physical memory, every rank present).
+The estimate is checked against numbers worked out by hand in the comments (parameter counts
+of two small BERTs layer by layer, 16/18 bytes per parameter, the activation formula evaluated);
+the measured figures against what the machine allows (RSS below physical memory, every rank present).
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import json
 import psutil
 import pytest
 import torch
-from transformers import AutoModelForQuestionAnswering, BertConfig, BertForQuestionAnswering
+from transformers import BertConfig, BertForQuestionAnswering
 
 from qa_hpc.model import ModelShape
 from qa_hpc.observe.memory import MB, anatomy_estimate, measure_process, optimizer_bytes_per_param
 from observe_runs import ok_run
 
 
+@pytest.mark.e2e
 def test_memory_json_fields_are_present_and_sane(tmp_path_factory, tiny_bert, demo_files):
     run = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
     report = json.loads((run.out_dir / "memory.json").read_text())
@@ -35,20 +36,27 @@ def test_memory_json_fields_are_present_and_sane(tmp_path_factory, tiny_bert, de
         assert report["note"] == "no CUDA device"
         assert report["measured_source"].startswith("cpu peak RSS")
 
-    # the estimate, by hand: parameters of the saved model, fp32 + AdamW = 16 bytes each
-    model = AutoModelForQuestionAnswering.from_pretrained(str(run.out_dir))
-    params = sum(p.numel() for p in model.parameters())
+    # the estimate, by hand, for the tiny BERT of conftest.build_tiny_bert (vocab 30522, h=64, 2 layers,
+    # 2 heads, intermediate 128, 512 positions) at s=128, b=8, fp32 + AdamW:
+    #   embeddings 30522*64 + 512*64 + 2*64 + LayerNorm 2*64                = 1,986,432
+    #   per layer: QKV 3*(64*64+64) + out 64*64+64 + LN 128 + 64*128+128
+    #              + 128*64+64 + LN 128 = 12,480+4,160+128+8,320+8,256+128  =    33,472 (x2 = 66,944)
+    #   qa_outputs 64*2+2                                                   =       130
+    #   params                                                              = 2,053,506
+    #   weights 4 B/param = 8,214,024 B = 7.83 MiB; AdamW 8 B/param = 16,428,048 B = 15.67 MiB
+    #   activations: s*b*h = 128*8*64 = 65,536; per layer 65,536*(66 + 9*2*128/64) = 65,536*102
+    #                = 6,684,672 (x2 = 13,369,344) + embeddings 65,536*9 = 589,824 -> 13,959,168 B = 13.31 MiB
+    #   total 2,053,506*16 + 13,959,168 = 46,815,264 B = 44.65 MiB
     est = report["estimate"]
-    assert est["params"] == params and est["trainable_params"] == params
+    assert est["params"] == est["trainable_params"] == 2_053_506
     assert est["bytes_per_param"] == {"weights": 4, "gradients": 4, "optimizer": 8, "total": 16}
-    assert est["weights_mb"] == round(params * 4 / MB, 1) and est["optimizer_mb"] == round(params * 8 / MB, 1)
-    s, b, h, a, layers = 128, 8, 64, 2, 2
-    activations = layers * s * b * h * (66 + 9 * a * s / h) + s * b * h * 9
-    assert est["activations_mb"] == round(activations / MB, 1)
-    assert est["total_mb"] == pytest.approx((params * 16 + activations) / MB, abs=0.1)
+    assert (est["weights_mb"], est["gradients_mb"], est["optimizer_mb"]) == (7.8, 7.8, 15.7)
+    assert est["activations_mb"] == 13.3
+    assert est["total_mb"] == 44.6
     assert report["measured_peak_mb"] == rss
 
 
+@pytest.mark.e2e
 def test_memory_lines_in_the_log_and_wall_clock_last(tmp_path_factory, tiny_bert, demo_files):
     run = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
     report = json.loads((run.out_dir / "memory.json").read_text())
@@ -65,6 +73,7 @@ def test_memory_lines_in_the_log_and_wall_clock_last(tmp_path_factory, tiny_bert
     assert keys[-1] == "WALL_CLOCK_SECONDS"
 
 
+@pytest.mark.e2e
 def test_every_rank_is_in_the_report(tmp_path_factory, tiny_bert, demo_files):
     run = ok_run("ddp", tmp_path_factory, tiny_bert, demo_files)
     report = json.loads((run.out_dir / "memory.json").read_text())
@@ -80,26 +89,45 @@ def _tiny() -> BertForQuestionAnswering:
                                                num_attention_heads=4, intermediate_size=64))
 
 
+# _tiny() by hand (512 positions, 2 token types, no pooler):
+#   embeddings 100*32 + 512*32 + 2*32 + LayerNorm 2*32 = 3,200 + 16,384 + 64 + 64  = 19,712
+#   per layer: QKV 3*(32*32+32) = 3,168; out 32*32+32 = 1,056; LN 64; 32*64+64 = 2,112;
+#              64*32+32 = 2,080; LN 64                                 -> 8,544 (x3 = 25,632)
+#   qa_outputs 32*2+2                                                             =     66
+#   params                                                                        = 45,410
+# At s=128, b=16 (s*b*h = 128*16*32 = 65,536), a=4:
+#   16-bit activations: per layer 65,536*(34 + 5*4*128/32) = 65,536*114 = 7,471,104 (x3 = 22,413,312)
+#                       + embeddings 65,536*(2*2+1) = 327,680                 -> 22,740,992 B = 21.69 MiB
+#   fp32 activations:   per layer 65,536*(66 + 9*4*128/32) = 65,536*210 = 13,762,560 (x3 = 41,287,680)
+#                       + embeddings 65,536*(2*4+1) = 589,824                 -> 41,877,504 B = 39.94 MiB
+#   checkpointed 16-bit: layer inputs 3*65,536*2 = 393,216 + one layer 7,471,104 + embeddings 327,680
+#                                                                              -> 8,192,000 B = 7.81 MiB
+#   fp32 + AdamW total:  45,410*16 = 726,560 + 41,877,504 = 42,604,064 B = 40.63 MiB
+#   bf16 + AdamW total:  45,410*18 = 817,380 + 22,740,992 = 23,558,372 B = 22.47 MiB
+PARAMS, S, B = 45_410, 128, 16
+
+
 def test_bytes_per_param_follow_precision_and_optimizer():
     model = _tiny()
-    n = sum(p.numel() for p in model.parameters())
-    fp32 = anatomy_estimate(ModelShape.of(model), "fp32", "adamw_torch_fused", 4, 64)
-    mixed = anatomy_estimate(ModelShape.of(model), "bf16", "adamw_torch", 4, 64)
-    assert fp32["bytes_per_param"]["total"] == 16 and mixed["bytes_per_param"]["total"] == 18
-    assert mixed["weights_mb"] == round(n * 6 / MB, 1)
+    fp32 = anatomy_estimate(ModelShape.of(model), "fp32", "adamw_torch_fused", B, S)
+    mixed = anatomy_estimate(ModelShape.of(model), "bf16", "adamw_torch", B, S)
+    assert fp32["params"] == fp32["trainable_params"] == PARAMS
+    assert fp32["bytes_per_param"] == {"weights": 4, "gradients": 4, "optimizer": 8, "total": 16}
+    assert mixed["bytes_per_param"] == {"weights": 6, "gradients": 4, "optimizer": 8, "total": 18}
+    assert (fp32["activations_mb"], fp32["total_mb"]) == (39.9, 40.6)
+    assert (mixed["activations_mb"], mixed["total_mb"]) == (21.7, 22.5)
+    assert mixed["weights_mb"] == 0.3  # 45,410*6 = 272,460 B
+    checkpointed = anatomy_estimate(ModelShape.of(model), "bf16", "adamw_torch", B, S, gradient_checkpointing=True)
+    assert checkpointed["activations_mb"] == 7.8
     assert optimizer_bytes_per_param("adamw_bnb_8bit") == 2 and optimizer_bytes_per_param("sgd") == 0
     assert optimizer_bytes_per_param("adafactor") == 4
-    # 16-bit activations: s*b*h*(34 + 5*a*s/h) per layer
-    s, b, h, a = 64, 4, 32, 4
-    per_layer = s * b * h * (34 + 5 * a * s / h)
-    assert mixed["activations_mb"] == round((3 * per_layer + s * b * h * 5) / MB, 1)
-    checkpointed = anatomy_estimate(ModelShape.of(model), "bf16", "adamw_torch", 4, 64, gradient_checkpointing=True)
-    assert checkpointed["activations_mb"] < mixed["activations_mb"]
     frozen = _tiny()
     for p in frozen.bert.parameters():
         p.requires_grad_(False)
-    est = anatomy_estimate(ModelShape.of(frozen), "fp32", "adamw_torch", 4, 64)
-    assert est["trainable_params"] < est["params"] and est["gradients_mb"] < fp32["gradients_mb"]
+    est = anatomy_estimate(ModelShape.of(frozen), "fp32", "adamw_torch", B, S)
+    # only qa_outputs (66 params) trains: no gradients or AdamW states for the other 45,344
+    assert (est["params"], est["trainable_params"]) == (PARAMS, 66)
+    assert est["total_mb"] == 40.1  # 45,410*4 + 66*(4+8) + 41,877,504 = 42,059,936 B = 40.11 MiB
 
 
 def test_measure_process_on_this_machine():

@@ -16,7 +16,7 @@ import pytest
 from fixtures.runqa import PYTHON, REPO, files_under, qa_env, run_qa, tiny_flags
 
 def _env(hf_home: Path) -> dict[str, str]:
-    return qa_env(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9")
+    return qa_env(HF_HOME=str(hf_home))
 
 
 @pytest.fixture(scope="module")

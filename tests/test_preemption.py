@@ -3,6 +3,7 @@
 A real run_qa.py process is signalled once its log shows training steps; the rerun
 must finish with the same global step, the same per-step losses and the same final
 weights as an uninterrupted run (optimizer, scheduler, RNG and data order restored).
+The same under torchrun (2 ranks, only one of them signalled) is in test_ddp_ranks.py.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
+from fixtures.procs import free_port
 from fixtures.runqa import PYTHON, REPO, LoggedProcess, files_under, qa_env, run_qa, tiny_flags
 from qa_hpc.reliability.exit_codes import EXIT_PREEMPTED
 from qa_hpc.reliability.preemption import StopRequest, last_complete_checkpoint
@@ -82,6 +83,10 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
     again = run_qa(cmd[2:])  # the same command
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"RESUME_FROM={checkpoint}" in again.stdout + again.stderr
+    # each trained step logs its loss (--logging_steps 1): the rerun trains the remaining steps only
+    # (a rerun from scratch would also end with the uninterrupted run's losses and weights)
+    assert log.count("{'loss'") == step, log[-3000:]
+    assert again.stdout.count("{'loss'") == total - step, again.stdout[-3000:]
 
     resumed, reference = _state(out), _state(uninterrupted)
     assert resumed["global_step"] == reference["global_step"] == total
@@ -121,56 +126,12 @@ def test_resume_skips_an_incompletely_written_checkpoint(tmp_path: Path) -> None
     assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-6")
 
 
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not available")
-def test_two_ranks_stop_at_the_same_step_when_one_is_signalled(
-    tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
-) -> None:
-    """SIGUSR1 reaches only rank 1; the all_reduced flag stops both ranks after the same step."""
-    out = tmp_path / "ddp"
-    flags = [*tiny_flags(tiny_bert, out), *_train_flags(demo_files)]
-    flags[flags.index("--do_eval")] = "--do_train"  # train only: keep the two-process run short
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-           str(REPO / "run_qa.py"), *flags]
-    run = LoggedProcess(cmd, tmp_path / "ddp.log")
-    try:
-        run.wait_for(LOSS_LINE, count=1)
-        rank1 = int(re.search(r"RANK_PID rank=1 local_rank=1 pid=(\d+)", run.text()).group(1))
-        os.kill(rank1, signal.SIGUSR1)
-        run.wait(timeout=300)
-    finally:
-        run.kill_all()
-    log = run.text()
-    stops = re.findall(r"\[rank(\d)\] WARNING [\w.]+: STOP_REQUESTED signal=\w+ global_step=(\d+)", log)
-    assert {r for r, _ in stops} == {"0", "1"}, log[-4000:]
-    assert len({s for _, s in stops}) == 1, f"ranks stopped at different steps: {stops}"
-    step = int(stops[0][1])
-    assert re.search(rf"PREEMPTED signal=\w+ global_step={step} ", log)
-    assert "exitcode  : 75" in log  # the launcher reports the workers' EX_TEMPFAIL
-    ckpt = out / f"checkpoint-{step}"
-    assert {"rng_state_0.pth", "rng_state_1.pth", "trainer_state.json"} <= set(os.listdir(ckpt))
-
-    cmd[cmd.index("--master_port") + 1] = str(_free_port())
-    again = subprocess.run(cmd, capture_output=True, text=True, env=qa_env(), cwd=str(REPO), timeout=600)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    state = _state(out)
-    assert state["global_step"] == state["max_steps"] > step
-    assert sorted(_losses(state)) == list(range(1, state["max_steps"] + 1))
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("vote_every, stop_at, want_step", [(1, 4, 4), (3, 4, 6), (10, 4, 10)])
 def test_ranks_vote_only_every_n_steps_and_stop_together(tmp_path: Path, vote_every: int, stop_at: int,
                                                           want_step: int) -> None:
     """On GPUs a vote syncs host and device, so the plan votes every 10 steps there: all ranks still stop together."""
     script = REPO / "tests" / "fixtures" / "vote_ranks.py"
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(script), str(vote_every), str(stop_at), "20"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, env=qa_env(PYTHONPATH=str(REPO)))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

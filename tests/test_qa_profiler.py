@@ -44,6 +44,7 @@ def _profiler_steps(trace: dict) -> list[str]:
     return sorted({e["name"] for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")})
 
 
+@pytest.mark.e2e
 def test_table_has_the_known_columns_and_rows(tmp_path_factory, tiny_bert, demo_files):
     run = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
     text = (run.out_dir / "profiler" / "profiler_summary.txt").read_text(encoding="utf-8")
@@ -68,6 +69,7 @@ def test_table_has_the_known_columns_and_rows(tmp_path_factory, tiny_bert, demo_
     assert "will keep global steps 3-4" in log
 
 
+@pytest.mark.e2e
 def test_trace_is_chrome_json_of_the_profiled_steps(tmp_path_factory, tiny_bert, demo_files):
     run = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
     trace = json.loads((run.out_dir / "profiler" / "trace_rank0.json").read_text(encoding="utf-8"))
@@ -85,6 +87,7 @@ def test_trace_is_chrome_json_of_the_profiled_steps(tmp_path_factory, tiny_bert,
     assert any(e.get("name") == "[memory]" for e in events)
 
 
+@pytest.mark.e2e
 def test_every_rank_writes_its_own_trace(tmp_path_factory, tiny_bert, demo_files):
     run = ok_run("ddp", tmp_path_factory, tiny_bert, demo_files)
     prof = run.out_dir / "profiler"

@@ -62,6 +62,7 @@ def _interval_totals(acc: EventAccumulator) -> tuple[float, float]:
     return samples, tokens
 
 
+@pytest.mark.e2e
 def test_every_scalar_is_written_at_the_logging_steps(tmp_path_factory, tiny_bert, demo_files):
     run = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
     acc = _accumulator(run)
@@ -83,6 +84,7 @@ def test_every_scalar_is_written_at_the_logging_steps(tmp_path_factory, tiny_ber
     assert _series(acc, "eval/f1")[-1][1] == pytest.approx(eval_results["eval_f1"])
 
 
+@pytest.mark.e2e
 def test_throughput_adds_up_to_the_tokens_fed(tmp_path_factory, tiny_bert, demo_files):
     run = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
     acc = _accumulator(run)
@@ -97,6 +99,7 @@ def test_throughput_adds_up_to_the_tokens_fed(tmp_path_factory, tiny_bert, demo_
         assert 0 < step_time < 60
 
 
+@pytest.mark.e2e
 def test_ddp_counts_every_rank_and_only_rank0_writes(tmp_path_factory, tiny_bert, demo_files):
     run = ok_run("ddp", tmp_path_factory, tiny_bert, demo_files)
     acc = _accumulator(run)  # asserts a single event file
@@ -112,6 +115,7 @@ def test_ddp_counts_every_rank_and_only_rank0_writes(tmp_path_factory, tiny_bert
     assert real_tokens <= tokens + 1e-3 and tokens <= samples * 128 + 1e-3
 
 
+@pytest.mark.e2e
 def test_run_totals_as_hparams_and_text(tmp_path_factory, tiny_bert, demo_files):
     run = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
     acc = _accumulator(run)

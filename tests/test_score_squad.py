@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from conftest import skip_or_fail
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "score_squad.py"
 DEV_V11 = ROOT.parent / "shared" / "data" / "squad-v1.1" / "dev-v1.1.json"
@@ -304,9 +306,7 @@ def test_main_in_process_returns_exit_code(v1_files, capsys) -> None:
 
 def test_dev_set_first_gold_answers_score_100(tmp_path: Path) -> None:
     if not DEV_V11.is_file():
-        pytest.skip(
-            f"SQuAD dev set not found at ../shared/data/squad-v1.1/dev-v1.1.json: {DEV_V11}"
-        )
+        skip_or_fail(f"SQuAD dev set not found at ../shared/data/squad-v1.1/dev-v1.1.json: {DEV_V11}")
     official = json.loads(DEV_V11.read_text(encoding="utf-8"))
     preds = {
         qa["id"]: qa["answers"][0]["text"]

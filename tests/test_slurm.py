@@ -14,14 +14,14 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, skip_or_fail
+from fixtures.procs import free_port
 
 pytestmark = pytest.mark.slurm
 
@@ -51,26 +51,20 @@ def slurm() -> dict[str, bool]:
     started = False
     if not slurm_running():
         if os.geteuid() != 0:
-            pytest.skip("no SLURM with 2 idle nodes running, and starting a local one needs root "
-                        "(ci/slurm/start-local-slurm.sh; .ci/run does it)")
+            skip_or_fail("no SLURM with 2 idle nodes running, and starting a local one needs root "
+                         "(ci/slurm/start-local-slurm.sh; .ci/run does it)")
         if not shutil.which("slurmctld") and not shutil.which("apt-get"):
-            pytest.skip("no SLURM running or installed, and no apt-get to install one")
+            skip_or_fail("no SLURM running or installed, and no apt-get to install one")
         env = dict(os.environ, SLURM_CI_GPUS="1")
         proc = subprocess.run(["bash", str(SLURM_DIR / "start-local-slurm.sh")], env=env, capture_output=True,
                               text=True, timeout=600)
         if proc.returncode != 0:
-            pytest.skip(f"could not start a local SLURM: {(proc.stdout + proc.stderr)[-1500:]}")
+            skip_or_fail(f"could not start a local SLURM: {(proc.stdout + proc.stderr)[-1500:]}")
         started = True
     gres = _sh("sinfo", "-h", "-o", "%G").stdout
     yield {"gpu_gres": "gpu" in gres}
     if started:
         subprocess.run(["bash", str(SLURM_DIR / "stop-local-slurm.sh"), "--quiet"], timeout=120)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def job_env(tiny_bert: Path, tmp: Path) -> dict[str, str]:
@@ -149,16 +143,22 @@ def run_preempted_job(script: str, tmp: Path, env: dict[str, str], *extra: str, 
     return int(re.findall(r"JOB_EXIT_CODE=(\d+)", second_run())[-1]), log.read_text(errors="replace")
 
 
-def assert_resumed_and_scored(rc: int, log: str, out: Path) -> None:
+def assert_resumed_and_scored(rc: int, log: str, out: Path, first_exit: str) -> None:
+    """The first run stopped at a checkpoint (its status `first_exit`), the requeued one trained only the rest."""
     assert rc == 0, log[-4000:]
     assert "OFFLINE DEMO - NOT THE BASELINE" in log and "RUN_MODE=offline_demo" in log
     assert "PREEMPT_SIGNAL=SIGUSR1" in log
-    assert "EXIT_CODE=75" in log or "EXIT_CODE=1 (after SIGUSR1)" in log
-    assert "restart_count=1" in log
-    resumed = re.search(r"RESUME_FROM=(\S+)", log)
-    assert resumed, log[-3000:]
+    first, _, second = log.partition("restart_count=1")
+    assert second, log[-3000:]
+    assert f"EXIT_CODE={first_exit} (after SIGUSR1)" in first, first[-3000:]
+    stopped = re.findall(r"PREEMPTED signal=\w+ global_step=(\d+) ", first)
+    assert len(stopped) == 1, first[-3000:]  # rank 0 checkpointed and said so, once
+    resumed = re.search(r"RESUME_FROM=(\S+)", second)
+    assert resumed, second[-3000:]
     stopped_at = int(resumed.group(1).rsplit("-", 1)[1])
-    assert 0 < stopped_at < MAX_STEPS
+    assert stopped_at == int(stopped[0]) and 0 < stopped_at < MAX_STEPS
+    # rank 0 logs each step it trains (--logging_steps 1): no step was trained twice, none skipped
+    assert first.count("{'loss'") == stopped_at and second.count("{'loss'") == MAX_STEPS - stopped_at, log[-3000:]
     assert len(re.findall(r"^WALL_CLOCK_SECONDS=\d+", log, re.M)) == 1  # the first run stopped before the end
     assert re.search(r"^eval_f1=\d+\.\d+$", log, re.M) and re.search(r"^eval_exact_match=\d+\.\d+$", log, re.M)
     state = json.loads((out / "trainer_state.json").read_text())
@@ -171,14 +171,16 @@ def assert_resumed_and_scored(rc: int, log: str, out: Path) -> None:
 def test_ft3_job_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path, tmp_path: Path):
     # --gres=none: the CI nodes' GPUs are fake, and a GPU job whose torch sees none stops (test below)
     rc, log = run_preempted_job("job_ft3.sh", tmp_path, job_env(tiny_bert, tmp_path), "--gres=none", name="ft3test")
-    assert_resumed_and_scored(rc, log, tmp_path / "out")
+    assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="75")  # run_qa.py's own status
     assert "DISTRIBUTED world_size=1" in log
 
 
 def test_ddp_job_on_two_nodes_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path, tmp_path: Path):
     rc, log = run_preempted_job("job_ddp.sh", tmp_path, job_env(tiny_bert, tmp_path), "--gres=none",
                                 name="ddptest")
-    assert_resumed_and_scored(rc, log, tmp_path / "out")
+    # srun reports torchrun's status: 1 when a worker exits 75 (the ranks' own 75 is in torchrun's report)
+    assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="1")
+    assert re.search(r"exitcode\s*: 75", log.partition("restart_count=1")[0]), log[-3000:]
     assert "nodes=node[1-2]" in log
     assert "DDP nodes=2 nproc_per_node=1 world_size=2 backend=gloo rdzv=c10d endpoint=node1:" in log
     for rank in (0, 1):

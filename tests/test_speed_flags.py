@@ -5,28 +5,44 @@ reuse, vectorized and loop postprocessing writing identical prediction files, cl
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fixtures.procs import offline_env
+from fixtures.runqa import REPO
 
-REPO = Path(__file__).resolve().parents[1]
+EPOCHS = 2
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run([sys.executable, str(REPO / "run_qa.py"), *args], cwd=cwd, env=env, text=True,
+    return subprocess.run([sys.executable, str(REPO / "run_qa.py"), *args], cwd=cwd, env=offline_env(), text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
 
 
-def _common(tiny_bert, demo_files, cache) -> list[str]:
+def _common(tiny_bert, demo_files, cache, epochs: int = 1) -> list[str]:
     return ["--model_name_or_path", str(tiny_bert), "--train_file", str(demo_files["train"]),
             "--validation_file", str(demo_files["validation"]), "--max_seq_length", "128", "--doc_stride", "32",
-            "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8", "--num_train_epochs", "1",
+            "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8", "--num_train_epochs", str(epochs),
             "--report_to", "none", "--features_cache_dir", str(cache), "--seed", "0"]
+
+
+def _real_tokens_by_hand(tiny_bert: Path, train_file: Path) -> tuple[int, int]:
+    """(features, real tokens) of the train split at 128/32, tokenized here as the HF recipe does.
+
+    Windows of question + context (question stripped of leading spaces, context truncated, stride 32),
+    no padding: every token of a window is real, so its length is its attention mask's sum.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
+    data = json.loads(train_file.read_text(encoding="utf-8"))["data"]
+    pairs = [(qa["question"].lstrip(), p["context"]) for a in data for p in a["paragraphs"] for qa in p["qas"]]
+    enc = tokenizer([q for q, _ in pairs], [c for _, c in pairs], truncation="only_second", max_length=128,
+                    stride=32, return_overflowing_tokens=True)
+    return len(enc["input_ids"]), sum(sum(mask) for mask in enc["attention_mask"])
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +50,14 @@ def trained(tiny_bert, demo_files, tmp_path_factory):
     """One default training + eval run (train features computed), shared by the tests below."""
     tmp = tmp_path_factory.mktemp("speed")
     out = tmp / "train"
-    proc = _run(_common(tiny_bert, demo_files, tmp / "cache") + ["--do_train", "--do_eval", "--output_dir", str(out)],
-                tmp)
+    proc = _run(_common(tiny_bert, demo_files, tmp / "cache", EPOCHS) + ["--do_train", "--do_eval", "--output_dir",
+                                                                        str(out)], tmp)
     assert proc.returncode == 0, proc.stdout[-3000:]
     return tmp, out, proc.stdout
 
 
-def test_default_run_reports_speed_plan_and_efficiency(trained):
+@pytest.mark.e2e
+def test_default_run_reports_speed_plan_and_efficiency(trained, tiny_bert, demo_files):
     tmp, out, stdout = trained
     assert "PLAN device=cpu precision=fp32 (auto: CPU)" in stdout
     assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in stdout and "postprocess=vectorized" in stdout
@@ -53,14 +70,19 @@ def test_default_run_reports_speed_plan_and_efficiency(trained):
     assert float(kv["TRAIN_TOKENS_PER_SECOND"]) == pytest.approx(results["train_tokens_per_second"], rel=1e-3)
     assert kv["MFU"].startswith("n/a")  # CPU: achieved FLOP/s only
     assert results["train_achieved_tflops"] > 0
-    # real tokens counted independently from the train features' lengths
-    assert results["train_real_tokens"] == pytest.approx(
-        results["train_tokens_per_second"] * results["train_runtime"], rel=0.01
-    )
+    # real tokens: every window's attention mask summed, tokenized here, times the epochs trained
+    features, real_tokens = _real_tokens_by_hand(tiny_bert, demo_files["train"])
+    assert results["train_samples"] == features
+    assert results["train_real_tokens"] == real_tokens * EPOCHS
+    assert results["train_tokens_per_second"] == pytest.approx(real_tokens * EPOCHS / results["train_runtime"],
+                                                               rel=1e-6)
+    assert results["train_samples_per_second"] == pytest.approx(features * EPOCHS / results["train_runtime"],
+                                                                rel=1e-3)
     assert summary["plan"]["precision"] == summary["effective"]["precision"] == "fp32"
     assert summary["params"]["precision"] == "fp32" and summary["status"] == "ok" and summary["exit_code"] == 0
 
 
+@pytest.mark.e2e
 def test_second_run_reuses_features_and_loop_postprocess_gives_identical_files(trained, tiny_bert, demo_files):
     tmp, out, _ = trained
     loop_out = tmp / "eval_loop"
@@ -73,6 +95,7 @@ def test_second_run_reuses_features_and_loop_postprocess_gives_identical_files(t
         assert (loop_out / name).read_bytes() == (out / name).read_bytes(), name
 
 
+@pytest.mark.e2e
 def test_fp16_on_cpu_is_refused_clearly(tiny_bert, demo_files, tmp_path):
     proc = _run(_common(tiny_bert, demo_files, tmp_path / "cache")
                 + ["--do_eval", "--precision", "fp16", "--output_dir", str(tmp_path / "o")], tmp_path)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needed_module, skip_or_fail
 from qa_hpc.data.squad_io import DataError, LoadReport, load_qa_records
 from qa_hpc.tools.make_demo_data import generate_squad
 
@@ -151,24 +152,24 @@ def _w_csv_bom_crlf(p, recs, v2):  # what Excel on Windows writes
 
 
 def _w_parquet_struct(p, recs, v2):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = needed_module("pyarrow")
+    pq = needed_module("pyarrow.parquet")
     p = p / "struct.parquet"
     pq.write_table(pa.Table.from_pylist(recs), p)
     return p, "parquet"
 
 
 def _w_parquet_list(p, recs, v2):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = needed_module("pyarrow")
+    pq = needed_module("pyarrow.parquet")
     p = p / "list.parquet"
     pq.write_table(pa.Table.from_pylist([_list_answers(r) for r in recs]), p)
     return p, "parquet"
 
 
 def _w_parquet_json_string(p, recs, v2):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = needed_module("pyarrow")
+    pq = needed_module("pyarrow.parquet")
     p = p / "jsonstr.parquet"
     pq.write_table(pa.Table.from_pylist([dict(r, answers=json.dumps(r["answers"])) for r in recs]), p)
     return p, "parquet"
@@ -304,8 +305,8 @@ def _csv_bytes(header, rows) -> bytes:
 
 
 def _parquet_bytes(rows) -> bytes:
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = needed_module("pyarrow")
+    pq = needed_module("pyarrow.parquet")
     buf = io.BytesIO()
     pq.write_table(pa.Table.from_pylist(rows), buf)
     return buf.getvalue()
@@ -495,7 +496,7 @@ def test_check_modes_do_not_relax_other_errors(tmp_path):
 def _real(name: str) -> Path:
     p = REAL_DATA / name
     if not p.is_file():
-        pytest.skip(f"real SQuAD v1.1 data not found at {p} (expected beside the checkout: {REAL_DATA})")
+        skip_or_fail(f"real SQuAD v1.1 data not found at {p} (expected beside the checkout: {REAL_DATA})")
     return p
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from conftest import needed_module
 from qa_hpc.data.squad_io import DataError, load_qa_records, load_references
 
 
@@ -132,8 +133,8 @@ def test_same_references_from_every_format(tmp_path: Path) -> None:
 
 
 def test_parquet_references(tmp_path: Path) -> None:
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = needed_module("pyarrow")
+    pq = needed_module("pyarrow.parquet")
     path = tmp_path / "dev.parquet"
     pq.write_table(pa.Table.from_pylist(_flat_records()), path)
     assert load_references(path) == EXPECTED

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import qa_hpc.metric.squad as sm
+from conftest import skip_or_fail
 from qa_hpc.data.squad_io import load_references
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -312,9 +313,7 @@ def test_score_v2_requires_na_prob_for_each_prediction() -> None:
 
 def _dev_set() -> Path:
     if not DEV_V11.is_file():
-        pytest.skip(
-            f"SQuAD dev set not found at ../shared/data/squad-v1.1/dev-v1.1.json: {DEV_V11}"
-        )
+        skip_or_fail(f"SQuAD dev set not found at ../shared/data/squad-v1.1/dev-v1.1.json: {DEV_V11}")
     return DEV_V11
 
 
