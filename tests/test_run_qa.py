@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, build_tiny_bert
+from fixtures import runqa
 from fixtures.procs import offline_env
 from fixtures.wall_clock import assert_wall_clock_is_bounded
 
@@ -20,9 +20,8 @@ SMALL = ["--max_seq_length", "128", "--doc_stride", "32", "--per_device_train_ba
          "--per_device_eval_batch_size", "16", "--num_train_epochs", "1", "--report_to", "none", "--seed", "7"]
 
 
-def run_qa(*args: str, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "run_qa.py"), *args], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
+def run_qa(*args: str) -> subprocess.CompletedProcess:
+    return runqa.run_qa(list(args), env=ENV)
 
 
 def key_values(stdout: str) -> dict[str, str]:

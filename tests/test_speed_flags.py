@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
 from fixtures.procs import offline_env
-from fixtures.runqa import REPO
+from fixtures.runqa import run_qa
 
 EPOCHS = 2
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "run_qa.py"), *args], cwd=cwd, env=offline_env(), text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    return run_qa(args, timeout=900, env=offline_env(), cwd=str(cwd))
 
 
 def _common(tiny_bert, demo_files, cache, epochs: int = 1) -> list[str]:
@@ -52,17 +49,18 @@ def trained(tiny_bert, demo_files, tmp_path_factory):
     out = tmp / "train"
     proc = _run(_common(tiny_bert, demo_files, tmp / "cache", EPOCHS) + ["--do_train", "--do_eval", "--output_dir",
                                                                         str(out)], tmp)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    return tmp, out, proc.stdout
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return tmp, out, proc
 
 
 @pytest.mark.e2e
 def test_default_run_reports_speed_plan_and_efficiency(trained, tiny_bert, demo_files):
-    tmp, out, stdout = trained
-    assert "PLAN device=cpu precision=fp32 (auto: CPU)" in stdout
-    assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in stdout and "postprocess=vectorized" in stdout
-    assert "FEATURES_CACHE split=train computed" in stdout
-    lines = stdout.strip().splitlines()
+    tmp, out, proc = trained
+    log = proc.stdout + proc.stderr
+    assert "PLAN device=cpu precision=fp32 (auto: CPU)" in log
+    assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in log and "postprocess=vectorized" in log
+    assert "FEATURES_CACHE split=train computed" in log
+    lines = proc.stdout.strip().splitlines()
     assert lines[-1].startswith("WALL_CLOCK_SECONDS=")
     kv = dict(line.split("=", 1) for line in lines if "=" in line and line.split("=", 1)[0].isupper())
     summary = json.loads((out / "run_summary.json").read_text())
@@ -88,9 +86,10 @@ def test_second_run_reuses_features_and_loop_postprocess_gives_identical_files(t
     loop_out = tmp / "eval_loop"
     args = _common(out, demo_files, tmp / "cache")  # the trained model, same data and settings
     proc = _run(args + ["--do_eval", "--postprocess", "loop", "--output_dir", str(loop_out)], tmp)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "FEATURES_CACHE split=eval reused" in proc.stdout
-    assert "postprocess=loop" in proc.stdout
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert "FEATURES_CACHE split=eval reused" in log
+    assert "postprocess=loop" in log
     for name in ("eval_predictions.json", "eval_nbest_predictions.json"):
         assert (loop_out / name).read_bytes() == (out / name).read_bytes(), name
 
@@ -100,7 +99,7 @@ def test_fp16_on_cpu_is_refused_clearly(tiny_bert, demo_files, tmp_path):
     proc = _run(_common(tiny_bert, demo_files, tmp_path / "cache")
                 + ["--do_eval", "--precision", "fp16", "--output_dir", str(tmp_path / "o")], tmp_path)
     assert proc.returncode == 2
-    assert "ERROR: fp16 (--precision fp16) is not supported on CPU" in proc.stdout
+    assert "ERROR: fp16 (--precision fp16) is not supported on CPU" in proc.stdout + proc.stderr
     assert not (tmp_path / "o" / "eval_predictions.json").exists()
 
 
@@ -110,9 +109,8 @@ def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
     import datasets
     from transformers import AutoModelForQuestionAnswering, Trainer
 
-    from qa_hpc.settings.apply import request_from
+    from qa_hpc.settings.apply import build_flags, read_flags, request_from
     from qa_hpc.settings.devices import read_device_facts
-    from qa_hpc.settings.apply import build_flags, read_flags
     from qa_hpc.settings.plan import decide
 
     values = read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision", precision])
