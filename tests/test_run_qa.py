@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO, build_tiny_bert
 from fixtures import runqa
 from fixtures.procs import offline_env

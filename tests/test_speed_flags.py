@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from fixtures.procs import offline_env
 from fixtures.runqa import run_qa
 
