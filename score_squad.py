@@ -10,7 +10,7 @@ on bad input; here every input problem is reported with the file, the record and
 the field, exits with status 2 and writes nothing. Unanswered questions score 0,
 stay in the denominator and are summarized in one warning on stderr.
 
-The dataset is read by the reader training uses (qa_hpc.data.squad_io), so any file
+The dataset is read by the reader training uses (qa_hpc.squad_io), so any file
 run_qa.py takes can be scored: the official nested JSON, flat JSON / JSON Lines, CSV or
 Parquet. Only ids and answer texts are required, as by the official scripts.
 """
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from qa_hpc.data.squad_io import DataError, load_references
+from qa_hpc.squad_io import DataError, load_references
 from qa_hpc.metric import squad as squad_metric
 from qa_hpc.reliability.atomic_io import OutputError, write_text_atomic
 from qa_hpc.reliability.exit_codes import EXIT_USAGE

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from transformers import DataCollatorWithPadding, default_data_collator
 
-from qa_hpc.data.loading import build_data
+from qa_hpc.features import build_data
 from qa_hpc.metric.scoring import make_score
 from qa_hpc.model import load_config, load_model, load_tokenizer
 from qa_hpc.postprocess.predict import make_postprocess
@@ -103,7 +103,7 @@ def test_length_sorted_eval_restores_order(tiny_bert, demo_files, tmp_path):
 def test_token_log_line(tiny_bert, demo_files, tmp_path, caplog, pad):
     import logging
 
-    with caplog.at_level(logging.INFO, logger="qa_hpc.data.loading"):
+    with caplog.at_level(logging.INFO, logger="qa_hpc.features"):
         _, _, data, data_args, _, _ = _setup(tiny_bert, demo_files, tmp_path, pad=pad)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("TOKENS split=train")]
     assert lines, "TOKENS line logged"

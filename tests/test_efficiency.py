@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForQuestionAnswering
 
-from qa_hpc.data.features import real_lengths
+from qa_hpc.features import real_lengths
 from qa_hpc.model import ModelShape
 from qa_hpc.observe.efficiency import peak_tflops, train_efficiency, train_flops_per_sequence
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qa_hpc.data.features import FeatureConfig, prepare_validation_features
+from qa_hpc.features import FeatureConfig, prepare_validation_features
 from qa_hpc.postprocess.files import nbest_json
 from qa_hpc.postprocess.nbest_lists import by_example_then_score
 from qa_hpc.postprocess.offsets import flat_offsets
@@ -169,7 +169,7 @@ def test_context_tokens_past_a_row_or_outside_the_context_are_refused():
 
 def test_real_features_v1_and_v2(tokenizer, tmp_path):
     """Features of a real tokenizer (long contexts, several windows), random logits, both versions."""
-    from qa_hpc.data.squad_io import load_qa_records
+    from qa_hpc.squad_io import load_qa_records
     from qa_hpc.tools.make_demo_data import generate_squad
 
     path = tmp_path / "dev.json"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needed_module, skip_or_fail
-from qa_hpc.data.squad_io import DataError, LoadReport, load_qa_records
+from qa_hpc.squad_io import DataError, LoadReport, load_qa_records
 from qa_hpc.tools.make_demo_data import generate_squad
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import needed_module
-from qa_hpc.data.squad_io import DataError, load_qa_records, load_references
+from qa_hpc.squad_io import DataError, load_qa_records, load_references
 
 
 def _dataset(qas: list) -> dict:

@@ -12,7 +12,7 @@ import pytest
 
 import qa_hpc.metric.squad as sm
 from conftest import skip_or_fail
-from qa_hpc.data.squad_io import load_references
+from qa_hpc.squad_io import load_references
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qa_hpc.data.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features
+from qa_hpc.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features
 from qa_hpc.postprocess.reference import PostprocessConfig, features_by_example, postprocess_qa_predictions_loop
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qa_hpc.data.features import real_lengths
+from qa_hpc.features import real_lengths
 from qa_hpc.postprocess.files import write_prediction_files
 from qa_hpc.postprocess.reference import PostprocessConfig, QAPredictions, postprocess_qa_predictions_loop
 from qa_hpc.postprocess.vectorized import mask_padding, postprocess_qa_predictions_vectorized
