@@ -23,7 +23,7 @@ import json
 import numbers
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -288,74 +288,37 @@ class _Reader:
     def _csv(self, text: str, delimiter: str) -> None:
         old_limit = csv.field_size_limit(2**31 - 1)  # long contexts exceed csv's 128 KiB field limit
         try:
-            reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
-            cols, mode = self._csv_header(reader)
-            line = reader.line_num + 1  # a row's first line; quoted fields may span several
-            while True:
-                try:
-                    row = next(reader)
-                except StopIteration:
-                    break
-                except csv.Error as e:
-                    raise self.fail(f"CSV line {reader.line_num}", f"malformed CSV: {e}") from None
-                loc, line = f"CSV line {line}", reader.line_num + 1
-                if None in row:
-                    raise self.fail(loc, f"row has {len(cols) + len(row[None])} fields but the header has "
-                                         f"{len(cols)}", rid=row.get("id"))
-                missing = [c for c in cols if row.get(c) is None]
-                if missing:
-                    raise self.fail(loc, f"row has fewer fields than the header (no value for {', '.join(missing)})",
-                                    rid=row.get("id"), fld=missing[0])
-                if mode == "pair":
-                    rec = {k: row[k] for k in cols if k not in ("answer_text", "answer_start")}
-                    self.add(loc, rec, title=row.get("title", ""), present=True, answers=self._csv_pair(loc, row),
-                             fld="answer_text", csv_pair=True)
-                else:
-                    self.add_flat(loc, row, json_strings=True)
+            reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+            try:
+                cols = [h.strip() for h in next(reader, [])]
+            except csv.Error as e:
+                raise self.fail("CSV line 1", f"unreadable header: {e}") from None
+            if not cols:
+                raise self.fail(None, "empty CSV file (no header row); expected columns id, question, context, "
+                                      "and answers or answer_text + answer_start")
+            self._table(cols, self._csv_rows(reader, cols), "CSV line 1", " (JSON)")
         finally:
             csv.field_size_limit(old_limit)
 
-    def _csv_header(self, reader: csv.DictReader) -> tuple[list[str], str]:
-        """(columns, answer mode): "json" (an answers column), "pair" (answer_text + answer_start) or "none"."""
-        try:
-            header = reader.fieldnames
-        except csv.Error as e:
-            raise self.fail("CSV line 1", f"unreadable header: {e}") from None
-        if not header:
-            raise self.fail(None, "empty CSV file (no header row); expected columns id, question, context, "
-                                  "and answers or answer_text + answer_start")
-        cols = reader.fieldnames = [h.strip() if h else h for h in header]
-        found = ", ".join(repr(c) for c in cols)
-        for col in self.required:
-            if col not in cols:
-                raise self.fail("CSV line 1", f"missing required column '{col}' (columns found: {found})", fld=col)
-        if "answers" in cols:
-            return cols, "json"
-        if "answer_text" in cols or "answer_start" in cols:
-            for col in self.pair:
-                if col not in cols:
-                    raise self.fail("CSV line 1", f"missing column '{col}': answer_text and answer_start go "
-                                                  f"together (columns found: {found})", fld=col)
-            return cols, "pair"
-        if self.split == "test":
-            return cols, "none"
-        raise self.fail("CSV line 1", "missing answer column: need 'answers' (JSON) or 'answer_text' + "
-                                      f"'answer_start' unless split='test' (columns found: {found})", fld="answers")
-
-    def _csv_pair(self, loc: str, row: dict) -> list[dict]:
-        """The row's answer_text/answer_start as a list of at most one answer (both empty: none)."""
-        text, start = row["answer_text"], (row.get("answer_start") or "").strip()
-        if self.scoring:  # texts are all the scorer reads
-            return [{"text": text}] if text.strip() else []
-        if not text.strip() and not start:
-            return []
-        if not start or not text.strip():
-            empty, other = ("answer_start", "answer_text") if not start else ("answer_text", "answer_start")
-            raise self.fail(loc, f"is empty but {other} is set", rid=row["id"], fld=empty)
-        try:
-            return [{"text": text, "answer_start": int(start)}]
-        except ValueError:  # reported by the answer check as "must be an integer"
-            return [{"text": text, "answer_start": start}]
+    def _csv_rows(self, reader: Any, cols: list[str]) -> Iterator[tuple[str, dict]]:
+        """(location, row) per record; a location is the row's first line, as quoted fields may span several."""
+        line = reader.line_num + 1
+        while True:
+            try:
+                values = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                raise self.fail(f"CSV line {reader.line_num}", f"malformed CSV: {e}") from None
+            loc, line, row = f"CSV line {line}", reader.line_num + 1, dict(zip(cols, values))
+            if len(values) > len(cols):
+                raise self.fail(loc, f"row has {len(values)} fields but the header has {len(cols)}", rid=row.get("id"))
+            if values and len(values) < len(cols):
+                missing = cols[len(values):]
+                raise self.fail(loc, f"row has fewer fields than the header (no value for {', '.join(missing)})",
+                                rid=row.get("id"), fld=missing[0])
+            if values:
+                yield loc, row
 
     def _parquet(self, p: Path) -> None:
         import pyarrow.parquet as pq
@@ -364,21 +327,46 @@ class _Reader:
             table = pq.read_table(p)
         except Exception as e:  # pyarrow raises ArrowInvalid/OSError for non-Parquet content
             raise self.fail(None, f"not a readable Parquet file: {e}") from None
-        cols = table.column_names
+        self._table(table.column_names, ((f"row {i}", row) for i, row in enumerate(table.to_pylist())), None, "")
+
+    def _table(self, cols: list[str], rows: Iterator[tuple[str, dict]], where: str | None, json_hint: str) -> None:
+        """Rows of a CSV or Parquet file; answers in an ``answers`` column or an answer_text + answer_start pair."""
         found = ", ".join(repr(c) for c in cols)
         for col in self.required:
             if col not in cols:
-                raise self.fail(None, f"missing required column '{col}' (columns found: {found})", fld=col)
-        pair = "answers" not in cols and all(c in cols for c in self.pair)
+                raise self.fail(where, f"missing required column '{col}' (columns found: {found})", fld=col)
+        pair = "answers" not in cols and ("answer_text" in cols or "answer_start" in cols)
+        for col in self.pair if pair else ():
+            if col not in cols:
+                raise self.fail(where, f"missing column '{col}': answer_text and answer_start go together "
+                                       f"(columns found: {found})", fld=col)
         if "answers" not in cols and not pair and self.split != "test":
-            raise self.fail(None, "missing answer column: need 'answers' or 'answer_text' + 'answer_start' "
-                                  f"unless split='test' (columns found: {found})", fld="answers")
-        for i, row in enumerate(table.to_pylist()):
-            if pair:
-                text, start = row.pop("answer_text"), row.pop("answer_start", None)
-                none = (text is None or (isinstance(text, str) and not text.strip())) and start is None
-                row["answers"] = [] if none else [{"text": text, "answer_start": start}]
-            self.add_flat(f"row {i}", row, json_strings=True)
+            raise self.fail(where, f"missing answer column: need 'answers'{json_hint} or 'answer_text' + "
+                                   f"'answer_start' unless split='test' (columns found: {found})", fld="answers")
+        for loc, row in rows:
+            if not pair:
+                self.add_flat(loc, row, json_strings=True)
+                continue
+            rec = {k: v for k, v in row.items() if k not in ("answer_text", "answer_start")}
+            self.add(loc, rec, title=row.get("title", ""), present=True, answers=self._pair(loc, row),
+                     fld="answer_text", csv_pair=True)
+
+    def _pair(self, loc: str, row: dict) -> list[dict]:
+        """The row's answer_text/answer_start as a list of at most one answer (both empty: none)."""
+        text, start = row.get("answer_text"), row.get("answer_start")
+        start = start.strip() if isinstance(start, str) else start
+        has_text, has_start = not (text is None or isinstance(text, str) and not text.strip()), start not in (None, "")
+        if self.scoring:  # texts are all the scorer reads
+            return [{"text": text}] if has_text else []
+        if has_text != has_start:
+            empty, other = ("answer_text", "answer_start") if has_start else ("answer_start", "answer_text")
+            raise self.fail(loc, f"is empty but {other} is set", rid=row.get("id"), fld=empty)
+        if isinstance(start, str):
+            try:
+                start = int(start)
+            except ValueError:
+                pass  # reported by the answer check as "must be an integer"
+        return [{"text": text, "answer_start": start}] if has_text else []
 
     # ----------------------------------------------------------------- one record
     def add_flat(self, loc: str, rec: Any, *, json_strings: bool = False) -> None:
