@@ -17,10 +17,11 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from functools import partial
+from typing import Any
 
 import datasets
 import numpy as np
@@ -30,7 +31,7 @@ from transformers import PreTrainedTokenizerBase
 from qa_hpc.dist import first_on_each_filesystem
 from qa_hpc.hub import DATASET_ELSE, dataset_cache_dir, from_disk_or_hub
 from qa_hpc.reliability.errors import UsageError
-from qa_hpc.settings.flags import DataTrainingArguments, ModelArguments
+from qa_hpc.settings.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from qa_hpc.squad_io import load_qa_records
 
 logger = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ class QAData:
     predict_features: datasets.Dataset | None = None
 
 
-def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: Any,
+def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: QATrainingArguments,
                tokenizer: PreTrainedTokenizerBase) -> QAData:
     """Read and check every split the flags ask for, then featurize each (before the model is loaded)."""
     wanted = [(split, fn, limit) for split, fn, limit, on in (
@@ -167,7 +168,7 @@ def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, tra
             if isinstance(ds, list):  # checked records of a local file: cached as Arrow, keyed by the file
                 fingerprint = Hasher.hash([Path(getattr(data_args, SPLIT_FLAGS[split])).read_bytes(), split,
                                            data_args.version_2_with_negative, data_args.answer_check])
-                ds = datasets.Dataset.from_generator(lambda records=ds: iter(records), features=RECORD_FEATURES,
+                ds = datasets.Dataset.from_generator(partial(iter, ds), features=RECORD_FEATURES,
                                                      cache_dir=cache_dir, fingerprint=fingerprint)
             examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
             source = getattr(data_args, SPLIT_FLAGS[split]) or data_args.dataset_name or split
