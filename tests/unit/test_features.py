@@ -119,18 +119,20 @@ def test_token_log_line(tiny_bert, demo_files, tmp_path, caplog, pad):
     assert real < int(fields["tokens_at_max_length"])
 
 
-def _cache_lines(tiny_bert, demo_files, tmp_path, caplog, **data) -> dict[str, str]:
+def _cache_lines(tiny_bert, demo_files, tmp_path, caplog, padding_side="right", **data) -> dict[str, str]:
     """split -> reused|computed, from the FEATURES_CACHE lines of one build_data."""
     model_args, data_args, training_args = _args(tiny_bert, demo_files, tmp_path, **data)
+    tokenizer = load_tokenizer(model_args)
+    tokenizer.padding_side = padding_side  # "left": context first, so other features
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="qa_hpc.features"):
-        built = build_data(model_args, data_args, training_args, load_tokenizer(model_args))
+        built = build_data(model_args, data_args, training_args, tokenizer)
     assert len(built.train) > 0 and len(built.eval_features) > 0
     lines = [r.getMessage().split() for r in caplog.records if r.getMessage().startswith("FEATURES_CACHE ")]
     return {words[1].removeprefix("split="): words[2] for words in lines}
 
 
-def test_features_cache_reused_until_file_or_settings_change(tiny_bert, demo_files, tmp_path, caplog):
+def test_features_cache_reused_until_file_tokenizer_or_settings_change(tiny_bert, demo_files, tmp_path, caplog):
     files = {split: tmp_path / f"{split}.json" for split in ("train", "validation")}
     for split, path in files.items():
         shutil.copy(demo_files[split], path)
@@ -138,6 +140,7 @@ def test_features_cache_reused_until_file_or_settings_change(tiny_bert, demo_fil
     assert _cache_lines(tiny_bert, files, tmp_path, caplog) == computed
     assert _cache_lines(tiny_bert, files, tmp_path, caplog) == reused
     assert _cache_lines(tiny_bert, files, tmp_path, caplog, doc_stride=48) == computed
+    assert _cache_lines(tiny_bert, files, tmp_path, caplog, padding_side="left") == computed
     assert _cache_lines(tiny_bert, files, tmp_path, caplog, overwrite_cache=True) == computed
     text = files["validation"].read_text(encoding="utf-8")
     files["validation"].write_text(text.replace("?", " ?", 1), encoding="utf-8")  # same size class, other bytes
