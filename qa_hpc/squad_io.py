@@ -4,10 +4,11 @@ Users arrive with the official nested SQuAD JSON (v1.1 / v2.0), flat JSON or JSO
 spreadsheet, or Parquet; all are read into the HF record ``{"id", "title", "context", "question",
 "answers": {"text": [...], "answer_start": [...]}}``, each record checked (qa_hpc.squad_records) as
 it is read. A problem raises DataError naming the file, the record and the field before any record
-is returned; nothing is dropped silently. The files are parsed here, not by ``load_dataset``: Arrow
-infers one type per column, so one record with an int id or a list context fails with no position,
-and "missing" reads as "null". Training wraps the records in a cached Dataset (qa_hpc.features); the
-scorer reads the same files through :func:`load_references`.
+is returned; nothing is dropped silently. The files are parsed here, not by ``load_dataset``: its
+JSON errors name a row but no line or column ("JSON parse error: Invalid value. in row 1"), a missing
+field reads as null, and CSV goes through pandas, which loses line numbers and reads the id 007 as
+the number 7. Training wraps the checked records in a cached Dataset (qa_hpc.features); the scorer
+reads the same files through :func:`load_references`.
 """
 
 from __future__ import annotations
