@@ -38,10 +38,10 @@ logger = logging.getLogger(__name__)
 
 SPLIT_FLAGS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 LOG_NAMES = {"train": "train", "validation": "eval", "test": "predict"}  # split names in log lines and cache folders
-RECORD_FEATURES = datasets.Features({
-    "id": datasets.Value("string"), "title": datasets.Value("string"), "context": datasets.Value("string"),
-    "question": datasets.Value("string"),
-    "answers": {"text": datasets.List(datasets.Value("string")), "answer_start": datasets.List(datasets.Value("int64"))},
+_TEXT = datasets.Value("string")
+RECORD_FEATURES = datasets.Features({  # given, not inferred: a first batch of unanswerable records has no types
+    "id": _TEXT, "title": _TEXT, "context": _TEXT, "question": _TEXT,
+    "answers": {"text": datasets.List(_TEXT), "answer_start": datasets.List(datasets.Value("int64"))},
 })
 
 
@@ -172,7 +172,8 @@ def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, tra
                                                      cache_dir=cache_dir, fingerprint=fingerprint)
             examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
             source = getattr(data_args, SPLIT_FLAGS[split]) or data_args.dataset_name or split
-            cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length, str(source))
+            cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length,
+                                str(source))
             features[split] = _featurize(examples[split], fn, tok_key, tokenizer, cfg, data_args, LOG_NAMES[split],
                                          cache_dir)
         _log_token_counts(LOG_NAMES[split], features[split], data_args.max_seq_length)

@@ -135,8 +135,8 @@ class RecordChecker:
         if rid is _MISSING or rid is None:
             raise self.fail(loc, f"missing (record has keys {keys_of(raw)})", fld="id")
         if not isinstance(rid, str):
-            raise self.fail(loc, f"must be a string, got {type(rid).__name__} {rid!r} (ids must be strings; quote them)",
-                            fld="id")
+            raise self.fail(loc, f"must be a string, got {type(rid).__name__} {rid!r} "
+                                 "(ids must be strings; quote them)", fld="id")
         if not rid.strip():
             raise self.fail(loc, "is empty", fld="id")
         if rid in self.seen:
