@@ -17,9 +17,6 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-import transformers
-
 from qa_hpc.reliability.atomic_io import write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:  # the Trainer module is heavy to import; the collector and tests need none of it
@@ -43,6 +40,9 @@ MEMORY_KEYS = ("measured_peak_mb", "measured_source", "max_over_ranks", "estimat
 
 def environment() -> dict[str, Any]:
     """Hardware and software of this process's machine, and the Slurm job it ran in."""
+    import torch  # here, not at the top: the collector reads SUMMARY_FILE without loading torch
+    import transformers
+
     gpu = torch.cuda.is_available()
     env = os.environ.get
     return {
