@@ -2,17 +2,12 @@
 """One row per run from the runs' records: where runs went, how fast, how good, how big.
 
     python -m qa_hpc.tools.collect_results                          # logs/ and outputs/ of the checkout
-    python -m qa_hpc.tools.collect_results logs/ outputs/ --baseline bert_squad_ft3 --format md
-    python -m qa_hpc.tools.collect_results outputs/ --format csv > runs.csv
+    python -m qa_hpc.tools.collect_results logs/ outputs/ --baseline bert_squad_ft3 --format csv > runs.csv
     python -m qa_hpc.tools.collect_results logs/ outputs/ --plot plots/  # loss_curves, throughput, wall_time .png
 
-Every figure comes from the run's record, <output_dir>/run_summary.json (and the loss curve
-from trainer_state.json). A job log (`name-jobid.out`) is matched to its record by job id;
-a run that never wrote a record (it failed before its inputs were checked, is still running,
-or was killed) is shown from its log: failed with the log's last `ERROR:` line, or incomplete.
-Missing figures read n/a. Speedup is baseline/run for times and run/baseline for throughput
-(--speedup_on), against --baseline (a run label, job name or job id) or else the first
-successful row; only runs that ended ok get one.
+Every figure comes from the run's record, <output_dir>/run_summary.json (the loss curve from
+trainer_state.json). A job log (`name-jobid.out`) pairs with its record by job id; a log without one
+shows a run that failed (its last `ERROR:` line says why) or is incomplete. Missing figures read n/a.
 """
 
 from __future__ import annotations
@@ -44,7 +39,8 @@ COLUMNS = (
     "peak_memory_source", "hostname", "timestamp", "output_dir", "logs", "loss_curve",
 )
 INTEGERS, FLOATS = COLUMNS[5:9], COLUMNS[11:20]  # exit_code .. world_size; wall_clock_seconds .. peak_memory_mb
-RESULTS = ("train_runtime", "train_samples_per_second", "train_tokens_per_second", "train_mfu", "eval_samples_per_second")
+RESULTS = ("train_runtime", "train_samples_per_second", "train_tokens_per_second", "train_mfu",
+           "eval_samples_per_second")  # copied from the record's results as they are
 SPEEDUP_ON = {"train_runtime": "time", "wall_clock_seconds": "time", "train_samples_per_second": "rate",
               "train_tokens_per_second": "rate"}
 NA = "n/a"
@@ -55,26 +51,21 @@ def _find(paths: list[str]) -> tuple[dict[str, list[Path]], list[Path], list[str
     """Job logs grouped by stem (`x.out` + `x.err` are one job), output dirs, and paths not found."""
     logs: dict[str, list[Path]] = {}
     dirs: set[Path] = set()
-    missing: list[str] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.name == SUMMARY_FILE and path.is_file():
-            dirs.add(path.parent.resolve())
+    missing = [raw for raw in paths if not Path(raw).exists()]
+    for path in (Path(raw).resolve() for raw in paths if raw not in missing):
+        if path.is_file() and path.name == SUMMARY_FILE:
+            dirs.add(path.parent)
         elif path.is_file():
-            logs.setdefault(str(path.resolve().with_suffix("")), []).append(path.resolve())
-        elif path.is_dir():
-            for here, subdirs, files in os.walk(path):
-                if any((Path(here) / marker).is_file() for marker in OUTPUT_MARKERS):
-                    dirs.add(Path(here).resolve())
-                    subdirs[:] = []
-                    continue
-                # checkpoints hold trainer_state.json too, but belong to the run above them
-                subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS and not d.startswith("checkpoint-"))
-                for file in sorted(f for f in files if f.endswith(LOG_SUFFIXES)):
-                    logs.setdefault(str((Path(here) / file).resolve().with_suffix("")), []).append(
-                        (Path(here) / file).resolve())
-        else:
-            missing.append(raw)
+            logs.setdefault(str(path.with_suffix("")), []).append(path)
+        for here, subdirs, files in os.walk(path):  # nothing for a file
+            if any((Path(here) / marker).is_file() for marker in OUTPUT_MARKERS):
+                dirs.add(Path(here))
+                subdirs.clear()
+                continue
+            # checkpoints hold trainer_state.json too, but belong to the run above them
+            subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS and not d.startswith("checkpoint-"))
+            for file in (Path(here, name).resolve() for name in sorted(files) if name.endswith(LOG_SUFFIXES)):
+                logs.setdefault(str(file.with_suffix("")), []).append(file)
     return logs, sorted(dirs), missing
 
 
@@ -217,7 +208,8 @@ def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tup
         return None, f"--baseline {baseline!r} matches {'no run' if not len(matches) else 'several runs'} ({found})"
     index = int(matches[0])
     if not table.at[index, metric] > 0:
-        return None, f"--baseline {baseline!r} ({table.at[index, 'run']}, status {table.at[index, 'status']}) has no {metric}"
+        run, status = table.at[index, "run"], table.at[index, "status"]
+        return None, f"--baseline {baseline!r} ({run}, status {status}) has no {metric}"
     return index, None
 
 
@@ -236,12 +228,12 @@ def _figure(value: float) -> str:
 def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
     """A GitHub markdown table and what its speedup and memory columns mean."""
     t = table.astype({"nodes": "string", "procs_per_node": "string", "reason": "string", "status": "string"})
-    fixed = lambda column, spec: t[column].map(spec.format, na_action="ignore")  # noqa: E731
+    fixed = lambda column, spec: t[column].map(spec.format, na_action="ignore").astype("string")  # noqa: E731
     reason = t["reason"].where(t["reason"].str.len() <= 100, t["reason"].str[:97] + "...")  # whole: csv/json
     cells = pd.DataFrame({
         "run": t["run"], "job id": t["job_id"], "nodes×GPUs": t["nodes"] + "×" + t["procs_per_node"],
         "device": t["device"], "precision": t["precision"], "wall s": fixed("wall_clock_seconds", "{:.0f}"),
-        **{title: t[column].map(_figure, na_action="ignore") for title, column in (
+        **{title: t[column].map(_figure, na_action="ignore").astype("string") for title, column in (
             ("train s", "train_runtime"), ("train samples/s", "train_samples_per_second"),
             ("eval samples/s", "eval_samples_per_second"))},
         "EM": fixed("exact_match", "{:.2f}"), "F1": fixed("f1", "{:.2f}"),
@@ -260,8 +252,8 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
 
 def to_csv(table: pd.DataFrame) -> str:
     """Every column but the loss curve; a run's log files joined by ';'."""
-    return table.drop(columns="loss_curve").assign(logs=table["logs"].map(";".join)).to_csv(index=False,
-                                                                                          lineterminator="\n")
+    flat = table.drop(columns="loss_curve").assign(logs=table["logs"].map(";".join))
+    return flat.to_csv(index=False, lineterminator="\n")
 
 
 def to_json(table: pd.DataFrame, base: int | None, metric: str) -> str:
@@ -291,7 +283,6 @@ def loss_figure(table: pd.DataFrame) -> Figure:
         ax.text(0.5, 0.5, "no loss curves found", ha="center", va="center", transform=ax.transAxes)
     ax.set(xlabel="optimizer step", ylabel="training loss", title="Training loss")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
     return fig
 
 
@@ -301,12 +292,11 @@ def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
     ax = fig.subplots()
     ok = table["status"].eq("ok")
     bars = ax.bar(range(len(table)), table[column].fillna(0.0), color=ok.map({True: "tab:blue", False: "tab:red"}))
-    ax.bar_label(bars, fontsize=8, labels=[(f"{value:.3g}" if pd.notna(value) else NA) + ("" if good else f" ({status})")
+    ax.bar_label(bars, fontsize=8, labels=[(NA if pd.isna(value) else f"{value:.3g}") + ("" if good else f" ({status})")
                                            for value, good, status in zip(table[column], ok, table["status"])])
     ax.set_xticks(range(len(table)), table["run"], rotation=20, ha="right", fontsize=8)
     ax.set(ylabel=label, title=f"{label} per run")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
     return fig
 
 
@@ -316,8 +306,14 @@ def write_plots(table: pd.DataFrame, out_dir: str) -> list[Path]:
                                                          for name, (column, label) in BARS.items()}}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     for name, fig in figures.items():
+        fig.tight_layout()
         fig.savefig(Path(out_dir) / name)
     return [Path(out_dir) / name for name in figures]
+
+
+def _fail(message: str) -> int:
+    print(f"ERROR: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,25 +325,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", help="run label, job name or job id the speedup is relative to "
                         "(default: the first successful run)")
     parser.add_argument("--speedup_on", default="train_runtime", choices=sorted(SPEEDUP_ON),
-                        help="figure the speedup compares (default: train_runtime)")
+                        help="figure the speedup compares (default: train_runtime): baseline/run for times, "
+                        "run/baseline for rates; only runs that ended ok get one")
     parser.add_argument("--format", default="md", choices=["md", "csv", "json"])
     parser.add_argument("--plot", metavar="DIR", help="write loss_curves.png, throughput.png, wall_time.png here")
     args = parser.parse_args(argv)
     paths = args.paths or [p for p in ("logs", "outputs") if os.path.exists(p)]
     if not paths:
-        print("ERROR: no paths given and no logs/ or outputs/ here", file=sys.stderr)
-        return 2
+        return _fail("no paths given and no logs/ or outputs/ here")
     table, warnings = read_runs(paths)
     for warning in warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
     if table.empty:
-        print(f"ERROR: no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with "
-              f"{SUMMARY_FILE})", file=sys.stderr)
-        return 2
+        return _fail(f"no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with {SUMMARY_FILE})")
     base, error = pick_baseline(table, args.baseline, args.speedup_on)
     if error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+        return _fail(error)
     table = add_speedup(table, base, args.speedup_on)
     sys.stdout.write(to_markdown(table, base, args.speedup_on) if args.format == "md" else to_csv(table)
                      if args.format == "csv" else to_json(table, base, args.speedup_on))
