@@ -121,14 +121,10 @@ def _record_row(out_dir: Path) -> Row:
     plan, effective = record.get("plan") or {}, record.get("effective") or {}
     results, memory = record.get("results") or {}, record.get("memory") or {}
     world, per_node = effective.get("world_size") or plan.get("world_size"), plan.get("local_world_size")
-    status, stopped, job_id = record.get("status") or "unknown", record.get("stopped") or {}, record.get("slurm_job_id")
-    reason = (f"exit code {record.get('exit_code')}: {record.get('error') or 'no error recorded'}" if status == "failed"
-              else f"{stopped.get('signal')} at step {stopped.get('global_step')}; resumes from "
-                   f"{stopped.get('checkpoint')}" if status == "preempted" else None)
-    peak = memory.get("measured_peak_mb")
+    peak, job_id = memory.get("measured_peak_mb"), record.get("slurm_job_id")
     return _row(
         run=out_dir.name, job_name=record.get("slurm_job_name"), job_id=str(job_id) if job_id else None,
-        status=status, reason=reason, exit_code=record.get("exit_code"),
+        status=record.get("status") or "unknown", reason=_reason(record), exit_code=record.get("exit_code"),
         nodes=-(-world // per_node) if world and per_node else None, procs_per_node=per_node, world_size=world,
         device=effective.get("device_name") or plan.get("device"),
         precision=effective.get("precision") or plan.get("precision"),
@@ -142,6 +138,16 @@ def _record_row(out_dir: Path) -> Row:
         hostname=record.get("hostname"), timestamp=record.get("timestamp"), output_dir=str(out_dir),
         loss_curve=_loss_curve(out_dir),
     )
+
+
+def _reason(record: Row) -> str | None:
+    """Why a run did not end ok, in the record's own words."""
+    stopped = record.get("stopped") or {}
+    if record.get("status") == "failed":
+        return f"exit code {record.get('exit_code')}: {record.get('error') or 'no error recorded'}"
+    if record.get("status") == "preempted":
+        return f"{stopped.get('signal')} at step {stopped.get('global_step')}; resumes from {stopped.get('checkpoint')}"
+    return None
 
 
 def _log_row(stem: str, files: list[Path], rows: list[Row]) -> Row:
