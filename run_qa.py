@@ -35,6 +35,9 @@ from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # 
 from qa_hpc.observe.efficiency import train_efficiency  # noqa: E402
 from qa_hpc.observe.observability import Observability  # noqa: E402
 from qa_hpc.postprocess.predict import make_postprocess  # noqa: E402
+from qa_hpc.record import (  # noqa: E402
+    SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary,
+)
 from qa_hpc.reliability.errors import BatchContext, check_writable_dir, classify, guarded  # noqa: E402
 from qa_hpc.reliability.exit_codes import EXIT_OK, EXIT_PREEMPTED  # noqa: E402
 from qa_hpc.reliability.preemption import (  # noqa: E402
@@ -45,7 +48,6 @@ from qa_hpc.settings.devices import read_device_facts  # noqa: E402
 from qa_hpc.settings.effective import Effective, check_effective, read_effective  # noqa: E402
 from qa_hpc.settings.flags import Flags  # noqa: E402
 from qa_hpc.settings.plan import RunPlan, decide  # noqa: E402
-from qa_hpc.summary import SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary  # noqa: E402,E501
 from trainer_qa import QuestionAnsweringTrainer  # noqa: E402
 
 logger = logging.getLogger("run_qa")
