@@ -1,16 +1,12 @@
 """SQuAD v1.1 / v2.0 scores equal to the official scripts, and the `evaluate` metric the trainer scores with.
 
-Why our own scorer: the trainer (through the `evaluate` modules beside this file), score_squad.py
-and the benchmarks must all report exactly the numbers of ``evaluate-v1.1.py`` / ``evaluate-v2.0.py``
-without a metric downloaded at run time. Every quirk of the official scripts that changes a number
-is kept on purpose and called out in a comment. The departures: questions without a prediction
-score 0 and stay in every denominator (v1 does so officially, v2 crashes), and inputs the official
-scripts crash on (or mis-score silently) raise ScoreInputError naming the input and the ids.
-
-By default the trainer loads the local module for the version (evaluate_squad_v1 / _v2, by path,
-no network); ``--squad_metric`` names another: the hub's ``squad`` / ``squad_v2`` or a path. Loading
-copies the module into $HF_MODULES_CACHE and makes an empty $HF_HOME/metrics/<name>/default; the
-inputs stay in memory (keep_in_memory), so scoring writes no cache files.
+Our own scorer so that the trainer (through the `evaluate` modules beside this file), score_squad.py
+and the benchmarks report exactly the numbers of ``evaluate-v1.1.py`` / ``evaluate-v2.0.py`` with no
+metric downloaded at run time. Every official quirk that changes a number is kept and called out.
+Departures: a question without a prediction scores 0 and stays in every denominator (v2 officially
+crashes), and inputs the official scripts crash on raise ScoreInputError naming the input and ids.
+The trainer loads the local module for the version by path (no network) unless ``--squad_metric``
+names another; inputs stay in memory (keep_in_memory), so scoring writes no cache files.
 """
 
 from __future__ import annotations
@@ -95,7 +91,7 @@ def score_v1(references: Mapping[str, Sequence[str]], predictions: Mapping[str, 
 
     ``references``: id -> gold texts; prediction ids that are no question are ignored.
     """
-    check_inputs(references, predictions, None, v2=False)
+    _check_inputs(references, predictions, None, v2=False)
     exact, f1 = _raw_scores(references, predictions, v2=False)
     exact_total: float = 0
     f1_total: float = 0
@@ -113,7 +109,7 @@ def score_v2(references: Mapping[str, Sequence[str]], predictions: Mapping[str, 
     ``references``: id -> gold texts, ``[]`` for unanswerable. exact/f1/total, HasAns_* and NoAns_*
     when such questions exist, best_exact(_thresh)/best_f1(_thresh) when ``na_probs`` is given.
     """
-    check_inputs(references, predictions, na_probs, v2=True)
+    _check_inputs(references, predictions, na_probs, v2=True)
     has_answer = {qid: bool(golds) for qid, golds in references.items()}
     exact_raw, f1_raw = _raw_scores(references, predictions, v2=True)
     # Officially P(no answer) is 0.0 without na_probs, so a negative threshold abstains on everything.
@@ -167,7 +163,7 @@ def _best_threshold(predictions: Mapping[str, str], raw: Mapping[str, float], na
     return 100.0 * best / total, best_thresh
 
 
-def check_inputs(references: Mapping[str, Sequence[str]], predictions: Mapping[str, object],
+def _check_inputs(references: Mapping[str, Sequence[str]], predictions: Mapping[str, object],
                  na_probs: Mapping[str, float] | None, v2: bool) -> None:
     """What the official scripts crash on: no questions, a non-string answer, v1 questions without
     gold (``max([])``), a predicted question without a no-answer probability (KeyError)."""
@@ -198,13 +194,9 @@ def first_ids(ids: Sequence[str]) -> str:
 
 def json_type_name(value: object) -> str:
     """A decoded JSON value's type in JSON's words, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {dict: "an object", list: "an array", str: "a string"}.get(type(value), type(value).__name__)
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
+             list: "an array", str: "a string"}
+    return names.get(type(value), type(value).__name__)
 
 
 # --------------------------------------------------------------------------- the `evaluate` metric
