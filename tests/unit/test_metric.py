@@ -216,6 +216,11 @@ def test_score_v2_missing_predictions_score_zero_and_count() -> None:
     assert (result["best_exact"], result["best_exact_thresh"]) == (50.0, 0.1)
 
 
+def test_score_v2_probability_equal_to_the_threshold_keeps_the_answer() -> None:
+    # officially "no answer" only when P(no answer) > threshold: at 0.5 == 0.5 "Paris" stands (1)
+    assert sm.score_v2({"a": ["Paris"]}, {"a": "Paris"}, {"a": 0.5}, 0.5)["exact"] == 100.0
+
+
 def test_score_v2_negative_thresh_without_na_probs() -> None:
     # official default P(no answer) = 0.0 for every prediction; 0.0 > -1: all "no answer": a 0, c 1 -> 50
     assert sm.score_v2({"a": ["Paris"], "c": []}, {"a": "Paris", "c": "x"}, None, -1.0)["exact"] == 50.0
