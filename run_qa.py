@@ -30,7 +30,7 @@ from transformers import DataCollatorWithPadding, default_data_collator  # noqa:
 from qa_hpc.data.features import real_lengths  # noqa: E402
 from qa_hpc.data.loading import QAData, build_data  # noqa: E402
 from qa_hpc.dist import backend, end_process_group, env_rank  # noqa: E402
-from qa_hpc.metric.scoring import make_score  # noqa: E402
+from qa_hpc.metric.squad import make_score  # noqa: E402
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # noqa: E402
 from qa_hpc.observe.efficiency import train_efficiency  # noqa: E402
 from qa_hpc.observe.observability import Observability  # noqa: E402
