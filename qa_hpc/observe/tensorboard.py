@@ -1,20 +1,13 @@
 """TensorBoard: transformers' TensorBoardCallback plus speed, padding, GPU memory and the run's totals.
 
-transformers' callback writes the Trainer's logs on rank 0 (train/loss, train/learning_rate,
-train/grad_norm, train/epoch, eval/*) to <output_dir>/runs/<time>_<host>/ or --logging_dir.
-This subclass adds, at every logging step:
-
-  train/step_time_seconds     wall time per optimizer step over the interval (evaluation and
-                              checkpoint time left out), data loading included
-  train/samples_per_second    features per second, all ranks together
-  train/tokens_per_second     real (non-padding) tokens per second, all ranks together
-  train/real_token_fraction   real tokens / tokens fed (how much of each batch is padding)
-  train/gpu_memory_{allocated,reserved,peak_allocated}_mb   rank 0's device, on CUDA only
-
-It files trainer.train()'s whole-run figures under train_total/ and predict's under predict/ (the
-parent would mix them into the train/ curves), keeps one event file per launch (the parent closes
-its writer when training ends and would open a second file for the evaluation after it), and at
-the end writes the run's totals as hparams and a run_summary text.
+The parent writes the Trainer's logs on rank 0 (train/loss, train/learning_rate, train/grad_norm,
+train/epoch, eval/*). At every logging step this subclass adds train/step_time_seconds (wall time per
+optimizer step, data loading included, evaluation and checkpoints left out), train/samples_per_second
+and train/tokens_per_second (real tokens; all ranks together), train/real_token_fraction (real / fed:
+the padding) and, on CUDA, train/gpu_memory_{allocated,reserved,peak_allocated}_mb of rank 0. It files
+trainer.train()'s whole-run figures under train_total/ and predict's under predict/ (the parent would
+mix them into the train/ curves), keeps one event file per launch (the parent closes its writer when
+training ends and would open a second one for the evaluation), and writes the run's totals at the end.
 
 Real tokens are counted from attention_mask in a forward pre-hook, summed on the device (no host
 sync per step) and reduced across ranks once per logging step, where the Trainer already syncs.
