@@ -178,12 +178,12 @@ def _profiler(tmp_path: Path, wait: int, warmup: int, active: int, repeat: int =
     return ProfilerCallback(flags.observe, str(tmp_path))
 
 
-def _drive(cb: ProfilerCallback, steps: int, tmp_path: Path) -> None:
-    """Real training-like work between the Trainer's step events."""
+def _drive(cb: ProfilerCallback, steps: int, tmp_path: Path) -> list[int]:
+    """Real training-like work between the Trainer's step events; returns the steps after which it still ran."""
     _, flags = plan_and_flags(["--output_dir", str(tmp_path), "--report_to", "none"])
     model = torch.nn.Linear(32, 32)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    state, control = TrainerState(max_steps=steps), TrainerControl()
+    state, control, running = TrainerState(max_steps=steps), TrainerControl(), []
     cb.on_train_begin(flags.training, state, control)
     for _ in range(steps):
         model(torch.randn(8, 32)).sum().backward()
@@ -191,7 +191,9 @@ def _drive(cb: ProfilerCallback, steps: int, tmp_path: Path) -> None:
         opt.zero_grad()
         state.global_step += 1
         cb.on_step_end(flags.training, state, control)
+        running += [state.global_step] if cb.prof is not None else []
     cb.on_train_end(flags.training, state, control)
+    return running
 
 
 def test_training_shorter_than_the_window_keeps_what_it_has(tmp_path, caplog):
@@ -214,9 +216,8 @@ def test_training_shorter_than_the_warmup_writes_nothing_and_says_why(tmp_path, 
 
 def test_repeat_writes_one_trace_per_cycle_then_stops(tmp_path):
     cb = _profiler(tmp_path, wait=0, warmup=1, active=1, repeat=2)
-    _drive(cb, 7, tmp_path)
+    assert _drive(cb, 7, tmp_path) == [1, 2, 3]  # stopped after the last cycle: steps 5-7 ran without the profiler
     assert cb.written == [[2], [4]]
-    assert cb.prof is None  # stopped after the last cycle: steps 5-7 ran without the profiler
     assert _profiler_steps(json.loads((tmp_path / "trace_rank0_cycle2.json").read_text())) == ["ProfilerStep#4"]
     summary = (tmp_path / "profiler_summary.txt").read_text()
     assert "cycle 1: global steps 2-2" in summary and "cycle 2: global steps 4-4" in summary
@@ -325,7 +326,7 @@ def test_finish_writes_memory_report_lines_and_tensorboard_totals(tmp_path):
     assert hparams["world_size"] == 1 and hparams["precision"] == plan.precision
     totals = {tag: acc.Scalars(tag)[0].value for tag in acc.Tags()["scalars"] if tag.startswith("hparam/")}
     assert totals["hparam/wall_clock_seconds"] == 12.5 and totals["hparam/final_loss"] == 0.75
-    assert totals["hparam/eval_f1"] == 41.5 and totals["hparam/peak_memory_mb"] == report["measured_peak_mb"]
+    assert totals["hparam/eval_f1"] == 41.5 and totals["hparam/peak_memory_mb"] == pytest.approx(report["measured_peak_mb"])
     text = acc.Tensors("run_summary/text_summary")[0].tensor_proto.string_val[0].decode()
     for key in ("wall_clock_seconds", "final_loss", "per_device_train_batch_size", "epochs", "world_size", "precision"):
         assert f"| {key} |" in text, key
