@@ -32,8 +32,8 @@ from qa_hpc.data.loading import QAData, build_data  # noqa: E402
 from qa_hpc.dist import backend, end_process_group, env_rank  # noqa: E402
 from qa_hpc.metric.squad import make_score  # noqa: E402
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # noqa: E402
-from qa_hpc.observe.efficiency import train_efficiency  # noqa: E402
-from qa_hpc.observe.observability import Observability  # noqa: E402
+from qa_hpc.observe import finish_observability, observability_callbacks  # noqa: E402
+from qa_hpc.observe.efficiency import efficiency_lines, train_efficiency  # noqa: E402
 from qa_hpc.postprocess.predict import make_postprocess  # noqa: E402
 from qa_hpc.record import (  # noqa: E402
     SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary,
@@ -64,7 +64,6 @@ class Run:
     shape: ModelShape
     trainer: QuestionAnsweringTrainer
     effective: Effective
-    observe: Observability
     preemption: PreemptionCallback
     resume: str | None
     results: dict[str, Any] = field(default_factory=dict)
@@ -134,7 +133,6 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
     check_writable_dir(args.output_dir)
     model = load_model(flags.model, config, attn_implementation=flags.speed.attn_implementation)
     shape = ModelShape.of(model)  # counted before any wrapper (FSDP) shards the parameters
-    observe = Observability(flags.observe, plan, args, shape, flags.data.max_seq_length)
     preemption = PreemptionCallback(stop, plan.stop_vote_every)
     trainer = QuestionAnsweringTrainer(
         model=model, args=args, train_dataset=data.train, eval_dataset=data.eval_features,
@@ -143,12 +141,13 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
         else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
         post_process_function=make_postprocess(flags.data, args.output_dir, flags.speed.postprocess),
         score_function=score,
-        sort_eval_by_length=not flags.data.pad_to_max_length, callbacks=[*observe.callbacks, preemption],
+        sort_eval_by_length=not flags.data.pad_to_max_length,
+        callbacks=[*observability_callbacks(flags, plan), preemption],
     )
     effective = read_effective(trainer, flags.speed.postprocess)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
     check_effective(plan, effective)
-    return Run(flags, plan, args, data, shape, trainer, effective, observe, preemption, resume)
+    return Run(flags, plan, args, data, shape, trainer, effective, preemption, resume)
 
 
 def train(run: Run, stop: StopRequest) -> bool:
@@ -173,8 +172,8 @@ def train(run: Run, stop: StopRequest) -> bool:
         efficiency = train_efficiency(real_lengths(run.data.train), float(trainer.state.epoch or 0.0),
                                       float(metrics["train_runtime"]), run.shape, run.plan.gpu_name or "cpu",
                                       run.plan.world_size, run.plan.precision, run.plan.tf32)
-        run.results.update(metrics, **efficiency.metrics())
-        run.lines += efficiency.log_lines()
+        run.results.update(metrics, **efficiency)
+        run.lines += efficiency_lines(efficiency)
         save_results(trainer, "train", metrics)
         save_trainer_state(trainer)
     return True
@@ -203,7 +202,8 @@ def predict(run: Run) -> None:
 def report(run: Run) -> None:
     """Memory report, run_summary.json, and the closing KEY=value lines (WALL_CLOCK_SECONDS last)."""
     wall = time.time() - _WALL_START
-    lines, memory = run.observe.finish(run.results, wall)  # every rank: gathers the memory figures
+    # every rank: the memory report gathers every rank's figures
+    lines, memory = finish_observability(run.trainer, run.flags, run.plan, run.shape, run.results, wall)
     if run.trainer.is_world_process_zero():
         record(run, "ok", EXIT_OK, memory=memory, wall=wall)
         for line in lines + run.lines + final_lines(run.results, wall):
