@@ -31,9 +31,6 @@ FINAL_KEYS = (
     "eval_HasAns_f1", "eval_NoAns_f1", "eval_runtime", "eval_samples_per_second", "eval_postprocess_seconds",
     "eval_samples", "eval_examples", "predict_exact_match", "predict_f1", "predict_runtime",
 )
-# The run totals TensorBoard shows beside the hyperparameters (a subset of FINAL_KEYS, in this order).
-TENSORBOARD_KEYS = ("train_loss", "train_runtime", "train_samples_per_second", "eval_exact_match", "eval_f1",
-                    "eval_exact", "eval_samples_per_second")
 # What run_summary.json keeps of the memory report (memory.json holds all of it).
 MEMORY_KEYS = ("measured_peak_mb", "measured_source", "max_over_ranks", "estimate_over_measured", "note")
 

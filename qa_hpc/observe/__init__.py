@@ -20,7 +20,7 @@ from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard
 from qa_hpc.settings.flags import Flags
 from qa_hpc.settings.plan import RunPlan
-from qa_hpc.summary import FINAL_KEYS
+from qa_hpc.record import FINAL_KEYS
 
 
 def observability_callbacks(flags: Flags, plan: RunPlan) -> list[TrainerCallback]:
