@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from qa_hpc.atomic_io import OutputError, write_text_atomic
 from qa_hpc.data.squad_io import DataError, load_references
+from qa_hpc.errors import EXIT_USAGE
 from qa_hpc.metric import squad as squad_metric
-from qa_hpc.reliability.atomic_io import OutputError, write_text_atomic
-from qa_hpc.reliability.exit_codes import EXIT_USAGE
 
 PROG = "score_squad.py"
 SHOWN_IDS = 5

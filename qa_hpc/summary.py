@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import transformers
 
-from qa_hpc.reliability.atomic_io import write_json_atomic, write_text_atomic
+from qa_hpc.atomic_io import write_json_atomic, write_text_atomic
 
 SUMMARY_FILE = "run_summary.json"
 # Result keys printed as KEY=value at the end of a run, in this order, when present.

@@ -102,7 +102,7 @@ def test_every_rank_writes_its_own_trace(tmp_path_factory, tiny_bert, demo_files
 
 def test_profiler_is_off_by_default_and_flags_parse():
     from fixtures.settings import plan_and_flags
-    from qa_hpc.reliability.errors import UsageError
+    from qa_hpc.errors import UsageError
 
     plan, flags = plan_and_flags(["--output_dir", "x"])
     obs = flags.observe

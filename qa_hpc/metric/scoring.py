@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qa_hpc.errors import UsageError
 from qa_hpc.metric.evaluate_io import PREDICTION_FIELDS_V1, PREDICTION_FIELDS_V2, REFERENCE_FIELDS, metric_inputs
 from qa_hpc.postprocess.reference import QAPredictions
-from qa_hpc.reliability.errors import UsageError
 
 LOCAL_MODULES = {
     False: Path(__file__).with_name("evaluate_squad_v1"),

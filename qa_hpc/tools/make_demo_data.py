@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from qa_hpc.reliability.atomic_io import write_text_atomic
+from qa_hpc.atomic_io import write_text_atomic
 from qa_hpc.tools.demo_text import Paragraph, choose_kind, impossible_question
 
 def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool = False,
