@@ -1,8 +1,7 @@
 """The tokenizer and the QA model (from the hub, a local directory, or the offline MiniLM package), and its shape.
 
-A model or dataset neither on disk nor reachable ends in one UsageError (exit 2) naming what is missing, the
-cache searched, why the hub was no help and how to get it, instead of a ConnectionError and a traceback or two.
-"""
+A model or dataset neither on disk nor reachable is one UsageError (exit 2) saying what is missing, the cache
+searched, why the hub was no help and how to get it: not a ConnectionError and a traceback or two."""
 
 from __future__ import annotations
 

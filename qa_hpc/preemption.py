@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 from datetime import timedelta
-from types import FrameType
 
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -30,15 +29,11 @@ logger = logging.getLogger(__name__)
 class StopRequest:
     """Records that a stop signal arrived. The handler does nothing else."""
 
-    def __init__(self) -> None:
-        self.signum: int | None = None
+    signum: int | None = None
 
     def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.signum = signum
+            signal.signal(sig, lambda signum, frame: setattr(self, "signum", signum))
 
     @property
     def requested(self) -> bool:
