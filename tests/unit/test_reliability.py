@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import resource
 import signal
 import socket
 from pathlib import Path
@@ -120,6 +121,19 @@ def test_write_failure_names_the_reason_from_rust_and_torch_errors(tmp_path: Pat
     assert "MiB free" in str(err) and "--save_total_limit" in str(err)
     # an error with no errno on a writable disk is not a write failure: left to the traceback
     assert write_failure(RuntimeError("shape mismatch"), str(tmp_path / "checkpoint-7")) is None
+
+
+def test_a_failed_save_without_an_errno_is_explained_by_a_probe_write(tmp_path: Path) -> None:
+    """torch.save says only 'file write failed': a probe write finds the reason (here a file-size limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))  # Python ignores SIGXFSZ: writes fail with EFBIG
+    try:
+        err = write_failure(RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64"),
+                            str(tmp_path / "checkpoint-7"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert isinstance(err, OutputError) and err.errno == errno.EFBIG
+    assert str(err).startswith(f"cannot write {tmp_path}/checkpoint-7: File too large") and "ulimit -f" in str(err)
 
 
 def _allocate_too_much() -> None:
