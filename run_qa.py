@@ -39,12 +39,14 @@ from qa_hpc.postprocess.predict import make_postprocess  # noqa: E402
 from qa_hpc.preemption import (  # noqa: E402
     PreemptionCallback, StopRequest, apply_collective_timeout, checkpoint_to_resume,
 )
+from qa_hpc.record import (  # noqa: E402
+    SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary,
+)
 from qa_hpc.settings.apply import apply_process_settings, build_flags, read_flags, request_from  # noqa: E402
 from qa_hpc.settings.devices import read_device_facts  # noqa: E402
 from qa_hpc.settings.effective import Effective, check_effective, read_effective  # noqa: E402
 from qa_hpc.settings.flags import Flags  # noqa: E402
 from qa_hpc.settings.plan import RunPlan, decide  # noqa: E402
-from qa_hpc.summary import SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary  # noqa: E402,E501
 from trainer_qa import QuestionAnsweringTrainer  # noqa: E402
 
 logger = logging.getLogger("run_qa")
