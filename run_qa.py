@@ -30,18 +30,17 @@ from transformers import DataCollatorWithPadding, default_data_collator  # noqa:
 from qa_hpc.data.features import real_lengths  # noqa: E402
 from qa_hpc.data.loading import QAData, build_data  # noqa: E402
 from qa_hpc.dist import backend, end_process_group, env_rank  # noqa: E402
+from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded  # noqa: E402
 from qa_hpc.metric.squad import make_score  # noqa: E402
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # noqa: E402
 from qa_hpc.observe import finish_observability, observability_callbacks  # noqa: E402
 from qa_hpc.observe.efficiency import efficiency_lines, train_efficiency  # noqa: E402
 from qa_hpc.postprocess.predict import make_postprocess  # noqa: E402
+from qa_hpc.preemption import (  # noqa: E402
+    PreemptionCallback, StopRequest, apply_collective_timeout, checkpoint_to_resume,
+)
 from qa_hpc.record import (  # noqa: E402
     SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary,
-)
-from qa_hpc.reliability.errors import BatchContext, check_writable_dir, classify, guarded  # noqa: E402
-from qa_hpc.reliability.exit_codes import EXIT_OK, EXIT_PREEMPTED  # noqa: E402
-from qa_hpc.reliability.preemption import (  # noqa: E402
-    PreemptionCallback, StopRequest, apply_collective_timeout, checkpoint_to_resume,
 )
 from qa_hpc.settings.apply import apply_process_settings, build_flags, read_flags, request_from  # noqa: E402
 from qa_hpc.settings.devices import read_device_facts  # noqa: E402
@@ -226,7 +225,7 @@ def record(run: Run, status: str, exit_code: int, wall: float | None = None, **e
 def cli() -> int:
     """Entry point: clear messages (no traceback) for the user's own mistakes and for resources.
 
-    Exit codes (qa_hpc/reliability/exit_codes.env): 2 bad flags/data or a request this machine
+    Exit codes (qa_hpc/exit_codes.env): 2 bad flags/data or a request this machine
     cannot honour, 3 out of memory, 74 cannot write, 75 preempted; 1 with a traceback otherwise.
     """
     try:

@@ -21,11 +21,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from qa_hpc.atomic_io import OutputError, write_text_atomic
 from qa_hpc.data.squad_io import DataError, load_references
+from qa_hpc.errors import EXIT_USAGE, UsageError
 from qa_hpc.metric.squad import ScoreInputError, Scores, first_ids, json_type_name, score_v1, score_v2
-from qa_hpc.reliability.atomic_io import OutputError, write_text_atomic
-from qa_hpc.reliability.errors import UsageError
-from qa_hpc.reliability.exit_codes import EXIT_USAGE
 
 PROG = "score_squad.py"
 

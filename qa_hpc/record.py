@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from qa_hpc.reliability.atomic_io import write_json_atomic, write_text_atomic
+from qa_hpc.atomic_io import write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:  # the Trainer module is heavy to import; the collector and tests need none of it
     from transformers import Trainer, TrainingArguments

@@ -14,8 +14,8 @@
 #   QA_LOG_DIR      where a job run without SLURM keeps its log (default logs/)
 
 # EXIT_USAGE, EXIT_PREEMPTED, ...: the exit codes run_qa.py uses, from the one table
-# shellcheck source=../qa_hpc/reliability/exit_codes.env
-source "$(dirname "${BASH_SOURCE[0]}")/../qa_hpc/reliability/exit_codes.env"
+# shellcheck source=../qa_hpc/exit_codes.env
+source "$(dirname "${BASH_SOURCE[0]}")/../qa_hpc/exit_codes.env"
 
 qa_log() { printf '[qa-hpc %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 qa_die() { qa_log "ERROR: $*" >&2; exit "$EXIT_USAGE"; }

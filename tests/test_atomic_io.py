@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.runqa import REPO, run_qa, tiny_flags
-from qa_hpc.reliability.atomic_io import OutputError, remove_stale_temps, write_json_atomic
+from qa_hpc.atomic_io import OutputError, remove_stale_temps, write_json_atomic
 
 BIG = {"answers": {f"q{i}": "x" * 200 for i in range(20000)}}  # ~4.5 MB of JSON
 
@@ -43,7 +43,7 @@ def test_write_failing_mid_way_leaves_the_old_file_and_no_temp(tmp_path: Path) -
     write_json_atomic(target, {"eval_f1": 88.1})
     code = f"""
 import resource, signal, sys
-from qa_hpc.reliability.atomic_io import OutputError, write_json_atomic
+from qa_hpc.atomic_io import OutputError, write_json_atomic
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 try:
@@ -65,7 +65,7 @@ def test_killed_writer_leaves_the_old_file_and_the_next_write_removes_its_temp(t
     write_json_atomic(target, {"q1": "old answer"})
     code = f"""
 import resource, signal, sys
-from qa_hpc.reliability.atomic_io import write_json_atomic
+from qa_hpc.atomic_io import write_json_atomic
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it by default; the kernel now kills at the limit
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 write_json_atomic({str(target)!r}, {{"answers": {{f"q{{i}}": "x" * 200 for i in range(20000)}}}})

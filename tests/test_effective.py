@@ -63,7 +63,7 @@ def test_training_args_given_to_the_trainer_are_the_parsed_ones_plus_the_plan(ti
     argv = [*tiny_flags(tiny_bert, out), "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "1",
             "--num_threads", "1"]
     plan, flags = plan_and_flags(argv)
-    from qa_hpc.reliability.preemption import StopRequest
+    from qa_hpc.preemption import StopRequest
 
     threads = torch.get_num_threads()
     try:

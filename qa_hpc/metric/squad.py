@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qa_hpc.reliability.errors import UsageError
+from qa_hpc.errors import UsageError
 
 if TYPE_CHECKING:
     import datasets

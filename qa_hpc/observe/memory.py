@@ -22,8 +22,8 @@ import torch
 from accelerate.utils import gather_object
 from transformers import TrainingArguments
 
+from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.model import ModelShape
-from qa_hpc.reliability.atomic_io import write_json_atomic
 
 MB = 1024 * 1024
 NO_CUDA_NOTE = "no CUDA device"

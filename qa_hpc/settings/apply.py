@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from transformers import HfArgumentParser
 
-from qa_hpc.reliability.errors import UsageError
+from qa_hpc.errors import UsageError
 from qa_hpc.settings.flags import FLAG_GROUPS, Flags, QATrainingArguments
 from qa_hpc.settings.plan import Request, RunPlan
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
-from qa_hpc.reliability.exit_codes import EXIT_USAGE
+from qa_hpc.errors import EXIT_USAGE
 from qa_hpc.settings.plan import DeviceFacts, PlanError, require_visible_gpu
 
 # Environment variables that say a GPU was asked for (a Slurm --gres=gpu job, or an explicit choice).

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from qa_hpc.reliability.errors import UsageError
+from qa_hpc.errors import UsageError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ACCELERATE_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}  # accelerate's names -> ours

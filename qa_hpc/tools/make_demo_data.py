@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qa_hpc.reliability.atomic_io import write_text_atomic
+from qa_hpc.atomic_io import write_text_atomic
 
 # Consonant-vowel syllables with few clusters and codas read like names and split into few WordPieces.
 # The lists' order and repeats are part of the data: the same seed must give the same bytes.

@@ -21,7 +21,7 @@ from conftest import skip_or_fail
 from qa_hpc.data.squad_io import load_references
 from qa_hpc.metric.squad import LOCAL_MODULES, load_squad_metric, make_score
 from qa_hpc.postprocess.reference import QAPredictions
-from qa_hpc.reliability.errors import UsageError
+from qa_hpc.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEV_V11 = ROOT.parent / "shared" / "data" / "squad-v1.1" / "dev-v1.1.json"

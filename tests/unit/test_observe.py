@@ -26,7 +26,7 @@ from qa_hpc.observe.efficiency import efficiency_lines, peak_tflops, train_effic
 from qa_hpc.observe.memory import anatomy_estimate, measure_process, optimizer_bytes_per_param
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard, TokenCounter
-from qa_hpc.reliability.errors import UsageError
+from qa_hpc.errors import UsageError
 
 
 def _bert_base_on_meta() -> BertForQuestionAnswering:
