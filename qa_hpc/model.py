@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenize
 
 from qa_hpc.hub import MODEL_ELSE, from_disk_or_hub, model_cache_dir
 from qa_hpc.reliability.errors import UsageError
-from qa_hpc.settings.flags import ModelArguments
+from qa_hpc.flags import ModelArguments
 
 
 def resolve_model_path(name: str) -> str:

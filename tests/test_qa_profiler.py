@@ -18,7 +18,7 @@ from transformers import TrainerControl, TrainerState
 
 from observe_runs import ok_run
 from qa_hpc.observe.profiler import ProfilerCallback
-from qa_hpc.settings.flags import ObservabilityArguments
+from qa_hpc.flags import ObservabilityArguments
 
 CPU_COLUMNS = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls"]
 MEMORY_COLUMNS = ["CPU Mem", "Self CPU Mem"]

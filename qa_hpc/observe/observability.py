@@ -12,13 +12,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from accelerate import PartialState
+
 from qa_hpc.dist import gather_to_main
 from qa_hpc.model import ModelShape
 from qa_hpc.observe.memory import anatomy_estimate, build_report, measure_process, report_lines, write_report
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoardCallback, default_tensorboard_dir
-from qa_hpc.settings.flags import ObservabilityArguments
-from qa_hpc.settings.plan import RunPlan
+from qa_hpc.flags import ObservabilityArguments
+from qa_hpc.plan import RunPlan
 
 TOTAL_KEYS = ("train_loss", "train_runtime", "train_samples_per_second", "eval_exact_match", "eval_f1", "eval_exact",
               "eval_samples_per_second")
@@ -31,7 +33,7 @@ class Observability:
                  max_seq_length: int) -> None:
         self.flags, self.plan, self.args, self.shape = flags, plan, training_args, shape
         self.max_seq_length = max_seq_length
-        self.is_main = training_args.process_index == 0
+        self.is_main = PartialState().is_main_process
         self.callbacks: list[Any] = []
         self.tensorboard: TensorBoardCallback | None = None
         if plan.profile_dir is not None:

@@ -23,11 +23,11 @@ import os
 from typing import Any
 
 import torch
+from accelerate import PartialState
 from torch.profiler import ProfilerAction, ProfilerActivity
 from transformers import TrainerCallback
 
-from qa_hpc.dist import env_rank
-from qa_hpc.settings.flags import ObservabilityArguments
+from qa_hpc.flags import ObservabilityArguments
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class ProfilerCallback(TrainerCallback):
     def __init__(self, cfg: ObservabilityArguments, out_dir: str) -> None:
         self.cfg = cfg
         self.out_dir = out_dir
-        self.rank = env_rank()
+        self.rank = PartialState().process_index
         self.prof: torch.profiler.profile | None = None
         self.activities = profiler_activities()
         self.sort_by = summary_sort_key(self.activities)

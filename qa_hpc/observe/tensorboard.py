@@ -36,10 +36,10 @@ import torch
 from transformers import TrainerCallback
 
 from qa_hpc.dist import all_reduce_sum
+from qa_hpc.observe.memory import MB
 
 logger = logging.getLogger(__name__)
 
-MB = 1024 * 1024
 
 
 def default_tensorboard_dir(output_dir: str) -> str:
