@@ -240,6 +240,10 @@ def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:
 
 def decide_and_build(values: FlagValues) -> tuple[RunPlan, Flags]:
     """This process's plan (qa_hpc.plan), then every flag dataclass built once with the plan's fields in."""
-    plan = decide(Request.from_flags(values), read_device_facts())
+    asked = {name: values[name] for name in Request.__dataclass_fields__}
+    report_to = asked["report_to"]  # as TrainingArguments reads it: a name, a list of names, or 'none'
+    asked["report_to"] = () if report_to in (None, "none", ["none"]) else (
+        (report_to,) if isinstance(report_to, str) else tuple(report_to))
+    plan = decide(Request(**asked), read_device_facts())
     os.environ.update(plan.environment(os.environ))  # what TrainingArguments also reads from the launcher
     return plan, build_flags(values, plan.training_fields(values["tf32"]))

@@ -75,19 +75,11 @@ class Request:
     num_threads: int = 0  # 0: decide
     speed_defaults: bool = True
     use_cpu: bool = False
-    report_to: tuple[str, ...] = ()  # --report_to as integration names ('none': none)
+    report_to: tuple[str, ...] = ()  # integration names
     logging_dir: str | None = None
     output_dir: str = "outputs/run_qa"
     profile: bool = False
     profile_dir: str | None = None
-
-    @classmethod
-    def from_flags(cls, values: Mapping[str, object]) -> Request:
-        report_to = values["report_to"]
-        if report_to is None or report_to in ("none", ["none"]):
-            report_to = ()
-        given = {name: values[name] for name in cls.__dataclass_fields__ if name != "report_to"}
-        return cls(**given, report_to=(report_to,) if isinstance(report_to, str) else tuple(report_to))
 
 
 @dataclass(frozen=True)
