@@ -39,12 +39,14 @@ from qa_hpc.observe.efficiency import train_efficiency  # noqa: E402
 from qa_hpc.observe.observability import Observability  # noqa: E402
 from qa_hpc.plan import Effective, RunPlan  # noqa: E402
 from qa_hpc.postprocess.predict import make_postprocess  # noqa: E402
+from qa_hpc.record import (  # noqa: E402
+    SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary,
+)
 from qa_hpc.reliability.errors import BatchContext, check_writable_dir, classify, guarded  # noqa: E402
 from qa_hpc.reliability.exit_codes import EXIT_OK, EXIT_PREEMPTED  # noqa: E402
 from qa_hpc.reliability.preemption import (  # noqa: E402
     PreemptionCallback, StopRequest, apply_collective_timeout, checkpoint_to_resume,
 )
-from qa_hpc.summary import SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary  # noqa: E402,E501
 from trainer_qa import QuestionAnsweringTrainer  # noqa: E402
 
 logger = logging.getLogger("run_qa")

@@ -104,7 +104,7 @@ def test_unwritable_directory_is_an_output_error(tmp_path: Path) -> None:
 KILLED_WRITER = """
 import json, resource, signal, sys, types
 from transformers import TrainerState
-from qa_hpc.summary import save_results, save_trainer_state
+from qa_hpc.record import save_results, save_trainer_state
 out, what, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
 state = TrainerState(global_step=7, log_history=[{"loss": 1.0, "step": i, "note": "x" * 200} for i in range(8000)])
 trainer = types.SimpleNamespace(state=state, args=types.SimpleNamespace(output_dir=out),
@@ -127,7 +127,7 @@ def _kill_writer(out: Path, what: str, limit: int) -> subprocess.CompletedProces
 
 @pytest.mark.e2e
 def test_trainer_state_of_a_writer_killed_mid_write_is_the_old_one(tmp_path: Path) -> None:
-    """qa_hpc.summary.save_trainer_state killed while writing a 2 MB state: the old file stays whole."""
+    """qa_hpc.record.save_trainer_state killed while writing a 2 MB state: the old file stays whole."""
     old = {"global_step": 3, "log_history": [{"loss": 2.0, "step": 3}]}
     (tmp_path / "trainer_state.json").write_text(json.dumps(old))
     _kill_writer(tmp_path, "state", 1 << 20)

@@ -15,11 +15,11 @@ from typing import Any
 from accelerate import PartialState
 
 from qa_hpc.dist import gather_to_main
+from qa_hpc.flags import ObservabilityArguments
 from qa_hpc.model import ModelShape
 from qa_hpc.observe.memory import anatomy_estimate, build_report, measure_process, report_lines, write_report
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoardCallback, default_tensorboard_dir
-from qa_hpc.flags import ObservabilityArguments
 from qa_hpc.plan import RunPlan
 
 TOTAL_KEYS = ("train_loss", "train_runtime", "train_samples_per_second", "eval_exact_match", "eval_f1", "eval_exact",
