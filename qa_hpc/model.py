@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenize
 from transformers import PreTrainedTokenizerFast
 
 from qa_hpc.errors import UsageError, exception_chain
-from qa_hpc.settings.flags import ModelArguments
+from qa_hpc.flags import ModelArguments
 
 SETUP = "get it with 'bash setup_bert.sh' on a node with internet (it fills hf_cache/, which the job scripts use)"
 ALTERNATIVES = {

@@ -22,7 +22,7 @@ from qa_hpc.atomic_io import write_json_atomic, write_text_atomic
 if TYPE_CHECKING:  # the Trainer module is heavy to import; the collector and tests need none of it
     from transformers import Trainer, TrainingArguments
 
-    from qa_hpc.settings.flags import DataTrainingArguments, ModelArguments
+    from qa_hpc.flags import DataTrainingArguments, ModelArguments
 
 SUMMARY_FILE = "run_summary.json"
 # Result keys printed as KEY=value at the end of a run, in this order, when present.

@@ -81,7 +81,7 @@ qa_job_start() {
 # own error (EXIT_USAGE) when the job asked for a GPU that torch cannot see: no training on the CPU
 # for hours, and no requeue loop.
 qa_gpu_count() {
-	"$QA_PYTHON" -m qa_hpc.settings.devices --gpu-count || exit $?
+	"$QA_PYTHON" -m qa_hpc.plan --gpu-count || exit $?
 }
 
 # QA_PRECISION, passed to run_qa.py as it is: run_qa.py alone decides precision (README "How precision

@@ -22,7 +22,7 @@ from qa_hpc.data.squad_io import load_qa_records
 from qa_hpc.dist import first_on_each_filesystem
 from qa_hpc.errors import UsageError
 from qa_hpc.model import from_disk_or_hub
-from qa_hpc.settings.flags import DataTrainingArguments, ModelArguments
+from qa_hpc.flags import DataTrainingArguments, ModelArguments
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def featurize(examples: datasets.Dataset, fn: Any, tokenizer: Any, cfg: FeatureC
     name = LOG_NAMES[split]
     cache_file = features_cache_file(data_args.features_cache_dir, name, examples, fn, tokenizer, cfg,
                                      (data_args.version_2_with_negative, data_args.answer_check))
-    with first_on_each_filesystem(training_args.process_index, training_args.local_process_index):
+    with first_on_each_filesystem():
         os.makedirs(os.path.dirname(cache_file), exist_ok=True)
         before, t0 = cache_files_in(cache_file), time.time()
         features = examples.map(

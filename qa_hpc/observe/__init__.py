@@ -18,8 +18,8 @@ from qa_hpc.model import ModelShape
 from qa_hpc.observe.memory import anatomy_estimate, memory_report, report_lines
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard
-from qa_hpc.settings.flags import Flags
-from qa_hpc.settings.plan import RunPlan
+from qa_hpc.flags import Flags
+from qa_hpc.plan import RunPlan
 from qa_hpc.record import FINAL_KEYS
 
 

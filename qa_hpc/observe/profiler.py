@@ -22,10 +22,11 @@ import logging
 import os
 
 import torch
+from accelerate import PartialState
 from torch.profiler import ProfilerAction, ProfilerActivity
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from qa_hpc.settings.flags import ObservabilityArguments
+from qa_hpc.flags import ObservabilityArguments
 
 logger = logging.getLogger(__name__)
 

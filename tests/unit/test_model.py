@@ -15,7 +15,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 
 from qa_hpc.errors import UsageError
 from qa_hpc.model import from_disk_or_hub, load_config, load_model
-from qa_hpc.settings.flags import ModelArguments
+from qa_hpc.flags import ModelArguments
 
 
 def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Path,
