@@ -29,9 +29,9 @@ from datasets.fingerprint import Hasher
 from transformers import PreTrainedTokenizerBase
 
 from qa_hpc.dist import first_on_each_filesystem
-from qa_hpc.hub import DATASET_ELSE, dataset_cache_dir, from_disk_or_hub
-from qa_hpc.reliability.errors import UsageError
-from qa_hpc.settings.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
+from qa_hpc.errors import UsageError
+from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
+from qa_hpc.model import from_disk_or_hub
 from qa_hpc.squad_io import load_qa_records
 
 logger = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, tra
     tok_key = _tokenizer_key(tokenizer)
     examples, features = {}, {}
     for split, fn, limit in wanted:
-        with first_on_each_filesystem(training_args.process_index, training_args.local_process_index):
+        with first_on_each_filesystem():
             ds = read[split]
             if isinstance(ds, list):  # checked records of a local file: cached as Arrow, keyed by the file
                 fingerprint = Hasher.hash([Path(getattr(data_args, SPLIT_FLAGS[split])).read_bytes(), split,
@@ -192,7 +192,7 @@ def _read_split(data_args: DataTrainingArguments, model_args: ModelArguments,
         return records
     if not data_args.dataset_name:
         raise UsageError(f"no --{SPLIT_FLAGS[split]} and no --dataset_name to read the {split} split from")
-    with from_disk_or_hub("dataset", data_args.dataset_name, dataset_cache_dir(model_args.cache_dir), DATASET_ELSE):
+    with from_disk_or_hub("dataset", data_args.dataset_name, model_args.cache_dir):
         hub = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
                                     cache_dir=model_args.cache_dir, token=model_args.token)
     if split not in hub:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from qa_hpc.reliability.errors import UsageError
+from qa_hpc.errors import UsageError
 
 _MISSING = object()  # an absent key, as opposed to one present with the value None
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 
 import orjson
 
+from qa_hpc.atomic_io import json_text, write_text_atomic
 from qa_hpc.postprocess.nbest_table import NBestTable
 from qa_hpc.postprocess.reference import QAPredictions
-from qa_hpc.reliability.atomic_io import json_text, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
