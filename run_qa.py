@@ -34,7 +34,7 @@ from qa_hpc.metric.scoring import make_score  # noqa: E402
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # noqa: E402
 from qa_hpc.observe.efficiency import train_efficiency  # noqa: E402
 from qa_hpc.observe.observability import Observability  # noqa: E402
-from qa_hpc.postprocess.predict import make_postprocess  # noqa: E402
+from qa_hpc.postprocess import make_postprocess  # noqa: E402
 from qa_hpc.reliability.errors import BatchContext, check_writable_dir, classify, guarded  # noqa: E402
 from qa_hpc.reliability.exit_codes import EXIT_OK, EXIT_PREEMPTED  # noqa: E402
 from qa_hpc.reliability.preemption import (  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 
 from fixtures.runqa import qa_env
 from qa_hpc.metric.scoring import LOCAL_MODULES, load_squad_metric, make_score
-from qa_hpc.postprocess.reference import QAPredictions
+from qa_hpc.postprocess_loop import QAPredictions
 from qa_hpc.reliability.errors import UsageError
 
 TOL = 1e-12

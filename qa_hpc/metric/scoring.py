@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from qa_hpc.metric.evaluate_io import PREDICTION_FIELDS_V1, PREDICTION_FIELDS_V2, REFERENCE_FIELDS, metric_inputs
-from qa_hpc.postprocess.reference import QAPredictions
+from qa_hpc.postprocess_loop import QAPredictions
 from qa_hpc.reliability.errors import UsageError
 
 LOCAL_MODULES = {
