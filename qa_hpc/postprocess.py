@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,12 +72,13 @@ def top_k_with_values(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
     return indices, values
 
 
-def token_chars(offset_mapping: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(first token of each feature, its token count, [start, end] character of every token) from the offsets.
+def token_chars(offset_mapping: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(first token, token count) of each feature, then per token (is a context token, index of its pair) and
+    the [start, end] character pairs, from the offsets.
 
     The offsets are read as Arrow (run_qa.py hands over the features' own column; Python lists are converted),
-    so the ~2 million offsets of a dev set never become Python objects. Tokens outside the context have
-    [-1, -1], and one more such row at the end answers for positions past a feature's length.
+    so the ~2 million offsets of a dev set never become Python objects. One more token, outside the context,
+    answers for positions past a feature's length.
     """
     arr = offset_mapping if isinstance(offset_mapping, (pa.Array, pa.ChunkedArray)) else pa.array(offset_mapping)
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
@@ -91,36 +92,35 @@ def token_chars(offset_mapping: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
     values = pc.list_flatten(tokens)
     if values.null_count:
         raise ValueError("offset_mapping pairs must not hold nulls")
-    chars = np.full((len(tokens) + 1, 2), -1, dtype=np.int64)
-    chars[:-1][tokens.is_valid().to_numpy(zero_copy_only=False)] = values.to_numpy().reshape(-1, 2)
+    in_context = np.append(tokens.is_valid().to_numpy(zero_copy_only=False), False)
     first = np.zeros(len(length), dtype=np.int64)
     np.cumsum(length[:-1], out=first[1:])
-    return first, length, chars
+    return first, length, in_context, np.cumsum(in_context) - 1, values.to_numpy().reshape(-1, 2)
 
 
 def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: PostprocessConfig) -> dict:
     """Every valid (start, end) pair that can reach its example's n-best: SPAN_COLUMNS, one row each."""
-    first, length, chars = token_chars(offsets)
+    first, length, in_context, pair, chars = token_chars(offsets)
     if len(length) != len(ex_of_feat):
         raise ValueError(f"got {len(length)} offset rows for {len(ex_of_feat)} features")
     (s_idx, s_val), (e_idx, e_val) = (top_k_with_values(x, cfg.n_best_size) for x in logits)
-    # flat token index of every ranked position; past a feature's length: the last row of chars, [-1, -1]
-    s_tok, e_tok = (np.where(idx < length[:, None], first[:, None] + idx, len(chars) - 1) for idx in (s_idx, e_idx))
-    ok = (chars[s_tok, 0] >= 0)[:, :, None] & (chars[e_tok, 0] >= 0)[:, None, :]  # [feature, start rank, end rank]
+    # flat token index of every ranked position; past a feature's length: the added token outside the context
+    s_tok, e_tok = (np.where(idx < length[:, None], first[:, None] + idx, len(in_context) - 1) for idx in (s_idx, e_idx))
+    ok = in_context[s_tok][:, :, None] & in_context[e_tok][:, None, :]  # [feature, start rank, end rank]
     n_tokens = e_idx.astype(np.int32)[:, None, :] - s_idx.astype(np.int32)[:, :, None] + 1  # int32: half the traffic
     ok &= (n_tokens >= 1) & (n_tokens <= cfg.max_answer_length)
     scores = s_val[:, :, None] + e_val[:, None, :]  # in the logits' dtype, like the loop's scalar sums
     ok = _prune_to_top_pairs(ok, scores, cfg.n_best_size)
     flat = np.flatnonzero(ok)  # C order = the loop's insertion order within a feature
-    feature, pair = np.divmod(flat, scores.shape[1] * scores.shape[2])
-    s_rank, e_rank = np.divmod(pair, scores.shape[2])
+    feature, ranks = np.divmod(flat, scores.shape[1] * scores.shape[2])
+    s_rank, e_rank = np.divmod(ranks, scores.shape[2])
     return {
         "example": ex_of_feat[feature],
         "score": scores.reshape(-1)[flat].astype(np.float64),
         "start_logit": s_val[feature, s_rank].astype(np.float64),
         "end_logit": e_val[feature, e_rank].astype(np.float64),
-        "char_start": chars[s_tok[feature, s_rank], 0],
-        "char_end": chars[e_tok[feature, e_rank], 1],
+        "char_start": chars[pair[s_tok[feature, s_rank]], 0],
+        "char_end": chars[pair[e_tok[feature, e_rank]], 1],
     }
 
 
@@ -156,37 +156,65 @@ def _grouped_softmax(scores: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     return probs
 
 
-def _nbest_lists(spans: dict, contexts: list[str], null: list[float | None], cfg: PostprocessConfig) -> list[list]:
-    """Every example's n-best list of dicts, best first, from its span candidates and (v2) its null score.
+def _nbest_rows(spans: dict, null: list[float | None], cfg: PostprocessConfig) -> tuple[np.ndarray, dict]:
+    """(bounds, rows): rows bounds[i]:bounds[i + 1] are example i's n-best list, best first.
 
     The loop keeps each example's n_best best spans; in v2 it sorts them with the null answer (which goes after
     spans of equal score), keeps n_best and appends the null when it fell off; an example left with nothing
     gets one empty answer (scores 0.0). Here: all rows sorted by (example, -score), the first n_best and the null
-    kept. The null answer is the one entry whose start/end logits are None.
+    kept; then the loop's softmax per list.
     """
-    n_ex, n_spans = len(contexts), len(spans["example"])
+    n_ex, n_spans = len(null), len(spans["example"])
     has_null = np.array([cfg.version_2_with_negative and v is not None for v in null], dtype=bool)
     null_ex = np.flatnonzero(has_null)
     empty_ex = np.flatnonzero(~has_null & (np.bincount(spans["example"], minlength=n_ex) == 0))
     rows = {name: np.concatenate([col, np.zeros(len(null_ex) + len(empty_ex), col.dtype)]) for name, col in spans.items()}
     rows["example"][n_spans:] = np.concatenate([null_ex, empty_ex])
     rows["score"][n_spans : n_spans + len(null_ex)] = [null[i] for i in null_ex.tolist()]
-    is_null = np.zeros(len(rows["example"]), dtype=bool)
-    is_null[n_spans : n_spans + len(null_ex)] = True
+    rows["is_null"] = np.zeros(len(rows["example"]), dtype=bool)
+    rows["is_null"][n_spans : n_spans + len(null_ex)] = True
 
     order = by_example_then_score(rows["example"], rows["score"])
     rank = np.arange(len(order)) - np.searchsorted(rows["example"][order], rows["example"][order])
-    kept = order[(rank < cfg.n_best_size) | is_null[order]]  # still grouped by example, best first
-    ex, score, is_null = rows["example"][kept], rows["score"][kept], is_null[kept]
-    bounds = np.searchsorted(ex, np.arange(n_ex + 1))
-    start, end = rows["start_logit"][kept].tolist(), rows["end_logit"][kept].tolist()
-    for r in np.flatnonzero(is_null).tolist():
-        start[r] = end[r] = None
-    texts = [contexts[e][a:b] for e, a, b in zip(ex.tolist(), rows["char_start"][kept].tolist(),
-                                                 rows["char_end"][kept].tolist())]
-    entries = [{"text": t, "probability": p, "score": s, "start_logit": a, "end_logit": b} for t, p, s, a, b
-               in zip(texts, _grouped_softmax(score, bounds).tolist(), score.tolist(), start, end)]
-    return [entries[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+    kept = order[(rank < cfg.n_best_size) | rows["is_null"][order]]  # still grouped by example, best first
+    rows = {name: col[kept] for name, col in rows.items()}
+    bounds = np.searchsorted(rows["example"], np.arange(n_ex + 1))
+    rows["probability"] = _grouped_softmax(rows["score"], bounds)
+    return bounds, rows
+
+
+class NBestLists(Mapping):
+    """Example id -> its n-best list of dicts (the loop's), built when read.
+
+    The ~211,000 dicts of a SQuAD dev set cost more CPU than all the array work before them, and an eval reads
+    them only to write the n-best file, which builds them all in one pass (as_dict).
+    """
+
+    def __init__(self, ids: list[str], contexts: list[str], bounds: np.ndarray, rows: dict[str, np.ndarray]) -> None:
+        self._at = {qid: i for i, qid in enumerate(ids)}  # a repeated id keeps its first place and its last list
+        self._ids, self._contexts, self._bounds, self._rows = ids, contexts, bounds.tolist(), rows
+
+    def __getitem__(self, qid: str) -> list[dict]:
+        i = self._at[qid]
+        return self.entries(self._bounds[i], self._bounds[i + 1])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def entries(self, lo: int = 0, hi: int | None = None) -> list[dict]:
+        """The dicts of rows lo:hi; the null answer's start/end logits are None."""
+        r = {name: col[lo:hi].tolist() for name, col in self._rows.items()}
+        return [{"text": self._contexts[e][a:b], "probability": p, "score": s, "start_logit": None if null else x,
+                 "end_logit": None if null else y} for e, a, b, p, s, x, y, null in zip(
+                    r["example"], r["char_start"], r["char_end"], r["probability"], r["score"], r["start_logit"],
+                    r["end_logit"], r["is_null"])]
+
+    def as_dict(self) -> dict[str, list[dict]]:
+        entries, b = self.entries(), self._bounds
+        return dict(zip(self._ids, (entries[lo:hi] for lo, hi in zip(b[:-1], b[1:]))))
 
 
 def postprocess_qa_predictions(
@@ -216,17 +244,23 @@ def postprocess_qa_predictions(
         if null[ex] is None or v < null[ex]:
             null[ex] = v
     spans = _span_candidates((start_logits, end_logits), features["offset_mapping"], ex_of_feat, cfg)
-    answers, nbest, odds = {}, {}, {}
-    for qid, entries, min_null in zip(ids, _nbest_lists(spans, contexts, null, cfg), null):
-        nbest[qid] = entries
-        best = next((p for p in entries if p["start_logit"] is not None), None)  # the best span (not the null)
+    bounds, rows = _nbest_rows(spans, null, cfg)
+    # each example's best span: its first row, or the next when the first is the null answer (one row at most)
+    best = bounds[:-1] + rows["is_null"][bounds[:-1]]
+    best[best >= bounds[1:]] = -1
+    ex, a, b, start, end = (rows[name][best].tolist() for name in ("example", "char_start", "char_end",
+                                                                   "start_logit", "end_logit"))
+    answers, odds = {}, {}
+    for i, (qid, r, min_null) in enumerate(zip(ids, best.tolist(), null)):
+        text = contexts[ex[i]][a[i] : b[i]] if r >= 0 else ""
         if not cfg.version_2_with_negative:
-            answers[qid] = entries[0]["text"]
-        elif best is not None and min_null is not None:
-            odds[qid] = min_null - best["start_logit"] - best["end_logit"]  # the loop's float operations
-            answers[qid] = "" if odds[qid] > cfg.null_score_diff_threshold else best["text"]
+            answers[qid] = text
+        elif r >= 0 and min_null is not None:
+            odds[qid] = min_null - start[i] - end[i]  # the loop's float operations
+            answers[qid] = "" if odds[qid] > cfg.null_score_diff_threshold else text
         else:
             odds[qid], answers[qid] = (0.0 if min_null is None else min_null), ""
+    nbest = NBestLists(ids, contexts, bounds, rows)
     return QAPredictions(answers, nbest, odds if cfg.version_2_with_negative else None)
 
 
@@ -236,7 +270,8 @@ def write_prediction_files(preds: QAPredictions, output_dir: str, prefix: str) -
     The n-best file goes through orjson: json.dumps with an indent encodes in pure Python, seconds for the
     55 MB of a SQuAD dev set. orjson writes NaN and infinities as null (JSON has no spelling for them).
     """
-    nbest = orjson.dumps(preds.nbest, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode("utf-8")
+    plain = preds.nbest.as_dict() if isinstance(preds.nbest, NBestLists) else preds.nbest
+    nbest = orjson.dumps(plain, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode("utf-8")
     # all serialized before anything is written, so a bad value leaves no file behind
     texts = {f"{prefix}_predictions.json": json_text(preds.answers), f"{prefix}_nbest_predictions.json": nbest}
     if preds.null_odds is not None:

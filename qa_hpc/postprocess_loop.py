@@ -26,7 +26,7 @@ class QAPredictions:
     """Answers per example id, their n-best lists, and (v2) null-score differences."""
 
     answers: dict[str, str]
-    nbest: dict[str, list[dict]]  # per example id: text, probability, score, start_logit, end_logit; best first
+    nbest: Mapping[str, list[dict]]  # per example id: text, probability, score, start_logit, end_logit; best first
     null_odds: dict[str, float] | None
 
 

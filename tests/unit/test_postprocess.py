@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from qa_hpc.data.features import FeatureConfig, prepare_validation_features
 from qa_hpc.postprocess import (
+    NBestLists,
     QAPredictions,
     by_example_then_score,
     mask_padding,
@@ -38,8 +39,10 @@ def _same(a: QAPredictions, b: QAPredictions) -> None:
     assert a.nbest == b.nbest  # dict/list equality: exact floats, same order
     assert a.null_odds == b.null_odds
     assert list(a.answers) == list(b.answers) and list(a.nbest) == list(b.nbest), "same example order"
+    plain = b.nbest.as_dict() if isinstance(b.nbest, NBestLists) else b.nbest  # what the n-best file is written from
+    assert plain == a.nbest and list(plain) == list(a.nbest)
     # the same JSON also where == cannot tell (0.0 is written "0.0", -0.0 "-0.0")
-    assert orjson.dumps(a.nbest) == orjson.dumps(b.nbest) and orjson.dumps(a.null_odds) == orjson.dumps(b.null_odds)
+    assert orjson.dumps(a.nbest) == orjson.dumps(plain) and orjson.dumps(a.null_odds) == orjson.dumps(b.null_odds)
 
 
 def _random_case(seed: int, n_examples: int, width: int, tie_step: float, dtype: str, pad_frac: float):
@@ -85,14 +88,18 @@ def test_vectorized_equals_loop_on_random_logits(
 
 
 @pytest.mark.parametrize("v2", [False, True])
-def test_a_repeated_id_keeps_its_first_place_and_its_last_list(v2):
+def test_a_repeated_id_keeps_its_first_place_and_its_last_list(v2, tmp_path):
     examples = {"id": ["a", "b", "a"], "context": ["xyz abc", "pqr", "uvw def"]}
     features = {"example_id": ["a", "b", "a"], "offset_mapping": [[None, (0, 3), (4, 7)], [(0, 3)], [None, (4, 7)]]}
     logits = (np.array([[1.0, 2.0, 0.5], [0.0, 1.0, -1.0], [3.0, 1.0, -100]]),) * 2
     cfg = PostprocessConfig(version_2_with_negative=v2)
     ref = postprocess_qa_predictions_loop(examples, features, logits, cfg)
     assert list(ref.answers) == ["a", "b"]
-    _same(ref, postprocess_qa_predictions(examples, features, logits, cfg))
+    preds = postprocess_qa_predictions(examples, features, logits, cfg)
+    _same(ref, preds)
+    files = [write_prediction_files(p, str(tmp_path / name), "eval") for name, p in (("loop", ref), ("vec", preds))]
+    assert [[json.loads(open(f, encoding="utf-8").read()) for f in fs] for fs in files] == [
+        [ref.answers, ref.nbest] + ([ref.null_odds] if v2 else [])] * 2
 
 
 @pytest.mark.parametrize("step", [0.0, 0.5, 2.0])
@@ -137,12 +144,13 @@ def test_ragged_offset_pairs_are_refused(rows):
 def test_token_chars_from_arrow_and_lists_agree():
     rows = [[None, (0, 3), (4, 9), None], [], [(2, 2)], [None]]
     for offsets in (rows, pa.array(rows)):
-        first, length, chars = token_chars(offsets)
+        first, length, in_context, pair, chars = token_chars(offsets)
         assert first.tolist() == [0, 4, 4, 5] and length.tolist() == [4, 0, 1, 1]
-        assert chars.tolist() == [[-1, -1], [0, 3], [4, 9], [-1, -1], [2, 2], [-1, -1], [-1, -1]]
+        assert in_context.tolist() == [False, True, True, False, True, False, False]  # + one past the last token
+        assert chars[pair[in_context]].tolist() == [[0, 3], [4, 9], [2, 2]]
     # a sliced/reordered Arrow column (dataset.select) is read with its own offsets
-    first, length, chars = token_chars(pa.chunked_array([pa.array(rows)]).take([2, 0]))
-    assert length.tolist() == [1, 4] and chars[:, 0].tolist() == [2, -1, 0, 4, -1, -1]
+    first, length, in_context, pair, chars = token_chars(pa.chunked_array([pa.array(rows)]).take([2, 0]))
+    assert length.tolist() == [1, 4] and chars[pair[in_context], 0].tolist() == [2, 0, 4]
 
 
 def test_real_features_v1_and_v2(tokenizer, tmp_path):
