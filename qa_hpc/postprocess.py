@@ -28,7 +28,7 @@ import torch
 
 from qa_hpc.data.features import real_lengths
 from qa_hpc.postprocess_loop import PostprocessConfig, QAPredictions, postprocess_qa_predictions_loop
-from qa_hpc.reliability.atomic_io import json_text, write_text_atomic
+from qa_hpc.atomic_io import json_text, write_text_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Each figure in the table is compared with the files the run wrote, read here: it
 the speedup is recomputed here. The failed run (no record: it stopped while checking its
 data) is a row from its log's last ERROR line; an empty log and a cut-off results file are
 rows, not crashes. Records of failed, preempted and non-Slurm runs come from the real
-writer, qa_hpc.summary.write_run_summary. The plots are real PNGs of the expected size, and
+writer, qa_hpc.record.write_run_summary. The plots are real PNGs of the expected size, and
 their figures hold the records' numbers.
 """
 
@@ -136,12 +136,10 @@ def test_plots_are_real_pngs(project, tmp_path):
 
 
 def test_plots_draw_the_records_numbers(project):
-    from qa_hpc.tools.collect.plots import bar_figure, loss_figure
-    from qa_hpc.tools.collect.runs import build_rows
-    from qa_hpc.tools.collect.table import frame
+    from qa_hpc.tools.collect_results import bar_figure, loss_figure, read_runs
 
     root, runs = project
-    table = frame(build_rows([str(root / "logs"), str(root / "outputs")])[0])
+    table = read_runs([str(root / "logs"), str(root / "outputs")])[0]
     records = [_json(runs[name].out_dir / "run_summary.json") for name in ("single", "ddp")]
     (ax,) = bar_figure(table, "train_samples_per_second", "samples/s").axes
     heights = [bar.get_height() for bar in ax.patches]
@@ -185,7 +183,7 @@ def test_defaults_missing_fields_and_bad_baseline(project, tmp_path):
 
 def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fields) -> dict:
     """A record as run_qa.py writes one, through the real writer, under (job name, job id) or outside Slurm."""
-    from qa_hpc.summary import write_run_summary
+    from qa_hpc.record import write_run_summary
 
     for key, value in zip(("SLURM_JOB_NAME", "SLURM_JOB_ID"), job or (None, None)):
         if value:

@@ -32,7 +32,7 @@ import pytest
 
 from fixtures.runqa import PYTHON, REPO, LoggedProcess, qa_env, run_qa, tiny_flags
 from fixtures.wall_clock import assert_wall_clock_is_bounded
-from qa_hpc.reliability.exit_codes import EXIT_PREEMPTED
+from qa_hpc.errors import EXIT_PREEMPTED
 
 pytestmark = pytest.mark.e2e
 

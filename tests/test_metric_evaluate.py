@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.runqa import qa_env
-from qa_hpc.metric.scoring import LOCAL_MODULES, load_squad_metric, make_score
+from qa_hpc.errors import UsageError
+from qa_hpc.metric.squad import LOCAL_MODULES, load_squad_metric, make_score
 from qa_hpc.postprocess_loop import QAPredictions
-from qa_hpc.reliability.errors import UsageError
 
 TOL = 1e-12
 
@@ -168,10 +168,10 @@ def test_a_path_chooses_another_metric(tmp_path: Path) -> None:
     module.parent.mkdir()
     module.write_text(
         "import evaluate\n"
-        "from qa_hpc.metric.evaluate_io import FEATURES_V1\n\n"
+        "from qa_hpc.metric.squad import metric_features\n\n"
         "class AlwaysHalf(evaluate.Metric):\n"
         "    def _info(self):\n"
-        "        return evaluate.MetricInfo(description='', citation='', features=FEATURES_V1)\n\n"
+        "        return evaluate.MetricInfo(description='', citation='', features=metric_features(False))\n\n"
         "    def _compute(self, predictions, references):\n"
         "        return {'exact_match': 50.0, 'f1': 50.0}\n",
         encoding="utf-8",
@@ -204,7 +204,7 @@ def test_a_hub_metric_cached_earlier_loads_offline(tmp_path: Path) -> None:
     cached = hf_home / "modules" / "evaluate_modules" / "metrics" / "evaluate-metric--squad" / ("0" * 64)
     cached.mkdir(parents=True)
     shutil.copy(LOCAL_MODULES[False] / "evaluate_squad_v1.py", cached / "squad.py")
-    code = "from qa_hpc.metric.scoring import load_squad_metric; print(load_squad_metric('squad', False).name)"
+    code = "from qa_hpc.metric.squad import load_squad_metric; print(load_squad_metric('squad', False).name)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env=qa_env(HF_HOME=str(hf_home)))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 
 from fixtures.procs import free_port
 from fixtures.runqa import PYTHON, REPO, LoggedProcess, files_under, qa_env, run_qa, tiny_flags
-from qa_hpc.reliability.exit_codes import EXIT_PREEMPTED
-from qa_hpc.reliability.preemption import StopRequest, last_complete_checkpoint
+from qa_hpc.errors import EXIT_PREEMPTED
+from qa_hpc.preemption import StopRequest, last_complete_checkpoint
 
 LOSS_LINE = r"\{'loss'"
 

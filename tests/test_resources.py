@@ -21,15 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from qa_hpc.reliability.atomic_io import OutputError
 from fixtures.runqa import REPO, RUN_QA, files_under, qa_env, run_qa, tiny_flags
-from qa_hpc.reliability.exit_codes import EXIT_IOERR, EXIT_OOM
-from qa_hpc.reliability.errors import (
-    BatchContext,
-    OutOfMemory,
-    check_writable_dir,
-    guarded,
-    write_failure,
+from qa_hpc.errors import (
+    EXIT_IOERR, EXIT_OOM, BatchContext, OutOfMemory, OutputError, check_writable_dir, guarded, write_failure,
 )
 
 CTX = BatchContext(train_batch_size=32, eval_batch_size=64, gradient_accumulation_steps=1, max_seq_length=384,

@@ -1,6 +1,6 @@
 """score_squad.py run as a real subprocess on tiny files (exit codes, stdout, stderr).
 
-Expected numbers are the hand-computed ones of test_squad_metric.py.
+Expected numbers are the hand-computed ones of tests/unit/test_metric.py.
 """
 
 from __future__ import annotations

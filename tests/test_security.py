@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from fixtures.runqa import qa_env, run_qa, tiny_flags
-from qa_hpc.settings.flags import ModelArguments
+from qa_hpc.flags import ModelArguments
 
 SECRET = "hf_SECRET123"
 

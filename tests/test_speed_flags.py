@@ -1,6 +1,6 @@
 """Speed flags through real run_qa.py processes: the plan and what really ran, efficiency lines, feature cache
 reuse, vectorized and loop postprocessing writing identical prediction files, clear refusals.
-(The plan's decisions for every device: tests/test_plan.py.)"""
+(The plan's decisions for every device: tests/unit/test_plan.py.)"""
 
 from __future__ import annotations
 
@@ -110,13 +110,11 @@ def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
     import datasets
     from transformers import AutoModelForQuestionAnswering, Trainer
 
-    from qa_hpc.settings.apply import build_flags, read_flags, request_from
-    from qa_hpc.settings.devices import read_device_facts
-    from qa_hpc.settings.plan import decide
+    from qa_hpc.flags import decide_and_build, read_flags
 
-    values = read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision", precision])
-    plan = decide(request_from(values), read_device_facts())
-    args = build_flags(values, plan.training_fields(values["tf32"])).training
+    plan, flags = decide_and_build(read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none",
+                                               "--precision", precision]))
+    args = flags.training
     assert plan.precision == precision and args.bf16 == (precision == "bf16")
     model = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert))
     seen = []

@@ -15,8 +15,7 @@ On a CPU there is no meaningful peak, so only achieved FLOP/s is reported.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -62,65 +61,37 @@ def train_flops_per_sequence(lengths: np.ndarray, n_params: int, layers: int, hi
     return 6.0 * n_params * s + 12.0 * layers * hidden * s * s
 
 
-@dataclass
-class TrainEfficiency:
-    """What a training run achieved, per second and against the hardware's peak."""
-
-    train_real_tokens: int
-    train_tokens_per_second: float
-    train_samples_per_second: float
-    train_model_tflop: float  # total useful model FLOPs, in TFLOP
-    train_achieved_tflops: float  # TFLOP/s over the whole job
-    train_peak_tflops: float | None  # summed over devices; None on CPU
-    train_mfu: float | None  # fraction of peak
-    device_name: str
-    n_devices: int
-    precision: str
-
-    def metrics(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-    def log_lines(self) -> list[str]:
-        lines = [
-            f"TRAIN_TOKENS_PER_SECOND={self.train_tokens_per_second:.1f}",
-            f"TRAIN_SAMPLES_PER_SECOND={self.train_samples_per_second:.3f}",
-            f"TRAIN_MODEL_TFLOP={self.train_model_tflop:.3f}",
-            f"ACHIEVED_TFLOPS={self.train_achieved_tflops:.4f}",
-        ]
-        if self.train_mfu is not None:
-            lines += [f"PEAK_TFLOPS={self.train_peak_tflops:.1f}", f"MFU={self.train_mfu:.4f}"]
-        else:
-            lines.append(f"MFU=n/a (device={self.device_name}: no peak table entry; achieved FLOP/s above)")
-        return lines
-
-
-def train_efficiency(
-    lengths: np.ndarray,
-    epochs: float,
-    runtime_s: float,
-    shape: ModelShape,
-    device_name: str,
-    n_devices: int,
-    precision: str,
-    tf32: bool,
-) -> TrainEfficiency:
-    """Efficiency of `epochs` passes over features of real `lengths` that took `runtime_s` seconds."""
+def train_efficiency(lengths: np.ndarray, epochs: float, runtime_s: float, shape: ModelShape, device_name: str,
+                     n_devices: int, precision: str, tf32: bool) -> dict[str, float | int | str]:
+    """What `epochs` passes over features of real `lengths` in `runtime_s` seconds achieved, per second and
+    against the summed peak of the devices (train_peak_tflops and train_mfu left out where there is none)."""
     per_epoch = float(train_flops_per_sequence(lengths, shape.non_embedding_params, shape.layers, shape.hidden).sum())
-    flops = per_epoch * epochs
+    flops, runtime_s = per_epoch * epochs, max(runtime_s, 1e-9)
     tokens = int(round(float(lengths.sum()) * epochs))
-    runtime_s = max(runtime_s, 1e-9)
     achieved = flops / runtime_s / 1e12
-    peak_one = peak_tflops(device_name, precision, tf32)
-    peak = peak_one * n_devices if peak_one is not None else None
-    return TrainEfficiency(
-        train_real_tokens=tokens,
-        train_tokens_per_second=tokens / runtime_s,
-        train_samples_per_second=len(lengths) * epochs / runtime_s,
-        train_model_tflop=flops / 1e12,
-        train_achieved_tflops=achieved,
-        train_peak_tflops=peak,
-        train_mfu=achieved / peak if peak else None,
-        device_name=device_name,
-        n_devices=n_devices,
-        precision=precision,
-    )
+    peak = (peak_tflops(device_name, precision, tf32) or 0.0) * n_devices
+    figures = {"train_peak_tflops": peak, "train_mfu": achieved / peak} if peak else {}
+    return {
+        "train_real_tokens": tokens,
+        "train_tokens_per_second": tokens / runtime_s,
+        "train_samples_per_second": len(lengths) * epochs / runtime_s,
+        "train_model_tflop": flops / 1e12,  # total useful model FLOPs
+        "train_achieved_tflops": achieved,  # TFLOP/s over the whole job
+        **figures,
+        "device_name": device_name,
+        "n_devices": n_devices,
+        "precision": precision,
+    }
+
+
+def efficiency_lines(eff: Mapping[str, float | int | str]) -> list[str]:
+    """The greppable KEY=value lines of train_efficiency's figures."""
+    lines = [
+        f"TRAIN_TOKENS_PER_SECOND={eff['train_tokens_per_second']:.1f}",
+        f"TRAIN_SAMPLES_PER_SECOND={eff['train_samples_per_second']:.3f}",
+        f"TRAIN_MODEL_TFLOP={eff['train_model_tflop']:.3f}",
+        f"ACHIEVED_TFLOPS={eff['train_achieved_tflops']:.4f}",
+    ]
+    if "train_mfu" in eff:
+        return lines + [f"PEAK_TFLOPS={eff['train_peak_tflops']:.1f}", f"MFU={eff['train_mfu']:.4f}"]
+    return lines + [f"MFU=n/a (device={eff['device_name']}: no peak table entry; achieved FLOP/s above)"]

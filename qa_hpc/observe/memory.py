@@ -17,10 +17,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import psutil
 import torch
+from accelerate.utils import gather_object
+from transformers import TrainingArguments
 
+from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.model import ModelShape
-from qa_hpc.reliability.atomic_io import write_json_atomic
 
 MB = 1024 * 1024
 NO_CUDA_NOTE = "no CUDA device"
@@ -43,14 +46,8 @@ def optimizer_bytes_per_param(optim_name: str) -> int:
     return 8  # unknown optimizers: assume Adam-like, the common case
 
 
-def anatomy_estimate(
-    shape: ModelShape,
-    precision: str,
-    optim_name: str,
-    batch_size: int,
-    seq_len: int,
-    gradient_checkpointing: bool = False,
-) -> dict[str, Any]:
+def anatomy_estimate(shape: ModelShape, precision: str, optim_name: str, batch_size: int, seq_len: int,
+                     gradient_checkpointing: bool = False) -> dict[str, Any]:
     """Training memory predicted from the model's shape, per process.
 
     Weights/gradients/optimizer follow the HF "Anatomy of model's memory" rules: fp32
@@ -60,32 +57,19 @@ def anatomy_estimate(
     16-bit activations, s*b*h*(66 + 9*a*s/h) with fp32 ones (dropout masks stay 1 byte).
     s is max_seq_length, an upper bound when batches are padded to their longest feature.
     """
-    params, trainable = shape.params, shape.trainable_params
     mixed = precision in ("fp16", "bf16")
-    weights_bpp = 6 if mixed else 4
-    grads_bpp = 4
-    optim_bpp = optimizer_bytes_per_param(optim_name)
+    bpp = {"weights": 6 if mixed else 4, "gradients": 4, "optimizer": optimizer_bytes_per_param(optim_name)}
     activations, formula = activation_bytes(shape, mixed, batch_size, seq_len, gradient_checkpointing)
-    weights = params * weights_bpp
-    grads = trainable * grads_bpp
-    optim = trainable * optim_bpp
-    total = weights + grads + optim + activations
+    nbytes = {"weights": shape.params * bpp["weights"], "gradients": shape.trainable_params * bpp["gradients"],
+              "optimizer": shape.trainable_params * bpp["optimizer"], "activations": activations}
     return {
-        "params": params,
-        "trainable_params": trainable,
+        "params": shape.params,
+        "trainable_params": shape.trainable_params,
         "precision": precision,
         "optimizer": str(getattr(optim_name, "value", optim_name)),
-        "bytes_per_param": {
-            "weights": weights_bpp,
-            "gradients": grads_bpp,
-            "optimizer": optim_bpp,
-            "total": weights_bpp + grads_bpp + optim_bpp,
-        },
-        "weights_mb": round(weights / MB, 1),
-        "gradients_mb": round(grads / MB, 1),
-        "optimizer_mb": round(optim / MB, 1),
-        "activations_mb": round(activations / MB, 1),
-        "total_mb": round(total / MB, 1),
+        "bytes_per_param": {**bpp, "total": sum(bpp.values())},
+        **{f"{part}_mb": round(n / MB, 1) for part, n in nbytes.items()},
+        "total_mb": round(sum(nbytes.values()) / MB, 1),
         "batch_size": batch_size,
         "seq_len": seq_len,
         "activation_formula": formula,
@@ -116,144 +100,73 @@ def activation_bytes(shape: ModelShape, mixed: bool, batch_size: int, seq_len: i
     return activations, formula
 
 
-def cpu_peak_rss_mb() -> float:
-    """Peak resident set size of this process (ru_maxrss: KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (MB if sys.platform == "darwin" else 1024), 1)
-
-
-def cpu_rss_mb() -> float | None:
-    """Current resident set size, from psutil when installed."""
-    try:
-        import psutil
-    except ImportError:
-        return None
-    return round(psutil.Process().memory_info().rss / MB, 1)
-
-
 def cuda_memory(device: torch.device | None = None) -> dict[str, Any] | None:
     """Peaks of the CUDA caching allocator on this process's device, or None without CUDA."""
     if not torch.cuda.is_available():
         return None
     index = torch.cuda.current_device() if device is None or device.index is None else device.index
     props = torch.cuda.get_device_properties(index)
-    return {
-        "device_index": index,
-        "device_name": props.name,
-        "total_mb": round(props.total_memory / MB, 1),
-        "peak_allocated_mb": round(torch.cuda.max_memory_allocated(index) / MB, 1),
-        "peak_reserved_mb": round(torch.cuda.max_memory_reserved(index) / MB, 1),
-        "allocated_mb": round(torch.cuda.memory_allocated(index) / MB, 1),
-        "reserved_mb": round(torch.cuda.memory_reserved(index) / MB, 1),
-    }
-
-
-def _nvml_handle(pynvml: Any, index: int) -> Any:
-    """NVML numbers physical GPUs; torch numbers visible ones. Match by UUID when torch knows it."""
-    try:
-        uuid = str(torch.cuda.get_device_properties(index).uuid)
-        if uuid:
-            return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-    except Exception:  # noqa: BLE001 - older drivers/torch: fall back to the index below
-        pass
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    ids = [v.strip() for v in visible.split(",") if v.strip()]
-    if index < len(ids) and ids[index].isdigit():
-        return pynvml.nvmlDeviceGetHandleByIndex(int(ids[index]))
-    return pynvml.nvmlDeviceGetHandleByIndex(index)
+    figures = {"total_mb": props.total_memory, "peak_allocated_mb": torch.cuda.max_memory_allocated(index),
+               "peak_reserved_mb": torch.cuda.max_memory_reserved(index),
+               "allocated_mb": torch.cuda.memory_allocated(index), "reserved_mb": torch.cuda.memory_reserved(index)}
+    return {"device_index": index, "device_name": props.name, **{k: round(v / MB, 1) for k, v in figures.items()}}
 
 
 def nvml_memory(device: torch.device | None = None) -> tuple[dict[str, Any] | None, str | None]:
-    """What the driver says is in use on this process's GPU (every process, CUDA context included)."""
+    """What the driver says is in use on this process's GPU (every process, CUDA context included), or why not."""
     if not torch.cuda.is_available():
         return None, NO_CUDA_NOTE
-    try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py not installed"
-    index = torch.cuda.current_device() if device is None or device.index is None else device.index
-    try:
-        pynvml.nvmlInit()
-    except Exception as err:  # noqa: BLE001 - NVML missing on this node is not an error of the run
+    try:  # torch maps its device index to NVML's (CUDA_VISIBLE_DEVICES, UUIDs)
+        used = torch.cuda.device_memory_used(device)
+    except Exception as err:  # noqa: BLE001 - no NVML on this node is not an error of the run
         return None, f"NVML unavailable: {err}"
-    try:
-        handle = _nvml_handle(pynvml, index)
-        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        result: dict[str, Any] = {
-            "used_mb": round(info.used / MB, 1),
-            "total_mb": round(info.total / MB, 1),
-            "process_used_mb": None,
-        }
-        try:
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
-                    result["process_used_mb"] = round(proc.usedGpuMemory / MB, 1)
-        except Exception:  # noqa: BLE001 - per-process figures are not exposed in every container
-            pass
-        return result, None
-    except Exception as err:  # noqa: BLE001
-        return None, f"NVML query failed: {err}"
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
+    return {"used_mb": round(used / MB, 1)}, None
 
 
 def measure_process(rank: int, device: torch.device | None = None) -> dict[str, Any]:
-    """This process's memory figures."""
-    cuda = cuda_memory(device)
+    """This process's memory figures (ru_maxrss is KiB on Linux, bytes on macOS)."""
     nvml, nvml_note = nvml_memory(device)
-    return {
-        "rank": rank,
-        "host": platform.node(),
-        "cuda": cuda,
-        "nvml": nvml,
-        "nvml_note": nvml_note,
-        "cpu": {"peak_rss_mb": cpu_peak_rss_mb(), "rss_mb": cpu_rss_mb()},
-    }
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (MB if sys.platform == "darwin" else 1024)
+    cpu = {"peak_rss_mb": round(peak_rss, 1), "rss_mb": round(psutil.Process().memory_info().rss / MB, 1)}
+    return {"rank": rank, "host": platform.node(), "cuda": cuda_memory(device), "nvml": nvml, "nvml_note": nvml_note,
+            "cpu": cpu}
+
+
+def memory_report(args: TrainingArguments, estimate: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Every rank measures (a collective); rank 0 gets memory.json's content and writes it, the others None."""
+    ranks = gather_object([measure_process(args.process_index, args.device)])
+    if args.process_index != 0:
+        return None
+    report = build_report(ranks, estimate)
+    write_json_atomic(os.path.join(args.output_dir, "memory.json"), report)
+    return report
 
 
 def build_report(ranks: list[dict[str, Any]], estimate: Mapping[str, Any] | None) -> dict[str, Any]:
     """memory.json: rank 0's figures at the top, the max over ranks, every rank, and the estimate."""
-    main = ranks[0]
-    cuda_peaks = [r["cuda"]["peak_allocated_mb"] for r in ranks if r["cuda"]]
+    main, gpus = ranks[0], [r["cuda"] for r in ranks if r["cuda"]]
     report: dict[str, Any] = {
         "cuda": main["cuda"],
         "nvml": main["nvml"],
         "cpu": main["cpu"],
         "max_over_ranks": {
-            "cuda_peak_allocated_mb": max(cuda_peaks) if cuda_peaks else None,
-            "cuda_peak_reserved_mb": max((r["cuda"]["peak_reserved_mb"] for r in ranks if r["cuda"]), default=None),
+            "cuda_peak_allocated_mb": max((g["peak_allocated_mb"] for g in gpus), default=None),
+            "cuda_peak_reserved_mb": max((g["peak_reserved_mb"] for g in gpus), default=None),
             "cpu_peak_rss_mb": max(r["cpu"]["peak_rss_mb"] for r in ranks),
         },
         "world_size": len(ranks),
         "ranks": ranks,
         "estimate": dict(estimate) if estimate else None,
+        "note": NO_CUDA_NOTE if main["cuda"] is None else main["nvml_note"],
     }
-    notes = []
-    if main["cuda"] is None:
-        notes.append(NO_CUDA_NOTE)
-    elif main["nvml_note"]:
-        notes.append(main["nvml_note"])
     if estimate:
-        if main["cuda"] is not None:
-            measured = report["max_over_ranks"]["cuda_peak_allocated_mb"]
-            report["measured_peak_mb"] = measured
-            report["measured_source"] = "cuda peak allocated (max over ranks)"
-        else:
-            measured = report["max_over_ranks"]["cpu_peak_rss_mb"]
-            report["measured_peak_mb"] = measured
-            report["measured_source"] = "cpu peak RSS (max over ranks; includes the Python runtime and libraries)"
-        report["estimate_over_measured"] = (
-            round(estimate["total_mb"] / measured, 3) if measured else None
-        )
-    report["note"] = "; ".join(notes) if notes else None
+        peaks = report["max_over_ranks"]
+        measured = peaks["cuda_peak_allocated_mb"] if gpus else peaks["cpu_peak_rss_mb"]
+        report["measured_peak_mb"] = measured
+        report["measured_source"] = ("cuda peak allocated (max over ranks)" if gpus else
+                                     "cpu peak RSS (max over ranks; includes the Python runtime and libraries)")
+        report["estimate_over_measured"] = round(estimate["total_mb"] / measured, 3) if measured else None
     return report
-
-
-def write_report(path: str, report: Mapping[str, Any]) -> None:
-    write_json_atomic(path, report)
 
 
 def report_lines(report: Mapping[str, Any]) -> list[str]:
@@ -268,8 +181,7 @@ def report_lines(report: Mapping[str, Any]) -> list[str]:
     else:
         lines.append("MEMORY_CUDA=none (no CUDA device)")
     lines.append(f"MEMORY_CPU_PEAK_RSS_MB={peaks['cpu_peak_rss_mb']:.1f}")
-    est = report.get("estimate")
-    if est:
-        lines.append(f"MEMORY_ESTIMATE_MB={est['total_mb']:.1f}")
-        lines.append(f"MEMORY_ESTIMATE_BYTES_PER_PARAM={est['bytes_per_param']['total']}")
+    if report.get("estimate"):
+        lines.append(f"MEMORY_ESTIMATE_MB={report['estimate']['total_mb']:.1f}")
+        lines.append(f"MEMORY_ESTIMATE_BYTES_PER_PARAM={report['estimate']['bytes_per_param']['total']}")
     return lines

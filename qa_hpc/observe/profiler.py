@@ -20,49 +20,36 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
 import torch
+from accelerate import PartialState
 from torch.profiler import ProfilerAction, ProfilerActivity
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from qa_hpc.dist import env_rank
-from qa_hpc.settings.flags import ObservabilityArguments
+from qa_hpc.flags import ObservabilityArguments
 
 logger = logging.getLogger(__name__)
 
 RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
 
-def profiler_activities() -> list[ProfilerActivity]:
-    """CPU always; CUDA when this process has a CUDA device."""
-    activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(ProfilerActivity.CUDA)
-    return activities
-
-
-def summary_sort_key(activities: list[ProfilerActivity]) -> str:
-    """Self device time when a GPU was traced (where GPU jobs spend their time), else self CPU time."""
-    return "self_cuda_time_total" if ProfilerActivity.CUDA in activities else "self_cpu_time_total"
-
-
 class ProfilerCallback(TrainerCallback):
     """Profile the scheduled training steps of every rank; write traces and op tables."""
 
     def __init__(self, cfg: ObservabilityArguments, out_dir: str) -> None:
-        self.cfg = cfg
-        self.out_dir = out_dir
-        self.rank = env_rank()
+        self.cfg, self.out_dir = cfg, out_dir
+        self.rank = 0  # the Trainer's process index, set in on_train_begin
         self.prof: torch.profiler.profile | None = None
-        self.activities = profiler_activities()
-        self.sort_by = summary_sort_key(self.activities)
-        self.cycle = 0
+        gpu = torch.cuda.is_available()
+        self.activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+        # self device time where GPU jobs spend their time, else self CPU time
+        self.sort_by = "self_cuda_time_total" if gpu else "self_cpu_time_total"
         self.kept_steps: list[int] = []  # global steps recorded in the current cycle
-        self.written: list[dict[str, Any]] = []  # one entry per cycle: steps, trace path, summary path
+        self.written: list[list[int]] = []  # the global steps of each cycle written out
 
-    # --- trainer events -------------------------------------------------------------------
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kwargs: object) -> None:
+        self.rank = args.process_index
         os.makedirs(self.out_dir, exist_ok=True)
         c = self.cfg
         base = torch.profiler.schedule(wait=c.profile_wait, warmup=c.profile_warmup, active=c.profile_active,
@@ -81,7 +68,7 @@ class ProfilerCallback(TrainerCallback):
         self.prof.step_num = first
         self.prof.current_action = self.prof.schedule(first)
         self.prof.start()
-        if self.rank == 0:
+        if state.is_world_process_zero:
             kept = first + c.profile_wait + c.profile_warmup
             span = (f"global steps {kept}-{kept + c.profile_active - 1}"
                     + (f" and {c.profile_repeat - 1} more cycle(s)" if c.profile_repeat > 1 else "")
@@ -92,7 +79,8 @@ class ProfilerCallback(TrainerCallback):
                 "+".join(a.name for a in self.activities), span, self.out_dir,
             )
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: object) -> None:
         if self.prof is None:
             return
         if self.prof.current_action in RECORDING:
@@ -101,11 +89,11 @@ class ProfilerCallback(TrainerCallback):
             self._stop()  # the last step: close its span without opening an empty next one
             return
         self.prof.step()
-        needed = self.cfg.profile_steps_needed
-        if needed is not None and self.cycle >= self.cfg.profile_repeat:
+        if self.cfg.profile_repeat and len(self.written) >= self.cfg.profile_repeat:
             self._stop()  # schedule done: no profiler cost for the rest of training
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: object) -> None:
         self._stop()
         if not self.written:
             c = self.cfg
@@ -116,40 +104,33 @@ class ProfilerCallback(TrainerCallback):
                 needed, c.profile_wait, c.profile_warmup, c.profile_active,
             )
 
-    # --- profiler plumbing ----------------------------------------------------------------
     def _stop(self) -> None:
         prof, self.prof = self.prof, None
         if prof is not None:
             prof.stop()  # inside an active window this still calls _trace_ready for what was kept
 
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
-        self.cycle += 1
         steps, self.kept_steps = self.kept_steps, []
-        suffix = "" if self.cycle == 1 else f"_cycle{self.cycle}"
-        trace_path = os.path.join(self.out_dir, f"trace_rank{self.rank}{suffix}.json")
+        self.written.append(steps)
+        cycle, c = len(self.written), self.cfg
+        trace_path = os.path.join(self.out_dir, f"trace_rank{self.rank}{'' if cycle == 1 else f'_cycle{cycle}'}.json")
         prof.export_chrome_trace(trace_path)
         summary_name = "profiler_summary.txt" if self.rank == 0 else f"profiler_summary_rank{self.rank}.txt"
         summary_path = os.path.join(self.out_dir, summary_name)
-        table = prof.key_averages().table(sort_by=self.sort_by, row_limit=self.cfg.profile_row_limit)
         step_text = f"{steps[0]}-{steps[-1]}" if steps else "none"
         header = (
-            f"# torch.profiler key_averages, rank {self.rank}, cycle {self.cycle}: global steps {step_text} "
+            f"# torch.profiler key_averages, rank {self.rank}, cycle {cycle}: global steps {step_text} "
             f"({len(steps)} steps, ProfilerStep#<step> in the trace)\n"
             f"# activities: {'+'.join(a.name for a in self.activities)}; sorted by {self.sort_by}; "
-            f"record_shapes={self.cfg.profile_record_shapes} profile_memory={self.cfg.profile_memory} "
-            f"with_stack={self.cfg.profile_with_stack}\n"
+            f"record_shapes={c.profile_record_shapes} profile_memory={c.profile_memory} "
+            f"with_stack={c.profile_with_stack}\n"
             "# Times are summed over the profiled steps and include the profiler's own overhead.\n"
         )
-        mode = "w" if self.cycle == 1 else "a"
-        with open(summary_path, mode, encoding="utf-8") as fh:
+        table = prof.key_averages().table(sort_by=self.sort_by, row_limit=c.profile_row_limit)
+        with open(summary_path, "w" if cycle == 1 else "a", encoding="utf-8") as fh:
             fh.write(header + table + "\n")
-        self.written.append({"cycle": self.cycle, "steps": steps, "trace": trace_path, "summary": summary_path})
-        if len(steps) < self.cfg.profile_active:
-            logger.warning(
-                "PROFILER: training ended inside a profiling window; the trace holds %d step(s), not "
-                "--profile_active=%d", len(steps), self.cfg.profile_active,
-            )
-        logger.info(
-            "PROFILED_STEPS=%s rank=%d trace=%s summary=%s (table totals include profiler overhead)",
-            step_text, self.rank, trace_path, summary_path,
-        )
+        if len(steps) < c.profile_active:
+            logger.warning("PROFILER: training ended inside a profiling window; the trace holds %d step(s), not "
+                           "--profile_active=%d", len(steps), c.profile_active)
+        logger.info("PROFILED_STEPS=%s rank=%d trace=%s summary=%s (table totals include profiler overhead)",
+                    step_text, self.rank, trace_path, summary_path)

@@ -1,13 +1,10 @@
-"""What a run will use, decided once: precision, TF32, devices, threads, dataloader workers, reporting.
+"""What a run uses: decided once from the flags and what this process sees, then read back and checked.
 
-`decide(request, facts)` is a pure function of what the user asked for (`Request`, from the
-parsed flags and accelerate's environment) and what this process sees (`DeviceFacts`), so
-every device (A100, H100, V100, T4, CPU, 1 or 4 ranks a node, under accelerate or torchrun)
-is tested on a CPU with made-up facts. Its result, a frozen `RunPlan`, is logged (PLAN line),
-saved in run_summary.json, and turned into the few `TrainingArguments` fields it owns
-(`RunPlan.training_fields`); nothing changes those arguments afterwards. After the Trainer is
-built, `qa_hpc.settings.effective` reads back what the objects really use and fails the run
-when it differs from the plan.
+`decide(request, facts)` is pure, so every device (A100, H100, V100, T4, CPU; 1 or 4 ranks a node;
+accelerate or torchrun) is tested on a CPU with made-up `DeviceFacts`. Its frozen `RunPlan` is logged
+(PLAN line), saved in run_summary.json and gives the TrainingArguments fields it owns. Once the Trainer
+is built, `Effective.read` reads back what the objects really use (EFFECTIVE line) and `check` stops
+the run where that differs: a log that says bf16 over an fp32 run is worse than no log.
 
 Precision, highest priority first:
 1. `--precision fp32|bf16|fp16`, or HF's `--bf16` / `--fp16` (both given: they must agree);
@@ -19,17 +16,27 @@ fp16 is refused on a CPU, bf16 on a GPU below compute capability 8.0 (torch only
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from qa_hpc.reliability.errors import UsageError
+import torch
+
+from qa_hpc.dist import launch_env
+from qa_hpc.errors import EXIT_USAGE, UsageError
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ACCELERATE_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}  # accelerate's names -> ours
 BF16_MIN_CAPABILITY = (8, 0)  # bf16 and TF32 tensor cores: Ampere and newer
 MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
+# Variables that say a GPU was asked for (a Slurm --gres=gpu job, or an explicit choice).
+GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
 
 
 class PlanError(UsageError):
@@ -38,7 +45,7 @@ class PlanError(UsageError):
 
 @dataclass(frozen=True)
 class DeviceFacts:
-    """What this process sees (read by qa_hpc.settings.devices.read_device_facts)."""
+    """What this process sees; one more fact is one more field here and in read_device_facts."""
 
     cuda_available: bool
     gpu_count: int  # GPUs torch can use in this process
@@ -57,18 +64,18 @@ class DeviceFacts:
 
 @dataclass(frozen=True)
 class Request:
-    """The settings the user asked for (flags and launcher environment), before any decision."""
+    """What the user asked for, named as the flags are, before any decision."""
 
-    precision: str = "auto"  # --precision
-    hf_bf16: bool = False  # --bf16
-    hf_fp16: bool = False  # --fp16
-    tf32: bool | None = None  # --tf32
-    dataloader_num_workers: int = 0  # --dataloader_num_workers
-    num_threads: int = 0  # --num_threads (0: decide)
-    speed_defaults: bool = True  # --speed_defaults
-    use_cpu: bool = False  # --use_cpu
-    report_to: tuple[str, ...] = ()  # --report_to, as TrainingArguments normalised it
-    logging_dir: str | None = None  # --logging_dir
+    precision: str = "auto"
+    bf16: bool = False  # HF's --bf16
+    fp16: bool = False  # HF's --fp16
+    tf32: bool | None = None
+    dataloader_num_workers: int = 0
+    num_threads: int = 0  # 0: decide
+    speed_defaults: bool = True
+    use_cpu: bool = False
+    report_to: tuple[str, ...] = ()  # integration names
+    logging_dir: str | None = None
     output_dir: str = "outputs/run_qa"
     profile: bool = False
     profile_dir: str | None = None
@@ -94,34 +101,23 @@ class RunPlan:
     logging_dir: str | None  # None: <output_dir>/runs/<time>_<host>, named when the writer opens
     profile_dir: str | None  # None: profiling off
     gpu_name: str | None = None
-    notes: tuple[str, ...] = field(default=())
 
-    @property
-    def use_cpu(self) -> bool:
-        return self.device == "cpu"
-
-    def training_fields(self, tf32_given: bool | None) -> dict[str, Any]:
-        """The TrainingArguments fields this plan owns (and only these), for dataclasses.replace."""
-        fields: dict[str, Any] = {
-            "bf16": self.precision == "bf16",
-            "fp16": self.precision == "fp16",
-            "dataloader_num_workers": self.dataloader_num_workers,
-            "use_cpu": self.use_cpu,
+    def training_fields(self, tf32_given: bool | None) -> dict[str, object]:
+        """The TrainingArguments fields this plan owns, and only these."""
+        return {
+            "bf16": self.precision == "bf16", "fp16": self.precision == "fp16",
+            "dataloader_num_workers": self.dataloader_num_workers, "use_cpu": self.device == "cpu",
             "report_to": list(self.report_to),
+            # TrainingArguments refuses tf32=True off Ampere and leaves None alone: say it only where it means something
+            "tf32": self.tf32 if self.device == "cuda" else tf32_given,
         }
-        # TrainingArguments rejects tf32=True off Ampere and leaves None alone: say it only where it means something
-        fields["tf32"] = self.tf32 if self.device == "cuda" else tf32_given
-        return fields
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        """Variables of the launcher's environment that must agree with the plan before TrainingArguments is built.
-
-        TrainingArguments takes ACCELERATE_MIXED_PRECISION (set by accelerate launch) as the mixed precision
-        whenever --bf16/--fp16 are off, so an fp32 plan under `--mixed_precision bf16` would train in bf16.
-        """
+        """The launcher's variables that must say the plan's precision before TrainingArguments is built: it takes
+        ACCELERATE_MIXED_PRECISION as the precision when --bf16/--fp16 are off (fp32 under accelerate's bf16: bf16)."""
         if "ACCELERATE_MIXED_PRECISION" not in env:
             return {}
-        return {"ACCELERATE_MIXED_PRECISION": {"fp32": "no"}.get(self.precision, self.precision)}
+        return {"ACCELERATE_MIXED_PRECISION": {v: k for k, v in ACCELERATE_PRECISION.items()}[self.precision]}
 
     def log_line(self) -> str:
         return (
@@ -133,12 +129,13 @@ class RunPlan:
             f"profile={_on(self.profile_dir is not None)}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def _on(flag: bool) -> str:
     return "on" if flag else "off"
+
+
+def _sm(capability: tuple[int, int] | None) -> str:
+    return f"sm_{capability[0]}{capability[1]}" if capability else "of unknown compute capability"
 
 
 def decide(request: Request, facts: DeviceFacts) -> RunPlan:
@@ -147,32 +144,21 @@ def decide(request: Request, facts: DeviceFacts) -> RunPlan:
     capability = facts.capability if device == "cuda" else None
     precision, reason = decide_precision(request, device, capability, facts.accelerate_mixed_precision)
     threads, threads_reason = decide_threads(request, facts)
-    report_to = tuple(r for r in request.report_to if r != "tensorboard")
     return RunPlan(
-        device=device,
-        precision=precision,
-        precision_reason=reason,
-        tf32=decide_tf32(request, device, capability),
-        threads=threads,
-        threads_reason=threads_reason,
+        device=device, precision=precision, precision_reason=reason, tf32=decide_tf32(request, device, capability),
+        threads=threads, threads_reason=threads_reason,
         dataloader_num_workers=decide_workers(request, device, facts),
-        world_size=facts.world_size,
-        local_world_size=facts.local_world_size,
-        launcher=facts.launcher,
+        world_size=facts.world_size, local_world_size=facts.local_world_size, launcher=facts.launcher,
         stop_vote_every=GPU_STOP_VOTE_EVERY if device == "cuda" and facts.world_size > 1 else 1,
-        report_to=report_to,
-        tensorboard="tensorboard" in request.report_to,
-        logging_dir=request.logging_dir,
+        report_to=tuple(r for r in request.report_to if r != "tensorboard"),
+        tensorboard="tensorboard" in request.report_to, logging_dir=request.logging_dir,
         profile_dir=(request.profile_dir or f"{request.output_dir}/profiler") if request.profile else None,
         gpu_name=facts.gpu_name if device == "cuda" else None,
     )
 
 
 def require_visible_gpu(facts: DeviceFacts) -> None:
-    """Refuse a job that asked for a GPU (Slurm --gres, CUDA_VISIBLE_DEVICES) whose torch sees none.
-
-    Training such a job on the CPU would take days while its log looks like a GPU run.
-    """
+    """Refuse a job that asked for a GPU whose torch sees none: on the CPU it would take days, logged as a GPU run."""
     if facts.gpus_requested and not facts.cuda_available:
         raise PlanError(
             f"this job asked for a GPU ({facts.gpus_requested}) but torch sees none: torch {facts.torch_version} "
@@ -205,11 +191,12 @@ def decide_precision(
     """(precision, why) by the rules in the module docstring."""
     if request.precision not in PRECISIONS:
         raise PlanError(f"--precision {request.precision!r}: choose one of {', '.join(PRECISIONS)}")
-    if request.hf_bf16 and request.hf_fp16:
+    if request.bf16 and request.fp16:
         raise PlanError("--bf16 and --fp16 contradict each other; give one of them")
-    hf = "bf16" if request.hf_bf16 else "fp16" if request.hf_fp16 else None
+    hf = "bf16" if request.bf16 else "fp16" if request.fp16 else None
     if request.precision != "auto" and hf is not None and hf != request.precision:
         raise PlanError(f"--precision {request.precision} contradicts --{hf}; give one of them")
+    ampere = capability is not None and capability >= BF16_MIN_CAPABILITY
     if request.precision != "auto":
         precision, reason = request.precision, f"--precision {request.precision}"
     elif hf is not None:
@@ -221,32 +208,23 @@ def decide_precision(
                 f"here: use one of {', '.join(ACCELERATE_PRECISION)}"
             )
         precision, reason = ACCELERATE_PRECISION[accelerate_env], f"accelerate mixed_precision={accelerate_env}"
-    elif device == "cuda":
-        if capability is not None and capability >= BF16_MIN_CAPABILITY:
-            precision, reason = "bf16", f"auto: GPU sm_{capability[0]}{capability[1]} has bf16"
-        else:
-            precision, reason = "fp16", f"auto: GPU {_sm(capability)} has no bf16"
-    else:
+    elif device == "cpu":
         precision, reason = "fp32", "auto: CPU"
-    _check_precision(precision, reason, device, capability)
-    return precision, reason
-
-
-def _sm(capability: tuple[int, int] | None) -> str:
-    return f"sm_{capability[0]}{capability[1]}" if capability else "of unknown compute capability"
-
-
-def _check_precision(precision: str, reason: str, device: str, capability: tuple[int, int] | None) -> None:
+    elif ampere:
+        precision, reason = "bf16", f"auto: GPU {_sm(capability)} has bf16"
+    else:
+        precision, reason = "fp16", f"auto: GPU {_sm(capability)} has no bf16"
     if precision == "fp16" and device == "cpu":
         raise PlanError(
             f"fp16 ({reason}) is not supported on CPU: PyTorch has no fast fp16 CPU kernels and fp16 mixed "
             "precision needs a GPU grad scaler; use --precision bf16 (CPUs with AVX512-BF16/AMX) or fp32"
         )
-    if precision == "bf16" and device == "cuda" and not (capability and capability >= BF16_MIN_CAPABILITY):
+    if precision == "bf16" and device == "cuda" and not ampere:
         raise PlanError(
             f"bf16 ({reason}) needs a GPU of compute capability 8.0 or newer (Ampere+); this one is {_sm(capability)}, "
             "where torch only emulates bf16 (slowly): use --precision fp16 or fp32"
         )
+    return precision, reason
 
 
 def decide_tf32(request: Request, device: str, capability: tuple[int, int] | None) -> bool:
@@ -255,9 +233,7 @@ def decide_tf32(request: Request, device: str, capability: tuple[int, int] | Non
     if request.tf32 is True and not ampere:
         raise PlanError(f"--tf32 true needs a GPU of compute capability 8.0 or newer; this run is on {device}"
                         + (f" ({_sm(capability)})" if device == "cuda" else ""))
-    if request.tf32 is not None:
-        return request.tf32
-    return request.speed_defaults and ampere
+    return request.tf32 if request.tf32 is not None else request.speed_defaults and ampere
 
 
 def decide_threads(request: Request, facts: DeviceFacts) -> tuple[int, str]:
@@ -276,5 +252,102 @@ def decide_workers(request: Request, device: str, facts: DeviceFacts) -> int:
     """Dataloader workers: as asked; on a GPU by default some, so collation overlaps the step."""
     if request.dataloader_num_workers > 0 or not request.speed_defaults or device != "cuda":
         return request.dataloader_num_workers
-    per_rank = facts.cpus // max(1, facts.local_world_size)
-    return max(0, min(MAX_AUTO_WORKERS, per_rank - 1))
+    return max(0, min(MAX_AUTO_WORKERS, facts.cpus // max(1, facts.local_world_size) - 1))
+
+
+# --- what this process sees: the impure half ---------------------------------------------------------------
+def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
+    launch, cuda = launch_env(env), torch.cuda.is_available()
+    count = torch.cuda.device_count() if cuda else 0
+    index = launch.local_rank % count if count else None
+    # Slurm with task/none leaves the affinity mask at the whole node: SLURM_CPUS_PER_TASK is then the allocation
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    slurm_cpus, omp = (env.get(name, "").strip() for name in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"))
+    asked = [f"{name}={env[name].strip()}" for name in GPU_REQUEST_VARS
+             if env.get(name, "").strip() not in ("", "-1", "none", "NoDevFiles")
+             and not (name == "SLURM_GPUS_ON_NODE" and env[name].strip() == "0")]
+    precision = env.get("ACCELERATE_MIXED_PRECISION")
+    return DeviceFacts(
+        cuda_available=cuda, gpu_count=count,
+        capability=tuple(torch.cuda.get_device_capability(index)) if index is not None else None,
+        gpu_name=torch.cuda.get_device_name(index) if index is not None else None,
+        cpus=max(1, min(cpus, int(slurm_cpus)) if slurm_cpus.isdigit() and int(slurm_cpus) else cpus),
+        world_size=launch.world_size, local_world_size=launch.local_world_size,
+        # accelerate launch always sets ACCELERATE_MIXED_PRECISION; torchrun sets TORCHELASTIC_RUN_ID
+        launcher="accelerate" if precision is not None else "torchrun" if "TORCHELASTIC_RUN_ID" in env else "python",
+        omp_num_threads=int(omp) if omp.isdigit() else None,
+        accelerate_mixed_precision=precision.strip().lower() if precision else None,
+        gpus_requested=", ".join(asked) or None, torch_version=torch.__version__, torch_cuda=torch.version.cuda,
+    )
+
+
+def device_name(device: torch.device) -> str:
+    """A CUDA device's name as the driver reports it ("NVIDIA H100 80GB HBM3"), else the device type ("cpu")."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" and torch.cuda.is_available() else device.type
+
+
+# --- what the objects really use ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Effective:
+    precision: str  # the accelerator's mixed precision: what autocast runs in
+    tf32: bool
+    param_dtype: str  # the master weights: float32 always
+    threads: int
+    dataloader_num_workers: int
+    world_size: int
+    device: str
+    device_name: str
+    optim: str
+    attn_implementation: str
+    torch_compile: bool
+    postprocess: str
+
+    @classmethod
+    def read(cls, trainer: Trainer, postprocess: str) -> Effective:
+        """What the Trainer, its accelerator, the model and torch are set to now."""
+        args, mixed = trainer.args, str(trainer.accelerator.mixed_precision)
+        return cls(
+            precision=ACCELERATE_PRECISION.get(mixed, mixed),
+            tf32=torch.backends.cuda.matmul.fp32_precision == "tf32",
+            param_dtype=str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
+            threads=torch.get_num_threads(), dataloader_num_workers=int(args.dataloader_num_workers),
+            world_size=int(trainer.accelerator.num_processes), device=args.device.type,
+            device_name=device_name(args.device), optim=str(getattr(args.optim, "value", args.optim)),
+            attn_implementation=str(getattr(trainer.model.config, "_attn_implementation", None) or "default"),
+            torch_compile=bool(args.torch_compile), postprocess=postprocess,
+        )
+
+    def log_line(self, rank: int) -> str:
+        """One line per rank: threads and devices can differ between nodes."""
+        return (
+            f"EFFECTIVE rank={rank} precision={self.precision} tf32={_on(self.tf32)} param_dtype={self.param_dtype} "
+            f"threads={self.threads} dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} "
+            f"device={self.device} device_name={self.device_name.replace(' ', '_')} optim={self.optim} "
+            f"attn={self.attn_implementation} torch_compile={self.torch_compile} postprocess={self.postprocess}"
+        )
+
+    def check(self, plan: RunPlan) -> None:
+        """Stop the run when it would not use the plan (fp32 master weights always), naming every difference."""
+        wanted = {"precision": plan.precision, "tf32": plan.tf32, "param_dtype": "float32", "threads": plan.threads,
+                  "dataloader_num_workers": plan.dataloader_num_workers, "world_size": plan.world_size,
+                  "device": plan.device}
+        got = asdict(self)
+        diff = [f"{key}: planned {value}, effective {got[key]}" for key, value in wanted.items() if got[key] != value]
+        if diff:
+            raise RuntimeError("the run would not use the planned settings: " + "; ".join(diff))
+
+
+def main() -> int:
+    """`python -m qa_hpc.plan --gpu-count`: the GPUs job_ddp.sh starts a process for (exit 2: asked for, none seen)."""
+    facts = read_device_facts()
+    try:
+        require_visible_gpu(facts)
+    except PlanError as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    print(facts.gpu_count)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

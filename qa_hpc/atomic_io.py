@@ -1,11 +1,10 @@
 """Write result files so that a crash never leaves a truncated one behind.
 
-Every JSON result, prediction and summary goes through `write_json_atomic`: the
-data is written to a temporary file in the same directory, flushed to disk, and
-renamed over the target in one step (os.replace is atomic on POSIX). A writer
-killed mid-write (SIGKILL, node failure) cannot remove its temp file; the temp
-name carries host and pid, and the next write of the same file removes temp files
-left by dead processes of this host.
+Every JSON result, prediction and summary goes through `write_text_atomic`: the data is written to
+a temporary file in the same directory, flushed to disk, and renamed over the target in one step
+(os.replace is atomic on POSIX). A writer killed mid-write (SIGKILL, node failure) cannot remove
+its temp file; the temp name `.NAME.HOST-PID.*.tmp` carries host and pid, and the next write of the
+same file removes temp files left by dead processes of this host.
 """
 
 from __future__ import annotations
@@ -13,20 +12,16 @@ from __future__ import annotations
 import glob
 import json
 import os
+import secrets
 import socket
-import tempfile
 from typing import Any
 
-
-class OutputError(OSError):
-    """A result file could not be written (names the path and the reason)."""
-
-    def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]" prefix
-        return self.strerror or super().__str__()
+from qa_hpc.errors import OutputError
 
 
-def _temp_prefix(path: str, host: str, pid: int) -> str:
-    return f".{os.path.basename(path)}.{host}-{pid}."
+def _temp_prefix(path: str, pid: int | None = None) -> str:
+    """`.NAME.HOST-` (a glob for every writer of this host), or `.NAME.HOST-PID.` for one writer."""
+    return f".{os.path.basename(path)}.{socket.gethostname()}-" + ("" if pid is None else f"{pid}.")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -34,7 +29,7 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # alive, but another user's
         return True
     return True
 
@@ -42,25 +37,17 @@ def _pid_alive(pid: int) -> bool:
 def remove_stale_temps(path: str | os.PathLike) -> list[str]:
     """Remove temp files of `path` left by writers on this host that no longer run; return them."""
     path = os.fspath(path)
-    host = socket.gethostname()
-    directory = os.path.dirname(os.path.abspath(path))
-    mine = f".{os.path.basename(path)}.{host}-"
+    mine, directory = _temp_prefix(path), os.path.dirname(os.path.abspath(path))
     removed = []
     for tmp in glob.glob(os.path.join(glob.escape(directory), glob.escape(mine) + "*.tmp")):
-        pid_part = os.path.basename(tmp)[len(mine):].split(".", 1)[0]
-        if pid_part.isdigit() and not _pid_alive(int(pid_part)):
+        pid = os.path.basename(tmp)[len(mine):].split(".", 1)[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
             try:
                 os.unlink(tmp)
                 removed.append(tmp)
-            except FileNotFoundError:
+            except FileNotFoundError:  # another process cleaned it up first
                 pass
     return removed
-
-
-def _current_umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -71,10 +58,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     try:
         os.makedirs(directory, exist_ok=True)
         remove_stale_temps(path)
-        prefix = _temp_prefix(path, socket.gethostname(), os.getpid())
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
-        os.fchmod(fd, 0o666 & ~_current_umask())  # mkstemp makes 0600: give what open() would (group can read)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        tmp = os.path.join(directory, f"{_temp_prefix(path, os.getpid())}{secrets.token_hex(4)}.tmp")
+        with open(tmp, "x", encoding="utf-8") as fh:  # a new file, with the permissions the umask gives
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

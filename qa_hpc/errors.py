@@ -1,5 +1,7 @@
-"""Clear messages for the ways a cluster job goes wrong, and the exit code of each (exit_codes.env).
+"""Clear messages for the ways a cluster job goes wrong, and the exit code of each.
 
+A batch job's exit code is what the job script and the scheduler act on, so each kind of failure
+has its own code, read from the one table (exit_codes.env) that the job scripts source too.
 Out of memory names the batch size and what to lower; a failed write names the file and the
 reason (a full disk, a quota, permissions), found even when a library hides the errno.
 """
@@ -14,10 +16,18 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
-from qa_hpc.reliability.atomic_io import OutputError
-from qa_hpc.reliability.exit_codes import EXIT_FAILED, EXIT_IOERR, EXIT_OOM, EXIT_USAGE
 
+def _read_exit_codes(path: Path) -> dict[str, int]:
+    """NAME -> code from lines `NAME=code  # meaning`."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return {name.strip(): int(code) for name, code in (line.split("=", 1) for line in lines if line)}
+
+
+_CODES = _read_exit_codes(Path(__file__).with_name("exit_codes.env"))
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = _CODES["EXIT_OK"], _CODES["EXIT_FAILED"], _CODES["EXIT_USAGE"]
+EXIT_OOM, EXIT_IOERR, EXIT_PREEMPTED = _CODES["EXIT_OOM"], _CODES["EXIT_IOERR"], _CODES["EXIT_PREEMPTED"]
 
 # errno values that mean "this file could not be written", not "this input is bad"
 WRITE_ERRNOS = frozenset(
@@ -25,18 +35,26 @@ WRITE_ERRNOS = frozenset(
 )
 _OS_ERROR_IN_TEXT = re.compile(r"os error (\d+)")  # how Rust libraries (safetensors, tokenizers) report errno
 PROBE_BYTES = 8 << 20  # a checkpoint is far larger; a write this big failing shows why the save failed
+_FULL = "; free space, raise the quota, lower --save_total_limit, or choose another --output_dir"
+_HINTS = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL,
+          errno.EFBIG: "; a file size limit applies (ulimit -f, or the filesystem's largest file)"}
+# torch's CPU allocator reports a failed allocation as a plain RuntimeError, not OutOfMemoryError
+CPU_ALLOCATOR_FAILED = "DefaultCPUAllocator: can't allocate memory"
 
 
 class UsageError(ValueError):
-    """A problem the user fixes by changing flags, files or the machine asked for; reported without a traceback.
+    """A problem the user fixes by changing flags, files or the machine asked for: exit 2, no traceback."""
 
-    Bad input data (DataError), records that cannot become features (FeatureError) and requests
-    this machine cannot honour (PlanError) are UsageErrors: all exit with EXIT_USAGE.
-    """
+
+class OutputError(OSError):
+    """A result file could not be written (names the path and the reason): exit 74."""
+
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]" prefix
+        return self.strerror or super().__str__()
 
 
 class OutOfMemory(RuntimeError):
-    """Training or evaluation ran out of (GPU or host) memory; the message says what to lower."""
+    """Training or evaluation ran out of (GPU or host) memory; the message says what to lower: exit 3."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +68,13 @@ class BatchContext:
     device: str
 
 
-# torch's CPU allocator reports a failed allocation as a plain RuntimeError, not OutOfMemoryError
-CPU_ALLOCATOR_FAILED = "DefaultCPUAllocator: can't allocate memory"
+def exception_chain(err: BaseException | None) -> Iterator[BaseException]:
+    """err, then what caused it (raise ... from, or raised while handling), each once."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -69,11 +92,9 @@ def oom_message(err: BaseException, phase: str, ctx: BatchContext) -> str:
     if phase == "train":
         bs, acc = ctx.train_batch_size, ctx.gradient_accumulation_steps
         half = max(1, bs // 2)
-        hint = (
-            f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
-            f"(same effective batch of {bs * acc} per device), or --gradient_checkpointing, --bf16/--fp16, "
-            "or a smaller --max_seq_length"
-        )
+        hint = (f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
+                f"(same effective batch of {bs * acc} per device), or --gradient_checkpointing, --bf16/--fp16, "
+                "or a smaller --max_seq_length")
         flags = (f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc} "
                  f"--max_seq_length {ctx.max_seq_length}")
     else:
@@ -86,51 +107,38 @@ def oom_message(err: BaseException, phase: str, ctx: BatchContext) -> str:
 
 def _errno_in_chain(err: BaseException) -> int | None:
     """The errno of the first OSError (or Rust 'os error N') in the exception chain."""
-    seen: set[int] = set()
-    cur: BaseException | None = err
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, OSError) and cur.errno:
-            return cur.errno
-        match = _OS_ERROR_IN_TEXT.search(str(cur))
+    for cause in exception_chain(err):
+        if isinstance(cause, OSError) and cause.errno:
+            return cause.errno
+        match = _OS_ERROR_IN_TEXT.search(str(cause))
         if match:
             return int(match.group(1))
-        cur = cur.__cause__ or cur.__context__
     return None
 
 
 def _existing_dir(path: str) -> str:
     """The nearest existing directory at or above path (where a write would have gone)."""
     cur = os.path.abspath(path)
-    while not os.path.isdir(cur):
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            break
-        cur = parent
+    while not os.path.isdir(cur) and os.path.dirname(cur) != cur:
+        cur = os.path.dirname(cur)
     return cur
 
 
 def probe_write(directory: str, nbytes: int = PROBE_BYTES) -> int | None:
-    """Write and remove nbytes in directory; return the errno if that fails, else None.
+    """Write nbytes to an unnamed temp file in directory; the errno if that fails, else None.
 
-    torch.save reports a full disk as a bare RuntimeError ('file write failed'),
-    so after a failed save this finds the real reason (ENOSPC, EDQUOT, EFBIG, ...).
+    torch.save reports a full disk as a bare RuntimeError ('file write failed'): after a failed
+    save this finds the real reason (ENOSPC, EDQUOT, EFBIG, ...).
     """
-    fd, tmp = None, None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".write-probe.", dir=directory)
-        chunk = b"\0" * (1 << 20)
-        for _ in range(max(1, nbytes // len(chunk))):
-            os.write(fd, chunk)
-        os.fsync(fd)
-        return None
+        with tempfile.TemporaryFile(dir=directory) as fh:
+            for _ in range(max(1, nbytes >> 20)):
+                fh.write(bytes(1 << 20))
+            fh.flush()
+            os.fsync(fh.fileno())
     except OSError as err:
         return err.errno
-    finally:
-        if fd is not None:
-            os.close(fd)
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+    return None
 
 
 def _free_space(directory: str) -> str:
@@ -146,16 +154,12 @@ def write_failure(err: BaseException, target: str) -> OutputError | None:
     if isinstance(err, OutputError):
         return err
     code = _errno_in_chain(err)
-    if code is None or code not in WRITE_ERRNOS:
-        code = probe_write(_existing_dir(target)) if code is None else None
-    if code is None or code not in WRITE_ERRNOS:
+    if code is None:  # no errno anywhere (torch.save): a probe write finds out whether the disk is the cause
+        code = probe_write(_existing_dir(target))
+    if code not in WRITE_ERRNOS:
         return None
-    hint = ""
-    if code == errno.EFBIG:
-        hint = "; a file size limit applies (ulimit -f, or the filesystem's largest file)"
-    elif code in (errno.ENOSPC, errno.EDQUOT):
-        hint = "; free space, raise the quota, lower --save_total_limit, or choose another --output_dir"
-    return OutputError(code, f"cannot write {target}: {os.strerror(code)}{_free_space(_existing_dir(target))}{hint}")
+    where = _existing_dir(target)
+    return OutputError(code, f"cannot write {target}: {os.strerror(code)}{_free_space(where)}{_HINTS.get(code, '')}")
 
 
 @contextmanager
@@ -179,13 +183,10 @@ def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> I
 
 def classify(err: BaseException) -> tuple[int, str | None]:
     """(exit code, the one ERROR line to print) for an error that ended a run; None: unexpected, show the traceback."""
-    if isinstance(err, UsageError):
-        return EXIT_USAGE, str(err)
-    if isinstance(err, OutputError):
-        return EXIT_IOERR, str(err)
-    if isinstance(err, OutOfMemory):
-        return EXIT_OOM, str(err)
-    if is_out_of_memory(err):
+    for kind, code in ((UsageError, EXIT_USAGE), (OutputError, EXIT_IOERR), (OutOfMemory, EXIT_OOM)):
+        if isinstance(err, kind):
+            return code, str(err)
+    if is_out_of_memory(err):  # outside a guarded phase (e.g. loading the model)
         return EXIT_OOM, (f"out of memory ({type(err).__name__}: {err}); lower --per_device_train_batch_size or "
                           "--per_device_eval_batch_size")
     return EXIT_FAILED, None
@@ -194,8 +195,7 @@ def classify(err: BaseException) -> tuple[int, str | None]:
 def check_writable_dir(path: str) -> None:
     """Create path if needed and write a small file into it, or raise OutputError saying why not.
 
-    Called before the model is loaded, so a wrong --output_dir fails in seconds,
-    not after an hour of training.
+    Called before the model is loaded, so a wrong --output_dir fails in seconds, not after an hour of training.
     """
     try:
         os.makedirs(path, exist_ok=True)
