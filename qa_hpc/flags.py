@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from qa_hpc.plan import PRECISIONS, Request, RunPlan, decide, read_device_facts
+from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide, read_device_facts
 from qa_hpc.errors import UsageError
 
 POSTPROCESSORS = ("vectorized", "loop")
@@ -193,7 +193,6 @@ class Flags(NamedTuple):
 
 
 FLAG_GROUPS = (ModelArguments, DataTrainingArguments, QATrainingArguments, SpeedArguments, ObservabilityArguments)
-FlagValues = Mapping[str, object]  # flag name -> value
 
 
 def read_flags(argv: list[str]) -> dict[str, object]:
@@ -240,10 +239,6 @@ def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:
 
 def decide_and_build(values: FlagValues) -> tuple[RunPlan, Flags]:
     """This process's plan (qa_hpc.plan), then every flag dataclass built once with the plan's fields in."""
-    asked = {name: values[name] for name in Request.__dataclass_fields__}
-    report_to = asked["report_to"]  # as TrainingArguments reads it: a name, a list of names, or 'none'
-    asked["report_to"] = () if report_to in (None, "none", ["none"]) else (
-        (report_to,) if isinstance(report_to, str) else tuple(report_to))
-    plan = decide(Request(**asked), read_device_facts())
+    plan = decide(values, read_device_facts())
     os.environ.update(plan.environment(os.environ))  # what TrainingArguments also reads from the launcher
     return plan, build_flags(values, plan.training_fields(values["tf32"]))
