@@ -36,6 +36,7 @@ BF16_MIN_CAPABILITY = (8, 0)  # bf16 and TF32 tensor cores: Ampere and newer
 MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
+LOG_NAMES = {"dataloader_num_workers": "dataloader_workers", "attn_implementation": "attn"}  # short keys in log lines
 # Variables that say a GPU was asked for (a Slurm --gres=gpu job, or an explicit choice).
 GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
 
@@ -97,9 +98,8 @@ class RunPlan:
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """The launcher's variables that must say the plan's precision before TrainingArguments is built: it takes
         ACCELERATE_MIXED_PRECISION as the precision when --bf16/--fp16 are off (fp32 under accelerate's bf16: bf16)."""
-        if "ACCELERATE_MIXED_PRECISION" not in env:
-            return {}
-        return {"ACCELERATE_MIXED_PRECISION": {v: k for k, v in ACCELERATE_PRECISION.items()}[self.precision]}
+        names = {ours: theirs for theirs, ours in ACCELERATE_PRECISION.items()}
+        return {"ACCELERATE_MIXED_PRECISION": names[self.precision]} if "ACCELERATE_MIXED_PRECISION" in env else {}
 
     def log_line(self) -> str:
         return (
@@ -122,21 +122,36 @@ def _sm(capability: tuple[int, int] | None) -> str:
 
 def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     """The whole plan from the parsed flags (by name) and this process's facts; PlanError for a request
-    this machine cannot honour."""
-    device = _device(flags, facts)
+    this machine cannot honour (a GPU job whose torch sees no GPU, one process driving several GPUs, ...)."""
+    if not flags["use_cpu"]:
+        require_visible_gpu(facts)
+    device = "cuda" if facts.cuda_available and not flags["use_cpu"] else "cpu"
+    if device == "cuda" and facts.gpu_count > 1 and facts.world_size == 1:
+        raise PlanError(
+            f"torch sees {facts.gpu_count} GPUs but this is a single process: transformers would wrap the model in "
+            "nn.DataParallel (slower than DDP, and its token counts and MFU would be wrong). Start one process per "
+            f"GPU: torchrun --nproc_per_node={facts.gpu_count} run_qa.py ... (or job_ddp.sh), or use one GPU with "
+            "CUDA_VISIBLE_DEVICES=0"
+        )
     capability = facts.capability if device == "cuda" else None
     ampere = capability is not None and capability >= BF16_MIN_CAPABILITY
-    precision, reason = decide_precision(flags, device, capability, facts.accelerate_mixed_precision)
-    threads, threads_reason = decide_threads(flags["num_threads"], facts)
+    precision, reason = decide_precision(flags, device, facts)
     if flags["tf32"] is True and not ampere:
         raise PlanError(f"--tf32 true needs a GPU of compute capability 8.0 or newer; this run is on {device}"
                         + (f" ({_sm(capability)})" if device == "cuda" else ""))
+    # torch threads: asked for, else OMP_NUM_THREADS (torchrun sets 1 for its workers when the user did not:
+    # that 1 is no choice), else this rank's share of the CPUs it may run on
+    share, omp = max(1, facts.cpus // max(1, facts.local_world_size)), facts.omp_num_threads
+    torchrun_default = facts.launcher != "python" and facts.local_world_size > 1 and omp == 1
+    threads, threads_reason = ((flags["num_threads"], "--num_threads") if flags["num_threads"] > 0
+                               else (omp, "OMP_NUM_THREADS") if omp and not torchrun_default
+                               else (share, f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"))
     workers = flags["dataloader_num_workers"]
     if workers <= 0 and flags["speed_defaults"] and device == "cuda":  # collation overlaps the step
-        workers = max(0, min(MAX_AUTO_WORKERS, facts.cpus // max(1, facts.local_world_size) - 1))
+        workers = max(0, min(MAX_AUTO_WORKERS, share - 1))
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
-    report_to = flags["report_to"]
-    report_to = () if report_to in (None, "none", ["none"]) else [report_to] if isinstance(report_to, str) else report_to
+    report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
+    report_to = [] if report_to == ["none"] else report_to
     return RunPlan(
         device=device, precision=precision, precision_reason=reason,
         tf32=flags["speed_defaults"] and ampere if flags["tf32"] is None else flags["tf32"],
@@ -160,26 +175,7 @@ def require_visible_gpu(facts: DeviceFacts) -> None:
         )
 
 
-def _device(flags: FlagValues, facts: DeviceFacts) -> str:
-    """cuda or cpu; refuses a GPU job whose torch sees no GPU, and one process driving several GPUs."""
-    if flags["use_cpu"]:
-        return "cpu"
-    require_visible_gpu(facts)
-    if not facts.cuda_available:
-        return "cpu"
-    if facts.gpu_count > 1 and facts.world_size == 1:
-        raise PlanError(
-            f"torch sees {facts.gpu_count} GPUs but this is a single process: transformers would wrap the model in "
-            "nn.DataParallel (slower than DDP, and its token counts and MFU would be wrong). Start one process per "
-            f"GPU: torchrun --nproc_per_node={facts.gpu_count} run_qa.py ... (or job_ddp.sh), or use one GPU with "
-            "CUDA_VISIBLE_DEVICES=0"
-        )
-    return "cuda"
-
-
-def decide_precision(
-    flags: FlagValues, device: str, capability: tuple[int, int] | None, accelerate_env: str | None
-) -> tuple[str, str]:
+def decide_precision(flags: FlagValues, device: str, facts: DeviceFacts) -> tuple[str, str]:
     """(precision, why) by the rules in the module docstring."""
     asked, hf = flags["precision"], [name for name in ("bf16", "fp16") if flags[name]]
     if asked not in PRECISIONS:
@@ -188,6 +184,7 @@ def decide_precision(
         raise PlanError("--bf16 and --fp16 contradict each other; give one of them")
     if asked != "auto" and hf and hf[0] != asked:
         raise PlanError(f"--precision {asked} contradicts --{hf[0]}; give one of them")
+    capability, accelerate_env = facts.capability if device == "cuda" else None, facts.accelerate_mixed_precision
     ampere = capability is not None and capability >= BF16_MIN_CAPABILITY
     if asked != "auto":
         precision, reason = asked, f"--precision {asked}"
@@ -202,28 +199,13 @@ def decide_precision(
         precision = "fp32" if device == "cpu" else "bf16" if ampere else "fp16"
         reason = "auto: CPU" if device == "cpu" else f"auto: GPU {_sm(capability)} has {'' if ampere else 'no '}bf16"
     if precision == "fp16" and device == "cpu":
-        raise PlanError(
-            f"fp16 ({reason}) is not supported on CPU: PyTorch has no fast fp16 CPU kernels and fp16 mixed "
-            "precision needs a GPU grad scaler; use --precision bf16 (CPUs with AVX512-BF16/AMX) or fp32"
-        )
+        raise PlanError(f"fp16 ({reason}) is not supported on CPU: PyTorch has no fast fp16 CPU kernels and fp16 "
+                        "mixed precision needs a GPU grad scaler; use --precision bf16 (CPUs with AVX512-BF16/AMX) "
+                        "or fp32")
     if precision == "bf16" and device == "cuda" and not ampere:
-        raise PlanError(
-            f"bf16 ({reason}) needs a GPU of compute capability 8.0 or newer (Ampere+); this one is {_sm(capability)}, "
-            "where torch only emulates bf16 (slowly): use --precision fp16 or fp32"
-        )
+        raise PlanError(f"bf16 ({reason}) needs a GPU of compute capability 8.0 or newer (Ampere+); this one is "
+                        f"{_sm(capability)}, where torch only emulates bf16 (slowly): use --precision fp16 or fp32")
     return precision, reason
-
-
-def decide_threads(asked: int, facts: DeviceFacts) -> tuple[int, str]:
-    """Torch threads of this rank: asked for, else this rank's share of the CPUs it may run on."""
-    if asked > 0:
-        return asked, "--num_threads"
-    # torchrun sets OMP_NUM_THREADS=1 for its workers when the user did not set it: that 1 is no choice
-    torchrun_default = facts.launcher != "python" and facts.local_world_size > 1 and facts.omp_num_threads == 1
-    if facts.omp_num_threads and not torchrun_default:
-        return facts.omp_num_threads, "OMP_NUM_THREADS"
-    share = max(1, facts.cpus // max(1, facts.local_world_size))
-    return share, f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"
 
 
 # --- what this process sees: the impure half ---------------------------------------------------------------
@@ -289,13 +271,9 @@ class Effective:
         )
 
     def log_line(self, rank: int) -> str:
-        """One line per rank: threads and devices can differ between nodes."""
-        return (
-            f"EFFECTIVE rank={rank} precision={self.precision} tf32={_on(self.tf32)} param_dtype={self.param_dtype} "
-            f"threads={self.threads} dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} "
-            f"device={self.device} device_name={self.device_name.replace(' ', '_')} optim={self.optim} "
-            f"attn={self.attn_implementation} torch_compile={self.torch_compile} postprocess={self.postprocess}"
-        )
+        """One line per rank (threads and devices can differ between nodes): every field, in order."""
+        shown = {**asdict(self), "tf32": _on(self.tf32), "device_name": self.device_name.replace(" ", "_")}
+        return " ".join([f"EFFECTIVE rank={rank}", *(f"{LOG_NAMES.get(k, k)}={v}" for k, v in shown.items())])
 
     def check(self, plan: RunPlan) -> None:
         """Stop the run when it would not use the plan (fp32 master weights always), naming every difference."""
