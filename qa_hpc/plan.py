@@ -87,13 +87,10 @@ class RunPlan:
 
     def training_fields(self, tf32_given: bool | None) -> dict[str, object]:
         """The TrainingArguments fields this plan owns, and only these."""
-        return {
-            "bf16": self.precision == "bf16", "fp16": self.precision == "fp16",
-            "dataloader_num_workers": self.dataloader_num_workers, "use_cpu": self.device == "cpu",
-            "report_to": list(self.report_to),
-            # TrainingArguments refuses tf32=True off Ampere and leaves None alone: say it only where it means something
-            "tf32": self.tf32 if self.device == "cuda" else tf32_given,
-        }
+        # TrainingArguments refuses tf32=True off Ampere and leaves None alone: say it only where it means something
+        return {"bf16": self.precision == "bf16", "fp16": self.precision == "fp16",
+                "dataloader_num_workers": self.dataloader_num_workers, "use_cpu": self.device == "cpu",
+                "report_to": list(self.report_to), "tf32": self.tf32 if self.device == "cuda" else tf32_given}
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """The launcher's variables that must say the plan's precision before TrainingArguments is built: it takes
@@ -102,14 +99,11 @@ class RunPlan:
         return {"ACCELERATE_MIXED_PRECISION": names[self.precision]} if "ACCELERATE_MIXED_PRECISION" in env else {}
 
     def log_line(self) -> str:
-        return (
-            f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
-            f"({self.precision_reason}) tf32={_on(self.tf32)} threads={self.threads} ({self.threads_reason}) "
-            f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} "
-            f"local_world_size={self.local_world_size} launcher={self.launcher} "
-            f"stop_vote_every={self.stop_vote_every} tensorboard={_on(self.tensorboard)} "
-            f"profile={_on(self.profile_dir is not None)}"
-        )
+        return (f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
+                f"({self.precision_reason}) tf32={_on(self.tf32)} threads={self.threads} ({self.threads_reason}) "
+                f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} local_world_size="
+                f"{self.local_world_size} launcher={self.launcher} stop_vote_every={self.stop_vote_every} "
+                f"tensorboard={_on(self.tensorboard)} profile={_on(self.profile_dir is not None)}")
 
 
 def _on(flag: bool) -> str:
