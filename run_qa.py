@@ -39,7 +39,7 @@ from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # 
 from qa_hpc.observe import finish_observability, observability_callbacks  # noqa: E402
 from qa_hpc.observe.efficiency import efficiency_lines, train_efficiency  # noqa: E402
 from qa_hpc.plan import Effective, RunPlan  # noqa: E402
-from qa_hpc.postprocess.predict import make_postprocess  # noqa: E402
+from qa_hpc.postprocess import make_postprocess  # noqa: E402
 from qa_hpc.preemption import (  # noqa: E402
     PreemptionCallback, StopRequest, apply_collective_timeout, checkpoint_to_resume,
 )

@@ -1,10 +1,9 @@
 """Write result files so that a crash never leaves a truncated one behind.
 
-Every JSON result, prediction and summary goes through `write_text_atomic`: the data is written to
-a temporary file in the same directory, flushed to disk, and renamed over the target in one step
-(os.replace is atomic on POSIX). A writer killed mid-write (SIGKILL, node failure) cannot remove
-its temp file; the temp name `.NAME.HOST-PID.*.tmp` carries host and pid, and the next write of the
-same file removes temp files left by dead processes of this host.
+Every JSON result, prediction and summary goes through `write_text_atomic`: the data is written to a temporary file
+in the same directory, flushed to disk, and renamed over the target in one step (os.replace is atomic on POSIX).
+A writer killed mid-write (SIGKILL, node failure) cannot remove its temp file; the temp name `.NAME.HOST-PID.*.tmp`
+carries host and pid, and the next write of the same file removes temp files left by dead processes of this host.
 """
 
 from __future__ import annotations
@@ -16,32 +15,24 @@ import secrets
 import socket
 from typing import Any
 
+import psutil
+
 from qa_hpc.errors import OutputError
 
 
-def _temp_prefix(path: str, pid: int | None = None) -> str:
-    """`.NAME.HOST-` (a glob for every writer of this host), or `.NAME.HOST-PID.` for one writer."""
-    return f".{os.path.basename(path)}.{socket.gethostname()}-" + ("" if pid is None else f"{pid}.")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, but another user's
-        return True
-    return True
+def _temp_prefix(path: str) -> str:
+    """`.NAME.HOST-`: what every temp file of path written on this host starts with (then PID.)."""
+    return f".{os.path.basename(path)}.{socket.gethostname()}-"
 
 
 def remove_stale_temps(path: str | os.PathLike) -> list[str]:
     """Remove temp files of `path` left by writers on this host that no longer run; return them."""
     path = os.fspath(path)
-    mine, directory = _temp_prefix(path), os.path.dirname(os.path.abspath(path))
-    removed = []
-    for tmp in glob.glob(os.path.join(glob.escape(directory), glob.escape(mine) + "*.tmp")):
-        pid = os.path.basename(tmp)[len(mine):].split(".", 1)[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+    prefix, removed = _temp_prefix(path), []
+    pattern = os.path.join(glob.escape(os.path.dirname(os.path.abspath(path))), glob.escape(prefix) + "*.tmp")
+    for tmp in glob.glob(pattern):
+        pid = os.path.basename(tmp)[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
             try:
                 os.unlink(tmp)
                 removed.append(tmp)
@@ -53,12 +44,11 @@ def remove_stale_temps(path: str | os.PathLike) -> list[str]:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` through a temp file + rename; raise OutputError with a clear reason."""
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = None
+    directory, tmp = os.path.dirname(os.path.abspath(path)), None
     try:
         os.makedirs(directory, exist_ok=True)
         remove_stale_temps(path)
-        tmp = os.path.join(directory, f"{_temp_prefix(path, os.getpid())}{secrets.token_hex(4)}.tmp")
+        tmp = os.path.join(directory, f"{_temp_prefix(path)}{os.getpid()}.{secrets.token_hex(4)}.tmp")
         with open(tmp, "x", encoding="utf-8") as fh:  # a new file, with the permissions the umask gives
             fh.write(text)
             fh.flush()
@@ -77,6 +67,6 @@ def json_text(obj: Any, indent: int | None = 2, sort_keys: bool = False) -> str:
     return json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=False, allow_nan=True) + "\n"
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 4, sort_keys: bool = False) -> None:
+def write_json_atomic(path: str | os.PathLike, obj: Any, sort_keys: bool = False) -> None:
     """Serialize first (so a non-serializable value fails before any file is touched), then write atomically."""
-    write_text_atomic(path, json_text(obj, indent=indent, sort_keys=sort_keys))
+    write_text_atomic(path, json_text(obj, indent=4, sort_keys=sort_keys))

@@ -1,9 +1,6 @@
-"""Clear messages for the ways a cluster job goes wrong, and the exit code of each.
-
-A batch job's exit code is what the job script and the scheduler act on, so each kind of failure
-has its own code, read from the one table (exit_codes.env) that the job scripts source too.
-Out of memory names the batch size and what to lower; a failed write names the file and the
-reason (a full disk, a quota, permissions), found even when a library hides the errno.
+"""Clear messages for the ways a cluster job goes wrong, and the exit code of each (from exit_codes.env, the one
+table the job scripts source too: the code is what they and the scheduler act on). Out of memory names the batch
+size and what to lower; a failed write names the file and the reason, found even when a library hides the errno.
 """
 
 from __future__ import annotations
@@ -15,26 +12,19 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-
-def _read_exit_codes(path: Path) -> dict[str, int]:
-    """NAME -> code from lines `NAME=code  # meaning`."""
-    lines = (line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines())
-    return {name.strip(): int(code) for name, code in (line.split("=", 1) for line in lines if line)}
-
-
-_CODES = _read_exit_codes(Path(__file__).with_name("exit_codes.env"))
+_ENV_LINES = Path(__file__).with_name("exit_codes.env").read_text(encoding="utf-8").splitlines()
+_CODES = {name.strip(): int(code) for name, code in (  # lines `NAME=code  # meaning`
+    line.split("#", 1)[0].split("=", 1) for line in _ENV_LINES if line.split("#", 1)[0].strip())}
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = _CODES["EXIT_OK"], _CODES["EXIT_FAILED"], _CODES["EXIT_USAGE"]
 EXIT_OOM, EXIT_IOERR, EXIT_PREEMPTED = _CODES["EXIT_OOM"], _CODES["EXIT_IOERR"], _CODES["EXIT_PREEMPTED"]
 
 # errno values that mean "this file could not be written", not "this input is bad"
 WRITE_ERRNOS = frozenset(
-    {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ENOTDIR}
-)
+    {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ENOTDIR})
 _OS_ERROR_IN_TEXT = re.compile(r"os error (\d+)")  # how Rust libraries (safetensors, tokenizers) report errno
-PROBE_BYTES = 8 << 20  # a checkpoint is far larger; a write this big failing shows why the save failed
 _FULL = "; free space, raise the quota, lower --save_total_limit, or choose another --output_dir"
 _HINTS = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL,
           errno.EFBIG: "; a file size limit applies (ulimit -f, or the filesystem's largest file)"}
@@ -57,8 +47,7 @@ class OutOfMemory(RuntimeError):
     """Training or evaluation ran out of (GPU or host) memory; the message says what to lower: exit 3."""
 
 
-@dataclass(frozen=True)
-class BatchContext:
+class BatchContext(NamedTuple):
     """The flags an out-of-memory message quotes back to the user."""
 
     train_batch_size: int
@@ -81,9 +70,8 @@ def is_out_of_memory(err: BaseException) -> bool:
     """True for torch's OutOfMemoryError (CUDA and other accelerators), its CPU allocator's failure and MemoryError."""
     import torch
 
-    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    return isinstance(err, RuntimeError) and CPU_ALLOCATOR_FAILED in str(err)
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(err, RuntimeError) and CPU_ALLOCATOR_FAILED in str(err))
 
 
 def oom_message(err: BaseException, phase: str, ctx: BatchContext) -> str:
@@ -92,17 +80,17 @@ def oom_message(err: BaseException, phase: str, ctx: BatchContext) -> str:
     if phase == "train":
         bs, acc = ctx.train_batch_size, ctx.gradient_accumulation_steps
         half = max(1, bs // 2)
+        flags = f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc}"
         hint = (f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
                 f"(same effective batch of {bs * acc} per device), or --gradient_checkpointing, --bf16/--fp16, "
                 "or a smaller --max_seq_length")
-        flags = (f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc} "
-                 f"--max_seq_length {ctx.max_seq_length}")
     else:
         bs = ctx.eval_batch_size
+        flags = f"--per_device_eval_batch_size {bs}"
         hint = (f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the "
                 "results), or --bf16/--fp16 evaluation")
-        flags = f"--per_device_eval_batch_size {bs} --max_seq_length {ctx.max_seq_length}"
-    return f"out of memory on {ctx.device} during {phase} with {flags}; {hint}. ({type(err).__name__}: {first})"
+    return (f"out of memory on {ctx.device} during {phase} with {flags} --max_seq_length {ctx.max_seq_length}; "
+            f"{hint}. ({type(err).__name__}: {first})")
 
 
 def _errno_in_chain(err: BaseException) -> int | None:
@@ -110,8 +98,7 @@ def _errno_in_chain(err: BaseException) -> int | None:
     for cause in exception_chain(err):
         if isinstance(cause, OSError) and cause.errno:
             return cause.errno
-        match = _OS_ERROR_IN_TEXT.search(str(cause))
-        if match:
+        if match := _OS_ERROR_IN_TEXT.search(str(cause)):
             return int(match.group(1))
     return None
 
@@ -124,15 +111,15 @@ def _existing_dir(path: str) -> str:
     return cur
 
 
-def probe_write(directory: str, nbytes: int = PROBE_BYTES) -> int | None:
-    """Write nbytes to an unnamed temp file in directory; the errno if that fails, else None.
+def probe_write(directory: str, megabytes: int = 8) -> int | None:
+    """Write to an unnamed temp file in directory; the errno if that fails, else None.
 
-    torch.save reports a full disk as a bare RuntimeError ('file write failed'): after a failed
-    save this finds the real reason (ENOSPC, EDQUOT, EFBIG, ...).
+    torch.save reports a full disk as a bare RuntimeError ('file write failed'): after a failed save this finds the
+    real reason (ENOSPC, EDQUOT, EFBIG, ...); 8 MiB is far less than a checkpoint.
     """
     try:
         with tempfile.TemporaryFile(dir=directory) as fh:
-            for _ in range(max(1, nbytes >> 20)):
+            for _ in range(megabytes):
                 fh.write(bytes(1 << 20))
             fh.flush()
             os.fsync(fh.fileno())
@@ -143,23 +130,20 @@ def probe_write(directory: str, nbytes: int = PROBE_BYTES) -> int | None:
 
 def _free_space(directory: str) -> str:
     try:
-        free = shutil.disk_usage(directory).free
+        return f" ({shutil.disk_usage(directory).free / 2**20:.0f} MiB free on that filesystem)"
     except OSError:
         return ""
-    return f" ({free / 2**20:.0f} MiB free on that filesystem)"
 
 
 def write_failure(err: BaseException, target: str) -> OutputError | None:
     """An OutputError naming target and the reason when err is a failed write, else None."""
-    if isinstance(err, OutputError):
-        return err
     code = _errno_in_chain(err)
     if code is None:  # no errno anywhere (torch.save): a probe write finds out whether the disk is the cause
         code = probe_write(_existing_dir(target))
     if code not in WRITE_ERRNOS:
         return None
-    where = _existing_dir(target)
-    return OutputError(code, f"cannot write {target}: {os.strerror(code)}{_free_space(where)}{_HINTS.get(code, '')}")
+    return OutputError(code, f"cannot write {target}: {os.strerror(code)}{_free_space(_existing_dir(target))}"
+                       f"{_HINTS.get(code, '')}")
 
 
 @contextmanager
@@ -201,6 +185,5 @@ def check_writable_dir(path: str) -> None:
         os.makedirs(path, exist_ok=True)
     except OSError as err:
         raise OutputError(err.errno, f"cannot create --output_dir {path}: {err.strerror or err}") from err
-    code = probe_write(path, nbytes=1 << 20)
-    if code is not None:
+    if (code := probe_write(path, megabytes=1)) is not None:
         raise OutputError(code, f"cannot write into --output_dir {path}: {os.strerror(code)}{_free_space(path)}")

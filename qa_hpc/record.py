@@ -15,6 +15,7 @@ import os
 import platform
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qa_hpc.atomic_io import write_json_atomic, write_text_atomic
@@ -40,20 +41,14 @@ def environment() -> dict[str, Any]:
     import torch  # here, not at the top: the collector reads SUMMARY_FILE without loading torch
     import transformers
 
-    gpu = torch.cuda.is_available()
-    env = os.environ.get
+    gpu, env = torch.cuda.is_available(), os.environ.get
     return {
-        "hostname": platform.node(),
-        "python": sys.version.split()[0],
-        "torch_version": torch.__version__,
-        "transformers_version": transformers.__version__,
-        "gpu_available": gpu,
+        "hostname": platform.node(), "python": sys.version.split()[0], "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__, "gpu_available": gpu,
         "gpu_count": torch.cuda.device_count() if gpu else 0,
         "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
-        "cuda_version": torch.version.cuda,
-        "cpu_count": os.cpu_count(),
-        "slurm_job_id": env("SLURM_JOB_ID"),
-        "slurm_job_name": env("SLURM_JOB_NAME"),
+        "cuda_version": torch.version.cuda, "cpu_count": os.cpu_count(),
+        "slurm_job_id": env("SLURM_JOB_ID"), "slurm_job_name": env("SLURM_JOB_NAME"),
         "slurm_nodelist": env("SLURM_JOB_NODELIST"),
         "slurm_restart_count": int(env("SLURM_RESTART_COUNT", "0") or 0),
         "slurm_job_num_nodes": env("SLURM_JOB_NUM_NODES"),
@@ -108,11 +103,8 @@ def save_results(trainer: Trainer, split: str, metrics: Mapping[str, Any]) -> No
         return
     out = trainer.args.output_dir
     write_json_atomic(os.path.join(out, f"{split}_results.json"), dict(metrics), sort_keys=True)
-    all_path = os.path.join(out, "all_results.json")
-    combined: dict[str, Any] = {}
-    if os.path.exists(all_path):
-        with open(all_path, encoding="utf-8") as fh:
-            combined = json.load(fh)
+    all_path = os.path.join(out, "all_results.json")  # each split adds its metrics to the earlier splits'
+    combined = json.loads(Path(all_path).read_text(encoding="utf-8")) if os.path.exists(all_path) else {}
     write_json_atomic(all_path, {**combined, **metrics}, sort_keys=True)
 
 

@@ -17,7 +17,7 @@ import pytest
 from fixtures.runqa import qa_env
 from qa_hpc.errors import UsageError
 from qa_hpc.metric.squad import LOCAL_MODULES, load_squad_metric, make_score
-from qa_hpc.postprocess.reference import QAPredictions
+from qa_hpc.postprocess_loop import QAPredictions
 
 TOL = 1e-12
 

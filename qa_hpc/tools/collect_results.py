@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from qa_hpc.record import SUMMARY_FILE
@@ -39,8 +40,7 @@ COLUMNS = (
     "peak_memory_source", "hostname", "timestamp", "output_dir", "logs", "loss_curve",
 )
 INTEGERS, FLOATS = COLUMNS[5:9], COLUMNS[11:20]  # exit_code .. world_size; wall_clock_seconds .. peak_memory_mb
-RESULTS = ("train_runtime", "train_samples_per_second", "train_tokens_per_second", "train_mfu",
-           "eval_samples_per_second")  # copied from the record's results as they are
+RESULTS = COLUMNS[12:17]  # train_runtime .. eval_samples_per_second: the record's results as they are
 SPEEDUP_ON = {"train_runtime": "time", "wall_clock_seconds": "time", "train_samples_per_second": "rate",
               "train_tokens_per_second": "rate"}
 NA = "n/a"
@@ -114,43 +114,35 @@ def _row(**values: Any) -> Row:
 
 def _record_row(out_dir: Path) -> Row:
     """The row of one output dir: its record's figures, or status incomplete when it has none."""
-    record = _read_json(out_dir / SUMMARY_FILE)
+    record, curve = _read_json(out_dir / SUMMARY_FILE), _loss_curve(out_dir)
     if not isinstance(record, dict):
-        return _row(run=out_dir.name, output_dir=str(out_dir), status="incomplete", loss_curve=_loss_curve(out_dir),
+        return _row(run=out_dir.name, output_dir=str(out_dir), status="incomplete", loss_curve=curve,
                     reason=f"no readable {SUMMARY_FILE} (still running, or killed before it could write one)")
-    plan, effective = record.get("plan") or {}, record.get("effective") or {}
-    results, memory = record.get("results") or {}, record.get("memory") or {}
+    plan, effective, results, memory = (record.get(key) or {} for key in ("plan", "effective", "results", "memory"))
     world, per_node = effective.get("world_size") or plan.get("world_size"), plan.get("local_world_size")
-    peak, job_id = memory.get("measured_peak_mb"), record.get("slurm_job_id")
+    peak, job_id, status = memory.get("measured_peak_mb"), record.get("slurm_job_id"), record.get("status")
+    stopped = record.get("stopped") or {}
+    reason = (f"exit code {record.get('exit_code')}: {record.get('error') or 'no error recorded'}" if status == "failed"
+              else f"{stopped.get('signal')} at step {stopped.get('global_step')}; resumes from "
+              f"{stopped.get('checkpoint')}" if status == "preempted" else None)
+    cuda = (memory.get("max_over_ranks") or {}).get("cuda_peak_allocated_mb")
     return _row(
         run=out_dir.name, job_name=record.get("slurm_job_name"), job_id=str(job_id) if job_id else None,
-        status=record.get("status") or "unknown", reason=_reason(record), exit_code=record.get("exit_code"),
+        status=status or "unknown", reason=reason, exit_code=record.get("exit_code"),
         nodes=-(-world // per_node) if world and per_node else None, procs_per_node=per_node, world_size=world,
         device=effective.get("device_name") or plan.get("device"),
         precision=effective.get("precision") or plan.get("precision"),
-        wall_clock_seconds=record.get("wall_clock_seconds"),
-        **{key: results.get(key) for key in RESULTS},
+        wall_clock_seconds=record.get("wall_clock_seconds"), **{key: results.get(key) for key in RESULTS},
+        # the SQuAD v1 name, else v2's
         exact_match=next((v for v in (results.get("eval_exact_match"), results.get("eval_exact")) if v is not None),
-                         None),  # the SQuAD v1 name, else v2's
+                         None),
         f1=results.get("eval_f1"), peak_memory_mb=peak,
-        peak_memory_source=None if peak is None else "cuda" if (memory.get("max_over_ranks") or {}).get(
-            "cuda_peak_allocated_mb") else "rss",
-        hostname=record.get("hostname"), timestamp=record.get("timestamp"), output_dir=str(out_dir),
-        loss_curve=_loss_curve(out_dir),
+        peak_memory_source=None if peak is None else "cuda" if cuda else "rss", hostname=record.get("hostname"),
+        timestamp=record.get("timestamp"), output_dir=str(out_dir), loss_curve=curve,
     )
 
 
-def _reason(record: Row) -> str | None:
-    """Why a run did not end ok, in the record's own words."""
-    stopped = record.get("stopped") or {}
-    if record.get("status") == "failed":
-        return f"exit code {record.get('exit_code')}: {record.get('error') or 'no error recorded'}"
-    if record.get("status") == "preempted":
-        return f"{stopped.get('signal')} at step {stopped.get('global_step')}; resumes from {stopped.get('checkpoint')}"
-    return None
-
-
-def _log_row(stem: str, files: list[Path], rows: list[Row]) -> Row:
+def _log_row(stem: str, files: list[Path], records: list[Row]) -> Row:
     """A job log no record belongs to: failed (its last ERROR line says why), or incomplete."""
     name, job_id = _name_and_id(stem)
     error, logs = _last_error(files), [str(f) for f in files]
@@ -158,7 +150,7 @@ def _log_row(stem: str, files: list[Path], rows: list[Row]) -> Row:
         return _row(run=stem, job_name=name, job_id=job_id, status="failed", reason=error, logs=logs)
     reason = f"no {SUMMARY_FILE} of this job: still running, or killed (time limit, out of memory, scancel)"
     # job scripts reuse outputs/<job name>: another job of the same name may have overwritten the record
-    other = next((r for r in rows if name and r["job_name"] == name and r["job_id"] != job_id), None)
+    other = next((r for r in records if name and r["job_name"] == name and r["job_id"] != job_id), None)
     if other:
         reason += f"; {other['output_dir']} holds the record of job {other['job_id']}"
     return _row(run=stem, job_name=name, job_id=job_id, status="incomplete", reason=reason, logs=logs)
@@ -191,9 +183,11 @@ def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
         error = _last_error(logs[stem]) if row["status"] == "incomplete" else None  # no record: the log tells
         if error:
             row.update(status="failed", reason=error)
-    rows = sorted(rows + list(by_dir.values()), key=lambda r: (
-        (0, int(m.group(0))) if (m := re.match(r"\d+", r["job_id"] or "")) else (1, 0), r["job_id"] or "", r["run"]))
-    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table = pd.DataFrame(rows + list(by_dir.values()), columns=list(COLUMNS))
+    # numeric job ids in order, then the rest (local runs) by name
+    ids = table["job_id"].fillna("")
+    keys = pd.DataFrame({"n": pd.to_numeric(ids.str.extract(r"^(\d+)")[0]), "id": ids, "run": table["run"]})
+    table = table.loc[keys.sort_values(["n", "id", "run"], kind="stable").index].reset_index(drop=True)
     # a figure a record holds as anything but a number reads as missing; nullable integers keep 1, not 1.0
     table[list(FLOATS)] = table[list(FLOATS)].apply(pd.to_numeric, errors="coerce").astype(float)
     return table.astype({key: "Int64" for key in INTEGERS}), [f"not found: {p}" for p in missing]
@@ -247,6 +241,7 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
         "speedup": fixed("speedup", "{:.2f}×"),
         "status": t["status"].where(t["status"].eq("ok"), t["status"].str.upper() + (": " + reason).fillna("")),
     }).astype("string").fillna(NA).map(lambda text: text.replace("|", "/"))  # a | in a reason would split the cell
+    # no tabulate here (pandas' to_markdown needs it), and unpadded cells keep the table diff-friendly
     lines = ["| " + " | ".join(cells.columns) + " |", "|" + "|".join("---" for _ in cells.columns) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)]
     name = table.at[base, "run"] if base is not None else None
@@ -276,10 +271,16 @@ BARS = {"throughput.png": ("train_samples_per_second", "train samples/s (all ran
         "wall_time.png": ("wall_clock_seconds", "wall clock seconds")}  # file -> (column, axis label)
 
 
-def loss_figure(table: pd.DataFrame) -> Figure:
-    """Training loss over optimizer steps, one line per run that logged a loss."""
+def _axes(title: str, **labels: str) -> tuple[Figure, Axes]:
     fig = Figure(figsize=SIZE, dpi=DPI)
     ax = fig.subplots()
+    ax.set(title=title, **labels)
+    return fig, ax
+
+
+def loss_figure(table: pd.DataFrame) -> Figure:
+    """Training loss over optimizer steps, one line per run that logged a loss."""
+    fig, ax = _axes("Training loss", xlabel="optimizer step", ylabel="training loss")
     curves = table[table["loss_curve"].map(len) > 0]
     for run, curve in zip(curves["run"], curves["loss_curve"]):
         ax.plot(*zip(*curve), marker="o", markersize=3, label=run)
@@ -287,29 +288,25 @@ def loss_figure(table: pd.DataFrame) -> Figure:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no loss curves found", ha="center", va="center", transform=ax.transAxes)
-    ax.set(xlabel="optimizer step", ylabel="training loss", title="Training loss")
     ax.grid(alpha=0.3)
     return fig
 
 
 def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
     """One bar per run (red when it did not end ok), labelled with its value (and status when not ok)."""
-    fig = Figure(figsize=SIZE, dpi=DPI)
-    ax = fig.subplots()
+    fig, ax = _axes(f"{label} per run", ylabel=label)
     ok = table["status"].eq("ok")
     bars = ax.bar(range(len(table)), table[column].fillna(0.0), color=ok.map({True: "tab:blue", False: "tab:red"}))
     ax.bar_label(bars, fontsize=8, labels=[(NA if pd.isna(value) else f"{value:.3g}") + ("" if good else f" ({status})")
                                            for value, good, status in zip(table[column], ok, table["status"])])
     ax.set_xticks(range(len(table)), table["run"], rotation=20, ha="right", fontsize=8)
-    ax.set(ylabel=label, title=f"{label} per run")
     ax.grid(axis="y", alpha=0.3)
     return fig
 
 
 def write_plots(table: pd.DataFrame, out_dir: str) -> list[Path]:
     """loss_curves.png, throughput.png and wall_time.png in out_dir; their paths."""
-    figures = {"loss_curves.png": loss_figure(table), **{name: bar_figure(table, column, label)
-                                                         for name, (column, label) in BARS.items()}}
+    figures = {"loss_curves.png": loss_figure(table), **{name: bar_figure(table, *bar) for name, bar in BARS.items()}}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     for name, fig in figures.items():
         fig.tight_layout()
@@ -326,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qa_hpc.tools.collect_results",
                                      description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="*", help="job logs, log dirs, output dirs and dirs of output dirs "
-                        "(default: logs/ outputs/)")
+    parser.add_argument("paths", nargs="*",
+                        help="job logs, log dirs, output dirs and dirs of output dirs (default: logs/ outputs/)")
     parser.add_argument("--baseline", help="run label, job name or job id the speedup is relative to "
                         "(default: the first successful run)")
     parser.add_argument("--speedup_on", default="train_runtime", choices=sorted(SPEEDUP_ON),

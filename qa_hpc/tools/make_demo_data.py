@@ -107,6 +107,7 @@ NUMBERS: dict[str, Callable[[random.Random], str]] = {
     "D": lambda r: f"{r.randint(2, 95)} kilometres",
 }
 KIND_WEIGHTS = [("town", 5), ("person", 4), ("river", 2), ("mountain", 2), ("lake", 2)]
+QUESTIONS_PER_PARAGRAPH, PARAGRAPHS_PER_ARTICLE = 6, 5
 
 
 class Paragraph:
@@ -206,16 +207,14 @@ def choose_kind(rng: random.Random) -> str:
 
 
 def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool = False, context_words: int = 450,
-                   title_prefix: str = "demo", questions_per_paragraph: int = 6,
-                   paragraphs_per_article: int = 5) -> dict[str, Any]:
+                   title_prefix: str = "demo") -> dict[str, Any]:
     """A SQuAD data set in the official nested layout, the same for the same arguments.
 
     The random stream is seeded from (seed, title_prefix): train and evaluation sets of one seed differ.
     Ids are `{title_prefix}-{n:06d}`, unique within a set and across prefixes.
     """
-    if num_questions < 1 or context_words < 10 or questions_per_paragraph < 1 or paragraphs_per_article < 1:
-        raise ValueError(f"need num_questions >= 1 (got {num_questions}), context_words >= 10 (got "
-                         f"{context_words}), questions_per_paragraph and paragraphs_per_article >= 1")
+    if num_questions < 1 or context_words < 10:
+        raise ValueError(f"need num_questions >= 1 (got {num_questions}) and context_words >= 10 (got {context_words})")
     rng = random.Random(f"squad-demo:{seed}:{title_prefix}")
     paragraphs: list[dict[str, Any]] = []
     made = 0
@@ -227,8 +226,8 @@ def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool =
         for fact in par.qas:
             facts.setdefault(fact["sentence"], []).append(fact)
         groups, qas = list(facts.values()), []
-        for index in sorted(rng.sample(range(len(groups)), min(questions_per_paragraph, len(groups),
-                                                               num_questions - made))):
+        asked = min(QUESTIONS_PER_PARAGRAPH, len(groups), num_questions - made)
+        for index in sorted(rng.sample(range(len(groups)), asked)):
             fact = rng.choice(groups[index])
             qa: dict[str, Any] = {"id": f"{title_prefix}-{made:06d}"}
             made += 1
@@ -238,8 +237,8 @@ def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool =
             qa.update(question=fact["question"], answers=[{"text": fact["text"], "answer_start": fact["start"]}])
             qas.append({**qa, "is_impossible": False} if with_impossible else qa)
         paragraphs.append({"context": par.context, "qas": qas})
-    articles = [{"title": f"{title_prefix}_{n:04d}", "paragraphs": paragraphs[at:at + paragraphs_per_article]}
-                for n, at in enumerate(range(0, len(paragraphs), paragraphs_per_article))]
+    articles = [{"title": f"{title_prefix}_{n:04d}", "paragraphs": paragraphs[at:at + PARAGRAPHS_PER_ARTICLE]}
+                for n, at in enumerate(range(0, len(paragraphs), PARAGRAPHS_PER_ARTICLE))]
     return {"version": "2.0" if with_impossible else "1.1", "data": articles}
 
 
@@ -271,15 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     files = {"train.json": generate_squad(args.num_train, title_prefix="demo-train", **common),
              "validation.json": val, "test.json": without_answers(val)}
     for name, dataset in files.items():
-        data = (json.dumps(dataset, ensure_ascii=False, separators=(",", ":")) + "\n").encode()  # same dict, same bytes
-        path = Path(args.output_dir) / name
-        write_text_atomic(path, data.decode())
+        text = json.dumps(dataset, ensure_ascii=False, separators=(",", ":")) + "\n"  # same dict, same bytes
+        path, data = Path(args.output_dir) / name, text.encode()
+        write_text_atomic(path, text)
         qas = [qa for art in dataset["data"] for par in art["paragraphs"] for qa in par["qas"]]
-        paragraphs = sum(len(art["paragraphs"]) for art in dataset["data"])
         print(f"DEMO_DATA_WRITTEN path={path} version={dataset['version']} questions={len(qas)} "
-              f"impossible={sum(bool(qa.get('is_impossible')) for qa in qas)} paragraphs={paragraphs} "
-              f"bytes={len(data)} sha256={hashlib.sha256(data).hexdigest()[:12]}"
-              + (" answers=none" if name == "test.json" else ""))
+              f"impossible={sum(bool(qa.get('is_impossible')) for qa in qas)} "
+              f"paragraphs={sum(len(art['paragraphs']) for art in dataset['data'])} bytes={len(data)} "
+              f"sha256={hashlib.sha256(data).hexdigest()[:12]}" + (" answers=none" if name == "test.json" else ""))
     return 0
 
 

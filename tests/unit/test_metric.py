@@ -20,7 +20,7 @@ import score_squad
 from conftest import skip_or_fail
 from qa_hpc.data.squad_io import load_references
 from qa_hpc.metric.squad import LOCAL_MODULES, load_squad_metric, make_score
-from qa_hpc.postprocess.reference import QAPredictions
+from qa_hpc.postprocess_loop import QAPredictions
 from qa_hpc.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
