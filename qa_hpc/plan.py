@@ -1,6 +1,6 @@
 """What a run uses: decided once from the flags and what this process sees, then read back and checked.
 
-`decide(request, facts)` is pure, so every device (A100, H100, V100, T4, CPU; 1 or 4 ranks a node;
+`decide(flags, facts)` is pure, so every device (A100, H100, V100, T4, CPU; 1 or 4 ranks a node;
 accelerate or torchrun) is tested on a CPU with made-up `DeviceFacts`. Its frozen `RunPlan` is logged
 (PLAN line), saved in run_summary.json and gives the TrainingArguments fields it owns. Once the Trainer
 is built, `Effective.read` reads back what the objects really use (EFFECTIVE line) and `check` stops
@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,6 +35,8 @@ ACCELERATE_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}  # acceler
 BF16_MIN_CAPABILITY = (8, 0)  # bf16 and TF32 tensor cores: Ampere and newer
 MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
+FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
+LOG_NAMES = {"dataloader_num_workers": "dataloader_workers", "attn_implementation": "attn"}  # short keys in log lines
 # Variables that say a GPU was asked for (a Slurm --gres=gpu job, or an explicit choice).
 GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
 
@@ -63,25 +65,6 @@ class DeviceFacts:
 
 
 @dataclass(frozen=True)
-class Request:
-    """What the user asked for, named as the flags are, before any decision."""
-
-    precision: str = "auto"
-    bf16: bool = False  # HF's --bf16
-    fp16: bool = False  # HF's --fp16
-    tf32: bool | None = None
-    dataloader_num_workers: int = 0
-    num_threads: int = 0  # 0: decide
-    speed_defaults: bool = True
-    use_cpu: bool = False
-    report_to: tuple[str, ...] = ()  # integration names
-    logging_dir: str | None = None
-    output_dir: str = "outputs/run_qa"
-    profile: bool = False
-    profile_dir: str | None = None
-
-
-@dataclass(frozen=True)
 class RunPlan:
     """The decided settings of one run. Frozen: logged, saved, then only read."""
 
@@ -104,30 +87,23 @@ class RunPlan:
 
     def training_fields(self, tf32_given: bool | None) -> dict[str, object]:
         """The TrainingArguments fields this plan owns, and only these."""
-        return {
-            "bf16": self.precision == "bf16", "fp16": self.precision == "fp16",
-            "dataloader_num_workers": self.dataloader_num_workers, "use_cpu": self.device == "cpu",
-            "report_to": list(self.report_to),
-            # TrainingArguments refuses tf32=True off Ampere and leaves None alone: say it only where it means something
-            "tf32": self.tf32 if self.device == "cuda" else tf32_given,
-        }
+        # TrainingArguments refuses tf32=True off Ampere and leaves None alone: say it only where it means something
+        return {"bf16": self.precision == "bf16", "fp16": self.precision == "fp16",
+                "dataloader_num_workers": self.dataloader_num_workers, "use_cpu": self.device == "cpu",
+                "report_to": list(self.report_to), "tf32": self.tf32 if self.device == "cuda" else tf32_given}
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """The launcher's variables that must say the plan's precision before TrainingArguments is built: it takes
         ACCELERATE_MIXED_PRECISION as the precision when --bf16/--fp16 are off (fp32 under accelerate's bf16: bf16)."""
-        if "ACCELERATE_MIXED_PRECISION" not in env:
-            return {}
-        return {"ACCELERATE_MIXED_PRECISION": {v: k for k, v in ACCELERATE_PRECISION.items()}[self.precision]}
+        names = {ours: theirs for theirs, ours in ACCELERATE_PRECISION.items()}
+        return {"ACCELERATE_MIXED_PRECISION": names[self.precision]} if "ACCELERATE_MIXED_PRECISION" in env else {}
 
     def log_line(self) -> str:
-        return (
-            f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
-            f"({self.precision_reason}) tf32={_on(self.tf32)} threads={self.threads} ({self.threads_reason}) "
-            f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} "
-            f"local_world_size={self.local_world_size} launcher={self.launcher} "
-            f"stop_vote_every={self.stop_vote_every} tensorboard={_on(self.tensorboard)} "
-            f"profile={_on(self.profile_dir is not None)}"
-        )
+        return (f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
+                f"({self.precision_reason}) tf32={_on(self.tf32)} threads={self.threads} ({self.threads_reason}) "
+                f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} local_world_size="
+                f"{self.local_world_size} launcher={self.launcher} stop_vote_every={self.stop_vote_every} "
+                f"tensorboard={_on(self.tensorboard)} profile={_on(self.profile_dir is not None)}")
 
 
 def _on(flag: bool) -> str:
@@ -138,22 +114,47 @@ def _sm(capability: tuple[int, int] | None) -> str:
     return f"sm_{capability[0]}{capability[1]}" if capability else "of unknown compute capability"
 
 
-def decide(request: Request, facts: DeviceFacts) -> RunPlan:
-    """The whole plan; raises PlanError for a request this machine cannot honour."""
-    device = _device(request, facts)
+def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
+    """The whole plan from the parsed flags (by name) and this process's facts; PlanError for a request
+    this machine cannot honour (a GPU job whose torch sees no GPU, one process driving several GPUs, ...)."""
+    if not flags["use_cpu"]:
+        require_visible_gpu(facts)
+    device = "cuda" if facts.cuda_available and not flags["use_cpu"] else "cpu"
+    if device == "cuda" and facts.gpu_count > 1 and facts.world_size == 1:
+        raise PlanError(
+            f"torch sees {facts.gpu_count} GPUs but this is a single process: transformers would wrap the model in "
+            "nn.DataParallel (slower than DDP, and its token counts and MFU would be wrong). Start one process per "
+            f"GPU: torchrun --nproc_per_node={facts.gpu_count} run_qa.py ... (or job_ddp.sh), or use one GPU with "
+            "CUDA_VISIBLE_DEVICES=0"
+        )
     capability = facts.capability if device == "cuda" else None
-    precision, reason = decide_precision(request, device, capability, facts.accelerate_mixed_precision)
-    threads, threads_reason = decide_threads(request, facts)
+    ampere = capability is not None and capability >= BF16_MIN_CAPABILITY
+    precision, reason = decide_precision(flags, device, facts)
+    if flags["tf32"] is True and not ampere:
+        raise PlanError(f"--tf32 true needs a GPU of compute capability 8.0 or newer; this run is on {device}"
+                        + (f" ({_sm(capability)})" if device == "cuda" else ""))
+    # torch threads: asked for, else OMP_NUM_THREADS (torchrun sets 1 for its workers when the user did not:
+    # that 1 is no choice), else this rank's share of the CPUs it may run on
+    share, omp = max(1, facts.cpus // max(1, facts.local_world_size)), facts.omp_num_threads
+    torchrun_default = facts.launcher != "python" and facts.local_world_size > 1 and omp == 1
+    threads, threads_reason = ((flags["num_threads"], "--num_threads") if flags["num_threads"] > 0
+                               else (omp, "OMP_NUM_THREADS") if omp and not torchrun_default
+                               else (share, f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"))
+    workers = flags["dataloader_num_workers"]
+    if workers <= 0 and flags["speed_defaults"] and device == "cuda":  # collation overlaps the step
+        workers = max(0, min(MAX_AUTO_WORKERS, share - 1))
+    # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
+    report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
+    report_to = [] if report_to == ["none"] else report_to
     return RunPlan(
-        device=device, precision=precision, precision_reason=reason, tf32=decide_tf32(request, device, capability),
-        threads=threads, threads_reason=threads_reason,
-        dataloader_num_workers=decide_workers(request, device, facts),
+        device=device, precision=precision, precision_reason=reason,
+        tf32=flags["speed_defaults"] and ampere if flags["tf32"] is None else flags["tf32"],
+        threads=threads, threads_reason=threads_reason, dataloader_num_workers=workers,
         world_size=facts.world_size, local_world_size=facts.local_world_size, launcher=facts.launcher,
         stop_vote_every=GPU_STOP_VOTE_EVERY if device == "cuda" and facts.world_size > 1 else 1,
-        report_to=tuple(r for r in request.report_to if r != "tensorboard"),
-        tensorboard="tensorboard" in request.report_to, logging_dir=request.logging_dir,
-        profile_dir=(request.profile_dir or f"{request.output_dir}/profiler") if request.profile else None,
-        gpu_name=facts.gpu_name if device == "cuda" else None,
+        report_to=tuple(r for r in report_to if r != "tensorboard"), tensorboard="tensorboard" in report_to,
+        logging_dir=flags["logging_dir"], gpu_name=facts.gpu_name if device == "cuda" else None,
+        profile_dir=(flags["profile_dir"] or f"{flags['output_dir']}/profiler") if flags["profile"] else None,
     )
 
 
@@ -168,91 +169,37 @@ def require_visible_gpu(facts: DeviceFacts) -> None:
         )
 
 
-def _device(request: Request, facts: DeviceFacts) -> str:
-    """cuda or cpu; refuses a GPU job whose torch sees no GPU, and one process driving several GPUs."""
-    if request.use_cpu:
-        return "cpu"
-    require_visible_gpu(facts)
-    if not facts.cuda_available:
-        return "cpu"
-    if facts.gpu_count > 1 and facts.world_size == 1:
-        raise PlanError(
-            f"torch sees {facts.gpu_count} GPUs but this is a single process: transformers would wrap the model in "
-            "nn.DataParallel (slower than DDP, and its token counts and MFU would be wrong). Start one process per "
-            f"GPU: torchrun --nproc_per_node={facts.gpu_count} run_qa.py ... (or job_ddp.sh), or use one GPU with "
-            "CUDA_VISIBLE_DEVICES=0"
-        )
-    return "cuda"
-
-
-def decide_precision(
-    request: Request, device: str, capability: tuple[int, int] | None, accelerate_env: str | None
-) -> tuple[str, str]:
+def decide_precision(flags: FlagValues, device: str, facts: DeviceFacts) -> tuple[str, str]:
     """(precision, why) by the rules in the module docstring."""
-    if request.precision not in PRECISIONS:
-        raise PlanError(f"--precision {request.precision!r}: choose one of {', '.join(PRECISIONS)}")
-    if request.bf16 and request.fp16:
+    asked, hf = flags["precision"], [name for name in ("bf16", "fp16") if flags[name]]
+    if asked not in PRECISIONS:
+        raise PlanError(f"--precision {asked!r}: choose one of {', '.join(PRECISIONS)}")
+    if len(hf) > 1:
         raise PlanError("--bf16 and --fp16 contradict each other; give one of them")
-    hf = "bf16" if request.bf16 else "fp16" if request.fp16 else None
-    if request.precision != "auto" and hf is not None and hf != request.precision:
-        raise PlanError(f"--precision {request.precision} contradicts --{hf}; give one of them")
+    if asked != "auto" and hf and hf[0] != asked:
+        raise PlanError(f"--precision {asked} contradicts --{hf[0]}; give one of them")
+    capability, accelerate_env = facts.capability if device == "cuda" else None, facts.accelerate_mixed_precision
     ampere = capability is not None and capability >= BF16_MIN_CAPABILITY
-    if request.precision != "auto":
-        precision, reason = request.precision, f"--precision {request.precision}"
-    elif hf is not None:
-        precision, reason = hf, f"--{hf}"
-    elif accelerate_env is not None:
-        if accelerate_env not in ACCELERATE_PRECISION:
-            raise PlanError(
-                f"ACCELERATE_MIXED_PRECISION={accelerate_env} (accelerate launch's mixed_precision) is not supported "
-                f"here: use one of {', '.join(ACCELERATE_PRECISION)}"
-            )
+    if asked != "auto":
+        precision, reason = asked, f"--precision {asked}"
+    elif hf:
+        precision, reason = hf[0], f"--{hf[0]}"
+    elif accelerate_env in ACCELERATE_PRECISION:
         precision, reason = ACCELERATE_PRECISION[accelerate_env], f"accelerate mixed_precision={accelerate_env}"
-    elif device == "cpu":
-        precision, reason = "fp32", "auto: CPU"
-    elif ampere:
-        precision, reason = "bf16", f"auto: GPU {_sm(capability)} has bf16"
+    elif accelerate_env is not None:
+        raise PlanError(f"ACCELERATE_MIXED_PRECISION={accelerate_env} (accelerate launch's mixed_precision) is not "
+                        f"supported here: use one of {', '.join(ACCELERATE_PRECISION)}")
     else:
-        precision, reason = "fp16", f"auto: GPU {_sm(capability)} has no bf16"
+        precision = "fp32" if device == "cpu" else "bf16" if ampere else "fp16"
+        reason = "auto: CPU" if device == "cpu" else f"auto: GPU {_sm(capability)} has {'' if ampere else 'no '}bf16"
     if precision == "fp16" and device == "cpu":
-        raise PlanError(
-            f"fp16 ({reason}) is not supported on CPU: PyTorch has no fast fp16 CPU kernels and fp16 mixed "
-            "precision needs a GPU grad scaler; use --precision bf16 (CPUs with AVX512-BF16/AMX) or fp32"
-        )
+        raise PlanError(f"fp16 ({reason}) is not supported on CPU: PyTorch has no fast fp16 CPU kernels and fp16 "
+                        "mixed precision needs a GPU grad scaler; use --precision bf16 (CPUs with AVX512-BF16/AMX) "
+                        "or fp32")
     if precision == "bf16" and device == "cuda" and not ampere:
-        raise PlanError(
-            f"bf16 ({reason}) needs a GPU of compute capability 8.0 or newer (Ampere+); this one is {_sm(capability)}, "
-            "where torch only emulates bf16 (slowly): use --precision fp16 or fp32"
-        )
+        raise PlanError(f"bf16 ({reason}) needs a GPU of compute capability 8.0 or newer (Ampere+); this one is "
+                        f"{_sm(capability)}, where torch only emulates bf16 (slowly): use --precision fp16 or fp32")
     return precision, reason
-
-
-def decide_tf32(request: Request, device: str, capability: tuple[int, int] | None) -> bool:
-    """TF32 matmuls for what still runs in fp32: asked, or by default on Ampere+ GPUs."""
-    ampere = device == "cuda" and capability is not None and capability >= BF16_MIN_CAPABILITY
-    if request.tf32 is True and not ampere:
-        raise PlanError(f"--tf32 true needs a GPU of compute capability 8.0 or newer; this run is on {device}"
-                        + (f" ({_sm(capability)})" if device == "cuda" else ""))
-    return request.tf32 if request.tf32 is not None else request.speed_defaults and ampere
-
-
-def decide_threads(request: Request, facts: DeviceFacts) -> tuple[int, str]:
-    """Torch threads of this rank: asked for, else this rank's share of the CPUs it may run on."""
-    if request.num_threads > 0:
-        return request.num_threads, "--num_threads"
-    # torchrun sets OMP_NUM_THREADS=1 for its workers when the user did not set it: that 1 is no choice
-    torchrun_default = facts.launcher != "python" and facts.local_world_size > 1 and facts.omp_num_threads == 1
-    if facts.omp_num_threads and not torchrun_default:
-        return facts.omp_num_threads, "OMP_NUM_THREADS"
-    share = max(1, facts.cpus // max(1, facts.local_world_size))
-    return share, f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"
-
-
-def decide_workers(request: Request, device: str, facts: DeviceFacts) -> int:
-    """Dataloader workers: as asked; on a GPU by default some, so collation overlaps the step."""
-    if request.dataloader_num_workers > 0 or not request.speed_defaults or device != "cuda":
-        return request.dataloader_num_workers
-    return max(0, min(MAX_AUTO_WORKERS, facts.cpus // max(1, facts.local_world_size) - 1))
 
 
 # --- what this process sees: the impure half ---------------------------------------------------------------
@@ -318,21 +265,15 @@ class Effective:
         )
 
     def log_line(self, rank: int) -> str:
-        """One line per rank: threads and devices can differ between nodes."""
-        return (
-            f"EFFECTIVE rank={rank} precision={self.precision} tf32={_on(self.tf32)} param_dtype={self.param_dtype} "
-            f"threads={self.threads} dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} "
-            f"device={self.device} device_name={self.device_name.replace(' ', '_')} optim={self.optim} "
-            f"attn={self.attn_implementation} torch_compile={self.torch_compile} postprocess={self.postprocess}"
-        )
+        """One line per rank (threads and devices can differ between nodes): every field, in order."""
+        shown = {**asdict(self), "tf32": _on(self.tf32), "device_name": self.device_name.replace(" ", "_")}
+        return " ".join([f"EFFECTIVE rank={rank}", *(f"{LOG_NAMES.get(k, k)}={v}" for k, v in shown.items())])
 
     def check(self, plan: RunPlan) -> None:
         """Stop the run when it would not use the plan (fp32 master weights always), naming every difference."""
-        wanted = {"precision": plan.precision, "tf32": plan.tf32, "param_dtype": "float32", "threads": plan.threads,
-                  "dataloader_num_workers": plan.dataloader_num_workers, "world_size": plan.world_size,
-                  "device": plan.device}
-        got = asdict(self)
-        diff = [f"{key}: planned {value}, effective {got[key]}" for key, value in wanted.items() if got[key] != value]
+        wanted = {**asdict(plan), "param_dtype": "float32"}  # the fields both have, by name
+        diff = [f"{key}: planned {wanted[key]}, effective {got}" for key, got in asdict(self).items()
+                if key in wanted and got != wanted[key]]
         if diff:
             raise RuntimeError("the run would not use the planned settings: " + "; ".join(diff))
 

@@ -18,7 +18,15 @@ import torch
 
 from fixtures.settings import plan_and_flags
 from qa_hpc.flags import build_flags, read_flags
-from qa_hpc.plan import DeviceFacts, Effective, PlanError, Request, decide
+from qa_hpc.plan import DeviceFacts, Effective, FlagValues, PlanError, decide
+
+DEFAULTS = read_flags([])  # every flag at its default, as run_qa.py parses them
+
+
+def ask(**given: object) -> FlagValues:
+    """The parsed flags with these given."""
+    return {**DEFAULTS, **given}
+
 
 GPUS = {"A100": (8, 0), "H100": (9, 0), "V100": (7, 0), "T4": (7, 5), "CPU": None}
 
@@ -40,7 +48,7 @@ def rows(table: str, columns: int) -> list[list[str]]:
     return [line.split(None, columns - 1) for line in table.strip().splitlines()]
 
 
-def decided(request: Request, device_facts: DeviceFacts, want: str):
+def decided(request: FlagValues, device_facts: DeviceFacts, want: str):
     """The plan, or None after checking the refusal when want is '!' + words of the message."""
     if not want.startswith("!"):
         return decide(request, device_facts)
@@ -106,7 +114,7 @@ CPU  fp32 - bf16 fp32
 @pytest.mark.parametrize("ranks", [1, 4])
 @pytest.mark.parametrize("device, precision, hf, accelerate, want", rows(PRECISION_TABLE, 5))
 def test_precision_for_every_device(device, precision, hf, accelerate, want, ranks):
-    request = Request(precision=precision, bf16=hf == "bf16", fp16=hf == "fp16")
+    request = ask(precision=precision, bf16=hf == "bf16", fp16=hf == "fp16")
     plan = decided(request, facts(device, ranks=ranks, accelerate=None if accelerate == "-" else accelerate), want)
     if plan is not None:
         assert plan.precision == want
@@ -133,7 +141,7 @@ CPU  false true  off
 @pytest.mark.parametrize("device, tf32, defaults, want", rows(TF32_TABLE, 4))
 def test_tf32_for_every_device(device, tf32, defaults, want):
     given = None if tf32 == "-" else tf32 == "true"
-    plan = decided(Request(tf32=given, speed_defaults=defaults == "true"), facts(device), want)
+    plan = decided(ask(tf32=given, speed_defaults=defaults == "true"), facts(device), want)
     if plan is not None:
         assert plan.tf32 == (want == "on")
         # TrainingArguments gets tf32 only where it means something (it refuses True off Ampere)
@@ -162,50 +170,50 @@ V100 32 4 32 torchrun 0 32 4
 
 @pytest.mark.parametrize("device, cpus, ranks, omp, launcher, asked, threads, workers", rows(THREADS_TABLE, 8))
 def test_threads_and_workers(device, cpus, ranks, omp, launcher, asked, threads, workers):
-    plan = decide(Request(num_threads=int(asked)), facts(device, ranks=int(ranks), cpus=int(cpus),
+    plan = decide(ask(num_threads=int(asked)), facts(device, ranks=int(ranks), cpus=int(cpus),
                                                           omp=None if omp == "-" else int(omp), launcher=launcher))
     assert (plan.threads, plan.dataloader_num_workers) == (int(threads), int(workers))
 
 
 @pytest.mark.parametrize("request_, device, workers", [
-    (Request(dataloader_num_workers=2), "CPU", 2), (Request(dataloader_num_workers=6), "A100", 6),
-    (Request(speed_defaults=False), "A100", 0)])
+    (ask(dataloader_num_workers=2), "CPU", 2), (ask(dataloader_num_workers=6), "A100", 6),
+    (ask(speed_defaults=False), "A100", 0)])
 def test_workers_as_asked_and_without_speed_defaults(request_, device, workers):
     assert decide(request_, facts(device)).dataloader_num_workers == workers
 
 
 def test_a_gpu_job_whose_torch_sees_no_gpu_is_refused():
     with pytest.raises(PlanError) as err:
-        decide(Request(), facts("CPU", asked="CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0"))
+        decide(ask(), facts("CPU", asked="CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0"))
     for words in ("asked for a GPU (CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0)", "torch 2.13.0",
                   "CPU-only build", "torch.cuda.is_available()=False", "--use_cpu"):
         assert words in str(err.value)
-    assert decide(Request(use_cpu=True), facts("CPU", asked="CUDA_VISIBLE_DEVICES=0")).device == "cpu"  # on purpose
+    assert decide(ask(use_cpu=True), facts("CPU", asked="CUDA_VISIBLE_DEVICES=0")).device == "cpu"  # on purpose
 
 
 def test_one_process_on_several_gpus_is_refused_naming_torchrun():
     with pytest.raises(PlanError, match=r"torchrun --nproc_per_node=4"):
-        decide(Request(), facts("A100", gpus_visible=4))
-    assert decide(Request(), facts("A100", ranks=4, gpus_visible=4)).world_size == 4
-    assert decide(Request(use_cpu=True), facts("A100", gpus_visible=4)).device == "cpu"
+        decide(ask(), facts("A100", gpus_visible=4))
+    assert decide(ask(), facts("A100", ranks=4, gpus_visible=4)).world_size == 4
+    assert decide(ask(use_cpu=True), facts("A100", gpus_visible=4)).device == "cpu"
 
 
 @pytest.mark.parametrize("device, ranks, every", [("A100", 1, 1), ("A100", 8, 10), ("CPU", 1, 1), ("CPU", 4, 1)])
 def test_preemption_votes_sparsely_only_where_a_vote_syncs_a_gpu(device, ranks, every):
-    assert decide(Request(), facts(device, ranks=ranks)).stop_vote_every == every
+    assert decide(ask(), facts(device, ranks=ranks)).stop_vote_every == every
 
 
 def test_reporting_tensorboard_is_ours_and_profile_dir():
-    plan = decide(Request(report_to=("tensorboard", "wandb"), output_dir="o", profile=True), facts("CPU"))
+    plan = decide(ask(report_to=["tensorboard", "wandb"], output_dir="o", profile=True), facts("CPU"))
     assert plan.tensorboard and plan.report_to == ("wandb",) and plan.profile_dir == "o/profiler"
     fields = plan.training_fields(None)
     assert fields["report_to"] == ["wandb"] and fields["use_cpu"] is True
-    off = decide(Request(report_to=()), facts("A100"))
+    off = decide(ask(report_to="none"), facts("A100"))
     assert not off.tensorboard and off.profile_dir is None and off.training_fields(None)["use_cpu"] is False
 
 
 def test_plan_log_line_names_every_decision():
-    line = decide(Request(), facts("H100", ranks=4)).log_line()
+    line = decide(ask(), facts("H100", ranks=4)).log_line()
     for part in ("PLAN device=cuda(NVIDIA H100)", "precision=bf16 (auto: GPU sm_90 has bf16)", "tf32=on",
                  "threads=8", "dataloader_workers=4", "world_size=4", "launcher=torchrun", "stop_vote_every=10"):
         assert part in line
@@ -219,7 +227,7 @@ def test_plan_log_line_names_every_decision():
 ])
 def test_accelerates_variable_is_aligned_with_the_plan(precision, accelerate_env, want):
     """TrainingArguments reads ACCELERATE_MIXED_PRECISION when --bf16/--fp16 are off: it must say the plan's precision."""
-    plan = decide(Request(precision=precision), facts("A100", accelerate=accelerate_env))
+    plan = decide(ask(precision=precision), facts("A100", accelerate=accelerate_env))
     assert plan.environment({} if accelerate_env is None else {"ACCELERATE_MIXED_PRECISION": accelerate_env}) == want
 
 
