@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench import compare_predictions, flatten_squad, side_by_side
-from qa_hpc.data.squad_io import load_qa_records
+from qa_hpc.squad_io import load_qa_records
 
 REPO = Path(__file__).resolve().parents[1]
 
