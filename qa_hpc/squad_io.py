@@ -245,22 +245,19 @@ def _csv_rows(c: RecordChecker, text: str, delimiter: str) -> tuple[list[str], I
 
     def rows() -> Iterator[tuple[str, dict]]:  # located at a row's first line: quoted fields may span several
         line = reader.line_num + 1
-        while True:
-            try:
-                values = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as e:
-                raise c.fail(f"CSV line {reader.line_num}", f"malformed CSV: {e}") from None
-            loc, line, row = f"CSV line {line}", reader.line_num + 1, dict(zip(cols, values))
-            if len(values) > len(cols):
-                raise c.fail(loc, f"row has {len(values)} fields but the header has {len(cols)}", rid=row.get("id"))
-            if values and len(values) < len(cols):
-                missing = cols[len(values):]
-                raise c.fail(loc, f"row has fewer fields than the header (no value for {', '.join(missing)})",
-                             rid=row.get("id"), fld=missing[0])
-            if values:
-                yield loc, row
+        try:
+            for values in reader:
+                loc, line, row = f"CSV line {line}", reader.line_num + 1, dict(zip(cols, values))
+                if len(values) > len(cols):
+                    raise c.fail(loc, f"row has {len(values)} fields but the header has {len(cols)}", rid=row.get("id"))
+                if values and len(values) < len(cols):
+                    missing = cols[len(values):]
+                    raise c.fail(loc, f"row has fewer fields than the header (no value for {', '.join(missing)})",
+                                 rid=row.get("id"), fld=missing[0])
+                if values:
+                    yield loc, row
+        except csv.Error as e:
+            raise c.fail(f"CSV line {reader.line_num}", f"malformed CSV: {e}") from None
 
     return cols, rows()
 

@@ -141,7 +141,7 @@ class RecordChecker:
 
     def _placed(self, context: str, golds: list[_Answer], err: FieldError) -> list[_Answer] | None:
         """Answers whose text is at their answer_start, fixed if asked; None: skip the record."""
-        out, n_fixed = [], 0
+        out = []
         for a in golds:
             start = a.start
             if start < 0 or start >= len(context):
@@ -157,9 +157,8 @@ class RecordChecker:
                              "'skip' drops such records)")
                     raise err(f"answer text {_short(a.text)} not found at answer_start {start} "
                               f"(context has {_short(found)} there){where}", a.text_field)
-                start, n_fixed = new, n_fixed + 1
+                start, self.fixed = new, self.fixed + 1  # on "error" or no occurrence it raised above
             out.append(a._replace(start=start))
-        self.fixed += n_fixed
         return out
 
 
@@ -250,12 +249,8 @@ def _need(obj: dict, keys: tuple[str, ...], err: FieldError, what: str, prefix: 
 
 def _nearest(context: str, text: str, start: int) -> int | None:
     """Offset of the occurrence of ``text`` closest to ``start`` (earlier wins ties)."""
-    best, pos = None, context.find(text)
-    while pos != -1:
-        if best is None or abs(pos - start) < abs(best - start):
-            best = pos
-        pos = context.find(text, pos + 1)
-    return best
+    found = (i for i in range(len(context)) if context.startswith(text, i))
+    return min(found, key=lambda i: (abs(i - start), i), default=None)
 
 
 def _is_int(v: Any) -> bool:
