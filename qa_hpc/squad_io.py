@@ -19,6 +19,8 @@ from typing import Any
 
 from qa_hpc.squad_records import DataError, LoadReport, RecordChecker, check_title, keys_of, kind_of
 
+__all__ = ["ANSWER_CHECKS", "DataError", "LoadReport", "load_qa_records", "load_references"]  # what callers import
+
 SPLITS = ("train", "validation", "test")
 ANSWER_CHECKS = ("error", "fix", "skip")
 _FORMATS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "csv",
@@ -112,28 +114,20 @@ def _decode(c: RecordChecker, data: bytes) -> str:
 
 # ----------------------------------------------------------------- JSON and JSON Lines
 def _json(c: RecordChecker, text: str, jsonl_ext: bool) -> str:
-    if jsonl_ext:
-        try:
-            _jsonl(c, text)
-            return "jsonl"
-        except DataError as first:  # a pretty-printed JSON document saved as .jsonl is read whole
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError:
-                raise first from None
-            if c.n_seen:  # some lines were records: it is JSON Lines, broken
-                raise first from None
-            return _json_value(c, obj)
+    """A JSON document (even saved as .jsonl), or JSON Lines (even saved as .json)."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        if e.msg == "Extra data" and _first_line_is_object(text):  # JSON Lines in a .json file
+        if jsonl_ext or (e.msg == "Extra data" and _first_line_is_object(text)):
             _jsonl(c, text)
             return "jsonl"
         truncated = e.pos >= len(text.rstrip()) or (
             e.msg.startswith("Unterminated string") and '"' not in text[e.pos + 1:])
         hint = " - the file ends early; it looks truncated (incomplete copy or download?)" if truncated else ""
         raise c.fail(None, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}{hint}") from None
+    if jsonl_ext and isinstance(obj, dict) and "paragraphs" not in obj and len(text.strip().splitlines()) == 1:
+        _jsonl(c, text)  # JSON Lines holding one record
+        return "jsonl"
     return _json_value(c, obj)
 
 

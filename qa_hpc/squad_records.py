@@ -131,11 +131,9 @@ class RecordChecker:
         problem = (f"missing (record has keys {keys_of(raw)})" if rid is None else
                    f"must be a string, got {type(rid).__name__} {rid!r} (ids must be strings; quote them)"
                    if not isinstance(rid, str) else "is empty" if not rid.strip() else None)
-        if problem is None and rid in self.seen:
-            raise self.fail(loc, f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}", rid=rid,
-                            fld="id")
-        if problem:
-            raise self.fail(loc, problem, fld="id")
+        if problem or rid in self.seen:
+            raise self.fail(loc, problem or f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}",
+                            rid=None if problem else rid, fld="id")
         self.seen[rid] = loc
         return rid
 
