@@ -7,6 +7,7 @@ official scripts read, a unique string id and the answer texts, so a file they s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import numbers
 import shlex
@@ -76,20 +77,24 @@ class RecordChecker:
         return DataError(f"{head}: " + (f"field '{fld}': {msg}" if fld else msg), path=self.path, location=loc,
                          record_id=rid, field=fld)
 
-    def add_flat(self, loc: str, rec: Any, *, json_strings: bool = False) -> None:
-        """One flat record (JSON, JSON Lines, CSV and Parquet share this)."""
+    def add_flat(self, loc: str, rec: Any, *, cell: bool = False, pair: bool = False) -> None:
+        """One flat record: JSON, JSON Lines, or a table row (``cell``: answers may be a JSON string;
+        ``pair``: the answer is in the row's answer_text + answer_start columns)."""
         if not isinstance(rec, dict):
             raise self.fail(loc, f"expected a record object with id, question, context, answers; found {kind_of(rec)}")
         if "paragraphs" in rec and "qas" not in rec and "question" not in rec:
             raise self.fail(loc, "this looks like a nested SQuAD article (it has 'paragraphs') inside a file of flat "
                                  'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
                             fld="paragraphs")
-        present = "answers" in rec and not (rec["answers"] is None and self.split == "test")
-        self.add(loc, rec, title=rec.get("title", ""), present=present, answers=rec.get("answers"),
-                 json_strings=json_strings)
+        answers, fld, present = rec.get("answers"), "answers", "answers" in rec
+        if pair:
+            answers, fld, present = rec, "answer_text", True
+            rec = {k: v for k, v in rec.items() if k not in ("answer_text", "answer_start")}
+        present = present and not (answers is None and self.split == "test")
+        self.add(loc, rec, title=rec.get("title", ""), present=present, answers=answers, fld=fld, cell=cell, pair=pair)
 
     def add(self, loc: str, raw: dict, *, title: Any, present: bool, answers: Any, impossible: bool = False,
-            fld: str = "answers", json_strings: bool = False, csv_pair: bool = False) -> None:
+            fld: str = "answers", cell: bool = False, pair: bool = False) -> None:
         """Check one record and keep it (or its gold texts, when scoring)."""
         self.n_seen += 1
         rid = self._id(loc, raw)
@@ -100,14 +105,14 @@ class RecordChecker:
         if self.scoring:
             if not present:
                 raise err(f"missing (record has keys {keys_of(raw)}); scoring needs the gold answers", fld)
-            golds = [] if impossible else _answers(answers, fld, err, json_strings, csv_pair, scoring=True)
+            golds = [] if impossible else _answers(answers, fld, err, True, cell, pair)
             self.references[rid] = [a.text for a in golds]
             return
         check_title(title, err)
         question, context = (_text(raw, name, err) for name in ("question", "context"))
         if not present and self.split != "test":
             raise err(f"missing (record has keys {keys_of(raw)}); answers may be left out only for split='test'", fld)
-        golds = [] if impossible or not present else _answers(answers, fld, err, json_strings, csv_pair, False)
+        golds = [] if impossible or not present else _answers(answers, fld, err, False, cell, pair)
         if not golds and self.split != "test" and not self.v2:
             why = "is_impossible is true" if impossible else "no answers given"
             raise err(f"record has no answer ({why}) but version_2_with_negative is off; pass "
@@ -126,17 +131,15 @@ class RecordChecker:
         problem = (f"missing (record has keys {keys_of(raw)})" if rid is None else
                    f"must be a string, got {type(rid).__name__} {rid!r} (ids must be strings; quote them)"
                    if not isinstance(rid, str) else "is empty" if not rid.strip() else None)
-        if problem is None and rid in self.seen:
-            raise self.fail(loc, f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}", rid=rid,
-                            fld="id")
-        if problem:
-            raise self.fail(loc, problem, fld="id")
+        if problem or rid in self.seen:
+            raise self.fail(loc, problem or f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}",
+                            rid=None if problem else rid, fld="id")
         self.seen[rid] = loc
         return rid
 
     def _placed(self, context: str, golds: list[_Answer], err: FieldError) -> list[_Answer] | None:
         """Answers whose text is at their answer_start, fixed if asked; None: skip the record."""
-        out, n_fixed = [], 0
+        out = []
         for a in golds:
             start = a.start
             if start < 0 or start >= len(context):
@@ -152,9 +155,8 @@ class RecordChecker:
                              "'skip' drops such records)")
                     raise err(f"answer text {_short(a.text)} not found at answer_start {start} "
                               f"(context has {_short(found)} there){where}", a.text_field)
-                start, n_fixed = new, n_fixed + 1
+                start, self.fixed = new, self.fixed + 1  # on "error" or no occurrence it raised above
             out.append(a._replace(start=start))
-        self.fixed += n_fixed
         return out
 
 
@@ -174,14 +176,25 @@ def _text(raw: dict, name: str, err: FieldError) -> str:
     return val
 
 
-def _answers(answers: Any, fld: str, err: FieldError, json_strings: bool, csv_pair: bool,
-             scoring: bool) -> list[_Answer]:
-    """Every answer of one record, from HF columns, SQuAD objects or a JSON string of either.
+def _answers(answers: Any, fld: str, err: FieldError, scoring: bool, cell: bool, pair: bool) -> list[_Answer]:
+    """Every answer of one record: HF columns, SQuAD objects, a JSON string of either, or a table
+    row's answer_text + answer_start pair (at most one answer; both empty: none).
 
     Scoring reads only the texts, as the official scripts do: ``answer_start`` may be absent
     and an empty text is kept (v2 scoring ignores golds that normalize to nothing).
     """
-    if json_strings and isinstance(answers, str):  # a CSV/Parquet cell; empty means no answer
+    keys = ("text",) if scoring else ("text", "answer_start")
+    if pair:  # named by its columns, not by a JSON path
+        text, start = answers.get("answer_text"), answers.get("answer_start")
+        start = start.strip() if isinstance(start, str) else start
+        has_text = not (text is None or isinstance(text, str) and not text.strip())
+        if not scoring and has_text == (start in (None, "")):
+            empty, other = ("answer_start", "answer_text") if has_text else ("answer_text", "answer_start")
+            raise err(f"is empty but {other} is set", empty)
+        with contextlib.suppress(ValueError):
+            start = int(start) if isinstance(start, str) else start  # a bad one is reported below
+        answers = [{"text": text, "answer_start": start}] if has_text else []
+    if cell and isinstance(answers, str):  # a CSV/Parquet cell; empty means no answer
         if not answers.strip():
             return []
         try:
@@ -189,7 +202,6 @@ def _answers(answers: Any, fld: str, err: FieldError, json_strings: bool, csv_pa
         except json.JSONDecodeError as e:
             raise err(f"is not valid JSON ({e.msg} at column {e.colno}); expected "
                       '{"text": [...], "answer_start": [...]} or [{"text": ..., "answer_start": ...}]', fld) from None
-    keys = ("text",) if scoring else ("text", "answer_start")
     if answers is None:
         return []
     if isinstance(answers, dict):  # HF columns {"text": [...], "answer_start": [...]}
@@ -216,8 +228,7 @@ def _answers(answers: Any, fld: str, err: FieldError, json_strings: bool, csv_pa
                   f'{{"text": [...], "answer_start": [...]}}, got {type(answers).__name__}', fld)
     out = []
     for i, (text, start) in enumerate(raw):
-        # a CSV answer_text/answer_start pair is named by its columns, not by a JSON path
-        tf, sf = ("answer_text", "answer_start") if csv_pair else (f"{fld}[{i}].text", f"{fld}[{i}].answer_start")
+        tf, sf = ("answer_text", "answer_start") if pair else (f"{fld}[{i}].text", f"{fld}[{i}].answer_start")
         if not isinstance(text, str):
             raise err(f"must be a string, got {type(text).__name__}", tf)
         if not scoring and not text.strip():
@@ -236,12 +247,8 @@ def _need(obj: dict, keys: tuple[str, ...], err: FieldError, what: str, prefix: 
 
 def _nearest(context: str, text: str, start: int) -> int | None:
     """Offset of the occurrence of ``text`` closest to ``start`` (earlier wins ties)."""
-    best, pos = None, context.find(text)
-    while pos != -1:
-        if best is None or abs(pos - start) < abs(best - start):
-            best = pos
-        pos = context.find(text, pos + 1)
-    return best
+    found = (i for i in range(len(context)) if context.startswith(text, i))
+    return min(found, key=lambda i: (abs(i - start), i), default=None)
 
 
 def _is_int(v: Any) -> bool:
