@@ -279,10 +279,7 @@ OFFSETS = [None] * 4 + list(WORDS) + [None]  # CLS, two question tokens, SEP, si
 def _logits(start: dict[int, float], end: dict[int, float], pad_to: int | None = None):
     s, e = (np.full(pad_to or len(OFFSETS), -5.0, dtype=np.float32) for _ in range(2))
     s[len(OFFSETS):] = e[len(OFFSETS):] = -100.0
-    for k, v in start.items():
-        s[k] = v
-    for k, v in end.items():
-        e[k] = v
+    s[list(start)], e[list(end)] = list(start.values()), list(end.values())
     return s, e
 
 
