@@ -1,14 +1,8 @@
-"""The one SQuAD reader: every local input format -> flat records, checked strictly, in one pass.
+"""The one SQuAD reader: official nested JSON (v1.1/v2.0), flat JSON / JSON Lines, CSV or Parquet -> flat records.
 
-Users arrive with the official nested SQuAD JSON (v1.1 / v2.0), flat JSON or JSON Lines, CSV from a
-spreadsheet, or Parquet; all are read into the HF record ``{"id", "title", "context", "question",
-"answers": {"text": [...], "answer_start": [...]}}``, each record checked (qa_hpc.squad_records) as
-it is read. A problem raises DataError naming the file, the record and the field before any record
-is returned; nothing is dropped silently. The files are parsed here, not by ``load_dataset``: its
-JSON errors name a row but no line or column ("JSON parse error: Invalid value. in row 1"), a missing
-field reads as null, and CSV goes through pandas, which loses line numbers and reads the id 007 as
-the number 7. Training wraps the checked records in a cached Dataset (qa_hpc.features); the scorer
-reads the same files through :func:`load_references`.
+Every record is checked (qa_hpc.squad_records) as it is read; a problem raises DataError naming file,
+record and field before any record is returned. Parsed here, not by ``load_dataset``: its JSON errors
+name no line or column, a missing field reads as null, and pandas reads the CSV id 007 as the number 7.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from qa_hpc.squad_records import DataError, LoadReport, RecordChecker, keys_of, kind_of
+from qa_hpc.squad_records import DataError, LoadReport, RecordChecker, check_title, keys_of, kind_of
 
 SPLITS = ("train", "validation", "test")
 ANSWER_CHECKS = ("error", "fix", "skip")
@@ -36,12 +30,8 @@ _RECORD_KEYS = frozenset({"id", "question", "context", "answers"})  # an article
 
 def load_qa_records(path: str | os.PathLike, *, split: str = "train", version_2_with_negative: bool = False,
                     answer_check: str = "error") -> tuple[list[dict], LoadReport]:
-    """Every record of a QA file as a flat record, or DataError.
-
-    ``split="test"`` may lack answers; other splits need one per record unless
-    ``version_2_with_negative``. ``answer_check``: an answer text not at its ``answer_start``
-    raises (``"error"``), moves to the nearest occurrence (``"fix"``) or drops the record (``"skip"``).
-    """
+    """Every record of a QA file, flat, or DataError. ``split="test"`` may lack answers; ``answer_check``:
+    an answer not at its ``answer_start`` raises ("error"), moves to the nearest occurrence ("fix") or is skipped."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if answer_check not in ANSWER_CHECKS:
@@ -57,11 +47,7 @@ def load_qa_records(path: str | os.PathLike, *, split: str = "train", version_2_
 
 
 def load_references(path: str | os.PathLike) -> dict[str, list[str]]:
-    """Question id -> gold answer texts in file order (unanswerable: ``[]``), or DataError.
-
-    Context, question and ``answer_start`` are not looked at, so a file the official scripts
-    score is accepted; duplicate texts are kept (they do not change a max).
-    """
+    """Question id -> gold texts in file order (unanswerable: ``[]``); only what the official scripts read."""
     r = _Reader(os.fspath(path), "validation", scoring=True)  # gold answers must be there
     fmt = r.read()
     if not r.references:
@@ -70,10 +56,9 @@ def load_references(path: str | os.PathLike) -> dict[str, list[str]]:
 
 
 class _Reader(RecordChecker):
-    """Reads one file in any supported format and hands every record to the checks."""
+    """Reads one file in any supported format; :meth:`read` returns the format it was read as."""
 
     def read(self) -> str:
-        """Hand every record of the file to :meth:`add`; return the format it was read as."""
         p = Path(self.path)
         if not p.exists():
             raise self.fail(None, f"{self.what} not found (resolved to {p.resolve()}, cwd {os.getcwd()})")
@@ -188,8 +173,7 @@ class _Reader(RecordChecker):
         if "paragraphs" not in art:
             raise self.fail(aloc, f"missing (article has keys {keys_of(art)})", fld="paragraphs")
         title, paragraphs = art.get("title", ""), art["paragraphs"]
-        if title is not None and not isinstance(title, str):
-            raise self.fail(aloc, f"must be a string, got {type(title).__name__}", fld="title")
+        check_title(title, lambda msg, fld: self.fail(aloc, msg, fld=fld))
         if not isinstance(paragraphs, list):
             raise self.fail(aloc, f"must be a list, found {kind_of(paragraphs)}", fld="paragraphs")
         for j, para in enumerate(paragraphs):
@@ -233,7 +217,7 @@ class _Reader(RecordChecker):
             csv.field_size_limit(old_limit)
 
     def _csv_rows(self, reader: Any, cols: list[str]) -> Iterator[tuple[str, dict]]:
-        """(location, row) per record; a location is the row's first line, as quoted fields may span several."""
+        """(location, row) per record: the row's first line, as quoted fields may span several."""
         line = reader.line_num + 1
         while True:
             try:
@@ -302,11 +286,7 @@ class _Reader(RecordChecker):
 
 
 def _looks_nested(items: list) -> bool:
-    """More items look like articles (title / paragraph*, no record field) than like flat records.
-
-    Counting every item keeps one broken article (or record) from deciding the layout of the
-    whole file; a tie reads as flat records, whose reader names an article found among them.
-    """
+    """More items look like articles than flat records: one broken item does not decide the layout."""
     articles = records = 0
     for item in items:
         if isinstance(item, dict) and _RECORD_KEYS & item.keys():

@@ -1,9 +1,8 @@
-"""What one question record must hold: checked as the format readers (qa_hpc.squad_io) hand records over.
+"""What one question record must hold, checked as qa_hpc.squad_io hands each record over.
 
-Two strictness levels share the checks: training and evaluation need an id, a question, a context
-and answers whose text is at their ``answer_start`` (or fixed/skipped as ``answer_check`` says);
-the scorer (``scoring=True``) needs only what the official evaluation scripts read, a unique
-string id and the answers' texts, so a file they accept is never refused.
+Training and evaluation need an id, a question, a context and answers at their ``answer_start``
+(or fixed/skipped as ``answer_check`` says); the scorer (``scoring=True``) needs only what the
+official scripts read, a unique string id and the answer texts, so a file they score is never refused.
 """
 
 from __future__ import annotations
@@ -17,15 +16,9 @@ from typing import Any, NamedTuple
 
 from qa_hpc.errors import UsageError
 
-_MISSING = object()  # an absent key, as opposed to one present with the value None
-
 
 class DataError(UsageError):
-    """Bad input data: ``str(e)`` is ``path: location (id 'x'): field 'f': what is wrong``.
-
-    The location is ``data[3].paragraphs[0].qas[2]``, ``[5]``, ``line 7``, ``CSV line 12`` or
-    ``row 4``; the same pieces are kept as attributes for programs that want them.
-    """
+    """Bad input: ``path: location (id 'x'): field 'f': what is wrong``; the pieces are attributes too."""
 
     def __init__(self, message: str, *, path: str | None = None, location: str | None = None,
                  record_id: str | None = None, field: str | None = None) -> None:
@@ -110,10 +103,8 @@ class RecordChecker:
             golds = [] if impossible else _answers(answers, fld, err, json_strings, csv_pair, scoring=True)
             self.references[rid] = [a.text for a in golds]
             return
-        title = "" if title is None else title
-        if not isinstance(title, str):
-            raise err(f"must be a string, got {type(title).__name__}", "title")
-        question, context = (self._text(raw, name, err) for name in ("question", "context"))
+        check_title(title, err)
+        question, context = (_text(raw, name, err) for name in ("question", "context"))
         if not present and self.split != "test":
             raise err(f"missing (record has keys {keys_of(raw)}); answers may be left out only for split='test'", fld)
         golds = [] if impossible or not present else _answers(answers, fld, err, json_strings, csv_pair, False)
@@ -126,36 +117,22 @@ class RecordChecker:
         if placed is None:
             self.skipped["answer_not_at_start"] = self.skipped.get("answer_not_at_start", 0) + 1
             return
-        self.records.append({"id": rid, "title": title, "context": context, "question": question,
+        self.records.append({"id": rid, "title": title or "", "context": context, "question": question,
                              "answers": {"text": [a.text for a in placed], "answer_start": [a.start for a in placed]}})
 
     def _id(self, loc: str, raw: dict) -> str:
-        """The record's id: present, a non-empty string, not seen before in this file."""
-        rid = raw.get("id", _MISSING)
-        if rid is _MISSING or rid is None:
-            raise self.fail(loc, f"missing (record has keys {keys_of(raw)})", fld="id")
-        if not isinstance(rid, str):
-            raise self.fail(loc, f"must be a string, got {type(rid).__name__} {rid!r} "
-                                 "(ids must be strings; quote them)", fld="id")
-        if not rid.strip():
-            raise self.fail(loc, "is empty", fld="id")
-        if rid in self.seen:
+        """Present, a non-empty string, not seen before in this file."""
+        rid = raw.get("id")
+        problem = (f"missing (record has keys {keys_of(raw)})" if rid is None else
+                   f"must be a string, got {type(rid).__name__} {rid!r} (ids must be strings; quote them)"
+                   if not isinstance(rid, str) else "is empty" if not rid.strip() else None)
+        if problem is None and rid in self.seen:
             raise self.fail(loc, f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}", rid=rid,
                             fld="id")
+        if problem:
+            raise self.fail(loc, problem, fld="id")
         self.seen[rid] = loc
         return rid
-
-    @staticmethod
-    def _text(raw: dict, name: str, err: FieldError) -> str:
-        """question / context: a string with something in it."""
-        val = raw.get(name)
-        if val is None:
-            raise err(f"missing (record has keys {keys_of(raw)})", name)
-        if not isinstance(val, str):
-            raise err(f"must be a string, got {type(val).__name__}", name)
-        if not val.strip():
-            raise err("is empty or whitespace only", name)
-        return val
 
     def _placed(self, context: str, golds: list[_Answer], err: FieldError) -> list[_Answer] | None:
         """Answers whose text is at their answer_start, fixed if asked; None: skip the record."""
@@ -181,6 +158,22 @@ class RecordChecker:
         return out
 
 
+def check_title(title: Any, err: FieldError) -> None:
+    if title is not None and not isinstance(title, str):
+        raise err(f"must be a string, got {type(title).__name__}", "title")
+
+
+def _text(raw: dict, name: str, err: FieldError) -> str:
+    """question / context: a string with something in it."""
+    val = raw.get(name)
+    problem = (f"missing (record has keys {keys_of(raw)})" if val is None else
+               f"must be a string, got {type(val).__name__}" if not isinstance(val, str) else
+               "is empty or whitespace only" if not val.strip() else None)
+    if problem:
+        raise err(problem, name)
+    return val
+
+
 def _answers(answers: Any, fld: str, err: FieldError, json_strings: bool, csv_pair: bool,
              scoring: bool) -> list[_Answer]:
     """Every answer of one record, from HF columns, SQuAD objects or a JSON string of either.
@@ -200,9 +193,7 @@ def _answers(answers: Any, fld: str, err: FieldError, json_strings: bool, csv_pa
     if answers is None:
         return []
     if isinstance(answers, dict):  # HF columns {"text": [...], "answer_start": [...]}
-        for key in keys:
-            if key not in answers:
-                raise err(f"missing (answers has keys {keys_of(answers)})", f"{fld}.{key}")
+        _need(answers, keys, err, "answers", fld + ".")
         texts, starts = answers["text"], answers.get("answer_start")
         if isinstance(texts, str) and (_is_int(starts) or scoring):  # one answer written as scalars
             texts, starts = [texts], [starts]
@@ -218,9 +209,7 @@ def _answers(answers: Any, fld: str, err: FieldError, json_strings: bool, csv_pa
         for i, a in enumerate(answers):
             if not isinstance(a, dict):
                 raise err(f"must be an object with text and answer_start, got {type(a).__name__}", f"{fld}[{i}]")
-            for key in keys:
-                if key not in a:
-                    raise err(f"missing (answer has keys {keys_of(a)})", f"{fld}[{i}].{key}")
+            _need(a, keys, err, "answer", f"{fld}[{i}].")
         raw = [(a["text"], a.get("answer_start")) for a in answers]
     else:
         raise err(f"must be a list of {{text, answer_start}} objects or "
@@ -239,6 +228,12 @@ def _answers(answers: Any, fld: str, err: FieldError, json_strings: bool, csv_pa
     return out
 
 
+def _need(obj: dict, keys: tuple[str, ...], err: FieldError, what: str, prefix: str) -> None:
+    for key in keys:
+        if key not in obj:
+            raise err(f"missing ({what} has keys {keys_of(obj)})", prefix + key)
+
+
 def _nearest(context: str, text: str, start: int) -> int | None:
     """Offset of the occurrence of ``text`` closest to ``start`` (earlier wins ties)."""
     best, pos = None, context.find(text)
@@ -250,12 +245,10 @@ def _nearest(context: str, text: str, start: int) -> int | None:
 
 
 def _is_int(v: Any) -> bool:
-    """An integer, but not a bool (JSON true must not pass as offset 1)."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)  # JSON true is no offset 1
 
 
 def keys_of(d: Any) -> str:
-    """The first keys of an object, for "missing (record has keys [...])"."""
     if not isinstance(d, dict):
         return "(not an object)"
     ks = list(d)
