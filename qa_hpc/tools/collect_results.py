@@ -314,11 +314,6 @@ def write_plots(table: pd.DataFrame, out_dir: str) -> list[Path]:
     return [Path(out_dir) / name for name in figures]
 
 
-def _fail(message: str) -> int:
-    print(f"ERROR: {message}", file=sys.stderr)
-    return 2
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qa_hpc.tools.collect_results",
                                      description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
@@ -335,15 +330,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paths = args.paths or [p for p in ("logs", "outputs") if os.path.exists(p)]
     if not paths:
-        return _fail("no paths given and no logs/ or outputs/ here")
+        parser.exit(2, "ERROR: no paths given and no logs/ or outputs/ here\n")
     table, warnings = read_runs(paths)
     for warning in warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
     if table.empty:
-        return _fail(f"no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with {SUMMARY_FILE})")
+        parser.exit(2, f"ERROR: no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with "
+                    f"{SUMMARY_FILE})\n")
     base, error = pick_baseline(table, args.baseline, args.speedup_on)
     if error:
-        return _fail(error)
+        parser.exit(2, f"ERROR: {error}\n")
     table = add_speedup(table, base, args.speedup_on)
     sys.stdout.write(to_markdown(table, base, args.speedup_on) if args.format == "md" else to_csv(table)
                      if args.format == "csv" else to_json(table, base, args.speedup_on))
