@@ -32,6 +32,9 @@ OUTPUT_MARKERS = (SUMMARY_FILE, "all_results.json", "trainer_state.json", "memor
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "runs", "profiler", "hf_cache", "wandb"}
 # run_qa.py's own words (cli) and the job scripts' (qa_die, with a "[qa-hpc HH:MM:SS] " prefix)
 ERROR_LINE = re.compile(r"^(?:\[qa-hpc [0-9:]+\] )?ERROR: (.+?)\s*$", re.MULTILINE)
+# A log's file name: the job scripts' own outside Slurm (`name-local-<time>`), sbatch's (`name-1234`,
+# `slurm-1234`, arrays `1234_5`), or any other name (a job name without id).
+LOG_NAME = r"^(?:(?P<local>.*)-local-[0-9-]+|(?P<named>.*?)[-_.](?P<job_id>\d+(?:_\d+)?))$"
 # The columns of the table (and of --format csv/json, speedup last), figure -> how its speedup compares.
 COLUMNS = (
     "run", "job_name", "job_id", "status", "reason", "exit_code", "nodes", "procs_per_node", "world_size",
@@ -40,11 +43,21 @@ COLUMNS = (
     "peak_memory_source", "hostname", "timestamp", "output_dir", "logs", "loss_curve",
 )
 INTEGERS, FLOATS = COLUMNS[5:9], COLUMNS[11:20]  # exit_code .. world_size; wall_clock_seconds .. peak_memory_mb
-RESULTS = COLUMNS[12:17]  # train_runtime .. eval_samples_per_second: the record's results as they are
 SPEEDUP_ON = {"train_runtime": "time", "wall_clock_seconds": "time", "train_samples_per_second": "rate",
               "train_tokens_per_second": "rate"}
+# column -> the record's fields it comes from (pd.json_normalize's dotted names), the first one set wins
+FROM_RECORD = {
+    "job_name": ["slurm_job_name"], "job_id": ["slurm_job_id"], "status": ["status"], "exit_code": ["exit_code"],
+    "procs_per_node": ["plan.local_world_size"], "world_size": ["effective.world_size", "plan.world_size"],
+    "device": ["effective.device_name", "plan.device"], "precision": ["effective.precision", "plan.precision"],
+    "wall_clock_seconds": ["wall_clock_seconds"], **{key: [f"results.{key}"] for key in COLUMNS[12:17]},
+    "exact_match": ["results.eval_exact_match", "results.eval_exact"],  # SQuAD v1's name, else v2's
+    "f1": ["results.eval_f1"], "peak_memory_mb": ["memory.measured_peak_mb"], "hostname": ["hostname"],
+    "timestamp": ["timestamp"], "cuda_peak": ["memory.max_over_ranks.cuda_peak_allocated_mb"], "error": ["error"],
+    "signal": ["stopped.signal"], "step": ["stopped.global_step"], "checkpoint": ["stopped.checkpoint"],
+}
 NA = "n/a"
-Row = dict[str, Any]
+NO_RECORD = f"no {SUMMARY_FILE} of this job: still running, or killed (time limit, out of memory, scancel)"
 
 
 def _find(paths: list[str]) -> tuple[dict[str, list[Path]], list[Path], list[str]]:
@@ -77,15 +90,6 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _name_and_id(stem: str) -> tuple[str | None, str | None]:
-    """The job name and id in a log's file name: `name-1234` / `slurm-1234` (sbatch), `name-local-<time>`."""
-    local = re.fullmatch(r"(.*)-local-[0-9-]+", stem)  # the job scripts' own log outside Slurm
-    named = re.fullmatch(r"(.*?)[-_.](\d+(?:_\d+)?)", stem)
-    if local or not named:
-        return (local.group(1) if local else stem), None
-    return (None if named.group(1) == "slurm" else named.group(1)), named.group(2)
-
-
 def _last_error(files: list[Path]) -> str | None:
     """The last `ERROR: ...` line of a job's log files (the reason a run without a record gives)."""
     errors: list[str] = []
@@ -106,54 +110,43 @@ def _loss_curve(out_dir: Path) -> list[list[float]]:
     return [[e["step"], e["loss"]] for e in (state or {}).get("log_history", []) if "loss" in e and "step" in e]
 
 
-def _row(**values: Any) -> Row:
-    row: Row = {**dict.fromkeys(COLUMNS), "logs": [], "loss_curve": [], **values}
-    row["run"] = f"{row['job_name']}-{row['job_id']}" if row["job_name"] and row["job_id"] else row["run"]
-    return row
+def _records(dirs: list[Path]) -> pd.DataFrame:
+    """One row per output dir from its record; status incomplete where it has no readable record."""
+    records = [_read_json(d / SUMMARY_FILE) for d in dirs]
+    readable = pd.Series([isinstance(record, dict) for record in records], dtype=bool)
+    # integers stay integers (convert_dtypes), so that a reason reads "step 40", not "step 40.0"
+    flat = pd.json_normalize([r if readable[i] else {} for i, r in enumerate(records)]).convert_dtypes()
+    flat = flat.reindex(columns=flat.columns.union([f for fields in FROM_RECORD.values() for f in fields]))
+    r = pd.DataFrame({column: flat[fields].bfill(axis=1).iloc[:, 0] for column, fields in FROM_RECORD.items()})
+    r = r.astype({"job_name": "string", "job_id": "string", "error": "string"})  # joined into text below
+    text = r.astype("string").fillna("None")  # a missing field, as the record's own f-string would print it
+    status = r["status"].fillna("unknown").where(readable, "incomplete")
+    dir_names = pd.Series([d.name for d in dirs], dtype="string")
+    reason = pd.Series(pd.NA, index=r.index, dtype="string").case_when([
+        (status.eq("failed"), "exit code " + text["exit_code"] + ": " + r["error"].fillna("no error recorded")),
+        (status.eq("preempted"), text["signal"] + " at step " + text["step"] + "; resumes from " + text["checkpoint"]),
+        (~readable, f"no readable {SUMMARY_FILE} (still running, or killed before it could write one)")])
+    return r.assign(
+        run=(r["job_name"] + "-" + r["job_id"]).fillna(dir_names),
+        status=status, reason=reason, nodes=-(-r["world_size"] // r["procs_per_node"]),
+        peak_memory_source=r["cuda_peak"].fillna(0).ne(0).map({True: "cuda", False: "rss"}).where(
+            r["peak_memory_mb"].notna()), output_dir=pd.Series([str(d) for d in dirs], dtype="string"), dir=dir_names,
+        logs=[[] for _ in dirs], loss_curve=[_loss_curve(d) for d in dirs])[[*COLUMNS, "dir"]]
 
 
-def _record_row(out_dir: Path) -> Row:
-    """The row of one output dir: its record's figures, or status incomplete when it has none."""
-    record, curve = _read_json(out_dir / SUMMARY_FILE), _loss_curve(out_dir)
-    if not isinstance(record, dict):
-        return _row(run=out_dir.name, output_dir=str(out_dir), status="incomplete", loss_curve=curve,
-                    reason=f"no readable {SUMMARY_FILE} (still running, or killed before it could write one)")
-    plan, effective, results, memory = (record.get(key) or {} for key in ("plan", "effective", "results", "memory"))
-    world, per_node = effective.get("world_size") or plan.get("world_size"), plan.get("local_world_size")
-    peak, job_id, status = memory.get("measured_peak_mb"), record.get("slurm_job_id"), record.get("status")
-    stopped = record.get("stopped") or {}
-    reason = (f"exit code {record.get('exit_code')}: {record.get('error') or 'no error recorded'}" if status == "failed"
-              else f"{stopped.get('signal')} at step {stopped.get('global_step')}; resumes from "
-              f"{stopped.get('checkpoint')}" if status == "preempted" else None)
-    cuda = (memory.get("max_over_ranks") or {}).get("cuda_peak_allocated_mb")
-    return _row(
-        run=out_dir.name, job_name=record.get("slurm_job_name"), job_id=str(job_id) if job_id else None,
-        status=status or "unknown", reason=reason, exit_code=record.get("exit_code"),
-        nodes=-(-world // per_node) if world and per_node else None, procs_per_node=per_node, world_size=world,
-        device=effective.get("device_name") or plan.get("device"),
-        precision=effective.get("precision") or plan.get("precision"),
-        wall_clock_seconds=record.get("wall_clock_seconds"), **{key: results.get(key) for key in RESULTS},
-        # the SQuAD v1 name, else v2's
-        exact_match=next((v for v in (results.get("eval_exact_match"), results.get("eval_exact")) if v is not None),
-                         None),
-        f1=results.get("eval_f1"), peak_memory_mb=peak,
-        peak_memory_source=None if peak is None else "cuda" if cuda else "rss", hostname=record.get("hostname"),
-        timestamp=record.get("timestamp"), output_dir=str(out_dir), loss_curve=curve,
-    )
-
-
-def _log_row(stem: str, files: list[Path], records: list[Row]) -> Row:
-    """A job log no record belongs to: failed (its last ERROR line says why), or incomplete."""
-    name, job_id = _name_and_id(stem)
-    error, logs = _last_error(files), [str(f) for f in files]
-    if error:
-        return _row(run=stem, job_name=name, job_id=job_id, status="failed", reason=error, logs=logs)
-    reason = f"no {SUMMARY_FILE} of this job: still running, or killed (time limit, out of memory, scancel)"
-    # job scripts reuse outputs/<job name>: another job of the same name may have overwritten the record
-    other = next((r for r in records if name and r["job_name"] == name and r["job_id"] != job_id), None)
-    if other:
-        reason += f"; {other['output_dir']} holds the record of job {other['job_id']}"
-    return _row(run=stem, job_name=name, job_id=job_id, status="incomplete", reason=reason, logs=logs)
+def _logs(found: dict[str, list[Path]]) -> pd.DataFrame:
+    """One row per job log: job name and id from its file name, its files, its last ERROR line."""
+    stems = sorted(found)
+    names = pd.Series([Path(stem).name for stem in stems], dtype="string")
+    parts = names.str.extract(LOG_NAME)
+    # sbatch's default name `slurm-<id>` names no job; a name without an id is a job name
+    job_name = parts["local"].fillna(parts["named"].replace("slurm", pd.NA).where(parts["job_id"].notna(), names))
+    logs = pd.DataFrame({"run": names, "job_id": parts["job_id"], "job_name": job_name,
+                         "logs": [[str(f) for f in found[stem]] for stem in stems],
+                         "error": pd.Series([_last_error(found[stem]) for stem in stems], dtype="string")})
+    # logs with a job id first; then the rest newest first (their names end in the start time), so that
+    # the newest claims the output dir its job name's runs share
+    return pd.concat([logs[logs["job_id"].notna()], logs[logs["job_id"].isna()][::-1]], ignore_index=True)
 
 
 def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
@@ -161,29 +154,36 @@ def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
 
     Rows are sorted by job id. A job log and its record are one row, and the record wins.
     """
-    logs, dirs, missing = _find(paths)
-    by_dir = {d: _record_row(d) for d in dirs}
-    by_id = {row["job_id"]: d for d, row in by_dir.items() if row["job_id"]}
-    rows: list[Row] = []
-    # logs with a job id first; then logs without one newest first (their names end in the start
-    # time), so the newest claims the output dir that its job name's runs share
-    with_id = sorted(s for s in logs if _name_and_id(Path(s).name)[1])
-    for stem in with_id + sorted((s for s in logs if s not in with_id), reverse=True):
-        name, job_id = _name_and_id(Path(stem).name)
-        out_dir = by_id.get(job_id) if job_id else next(  # outside Slurm: outputs/<name> or outputs/<mode>-<name>
-            (d for d, r in by_dir.items() if name and not r["job_id"] and not r["logs"]
-             and (d.name == name or d.name.endswith(f"-{name}"))), None)
-        if out_dir is None or by_dir[out_dir]["logs"]:
-            rows.append(_log_row(Path(stem).name, logs[stem], list(by_dir.values())))
-            continue
-        row = by_dir[out_dir]
-        row["logs"] = [str(f) for f in logs[stem]]
-        if not row["job_name"]:  # a run outside Slurm: its record has no job name, the log's file has
-            row.update(job_name=name, run=name)
-        error = _last_error(logs[stem]) if row["status"] == "incomplete" else None  # no record: the log tells
-        if error:
-            row.update(status="failed", reason=error)
-    table = pd.DataFrame(rows + list(by_dir.values()), columns=list(COLUMNS))
+    found, dirs, missing = _find(paths)
+    records, logs = _records(dirs), _logs(found)
+    # a Slurm job's log pairs with the record of its job id (the first log of an id claims it)
+    pairs = logs.reset_index().dropna(subset="job_id").drop_duplicates("job_id").merge(
+        records.reset_index().dropna(subset="job_id").drop_duplicates("job_id", keep="last"), on="job_id",
+        suffixes=("_log", ""))
+    claims = dict(zip(pairs["index"], pairs["index_log"]))  # record row -> log row
+    for at, name in logs.loc[logs["job_id"].isna(), "job_name"].items():  # outside Slurm: outputs/[<mode>-]<name>
+        free = records.index[records["job_id"].isna() & ~records.index.isin(list(claims))
+                             & (records["dir"].eq(name) | records["dir"].str.endswith(f"-{name}"))]
+        if len(free):
+            claims[free[0]] = at
+    runs = records.assign(log=pd.Series(claims, dtype="Int64")).merge(
+        logs, how="left", left_on="log", right_index=True, suffixes=("", "_log"))
+    told = runs["status"].eq("incomplete") & runs["error"].notna()  # no record: the log says why
+    unnamed = runs["job_name"].isna() & runs["log"].notna()  # outside Slurm: the log's file names the job
+    runs = runs.assign(logs=runs["logs_log"].combine_first(runs["logs"]),
+                       run=runs["run"].mask(unnamed, runs["job_name_log"]),
+                       job_name=runs["job_name"].mask(unnamed, runs["job_name_log"]),
+                       status=runs["status"].mask(told, "failed"), reason=runs["reason"].mask(told, runs["error"]))
+    # a log no record belongs to: failed (its last ERROR line says why), or incomplete; job scripts reuse
+    # outputs/<job name>, so another job of the same name may have overwritten the record
+    alone = logs.drop(index=list(claims.values()))
+    other = alone.reset_index().merge(records.dropna(subset="job_id"), on="job_name", suffixes=("", "_rec"))
+    other = other[other["job_id"].ne(other["job_id_rec"]).fillna(True)].drop_duplicates("index").set_index("index")
+    note = ("; " + other["output_dir"] + " holds the record of job " + other["job_id_rec"]).reindex(alone.index)
+    alone = alone.assign(status=alone["error"].notna().map({True: "failed", False: "incomplete"}),
+                         reason=alone["error"].fillna(NO_RECORD + note.fillna("")),
+                         loss_curve=[[] for _ in alone.index])
+    table = pd.concat([alone, runs], ignore_index=True).reindex(columns=list(COLUMNS))
     # numeric job ids in order, then the rest (local runs) by name
     ids = table["job_id"].fillna("")
     keys = pd.DataFrame({"n": pd.to_numeric(ids.str.extract(r"^(\d+)")[0]), "id": ids, "run": table["run"]})
@@ -314,11 +314,6 @@ def write_plots(table: pd.DataFrame, out_dir: str) -> list[Path]:
     return [Path(out_dir) / name for name in figures]
 
 
-def _fail(message: str) -> int:
-    print(f"ERROR: {message}", file=sys.stderr)
-    return 2
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qa_hpc.tools.collect_results",
                                      description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
@@ -335,15 +330,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paths = args.paths or [p for p in ("logs", "outputs") if os.path.exists(p)]
     if not paths:
-        return _fail("no paths given and no logs/ or outputs/ here")
+        parser.exit(2, "ERROR: no paths given and no logs/ or outputs/ here\n")
     table, warnings = read_runs(paths)
     for warning in warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
     if table.empty:
-        return _fail(f"no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with {SUMMARY_FILE})")
+        parser.exit(2, f"ERROR: no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with "
+                    f"{SUMMARY_FILE})\n")
     base, error = pick_baseline(table, args.baseline, args.speedup_on)
     if error:
-        return _fail(error)
+        parser.exit(2, f"ERROR: {error}\n")
     table = add_speedup(table, base, args.speedup_on)
     sys.stdout.write(to_markdown(table, base, args.speedup_on) if args.format == "md" else to_csv(table)
                      if args.format == "csv" else to_json(table, base, args.speedup_on))

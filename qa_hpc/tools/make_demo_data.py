@@ -108,93 +108,79 @@ NUMBERS: dict[str, Callable[[random.Random], str]] = {
 }
 KIND_WEIGHTS = [("town", 5), ("person", 4), ("river", 2), ("mountain", 2), ("lake", 2)]
 QUESTIONS_PER_PARAGRAPH, PARAGRAPHS_PER_ARTICLE = 6, 5
+Fact = dict[str, Any]  # a candidate question: its text, answer, offsets, kind, paraphrases, slots
 
 
-class Paragraph:
-    """One context under construction; names and answer values stay unique within it."""
+def _paragraph(rng: random.Random, context_words: int) -> tuple[str, list[Fact], Callable[[str], str]]:
+    """One context of blocks of facts, its candidate questions, and its namer (names stay unique in it)."""
+    words: set[str] = set()  # every name word used
+    values: set[str] = set()  # every answer value but names
+    towns: list[str] = []
+    parts: list[str] = []
+    facts: list[Fact] = []  # candidate questions, answers at their offsets in the context
 
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.words: set[str] = set()  # every name word used
-        self.values: set[str] = set()  # every answer value but names
-        self.towns: list[str] = []
-        self.parts: list[str] = []
-        self.length = self.n_words = 0  # characters (parts joined by single spaces) and words so far
-        self.qas: list[dict[str, Any]] = []  # candidate questions, answers at their offsets in the context
-
-    @property
-    def context(self) -> str:
-        return " ".join(self.parts)
-
-    def _word(self, lo: int = 2, hi: int = 3) -> str:
+    def word(lo: int, hi: int) -> str:
         while True:
-            n = self.rng.randint(lo, hi)
-            word = "".join(self.rng.choice(ONSETS) + self.rng.choice(VOWELS) + self.rng.choice(CODAS)
-                           for _ in range(n)).capitalize()
-            if word not in self.words and 4 <= len(word) <= 10:
-                self.words.add(word)
-                return word
+            text = "".join(rng.choice(ONSETS) + rng.choice(VOWELS) + rng.choice(CODAS)
+                           for _ in range(rng.randint(lo, hi))).capitalize()
+            if text not in words and 4 <= len(text) <= 10:
+                words.add(text)
+                return text
 
-    def name(self, kind: str) -> str:
-        return f"{self._word(2, 3)} {self._word(1, 2)}" if kind == "person" else self._word()
+    def name(kind: str) -> str:
+        return f"{word(2, 3)} {word(1, 2)}" if kind == "person" else word(2, 3)
 
-    def value(self, slot: str) -> str | None:
+    def value(slot: str) -> str | None:
         """A value for `slot`: names are new (a town may repeat); other values are unique in the paragraph."""
-        r = self.rng
         if slot == "T":
-            return r.choice(self.towns) if self.towns and r.random() < 0.5 else self.name("town")
+            return rng.choice(towns) if towns and rng.random() < 0.5 else name("town")
         if slot in ("P", "W"):
-            return self.name("person" if slot == "P" else "lake")
+            return name("person" if slot == "P" else "lake")
         for _ in range(50):
-            value = r.choice(CHOICES[slot]) if slot in CHOICES else NUMBERS[slot](r)
-            if value not in self.values:
-                self.values.add(value)
-                return value
+            found = rng.choice(CHOICES[slot]) if slot in CHOICES else NUMBERS[slot](rng)
+            if found not in values:
+                values.add(found)
+                return found
         return None  # the pool is used up in this paragraph: the caller leaves the fact out
 
-    def add_block(self, kind: str) -> None:
-        """A few facts about one new entity (a random subset, in random order), maybe with a filler."""
-        entity = self.name(kind)
-        if kind == "town":
-            self.towns.append(entity)
-        facts = list(FACTS[kind])
-        self.rng.shuffle(facts)
-        sentences = []
-        for template, questions in facts[: self.rng.randint(max(1, len(facts) - 2), len(facts))]:
-            text, spans, slots = "", {}, {"E": entity}
-            for literal, slot, _, _ in string.Formatter().parse(template):
-                text += literal
-                if slot:
-                    if slot not in slots:
-                        value = self.value(slot)
-                        if value is None:
-                            break
-                        slots[slot] = value
-                    spans.setdefault(slot, (len(text), len(text) + len(slots[slot])))
-                    text += slots[slot]
-            else:
-                sentences.append((text, spans, questions, slots))
-        if self.rng.random() < 0.4:
-            filler = self.rng.choice(FILLER[kind]).format(E=entity)
-            sentences.insert(self.rng.randint(0, len(sentences)), (filler, {}, {}, {}))
-        for text, spans, questions, slots in sentences:
-            offset = self.length + (1 if self.parts else 0)
-            self.parts.append(text)
-            self.length, self.n_words = offset + len(text), self.n_words + len(text.split())
-            for slot, paraphrases in questions.items():
-                paraphrases = paraphrases.split("|")
-                start, end = spans[slot]
-                self.qas.append({"question": self.rng.choice(paraphrases).format(**slots), "text": text[start:end],
-                                 "start": offset + start, "sentence": offset, "kind": kind,
-                                 "paraphrases": paraphrases, "slots": slots})
+    def fact(template: str, slots: dict[str, str]) -> tuple[str, dict[str, tuple[int, int]]] | None:
+        """The sentence of `template` with its slots filled, and where each slot sits in it."""
+        text, spans = "", {}
+        for literal, slot, _, _ in string.Formatter().parse(template):
+            text += literal
+            if slot:
+                if slot not in slots:
+                    if (filled := value(slot)) is None:
+                        return None
+                    slots[slot] = filled
+                spans.setdefault(slot, (len(text), len(text) + len(slots[slot])))
+                text += slots[slot]
+        return text, spans
 
-    def impossible_question(self, fact: dict[str, Any]) -> str:
-        """The question of `fact`, about an entity of the same kind that the paragraph never mentions."""
-        context = self.context
-        while True:
-            fake = self.name(fact["kind"])
-            if fake not in context and all(word not in context for word in fake.split()):
-                return self.rng.choice(fact["paraphrases"]).format(**dict(fact["slots"], E=fake))
+    while sum(len(part.split()) for part in parts) < context_words:  # a block: a few facts about one entity
+        kind = choose_kind(rng)
+        entity = name(kind)
+        if kind == "town":
+            towns.append(entity)
+        templates = list(FACTS[kind])
+        rng.shuffle(templates)
+        sentences = []
+        for template, questions in templates[: rng.randint(max(1, len(templates) - 2), len(templates))]:
+            slots = {"E": entity}
+            if (filled := fact(template, slots)) is not None:
+                sentences.append((*filled, questions, slots))
+        if rng.random() < 0.4:
+            filler = rng.choice(FILLER[kind]).format(E=entity)
+            sentences.insert(rng.randint(0, len(sentences)), (filler, {}, {}, {}))
+        for text, spans, questions, slots in sentences:
+            offset = len(" ".join(parts)) + (1 if parts else 0)
+            parts.append(text)
+            for slot, paraphrases in questions.items():
+                start, end = spans[slot]
+                facts.append({"question": rng.choice(paraphrases.split("|")).format(**slots), "text": text[start:end],
+                              "start": offset + start, "sentence": offset, "kind": kind,
+                              "paraphrases": paraphrases.split("|"), "slots": slots})
+    return " ".join(parts), facts, name
 
 
 def choose_kind(rng: random.Random) -> str:
@@ -219,24 +205,25 @@ def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool =
     paragraphs: list[dict[str, Any]] = []
     made = 0
     while made < num_questions:
-        par = Paragraph(rng)
-        while par.n_words < context_words:
-            par.add_block(choose_kind(rng))
-        facts: dict[int, list[dict[str, Any]]] = {}  # by sentence: at most one question per sentence
-        for fact in par.qas:
-            facts.setdefault(fact["sentence"], []).append(fact)
-        groups, qas = list(facts.values()), []
+        context, facts, name = _paragraph(rng, context_words)
+        by_sentence: dict[int, list[Fact]] = {}  # at most one question per sentence
+        for fact in facts:
+            by_sentence.setdefault(fact["sentence"], []).append(fact)
+        groups, qas = list(by_sentence.values()), []
         asked = min(QUESTIONS_PER_PARAGRAPH, len(groups), num_questions - made)
         for index in sorted(rng.sample(range(len(groups)), asked)):
             fact = rng.choice(groups[index])
             qa: dict[str, Any] = {"id": f"{title_prefix}-{made:06d}"}
             made += 1
-            if with_impossible and rng.random() < 1 / 3:
-                qas.append({**qa, "question": par.impossible_question(fact), "answers": [], "is_impossible": True})
+            if with_impossible and rng.random() < 1 / 3:  # about an entity of that kind the context never names
+                while (fake := name(fact["kind"])) in context or any(word in context for word in fake.split()):
+                    pass
+                question = rng.choice(fact["paraphrases"]).format(**dict(fact["slots"], E=fake))
+                qas.append({**qa, "question": question, "answers": [], "is_impossible": True})
                 continue
             qa.update(question=fact["question"], answers=[{"text": fact["text"], "answer_start": fact["start"]}])
             qas.append({**qa, "is_impossible": False} if with_impossible else qa)
-        paragraphs.append({"context": par.context, "qas": qas})
+        paragraphs.append({"context": context, "qas": qas})
     articles = [{"title": f"{title_prefix}_{n:04d}", "paragraphs": paragraphs[at:at + PARAGRAPHS_PER_ARTICLE]}
                 for n, at in enumerate(range(0, len(paragraphs), PARAGRAPHS_PER_ARTICLE))]
     return {"version": "2.0" if with_impossible else "1.1", "data": articles}
