@@ -47,24 +47,14 @@ def test_bert_base_costs_about_212_gflop_per_384_token_training_sequence():
     assert 18.5e15 * 2 < flops * 88524 * 2 < 19.2e15 * 2
 
 
-@pytest.mark.parametrize(
-    "name, precision, tf32, want",
-    [
-        ("NVIDIA A100-SXM4-80GB", "bf16", False, 312.0),
-        ("NVIDIA A100-PCIE-40GB", "fp32", True, 156.0),
-        ("NVIDIA A100-PCIE-40GB", "fp32", False, 19.5),
-        ("NVIDIA H100 80GB HBM3", "bf16", False, 989.0),
-        ("NVIDIA H100 PCIe", "bf16", False, 756.0),
-        ("NVIDIA H200", "fp16", False, 989.0),
-        ("Tesla T4", "fp16", False, 65.0),
-        ("NVIDIA GeForce RTX 4090", "bf16", False, 165.2),
-        ("NVIDIA L40", "bf16", False, 181.0),  # not L4's 121 (names are matched longest key first)
-        ("NVIDIA L40S", "bf16", False, 362.0),
-        ("NVIDIA L4", "bf16", False, 121.0),
-        ("cpu", "fp32", False, None),
-        ("Some Future GPU", "bf16", False, None),
-    ],
-)
+@pytest.mark.parametrize("name, precision, tf32, want", [
+    ("NVIDIA A100-SXM4-80GB", "bf16", False, 312.0), ("NVIDIA A100-PCIE-40GB", "fp32", True, 156.0),
+    ("NVIDIA A100-PCIE-40GB", "fp32", False, 19.5), ("NVIDIA H100 80GB HBM3", "bf16", False, 989.0),
+    ("NVIDIA H100 PCIe", "bf16", False, 756.0), ("NVIDIA H200", "fp16", False, 989.0), ("Tesla T4", "fp16", False, 65.0),
+    ("NVIDIA GeForce RTX 4090", "bf16", False, 165.2), ("NVIDIA L40S", "bf16", False, 362.0),
+    ("NVIDIA L40", "bf16", False, 181.0),  # not L4's 121 (names are matched longest key first)
+    ("NVIDIA L4", "bf16", False, 121.0), ("cpu", "fp32", False, None), ("Some Future GPU", "bf16", False, None),
+])
 def test_peak_table(name, precision, tf32, want):
     assert peak_tflops(name, precision, tf32) == want
 
@@ -159,10 +149,9 @@ def test_measure_process_on_this_machine():
 def test_profiler_flags_reach_the_plan_and_bad_schedules_are_refused():
     plan, flags = plan_and_flags(["--output_dir", "x", "--profile", "--profile_wait", "1", "--profile_warmup", "3",
                                   "--profile_active", "4", "--profile_repeat", "2", "--profile_with_stack"])
-    obs = flags.observe
-    assert (obs.profile_wait, obs.profile_warmup, obs.profile_active, obs.profile_repeat, obs.profile_with_stack) == (
-        1, 3, 4, 2, True)
-    assert obs.profile_steps_needed == 16 and plan.profile_dir == "x/profiler"
+    # (wait 1 + warmup 3 + active 4) x repeat 2
+    assert (flags.observe.profile_steps_needed, flags.observe.profile_with_stack) == (16, True)
+    assert plan.profile_dir == "x/profiler"
     with pytest.raises(UsageError, match="profile_active"):
         plan_and_flags(["--output_dir", "x", "--profile", "--profile_active", "0"])
 
@@ -196,31 +185,28 @@ def _drive(cb: ProfilerCallback, steps: int, tmp_path: Path) -> list[int]:
     return running
 
 
-def test_training_shorter_than_the_window_keeps_what_it_has(tmp_path, caplog):
-    cb = _profiler(tmp_path, wait=1, warmup=1, active=3)
+@pytest.mark.parametrize(("schedule", "steps", "running", "written", "traces", "logged"), [
+    # training shorter than the window keeps what it has
+    ((1, 1, 3, 1), 3, None, [[3]], {"trace_rank0.json": ["ProfilerStep#3"]}, ["ended inside a profiling window"]),
+    # shorter than the warmup: writes nothing and says why
+    ((2, 100, 8, 1), 3, None, None, {}, ["wrote nothing", "110 steps"]),
+    # repeat writes one trace per cycle, then stops: steps 5-7 ran without the profiler
+    ((0, 1, 1, 2), 7, [1, 2, 3], [[2], [4]], {"trace_rank0_cycle2.json": ["ProfilerStep#4"]}, []),
+])
+def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, traces, logged):
+    cb = _profiler(tmp_path, *schedule)
     with caplog.at_level(logging.INFO, logger="qa_hpc.observe.profiler"):
-        _drive(cb, 3, tmp_path)
-    trace = json.loads((tmp_path / "trace_rank0.json").read_text())
-    assert _profiler_steps(trace) == ["ProfilerStep#3"]
-    assert cb.written[0] == [3]
-    assert "ended inside a profiling window" in caplog.text
-
-
-def test_training_shorter_than_the_warmup_writes_nothing_and_says_why(tmp_path, caplog):
-    cb = _profiler(tmp_path, wait=2, warmup=100, active=8)
-    with caplog.at_level(logging.INFO, logger="qa_hpc.observe.profiler"):
-        _drive(cb, 3, tmp_path)
-    assert not list(tmp_path.glob("trace_*.json"))
-    assert "wrote nothing" in caplog.text and "110 steps" in caplog.text
-
-
-def test_repeat_writes_one_trace_per_cycle_then_stops(tmp_path):
-    cb = _profiler(tmp_path, wait=0, warmup=1, active=1, repeat=2)
-    assert _drive(cb, 7, tmp_path) == [1, 2, 3]  # stopped after the last cycle: steps 5-7 ran without the profiler
-    assert cb.written == [[2], [4]]
-    assert _profiler_steps(json.loads((tmp_path / "trace_rank0_cycle2.json").read_text())) == ["ProfilerStep#4"]
-    summary = (tmp_path / "profiler_summary.txt").read_text()
-    assert "cycle 1: global steps 2-2" in summary and "cycle 2: global steps 4-4" in summary
+        ran = _drive(cb, steps, tmp_path)
+    assert running is None or ran == running
+    assert written is None or cb.written == written
+    for name, profiled in traces.items():
+        assert _profiler_steps(json.loads((tmp_path / name).read_text())) == profiled
+    if not traces:
+        assert not list(tmp_path.glob("trace_*.json"))
+    assert all(words in caplog.text for words in logged)
+    if schedule[3] == 2:
+        summary = (tmp_path / "profiler_summary.txt").read_text()
+        assert "cycle 1: global steps 2-2" in summary and "cycle 2: global steps 4-4" in summary
 
 
 # --- TensorBoard and the wiring -----------------------------------------------------------------

@@ -44,8 +44,10 @@ def facts(device: str, ranks: int = 1, cpus: int = 32, omp: int | None = None, a
 
 
 def rows(table: str, columns: int) -> list[list[str]]:
-    """Whitespace-separated columns; the last one keeps its spaces (a refusal's words); '-' is not given."""
-    return [line.split(None, columns - 1) for line in table.strip().splitlines()]
+    """Whitespace-separated columns; the last one keeps its spaces (a refusal's words); '-' is not given;
+    a first column "A100,V100" is one row per device."""
+    return [[device, *rest.split(None, columns - 2)] for line in table.strip().splitlines()
+            for devices, rest in [line.split(None, 1)] for device in devices.split(",")]
 
 
 def decided(request: FlagValues, device_facts: DeviceFacts, want: str):
@@ -59,55 +61,35 @@ def decided(request: FlagValues, device_facts: DeviceFacts, want: str):
 
 # device | --precision | HF flag | accelerate mixed_precision | expected precision, or "!" + words of the refusal
 PRECISION_TABLE = """
-A100 auto - - bf16
-H100 auto - - bf16
-V100 auto - - fp16
-T4   auto - - fp16
-CPU  auto - - fp32
-A100 fp32 - - fp32
-H100 fp32 - - fp32
-V100 fp32 - - fp32
-T4   fp32 - - fp32
-CPU  fp32 - - fp32
-A100 fp16 - - fp16
-V100 fp16 - - fp16
-T4   fp16 - - fp16
-CPU  fp16 - - !not supported on CPU
-A100 bf16 - - bf16
-H100 bf16 - - bf16
-V100 bf16 - - !compute capability 8.0
-T4   bf16 - - !compute capability 8.0
-CPU  bf16 - - bf16
-A100 auto bf16 - bf16
-A100 auto fp16 - fp16
-V100 auto fp16 - fp16
-V100 auto bf16 - !compute capability 8.0
-T4   auto bf16 - !compute capability 8.0
-CPU  auto bf16 - bf16
-CPU  auto fp16 - !not supported on CPU
-A100 fp32 bf16 - !contradicts --bf16
-A100 fp16 bf16 - !contradicts --bf16
-A100 bf16 fp16 - !contradicts --fp16
-A100 bf16 bf16 - bf16
-V100 fp16 fp16 - fp16
-A100 auto - no   fp32
-A100 auto - fp16 fp16
-A100 auto - bf16 bf16
-H100 auto - no   fp32
-V100 auto - no   fp32
-V100 auto - fp16 fp16
-V100 auto - bf16 !compute capability 8.0
-T4   auto - fp16 fp16
-CPU  auto - no   fp32
-CPU  auto - fp16 !not supported on CPU
-CPU  auto - bf16 bf16
-A100 auto - fp8  !not supported here
-A100 fp32 - bf16 fp32
-A100 bf16 - no   bf16
-V100 fp32 - fp16 fp32
-A100 auto fp16 bf16 fp16
-A100 auto bf16 no   bf16
-CPU  fp32 - bf16 fp32
+A100,H100          auto - -    bf16
+V100,T4            auto - -    fp16
+CPU                auto - -    fp32
+A100,H100,V100,T4,CPU fp32 - - fp32
+A100,V100,T4       fp16 - -    fp16
+CPU                fp16 - -    !not supported on CPU
+A100,H100,CPU      bf16 - -    bf16
+V100,T4            bf16 - -    !compute capability 8.0
+A100,CPU           auto bf16 - bf16
+A100,V100          auto fp16 - fp16
+V100,T4            auto bf16 - !compute capability 8.0
+CPU                auto fp16 - !not supported on CPU
+A100               fp32 bf16 - !contradicts --bf16
+A100               fp16 bf16 - !contradicts --bf16
+A100               bf16 fp16 - !contradicts --fp16
+A100               bf16 bf16 - bf16
+V100               fp16 fp16 - fp16
+A100,H100,V100,CPU auto - no   fp32
+A100,V100,T4       auto - fp16 fp16
+A100,CPU           auto - bf16 bf16
+V100               auto - bf16 !compute capability 8.0
+CPU                auto - fp16 !not supported on CPU
+A100               auto - fp8  !not supported here
+A100               fp32 - bf16 fp32
+A100               bf16 - no   bf16
+V100               fp32 - fp16 fp32
+A100               auto fp16 bf16 fp16
+A100               auto bf16 no   bf16
+CPU                fp32 - bf16 fp32
 """
 
 
@@ -124,17 +106,13 @@ def test_precision_for_every_device(device, precision, hf, accelerate, want, ran
 
 # device | --tf32 | --speed_defaults | expected TF32, or "!" + refusal
 TF32_TABLE = """
-A100 -     true  on
-H100 -     true  on
-V100 -     true  off
-T4   -     true  off
-CPU  -     true  off
-A100 -     false off
-A100 false true  off
-A100 true  false on
-V100 true  true  !compute capability 8.0
-CPU  true  true  !compute capability 8.0
-CPU  false true  off
+A100,H100      -     true  on
+V100,T4,CPU    -     true  off
+A100           -     false off
+A100           false true  off
+A100           true  false on
+V100,CPU       true  true  !compute capability 8.0
+CPU            false true  off
 """
 
 

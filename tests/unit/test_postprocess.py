@@ -1,8 +1,6 @@
-"""Postprocessing: the loop picks the right spans, and qa_hpc.postprocess returns exactly what the loop returns.
-
-Same answers, same n-best lists (order, texts, scores, logits, probabilities: exact float equality), same
-v2 null odds; on randomized logits with ties, -100 padding, offsets None outside the context, short rows,
-fp16/fp32/fp64; on real features of a real tokenizer; from Arrow offsets as run_qa.py hands them over.
+"""Postprocessing: the loop picks the right spans; qa_hpc.postprocess returns exactly what the loop returns
+(answers, n-best lists with exact floats, null odds) on random logits with ties and padding, real features
+and Arrow offsets.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from qa_hpc.postprocess import (
     top_k_with_values,
     write_prediction_files,
 )
-from qa_hpc.postprocess_loop import PostprocessConfig, features_by_example, postprocess_qa_predictions_loop
+from qa_hpc.postprocess_loop import PostprocessConfig, postprocess_qa_predictions_loop
 
 POSTPROCESSORS = [postprocess_qa_predictions_loop, postprocess_qa_predictions]
 
@@ -192,12 +190,6 @@ def test_errors_name_the_feature_and_the_counts(postprocess):
         postprocess(examples, features, logits, PostprocessConfig())
 
 
-def test_features_by_example():
-    assert features_by_example(["a", "b"], ["a", "a", "b"]) == [[0, 1], [2]]
-    with pytest.raises(ValueError, match="unknown example id 'z'"):
-        features_by_example(["a"], ["z"])
-
-
 @pytest.mark.slow
 def test_full_dev_set_real_eval_identical():
     """All 10,570 dev questions, logits of a real MiniLM forward pass (cached by bench/dev_logits.py)."""
@@ -287,76 +279,61 @@ OFFSETS = [None] * 4 + list(WORDS) + [None]  # CLS, two question tokens, SEP, si
 def _logits(start: dict[int, float], end: dict[int, float], pad_to: int | None = None):
     s, e = (np.full(pad_to or len(OFFSETS), -5.0, dtype=np.float32) for _ in range(2))
     s[len(OFFSETS):] = e[len(OFFSETS):] = -100.0
-    for k, v in start.items():
-        s[k] = v
-    for k, v in end.items():
-        e[k] = v
+    s[list(start)], e[list(end)] = list(start.values()), list(end.values())
     return s, e
 
 
-def _run(postprocess, rows: list[tuple[np.ndarray, np.ndarray]], ids=None, **cfg) -> QAPredictions:
+def _run(rows: list[tuple[np.ndarray, np.ndarray]], ids=None, **cfg) -> QAPredictions:
+    """The vectorized path's results, checked equal to the loop's: what is asserted on them holds for both."""
     ids = ids or ["q"] * len(rows)
     examples = {"id": sorted(set(ids), key=ids.index), "context": [CONTEXT] * len(set(ids))}
     features = {"example_id": ids, "offset_mapping": [OFFSETS] * len(rows)}
     width = max(len(s) for s, _ in rows)
     pad = lambda r: np.stack([np.pad(x, (0, width - len(x)), constant_values=-100.0) for x in r])  # noqa: E731
     logits = (pad([s for s, _ in rows]), pad([e for _, e in rows]))
-    preds = postprocess(examples, features, logits, PostprocessConfig(**cfg))
+    preds = postprocess_qa_predictions(examples, features, logits, PostprocessConfig(**cfg))
     _same(postprocess_qa_predictions_loop(examples, features, logits, PostprocessConfig(**cfg)), preds)
     return preds
 
 
-@pytest.mark.parametrize("postprocess", POSTPROCESSORS)
-def test_picks_best_valid_span(postprocess):
-    preds = _run(postprocess, [_logits({5: 4.0, 6: 3.0}, {6: 4.5, 7: 1.0})])
-    assert preds.answers["q"] == "beta gamma"  # tokens 5..6 = words 1..2 (context starts at token 4)
-    best = preds.nbest["q"][0]
-    assert best["score"] == pytest.approx(8.5) and best["text"] == "beta gamma"
-    assert sum(p["probability"] for p in preds.nbest["q"]) == pytest.approx(1.0)
+V2 = {"version_2_with_negative": True}
+NULL_ROW = _logits({0: 3.0, 5: 2.0}, {0: 3.0, 5: 2.0})  # null = s[0]+e[0] = 6; best span 5..5 = 4; diff 2
 
 
-@pytest.mark.parametrize("postprocess", POSTPROCESSORS)
-def test_ignores_spans_outside_context_and_backwards_and_too_long(postprocess):
+@pytest.mark.parametrize(("rows", "ids", "cfg", "answers"), [
+    # tokens 5..6 = words 1..2 (context starts at token 4)
+    ([_logits({5: 4.0, 6: 3.0}, {6: 4.5, 7: 1.0})], None, {}, {"q": "beta gamma"}),
     # context tokens: 4 alpha, 5 beta, 6 gamma, 7 delta, 8 epsilon, 9 zeta; others score -5.
     # (1,0)=18 is question/CLS, (9,8)=16 runs backwards, (4,8)=15 is 5 tokens (max 3):
     # the best valid pair is (6,8) = 2 + 8 = 10.
-    preds = _run(postprocess, [_logits({1: 9.0, 9: 8.0, 4: 7.0, 6: 2.0}, {0: 9.0, 8: 8.0, 7: 2.0})],
-                 max_answer_length=3)
-    assert preds.answers["q"] == "gamma delta epsilon"
+    ([_logits({1: 9.0, 9: 8.0, 4: 7.0, 6: 2.0}, {0: 9.0, 8: 8.0, 7: 2.0})], None, {"max_answer_length": 3},
+     {"q": "gamma delta epsilon"}),
+    # n_best limits candidates: the only valid pair among the top ones uses the 3rd best start and 3rd best end
+    ([_logits({9: 9.0, 8: 8.0, 4: 7.0}, {4: 8.0, 1: 9.0, 0: 8.5})], None, {"n_best_size": 3}, {"q": "alpha"}),
+    ([_logits({9: 9.0, 8: 8.0, 4: 7.0}, {4: 8.0, 1: 9.0, 0: 8.5})], None, {"n_best_size": 2}, {"q": ""}),
+    # padding logits are never chosen, though 50 would win
+    ([_logits({5: 1.0, len(OFFSETS) + 2: 50.0}, {5: 1.0, len(OFFSETS) + 3: 50.0}, pad_to=len(OFFSETS) + 6)], None, {},
+     {"q": "beta"}),
+    # windows of one example compete, examples keep their own
+    ([_logits({4: 2.0}, {4: 2.0}), _logits({8: 3.0}, {9: 3.0})], ["q", "q"], {}, {"q": "epsilon zeta"}),
+    ([_logits({4: 2.0}, {4: 2.0}), _logits({9: 3.0}, {9: 3.0})], ["a", "b"], {}, {"a": "alpha", "b": "zeta"}),
+    ([NULL_ROW], None, V2, {"q": ""}),  # v2: null wins by 2 ...
+    ([NULL_ROW], None, {**V2, "null_score_diff_threshold": 2.5}, {"q": "beta"}),  # ... unless the threshold is higher
+])
+def test_hand_built_logits(rows, ids, cfg, answers):
+    assert _run(rows, ids, **cfg).answers == answers
+
+
+def test_best_span_scores_and_v2_null_odds():
+    preds = _run([_logits({5: 4.0, 6: 3.0}, {6: 4.5, 7: 1.0})])
+    assert (preds.nbest["q"][0]["text"], preds.nbest["q"][0]["score"]) == ("beta gamma", pytest.approx(8.5))
+    assert sum(p["probability"] for p in preds.nbest["q"]) == pytest.approx(1.0)
+    preds = _run([_logits({1: 9.0, 9: 8.0, 4: 7.0, 6: 2.0}, {0: 9.0, 8: 8.0, 7: 2.0})], max_answer_length=3)
     assert preds.nbest["q"][0]["score"] == pytest.approx(10.0)
     assert all(p["text"] and p["text"] in CONTEXT for p in preds.nbest["q"])
-
-
-@pytest.mark.parametrize("postprocess", POSTPROCESSORS)
-def test_n_best_limits_candidates(postprocess):
-    # the only valid pair among the top candidates uses the 3rd best start and 3rd best end
-    row = _logits({9: 9.0, 8: 8.0, 4: 7.0}, {4: 8.0, 1: 9.0, 0: 8.5})
-    assert _run(postprocess, [row], n_best_size=3).answers["q"] == "alpha"
-    assert _run(postprocess, [row], n_best_size=2).answers["q"] == ""
-
-
-@pytest.mark.parametrize("postprocess", POSTPROCESSORS)
-def test_padding_logits_are_never_chosen(postprocess):
-    s, e = _logits({5: 1.0}, {5: 1.0}, pad_to=len(OFFSETS) + 6)
-    s[len(OFFSETS) + 2] = e[len(OFFSETS) + 3] = 50.0  # would be chosen if padded positions were not excluded
-    assert _run(postprocess, [(s, e)]).answers["q"] == "beta"
-
-
-@pytest.mark.parametrize("postprocess", POSTPROCESSORS)
-def test_windows_of_one_example_compete_and_examples_keep_their_own(postprocess):
-    rows = [_logits({4: 2.0}, {4: 2.0}), _logits({8: 3.0}, {9: 3.0})]
-    assert _run(postprocess, rows, ids=["q", "q"]).answers["q"] == "epsilon zeta"
-    rows = [_logits({4: 2.0}, {4: 2.0}), _logits({9: 3.0}, {9: 3.0})]
-    assert _run(postprocess, rows, ids=["a", "b"]).answers == {"a": "alpha", "b": "zeta"}
-
-
-@pytest.mark.parametrize("postprocess", POSTPROCESSORS)
-def test_v2_null_answer_threshold_and_minimum_over_windows(postprocess):
-    row = _logits({0: 3.0, 5: 2.0}, {0: 3.0, 5: 2.0})  # null = s[0]+e[0] = 6; best span 5..5 = 4; diff 2
-    preds = _run(postprocess, [row], version_2_with_negative=True)
-    assert preds.answers["q"] == "" and preds.null_odds["q"] == pytest.approx(2.0)
-    assert any(p["text"] == "" for p in preds.nbest["q"])
-    assert _run(postprocess, [row], version_2_with_negative=True, null_score_diff_threshold=2.5).answers["q"] == "beta"
+    preds = _run([NULL_ROW], **V2)
+    assert preds.null_odds["q"] == pytest.approx(2.0) and any(p["text"] == "" for p in preds.nbest["q"])
+    # the null score is the minimum over windows
     rows = [_logits({0: 5.0, 5: 1.0}, {0: 5.0, 5: 1.0}), _logits({0: 1.0, 6: 3.0}, {0: 1.0, 6: 3.0})]  # nulls 10, 2
-    preds = _run(postprocess, rows, ids=["q", "q"], version_2_with_negative=True)
+    preds = _run(rows, ids=["q", "q"], **V2)
     assert preds.null_odds["q"] == pytest.approx(2.0 - 6.0) and preds.answers["q"] == "gamma"

@@ -1,7 +1,5 @@
 """Reliability without a process: atomic writes, stop requests, which checkpoint to resume, clear errors.
-
-The killed writers, the real disk-full and out-of-memory runs, preemption and resume of a real run,
-and a dying or frozen rank are end-to-end tests (tests/e2e).
+(Killed writers, real disk-full and out-of-memory runs, preemption and dying ranks: tests/e2e.)
 """
 
 from __future__ import annotations

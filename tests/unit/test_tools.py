@@ -39,11 +39,9 @@ def _qas(ds):
 
 
 def test_deterministic_and_seed_sensitive(v1):
-    again = generate_squad(N, seed=0)
-    assert again == v1
-    assert generate_squad(N, seed=1) != v1
-    assert generate_squad(N, seed=0, title_prefix="other")["data"][0]["paragraphs"][0]["context"] != \
-        v1["data"][0]["paragraphs"][0]["context"]
+    assert generate_squad(N, seed=0) == v1 and generate_squad(N, seed=1) != v1
+    first_context = lambda ds: ds["data"][0]["paragraphs"][0]["context"]  # noqa: E731
+    assert first_context(generate_squad(N, seed=0, title_prefix="other")) != first_context(v1)
 
 
 def test_shape_counts_and_ids(v1):
@@ -131,9 +129,8 @@ def test_cli_writes_identical_files_atomically(tmp_path, capsys):
     assert "questions=60" in out and "questions=20" in out
     # the bytes of this version: the README's demo figures were measured on data made by it
     assert "sha256=ae5435f13128" in out and "sha256=d72dc9814842" in out and "sha256=425eeed0f7d1" in out
-    train, rep = load_qa_records(tmp_path / "a" / "train.json")
-    val, _ = load_qa_records(tmp_path / "a" / "validation.json", split="validation")
-    test, _ = load_qa_records(tmp_path / "a" / "test.json", split="test")
+    (train, rep), (val, _), (test, _) = (load_qa_records(tmp_path / "a" / f"{split}.json", split=split)
+                                         for split in ("train", "validation", "test"))
     assert rep.n_records == 60 and len(val) == len(test) == 20
     assert [r["id"] for r in test] == [r["id"] for r in val]
     assert all(r["answers"]["text"] == [] for r in test)
@@ -161,10 +158,6 @@ def test_contexts_exceed_384_wordpiece_tokens(v1):
     # invented names split into a few known pieces, never [UNK]
     assert tok.unk_token_id not in {i for ids in tok(contexts)["input_ids"] for i in ids}
     # answers in later windows: the token position of the answer start passes the first window
-    late = 0
-    total = 0
-    for ctx, qa in list(_qas(v1))[:300]:
-        a = qa["answers"][0]
-        total += 1
-        late += len(tok(ctx[:a["answer_start"]], add_special_tokens=False)["input_ids"]) > 384 - 32
-    assert late / total > 0.25
+    late = [len(tok(ctx[:qa["answers"][0]["answer_start"]], add_special_tokens=False)["input_ids"]) > 384 - 32
+            for ctx, qa in list(_qas(v1))[:300]]
+    assert sum(late) / len(late) > 0.25
