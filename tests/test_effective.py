@@ -10,8 +10,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -74,35 +72,3 @@ def test_training_args_given_to_the_trainer_are_the_parsed_ones_plus_the_plan(ti
     assert run.trainer.args is flags.training
     assert run.trainer.args.to_dict() == _expected_training_args(argv)
     assert differences(plan, run.effective) == []
-
-
-def test_fp16_checkpoint_trains_with_fp32_weights_and_args_are_unchanged_at_the_end(tiny_bert, demo_files, tmp_path):
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
-
-    half = tmp_path / "half"
-    AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).half().save_pretrained(half)
-    AutoTokenizer.from_pretrained(str(tiny_bert)).save_pretrained(half)
-    assert AutoModelForQuestionAnswering.from_pretrained(str(half)).dtype == torch.float16  # what "auto" would give
-    out = tmp_path / "out"
-    argv = [*tiny_flags(half, out), "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "2"]
-    proc = run_qa(argv)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = re.search(r"^EFFECTIVE rank=0 .*$", proc.stdout, re.M).group(0)
-    assert "param_dtype=float32" in line and "precision=fp32" in line
-    # the arguments the Trainer saved at the end of the run are still the parsed ones plus the plan
-    saved = torch.load(out / "training_args.bin", weights_only=False).to_dict()
-    assert saved == _expected_training_args(argv)
-
-
-def test_the_plan_and_what_ran_are_in_the_record(tiny_bert, demo_files, tmp_path):
-    import json
-
-    out = tmp_path / "out"
-    proc = run_qa([*tiny_flags(tiny_bert, out), "--do_eval", "--validation_file", str(demo_files["validation"]),
-                   "--max_eval_samples", "4"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((Path(out) / "run_summary.json").read_text())
-    assert summary["plan"]["precision"] == summary["effective"]["precision"] == "fp32"
-    assert summary["effective"]["param_dtype"] == "float32"
-    assert summary["plan"]["threads"] == summary["effective"]["threads"]
-    assert re.search(rf"run_qa: PLAN .* threads={summary['plan']['threads']} ", proc.stdout)
