@@ -6,7 +6,7 @@
     python run_qa.py args.json
     torchrun --nproc_per_node=4 run_qa.py ...
 
-main() is the recipe, top to bottom: decide the settings once (qa_hpc/settings), set up data,
+main() is the recipe, top to bottom: decide the settings once (qa_hpc/flags.py, qa_hpc/plan.py), set up data,
 model and trainer, train, evaluate, predict, report. The pieces live in the qa_hpc package,
 the trainer in trainer_qa.py; `python run_qa.py --help` lists every flag.
 """
@@ -20,32 +20,32 @@ _WALL_START = time.time()  # WALL_CLOCK_SECONDS counts from here, imports includ
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from dataclasses import asdict, dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 import datasets  # noqa: E402
+import torch  # noqa: E402
 import transformers  # noqa: E402
+from accelerate import PartialState  # noqa: E402
 from transformers import DataCollatorWithPadding, default_data_collator  # noqa: E402
 
 from qa_hpc.data.features import real_lengths  # noqa: E402
 from qa_hpc.data.loading import QAData, build_data  # noqa: E402
-from qa_hpc.dist import backend, end_process_group, env_rank  # noqa: E402
-from qa_hpc.metric.scoring import make_score  # noqa: E402
+from qa_hpc.dist import end_process_group, launch_env  # noqa: E402
+from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded  # noqa: E402
+from qa_hpc.flags import Flags, decide_and_build, read_flags  # noqa: E402
+from qa_hpc.metric.squad import make_score  # noqa: E402
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # noqa: E402
-from qa_hpc.observe.efficiency import train_efficiency  # noqa: E402
-from qa_hpc.observe.observability import Observability  # noqa: E402
-from qa_hpc.postprocess.predict import make_postprocess  # noqa: E402
-from qa_hpc.reliability.errors import BatchContext, check_writable_dir, classify, guarded  # noqa: E402
-from qa_hpc.reliability.exit_codes import EXIT_OK, EXIT_PREEMPTED  # noqa: E402
-from qa_hpc.reliability.preemption import (  # noqa: E402
+from qa_hpc.observe import finish_observability, observability_callbacks  # noqa: E402
+from qa_hpc.observe.efficiency import efficiency_lines, train_efficiency  # noqa: E402
+from qa_hpc.plan import Effective, RunPlan  # noqa: E402
+from qa_hpc.postprocess import make_postprocess  # noqa: E402
+from qa_hpc.preemption import (  # noqa: E402
     PreemptionCallback, StopRequest, apply_collective_timeout, checkpoint_to_resume,
 )
-from qa_hpc.settings.apply import apply_process_settings, build_flags, read_flags, request_from  # noqa: E402
-from qa_hpc.settings.devices import read_device_facts  # noqa: E402
-from qa_hpc.settings.effective import Effective, check_effective, read_effective  # noqa: E402
-from qa_hpc.settings.flags import Flags  # noqa: E402
-from qa_hpc.settings.plan import RunPlan, decide  # noqa: E402
-from qa_hpc.summary import SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary  # noqa: E402,E501
+from qa_hpc.record import (  # noqa: E402
+    SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary,
+)
 from trainer_qa import QuestionAnsweringTrainer  # noqa: E402
 
 logger = logging.getLogger("run_qa")
@@ -62,7 +62,6 @@ class Run:
     shape: ModelShape
     trainer: QuestionAnsweringTrainer
     effective: Effective
-    observe: Observability
     preemption: PreemptionCallback
     resume: str | None
     results: dict[str, Any] = field(default_factory=dict)
@@ -78,14 +77,13 @@ class Run:
 def main(argv: list[str] | None = None) -> int:
     """Run training, evaluation and prediction as asked; return the process exit code."""
     # every rank, first: lets an operator (or a test) signal or kill one rank
-    print(f"RANK_PID rank={env_rank()} local_rank={os.environ.get('LOCAL_RANK', '0')} pid={os.getpid()}", flush=True)
+    launch = launch_env()
+    print(f"RANK_PID rank={launch.rank} local_rank={launch.local_rank} pid={os.getpid()}", flush=True)
     stop = StopRequest()
     stop.install()  # SIGTERM / SIGUSR1 only set a flag; acted on at an optimizer step's end
     values = read_flags(sys.argv[1:] if argv is None else argv)
     setup_logging(bool(values["log_on_each_node"]))
-    plan = decide(request_from(values), read_device_facts())
-    os.environ.update(plan.environment(os.environ))  # what TrainingArguments also reads from the launcher
-    flags = build_flags(values, plan.training_fields(values["tf32"]))  # every flag dataclass built once, here
+    plan, flags = decide_and_build(values)  # every flag dataclass built once, here, with the plan's fields
     run = setup(flags, plan, stop)
     try:
         if run.args.do_train and not train(run, stop):
@@ -103,10 +101,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def setup_logging(log_on_each_node: bool) -> None:
     """Info on the main process (of each node, as HF's --log_on_each_node), warnings elsewhere; the rank in every line."""
-    rank = env_rank()
-    main_process = int(os.environ.get("LOCAL_RANK", "0")) == 0 if log_on_each_node else rank == 0
+    launch = launch_env()  # before any process group: the launcher's variables
+    main_process = (launch.local_rank if log_on_each_node else launch.rank) == 0
     level = logging.INFO if main_process else logging.WARNING
-    logging.basicConfig(format=f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+    logging.basicConfig(format=f"%(asctime)s [rank{launch.rank}] %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)], level=level, force=True)
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
@@ -117,10 +116,10 @@ def setup_logging(log_on_each_node: bool) -> None:
 def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
     """Process settings, data, model and trainer; every input is checked before anything is written."""
     args = flags.training
-    apply_process_settings(plan)
+    torch.set_num_threads(plan.threads)  # the one process setting no TrainingArguments field carries
     logger.info(plan.log_line())
     logger.info("DISTRIBUTED world_size=%d rank=%d parallel_mode=%s backend=%s device=%s", args.world_size,
-                args.process_index, args.parallel_mode.value, backend(), args.device)
+                args.process_index, args.parallel_mode.value, PartialState().backend, args.device)
     apply_collective_timeout(args.ddp_timeout)  # --ddp_timeout for gloo too: a frozen rank fails the job
     resume = checkpoint_to_resume(args, flags.data.overwrite_output_dir)
     transformers.set_seed(args.seed)
@@ -132,7 +131,6 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
     check_writable_dir(args.output_dir)
     model = load_model(flags.model, config, attn_implementation=flags.speed.attn_implementation)
     shape = ModelShape.of(model)  # counted before any wrapper (FSDP) shards the parameters
-    observe = Observability(flags.observe, plan, args, shape, flags.data.max_seq_length)
     preemption = PreemptionCallback(stop, plan.stop_vote_every)
     trainer = QuestionAnsweringTrainer(
         model=model, args=args, train_dataset=data.train, eval_dataset=data.eval_features,
@@ -141,12 +139,13 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
         else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
         post_process_function=make_postprocess(flags.data, args.output_dir, flags.speed.postprocess),
         score_function=score,
-        sort_eval_by_length=not flags.data.pad_to_max_length, callbacks=[*observe.callbacks, preemption],
+        sort_eval_by_length=not flags.data.pad_to_max_length,
+        callbacks=[*observability_callbacks(flags, plan), preemption],
     )
-    effective = read_effective(trainer, flags.speed.postprocess)
+    effective = Effective.read(trainer, flags.speed.postprocess)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
-    check_effective(plan, effective)
-    return Run(flags, plan, args, data, shape, trainer, effective, observe, preemption, resume)
+    effective.check(plan)
+    return Run(flags, plan, args, data, shape, trainer, effective, preemption, resume)
 
 
 def train(run: Run, stop: StopRequest) -> bool:
@@ -171,8 +170,8 @@ def train(run: Run, stop: StopRequest) -> bool:
         efficiency = train_efficiency(real_lengths(run.data.train), float(trainer.state.epoch or 0.0),
                                       float(metrics["train_runtime"]), run.shape, run.plan.gpu_name or "cpu",
                                       run.plan.world_size, run.plan.precision, run.plan.tf32)
-        run.results.update(metrics, **efficiency.metrics())
-        run.lines += efficiency.log_lines()
+        run.results.update(metrics, **efficiency)
+        run.lines += efficiency_lines(efficiency)
         save_results(trainer, "train", metrics)
         save_trainer_state(trainer)
     return True
@@ -201,7 +200,8 @@ def predict(run: Run) -> None:
 def report(run: Run) -> None:
     """Memory report, run_summary.json, and the closing KEY=value lines (WALL_CLOCK_SECONDS last)."""
     wall = time.time() - _WALL_START
-    lines, memory = run.observe.finish(run.results, wall)  # every rank: gathers the memory figures
+    # every rank: the memory report gathers every rank's figures
+    lines, memory = finish_observability(run.trainer, run.flags, run.plan, run.shape, run.results, wall)
     if run.trainer.is_world_process_zero():
         record(run, "ok", EXIT_OK, memory=memory, wall=wall)
         for line in lines + run.lines + final_lines(run.results, wall):
@@ -216,7 +216,7 @@ def record(run: Run, status: str, exit_code: int, wall: float | None = None, **e
         write_run_summary(os.path.join(run.args.output_dir, SUMMARY_FILE), status=status, exit_code=exit_code,
                           wall_clock_seconds=time.time() - _WALL_START if wall is None else wall,
                           params=run_params(run.flags.model, run.flags.data, run.args, run.plan.precision),
-                          plan=run.plan.to_dict(), effective=run.effective.to_dict(), results=run.results, **extra)
+                          plan=asdict(run.plan), effective=asdict(run.effective), results=run.results, **extra)
     except OSError as err:  # a failure record must never hide the failure itself
         logger.warning("could not write %s: %s", SUMMARY_FILE, err)
 
@@ -224,7 +224,7 @@ def record(run: Run, status: str, exit_code: int, wall: float | None = None, **e
 def cli() -> int:
     """Entry point: clear messages (no traceback) for the user's own mistakes and for resources.
 
-    Exit codes (qa_hpc/reliability/exit_codes.env): 2 bad flags/data or a request this machine
+    Exit codes (qa_hpc/exit_codes.env): 2 bad flags/data or a request this machine
     cannot honour, 3 out of memory, 74 cannot write, 75 preempted; 1 with a traceback otherwise.
     """
     try:
@@ -240,8 +240,8 @@ def cli() -> int:
             return code
         # say which rank failed (a peer that died shows up here as a failed collective), then the traceback
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        print(f"ERROR: rank {env_rank()} (pid {os.getpid()}) failed: {type(err).__name__}: {first}", file=sys.stderr,
-              flush=True)
+        print(f"ERROR: rank {launch_env().rank} (pid {os.getpid()}) failed: {type(err).__name__}: {first}",
+              file=sys.stderr, flush=True)
         raise
 
 

@@ -20,12 +20,11 @@ from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, speed_metrics
 
 from qa_hpc.dist import broadcast_from_main
-from qa_hpc.postprocess.reference import QAPredictions
+from qa_hpc.metric.squad import ScoreFunction
+from qa_hpc.postprocess import QAPredictions
 
 # (examples, features, (start_logits, end_logits), stage) -> answers; writes prediction files
 PostProcessFunction = Callable[[Any, Any, tuple[np.ndarray, np.ndarray], str], QAPredictions]
-# (answers, examples) -> metrics without prefix, e.g. {"exact_match": .., "f1": ..}
-ScoreFunction = Callable[[QAPredictions, Any], dict[str, float]]
 
 
 def length_order(dataset: Any) -> np.ndarray | None:

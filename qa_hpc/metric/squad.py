@@ -1,114 +1,313 @@
-"""SQuAD v1.1 and v2.0 scoring, numerically identical to the official scripts.
+"""SQuAD v1.1 / v2.0 scores equal to the official scripts, and the `evaluate` metric the trainer scores with.
 
-Why our own scorer: the training loop (through the `evaluate` modules beside this file),
-the CLI and the benchmarks must all report exactly the numbers that ``evaluate-v1.1.py`` /
-``evaluate-v2.0.py`` would, without depending on a downloaded metric at run time. Every
-quirk of the official scripts that changes a number is reproduced on purpose and called
-out in a comment; the only deliberate departure is that questions without a prediction
-score 0 and stay in every denominator (v1 does this officially; v2 officially crashes
-instead).
-
-This module is the public face: v1.1 scoring and the id checks live here, v2.0 scoring
-in squad_v2, what both share in squad_common. Standard library only.
+Our own scorer so that the trainer (through the `evaluate` modules beside this file), score_squad.py
+and the benchmarks report exactly the numbers of ``evaluate-v1.1.py`` / ``evaluate-v2.0.py`` with no
+metric downloaded at run time. Every official quirk that changes a number is kept and called out.
+Departures: a question without a prediction scores 0 and stays in every denominator (v2 officially
+crashes), and inputs the official scripts crash on raise ScoreInputError naming the input and ids.
+The trainer loads the local module for the version by path (no network) unless ``--squad_metric``
+names another; inputs stay in memory (keep_in_memory), so scoring writes no cache files.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import collections
+import os
+import re
+import string
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from qa_hpc.metric.squad_common import (
-    json_type_name,
-    normalize_answer,
-    prediction_text,
-    require_questions,
-    token_f1,
-)
-from qa_hpc.metric.squad_v2 import exact_match_v2, f1_v2, gold_answers_v2, score_v2
+from qa_hpc.errors import UsageError
 
-__all__ = [
-    "normalize_answer",
-    "exact_match_v1",
-    "f1_v1",
-    "score_v1",
-    "exact_match_v2",
-    "f1_v2",
-    "gold_answers_v2",
-    "score_v2",
-    "missing_ids",
-    "unknown_ids",
-    "json_type_name",
-]
+if TYPE_CHECKING:
+    import datasets
+    import evaluate
 
-# --------------------------------------------------------------------------- v1.1
+    from qa_hpc.postprocess_loop import QAPredictions
 
+Scores = dict[str, float]  # v2's *_total values are ints
+# (answers, examples) -> metrics without prefix, e.g. {"exact_match": .., "f1": ..}: what the trainer calls
+ScoreFunction = Callable[["QAPredictions", "datasets.Dataset"], Scores]
 
-def exact_match_v1(prediction: str, ground_truth: str) -> bool:
-    """Official v1.1 exact match: equal after normalization (empty == empty)."""
-    return normalize_answer(prediction) == normalize_answer(ground_truth)
+LOCAL_MODULES = {False: Path(__file__).with_name("evaluate_squad_v1"),
+                 True: Path(__file__).with_name("evaluate_squad_v2")}
+HUB_NAMES = {False: "squad", True: "squad_v2"}
+SHOWN_IDS = 5  # ids quoted in a message; the rest are counted
+
+# Only ASCII punctuation: the official scripts use string.punctuation, so unicode quotes and
+# dashes survive normalization and break token matches.
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+# Removed after the punctuation, as officially: "the-end" -> "theend" keeps it, "the." loses it.
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
-def f1_v1(prediction: str, ground_truth: str) -> float:
-    """Official v1.1 token F1.
+class ScoreInputError(ValueError):
+    """An input the scores are undefined for; ``source`` is "references", "predictions" or "na_probs"."""
 
-    No overlap means 0 -- including when both sides normalize to nothing, so
-    ("", "the") has exact match True but F1 0.0, as in the official script.
-    """
-    return token_f1(normalize_answer(prediction).split(), normalize_answer(ground_truth).split())
+    def __init__(self, source: str, message: str) -> None:
+        super().__init__(message)
+        self.source = source
 
 
-def score_v1(
-    references: Mapping[str, Sequence[str]], predictions: Mapping[str, str]
-) -> dict[str, float]:
-    """Official v1.1 corpus score: ``{"exact_match": %, "f1": %}``.
+def normalize_answer(s: str) -> str:
+    """Lower case, drop ASCII punctuation, then articles, collapse whitespace (unicode spaces split too)."""
+    return " ".join(_ARTICLES.sub(" ", s.lower().translate(_PUNCTUATION)).split())
 
-    Each question takes the max over its gold answers. The denominator is every
-    reference id; ids absent from ``predictions`` add 0 (see ``missing_ids``).
-    Prediction ids not in ``references`` are ignored (see ``unknown_ids``).
-    Raises ValueError for an empty reference set or a question with no gold
-    answers (the official script would crash on ``max([])``; such data is
-    SQuAD 2.0 and belongs to ``score_v2``).
-    """
-    require_questions(references)
-    _require_gold_answers(references)
-    # Accumulate in reference order starting from int 0, like the official loop,
-    # so that the float sums are bitwise identical.
-    exact_total: float = 0
-    f1_total: float = 0
+
+def _f1(pred_tokens: Sequence[str], gold_tokens: Sequence[str], v2: bool) -> float:
+    """Bag-of-tokens F1 in the official operation order (bitwise-equal floats)."""
+    if v2 and not (pred_tokens and gold_tokens):
+        return float(pred_tokens == gold_tokens)  # v2: "no answer" scores 1 against "no answer" only
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:  # v1: 0 even when both sides are empty ("" vs "the": EM 1, F1 0)
+        return 0.0
+    precision = num_same / len(pred_tokens)
+    recall = num_same / len(gold_tokens)
+    return (2 * precision * recall) / (precision + recall)
+
+
+def _raw_scores(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
+                v2: bool) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-question best exact match and F1 over the gold answers, for predicted questions in reference order."""
+    exact: dict[str, float] = {}
+    f1: dict[str, float] = {}
     for qid, golds in references.items():
         if qid not in predictions:
             continue
-        # Normalize each string once; same values as exact_match_v1 / f1_v1.
-        pred_norm = normalize_answer(prediction_text(qid, predictions[qid]))
-        pred_tokens = pred_norm.split()
+        pred_norm = normalize_answer(predictions[qid])
         gold_norms = [normalize_answer(gold) for gold in golds]
-        exact_total += max(pred_norm == gold_norm for gold_norm in gold_norms)
-        f1_total += max(token_f1(pred_tokens, gold_norm.split()) for gold_norm in gold_norms)
+        if v2:  # golds that normalize to nothing are dropped, yet the question stays HasAns (official quirk)
+            gold_norms = [norm for norm in gold_norms if norm] or [""]
+        exact[qid] = float(max(pred_norm == norm for norm in gold_norms))
+        f1[qid] = max(_f1(pred_norm.split(), norm.split(), v2) for norm in gold_norms)
+    return exact, f1
+
+
+def score_v1(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str]) -> Scores:
+    """Official v1.1: ``{"exact_match": %, "f1": %}`` over every reference id (missing ones add 0).
+
+    ``references``: id -> gold texts; prediction ids that are no question are ignored.
+    """
+    _check_inputs(references, predictions, None, v2=False)
+    exact, f1 = _raw_scores(references, predictions, v2=False)
+    exact_total: float = 0
+    f1_total: float = 0
+    for qid in exact:  # a loop, not sum(): the official script adds with +=, and sum() of floats may not
+        exact_total += exact[qid]
+        f1_total += f1[qid]
     count = len(references)
     return {"exact_match": 100.0 * exact_total / count, "f1": 100.0 * f1_total / count}
 
 
-def _require_gold_answers(references: Mapping[str, Sequence[str]]) -> None:
-    """v1.1 needs a gold answer per question (official: ``max([])`` crashes)."""
-    empty = [qid for qid, golds in references.items() if not golds]
-    if empty:
-        raise ValueError(
-            f"{len(empty)} question(s) have no gold answers (first: {empty[0]!r}); "
-            "SQuAD v1.1 scoring needs at least one -- use score_v2 for SQuAD 2.0 data"
-        )
+def score_v2(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
+             na_probs: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0) -> Scores:
+    """Official v2.0 with --na-prob-file / --na-prob-thresh: its keys in its order.
 
-
-# --------------------------------------------------------------------------- ids
-
-
-def missing_ids(references: Mapping[str, Any], predictions: Mapping[str, Any]) -> list[str]:
-    """Reference ids without a prediction (they score 0), in reference order."""
-    return [qid for qid in references if qid not in predictions]
-
-
-def unknown_ids(references: Mapping[str, Any], predictions: Mapping[str, Any]) -> list[str]:
-    """Prediction ids that are not questions of the dataset, in prediction order.
-
-    The scores ignore them, but they usually mean the wrong dataset file.
+    ``references``: id -> gold texts, ``[]`` for unanswerable. exact/f1/total, HasAns_* and NoAns_*
+    when such questions exist, best_exact(_thresh)/best_f1(_thresh) when ``na_probs`` is given.
     """
-    return [qid for qid in predictions if qid not in references]
+    _check_inputs(references, predictions, na_probs, v2=True)
+    has_answer = {qid: bool(golds) for qid, golds in references.items()}
+    exact_raw, f1_raw = _raw_scores(references, predictions, v2=True)
+    # Officially P(no answer) is 0.0 without na_probs, so a negative threshold abstains on everything.
+    probs = na_probs if na_probs is not None else {qid: 0.0 for qid in exact_raw}
+
+    def thresholded(raw: Mapping[str, float]) -> dict[str, float]:
+        # above the threshold the prediction is "no answer", whatever its text: 1 if unanswerable, else 0
+        return {qid: float(not has_answer[qid]) if probs[qid] > na_prob_thresh else score
+                for qid, score in raw.items()}
+
+    exact, f1 = thresholded(exact_raw), thresholded(f1_raw)
+    result = _summary(exact, f1, list(references))
+    for prefix, wanted in (("HasAns", True), ("NoAns", False)):
+        qids = [qid for qid, has in has_answer.items() if has is wanted]
+        if qids:
+            result.update({f"{prefix}_{key}": value for key, value in _summary(exact, f1, qids).items()})
+    if na_probs is not None:
+        for name, raw in (("exact", exact_raw), ("f1", f1_raw)):
+            best, thresh = _best_threshold(predictions, raw, na_probs, has_answer, len(references))
+            result.update({f"best_{name}": best, f"best_{name}_thresh": thresh})
+    return result
+
+
+def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: Sequence[str]) -> Scores:
+    """Percentages over ``qids`` (sum() as the official script; missing ids add 0)."""
+    total = len(qids)
+    return {"exact": 100.0 * sum(exact[q] for q in qids if q in exact) / total,
+            "f1": 100.0 * sum(f1[q] for q in qids if q in f1) / total, "total": total}
+
+
+def _best_threshold(predictions: Mapping[str, str], raw: Mapping[str, float], na_probs: Mapping[str, float],
+                    has_answer: Mapping[str, bool], total: int) -> tuple[float, float]:
+    """Official ``find_best_thresh``: start abstaining on everything, un-abstain by ascending na_prob.
+
+    An answerable question adds its raw score; an unanswerable one costs 1 if its text is non-empty
+    *as a raw string* (" " costs a point though it scores as empty). Ties are walked one by one in
+    na_probs order, so the best may be unreachable with a real threshold: kept as is. Start counts
+    only predicted questions, so a missing prediction never earns credit (official when none is missing).
+    """
+    current = float(sum(1 for qid in raw if not has_answer[qid]))
+    best, best_thresh = current, 0.0
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+        if qid not in raw:
+            continue
+        if has_answer[qid]:
+            current += raw[qid]
+        elif predictions[qid]:
+            current -= 1
+        if current > best:
+            best, best_thresh = current, float(na_probs[qid])
+    return 100.0 * best / total, best_thresh
+
+
+def _check_inputs(references: Mapping[str, Sequence[str]], predictions: Mapping[str, object],
+                 na_probs: Mapping[str, float] | None, v2: bool) -> None:
+    """What the official scripts crash on: no questions, a non-string answer, v1 questions without
+    gold (``max([])``), a predicted question without a no-answer probability (KeyError)."""
+    if not references:
+        raise ScoreInputError("references", "no questions to score: the reference set is empty")
+    for qid, text in predictions.items():
+        if not isinstance(text, str):
+            raise ScoreInputError("predictions", f"prediction for id {qid!r} must be a string, "
+                                                 f"got {json_type_name(text)}")
+    if not v2:
+        empty = [qid for qid, golds in references.items() if not golds]
+        if empty:
+            raise ScoreInputError("references", f"{len(empty)} question(s) have no gold answers (field 'answers' "
+                                  f"empty or 'is_impossible' true): {first_ids(empty)}; pass "
+                                  "--version_2_with_negative to score SQuAD 2.0 data")
+    if na_probs is not None:
+        absent = [qid for qid in references if qid in predictions and qid not in na_probs]
+        if absent:
+            raise ScoreInputError("na_probs", f"no no-answer probability for {len(absent)} predicted "
+                                              f"question(s): {first_ids(absent)}")
+
+
+def first_ids(ids: Sequence[str]) -> str:
+    """Up to SHOWN_IDS quoted ids, with a count of the rest."""
+    rest = len(ids) - SHOWN_IDS
+    return ", ".join(map(repr, ids[:SHOWN_IDS])) + (f", ... ({rest} more)" if rest > 0 else "")
+
+
+def json_type_name(value: object) -> str:
+    """A decoded JSON value's type in JSON's words, for messages."""
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
+             list: "an array", str: "a string"}
+    return names.get(type(value), type(value).__name__)
+
+
+# --------------------------------------------------------------------------- the `evaluate` metric
+
+
+def metric_features(v2: bool) -> datasets.Features:
+    """The hub's `squad` / `squad_v2` inputs, except float64 for "no_answer_probability" (the hub: float32).
+
+    run_qa passes null-score differences; as float32 the threshold decisions and best_*_thresh would
+    move away from what score_squad.py computes from eval_null_odds.json.
+    """
+    from datasets import Features, List, Value  # only where a metric is built: score_squad.py needs none
+
+    predictions = {"id": Value("string"), "prediction_text": Value("string")}
+    if v2:
+        predictions["no_answer_probability"] = Value("float64")
+    answers = {"text": List(Value("string")), "answer_start": List(Value("int32"))}
+    return Features({"predictions": predictions, "references": {"id": Value("string"), "answers": answers}})
+
+
+def score_rows(predictions: Sequence[Mapping], references: Sequence[Mapping],
+               no_answer_threshold: float | None = None) -> Scores:
+    """The `evaluate` rows scored; a threshold (even 1.0) means v2. A repeated id is an error, not one kept."""
+    golds = _by_id("references", ((ref["id"], list(ref["answers"]["text"])) for ref in references))
+    texts = _by_id("predictions", ((row["id"], row["prediction_text"]) for row in predictions))
+    if no_answer_threshold is None:
+        return score_v1(golds, texts)
+    probs = _by_id("predictions", ((row["id"], row["no_answer_probability"]) for row in predictions))
+    return score_v2(golds, texts, probs, no_answer_threshold)
+
+
+def _by_id(source: str, pairs: Iterable[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for qid, value in pairs:
+        if qid in out:
+            raise ScoreInputError(source, f"{source}: id {qid!r} appears more than once")
+        out[qid] = value
+    return out
+
+
+def make_score(version_2_with_negative: bool, null_score_diff_threshold: float,
+               squad_metric: str | None = None) -> ScoreFunction:
+    """Load the metric now (a bad --squad_metric stops the run before training); return what scores answers."""
+    metric = load_squad_metric(squad_metric, version_2_with_negative)
+    # v2: thresholding the null odds at the postprocessing's threshold keeps exact/f1 unchanged and
+    # makes best_f1_thresh a usable threshold
+    options = {"no_answer_threshold": null_score_diff_threshold} if version_2_with_negative else {}
+
+    def score(preds: QAPredictions, examples: datasets.Dataset) -> Scores:
+        # rows in the answers' order: v2's best-threshold search breaks ties by it, as score_squad.py
+        # does by the order of eval_null_odds.json
+        predictions = [{"id": qid, "prediction_text": text} for qid, text in preds.answers.items()]
+        if version_2_with_negative:
+            for row in predictions:
+                row["no_answer_probability"] = float(preds.null_odds[row["id"]])
+        references = [{"id": qid, "answers": {"text": list(gold["text"]), "answer_start": list(gold["answer_start"])}}
+                      for qid, gold in zip(examples["id"], examples["answers"])]
+        return metric.compute(predictions=predictions, references=references, **options)
+
+    return score
+
+
+def load_squad_metric(name: str | None, version_2_with_negative: bool) -> evaluate.EvaluationModule:
+    """The `evaluate` metric asked for (default: ours for the version), checked to take run_qa's inputs."""
+    import evaluate  # slow to import (it pulls in transformers.pipelines): only once a run is set up
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        # evaluate has its own offline switch; without it an offline job asking for a hub metric
+        # would try the network first (and wait for it) before falling back to evaluate's cache
+        evaluate.config.HF_EVALUATE_OFFLINE = True
+    path = name or str(LOCAL_MODULES[version_2_with_negative])
+    try:
+        metric = evaluate.load(path, keep_in_memory=True)  # scores on the main process only: no cache files
+    except Exception as err:  # evaluate raises FileNotFoundError, ConnectionError, ImportError, TypeError, ...
+        if name is None:  # our own module: not the user's doing, keep the traceback
+            raise
+        raise UsageError(_cannot_load(name, version_2_with_negative, err)) from err
+    _check_metric_inputs(metric, name or path, version_2_with_negative)
+    return metric
+
+
+def _cannot_load(name: str, v2: bool, err: BaseException) -> str:
+    """What was asked, why it failed, and how to get it."""
+    from huggingface_hub import constants
+
+    cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if os.path.exists(name):
+        how = ("the path exists but is no evaluate module: give a .py file that defines an evaluate.Metric, "
+               "or a folder holding one named after the folder")
+    else:
+        local = LOCAL_MODULES[v2].relative_to(Path(__file__).parents[2])
+        offline = "offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else "no internet?"
+        how = (f"it is no local path, and a hub metric is fetched once from the Hugging Face Hub ({offline}): "
+               "load it where there is internet with HF_HOME set as in the job (it is then cached in "
+               f"{constants.HF_HOME}/modules for offline runs), or leave --squad_metric out to use {local}, "
+               "which gives the official numbers offline")
+    return f"--squad_metric {name!r} could not be loaded ({type(err).__name__}: {cause}); {how}"
+
+
+def _check_metric_inputs(metric: evaluate.EvaluationModule, name: str, v2: bool) -> None:
+    """The metric must take the rows run_qa sends (a v1 metric cannot score a v2 run, and back)."""
+    ours = metric_features(v2)
+    wanted = (set(ours["predictions"]), set(ours["references"]))
+    schemas = metric.features if isinstance(metric.features, list) else [metric.features]
+    found = [tuple(set(f[k]) if isinstance(f.get(k), dict) else set() for k in ("predictions", "references"))
+             for f in schemas]
+    if wanted not in found:
+        version = "2.0" if v2 else "1.1"
+        takes = " or ".join(f"predictions {sorted(p)} and references {sorted(r)}" for p, r in found)
+        raise UsageError(
+            f"--squad_metric {name!r} takes {takes}, but a SQuAD v{version} run sends predictions "
+            f"{sorted(wanted[0])} and references {sorted(wanted[1])}: use a SQuAD v{version} metric "
+            f"(on the hub: {HUB_NAMES[v2]!r}), or leave --squad_metric out")

@@ -1,59 +1,39 @@
 """Per-run efficiency: real tokens/s, samples/s, model FLOPs and model FLOP utilisation (MFU).
 
-Users compare runs across machines and settings by how much of the hardware did
-useful work. Useful work is counted on real tokens only (padding is waste), with
-the usual transformer estimate per training sequence of s real tokens:
-
-    6 * N * s + 12 * L * H * s**2      (N = non-embedding parameters, L layers, H hidden)
-
-i.e. 6N per token for forward + backward through the weights plus 12*L*H*s per
-token for attention scores; bert-base at s = 384 is about 212 GFLOP. MFU divides
-the achieved model FLOP/s by the summed peak of the devices at the precision the
-run used (table below: dense tensor-core figures from the vendors' data sheets).
-On a CPU there is no meaningful peak, so only achieved FLOP/s is reported.
+Useful work is counted on real tokens only (padding is waste), with the usual transformer estimate per training
+sequence of s real tokens: 6*N*s + 12*L*H*s**2 (N non-embedding parameters, L layers, H hidden): 6N per token
+for forward + backward through the weights, 12*L*H*s per token for attention scores; bert-base at s = 384 is
+about 212 GFLOP. MFU divides the achieved FLOP/s by the summed peak of the devices at the run's precision (dense
+tensor-core figures from the vendors' data sheets). A CPU has no meaningful peak: only achieved FLOP/s is reported.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
 from qa_hpc.model import ModelShape
 
-# name substring (lower case) -> peak TFLOP/s by precision: (bf16/fp16 tensor, tf32 tensor, fp32), dense
+# name substring (lower case) -> peak TFLOP/s (bf16/fp16 tensor, tf32 tensor, fp32), dense; longest key matched first
 GPU_PEAK_TFLOPS: dict[str, tuple[float, float, float]] = {
-    "h200": (989.0, 494.0, 67.0),
-    "h100 nvl": (835.0, 418.0, 60.0),
-    "h100 pcie": (756.0, 378.0, 51.0),
+    "h200": (989.0, 494.0, 67.0), "h100 nvl": (835.0, 418.0, 60.0), "h100 pcie": (756.0, 378.0, 51.0),
     "h100": (989.0, 494.0, 67.0),  # SXM ("NVIDIA H100 80GB HBM3")
-    "a100": (312.0, 156.0, 19.5),
-    "a10g": (70.0, 35.0, 31.2),  # AWS A10G
-    "a10": (125.0, 62.5, 31.2),
-    "l40s": (362.0, 183.0, 91.6),
-    "l40": (181.0, 90.5, 90.5),
-    "l4": (121.0, 60.0, 30.3),
-    "v100": (125.0, 15.7, 15.7),  # fp16 tensor cores; no bf16/tf32
-    "t4": (65.0, 8.1, 8.1),  # fp16 tensor cores; no bf16/tf32
-    "rtx 4090": (165.2, 82.6, 82.6),
-    "rtx 3090": (71.0, 35.6, 35.6),
-    "rtx a6000": (154.8, 77.4, 38.7),
+    "a100": (312.0, 156.0, 19.5), "a10g": (70.0, 35.0, 31.2), "a10": (125.0, 62.5, 31.2),
+    "l40s": (362.0, 183.0, 91.6), "l40": (181.0, 90.5, 90.5), "l4": (121.0, 60.0, 30.3),
+    "v100": (125.0, 15.7, 15.7), "t4": (65.0, 8.1, 8.1),  # fp16 tensor cores; no bf16/tf32
+    "rtx 4090": (165.2, 82.6, 82.6), "rtx 3090": (71.0, 35.6, 35.6), "rtx a6000": (154.8, 77.4, 38.7),
 }
 
 
 def peak_tflops(device_name: str | None, precision: str, tf32: bool) -> float | None:
     """Peak dense TFLOP/s of one device at a precision, or None (CPU or unknown GPU)."""
-    if not device_name:
+    name = (device_name or "").lower()
+    key = next((k for k in sorted(GPU_PEAK_TFLOPS, key=len, reverse=True) if k in name), None)
+    if key is None:
         return None
-    name = device_name.lower()
-    for key in sorted(GPU_PEAK_TFLOPS, key=len, reverse=True):  # "l40s" before "l40" before "l4"
-        half, tf32_peak, fp32 = GPU_PEAK_TFLOPS[key]
-        if key in name:
-            if precision in ("bf16", "fp16"):
-                return half
-            return tf32_peak if tf32 else fp32
-    return None
+    half, tf32_peak, fp32 = GPU_PEAK_TFLOPS[key]
+    return half if precision in ("bf16", "fp16") else tf32_peak if tf32 else fp32
 
 
 def train_flops_per_sequence(lengths: np.ndarray, n_params: int, layers: int, hidden: int) -> np.ndarray:
@@ -62,65 +42,28 @@ def train_flops_per_sequence(lengths: np.ndarray, n_params: int, layers: int, hi
     return 6.0 * n_params * s + 12.0 * layers * hidden * s * s
 
 
-@dataclass
-class TrainEfficiency:
-    """What a training run achieved, per second and against the hardware's peak."""
-
-    train_real_tokens: int
-    train_tokens_per_second: float
-    train_samples_per_second: float
-    train_model_tflop: float  # total useful model FLOPs, in TFLOP
-    train_achieved_tflops: float  # TFLOP/s over the whole job
-    train_peak_tflops: float | None  # summed over devices; None on CPU
-    train_mfu: float | None  # fraction of peak
-    device_name: str
-    n_devices: int
-    precision: str
-
-    def metrics(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-    def log_lines(self) -> list[str]:
-        lines = [
-            f"TRAIN_TOKENS_PER_SECOND={self.train_tokens_per_second:.1f}",
-            f"TRAIN_SAMPLES_PER_SECOND={self.train_samples_per_second:.3f}",
-            f"TRAIN_MODEL_TFLOP={self.train_model_tflop:.3f}",
-            f"ACHIEVED_TFLOPS={self.train_achieved_tflops:.4f}",
-        ]
-        if self.train_mfu is not None:
-            lines += [f"PEAK_TFLOPS={self.train_peak_tflops:.1f}", f"MFU={self.train_mfu:.4f}"]
-        else:
-            lines.append(f"MFU=n/a (device={self.device_name}: no peak table entry; achieved FLOP/s above)")
-        return lines
-
-
-def train_efficiency(
-    lengths: np.ndarray,
-    epochs: float,
-    runtime_s: float,
-    shape: ModelShape,
-    device_name: str,
-    n_devices: int,
-    precision: str,
-    tf32: bool,
-) -> TrainEfficiency:
-    """Efficiency of `epochs` passes over features of real `lengths` that took `runtime_s` seconds."""
+def train_efficiency(lengths: np.ndarray, epochs: float, runtime_s: float, shape: ModelShape, device_name: str,
+                     n_devices: int, precision: str, tf32: bool) -> dict[str, float | int | str]:
+    """What `epochs` passes over features of real `lengths` in `runtime_s` seconds achieved, per second and
+    against the summed peak of the devices (train_peak_tflops and train_mfu left out where there is none)."""
     per_epoch = float(train_flops_per_sequence(lengths, shape.non_embedding_params, shape.layers, shape.hidden).sum())
-    flops = per_epoch * epochs
+    flops, runtime_s = per_epoch * epochs, max(runtime_s, 1e-9)
     tokens = int(round(float(lengths.sum()) * epochs))
-    runtime_s = max(runtime_s, 1e-9)
     achieved = flops / runtime_s / 1e12
-    peak_one = peak_tflops(device_name, precision, tf32)
-    peak = peak_one * n_devices if peak_one is not None else None
-    return TrainEfficiency(
-        train_real_tokens=tokens,
-        train_tokens_per_second=tokens / runtime_s,
-        train_samples_per_second=len(lengths) * epochs / runtime_s,
-        train_model_tflop=flops / 1e12,
-        train_achieved_tflops=achieved,
-        train_peak_tflops=peak,
-        train_mfu=achieved / peak if peak else None,
-        device_name=device_name,
-        n_devices=n_devices,
-        precision=precision,
-    )
+    peak = (peak_tflops(device_name, precision, tf32) or 0.0) * n_devices
+    return {"train_real_tokens": tokens, "train_tokens_per_second": tokens / runtime_s,
+            "train_samples_per_second": len(lengths) * epochs / runtime_s,
+            "train_model_tflop": flops / 1e12,  # total useful model FLOPs
+            "train_achieved_tflops": achieved,  # TFLOP/s over the whole job
+            **({"train_peak_tflops": peak, "train_mfu": achieved / peak} if peak else {}),
+            "device_name": device_name, "n_devices": n_devices, "precision": precision}
+
+
+def efficiency_lines(eff: Mapping[str, float | int | str]) -> list[str]:
+    """The greppable KEY=value lines of train_efficiency's figures."""
+    lines = [f"TRAIN_TOKENS_PER_SECOND={eff['train_tokens_per_second']:.1f}",
+             f"TRAIN_SAMPLES_PER_SECOND={eff['train_samples_per_second']:.3f}",
+             f"TRAIN_MODEL_TFLOP={eff['train_model_tflop']:.3f}", f"ACHIEVED_TFLOPS={eff['train_achieved_tflops']:.4f}"]
+    if "train_mfu" in eff:
+        return lines + [f"PEAK_TFLOPS={eff['train_peak_tflops']:.1f}", f"MFU={eff['train_mfu']:.4f}"]
+    return lines + [f"MFU=n/a (device={eff['device_name']}: no peak table entry; achieved FLOP/s above)"]

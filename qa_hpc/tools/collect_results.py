@@ -2,74 +2,353 @@
 """One row per run from the runs' records: where runs went, how fast, how good, how big.
 
     python -m qa_hpc.tools.collect_results                          # logs/ and outputs/ of the checkout
-    python -m qa_hpc.tools.collect_results logs/ outputs/ --baseline bert_squad_ft3 --format md
-    python -m qa_hpc.tools.collect_results outputs/ --format csv > runs.csv
+    python -m qa_hpc.tools.collect_results logs/ outputs/ --baseline bert_squad_ft3 --format csv > runs.csv
     python -m qa_hpc.tools.collect_results logs/ outputs/ --plot plots/  # loss_curves, throughput, wall_time .png
 
-Every figure comes from the run's record, <output_dir>/run_summary.json (and the loss curve
-from trainer_state.json). A job log (`name-jobid.out`) is matched to its record by job id;
-a run that never wrote a record (it failed before its inputs were checked, is still running,
-or was killed) is shown from its log: failed with the log's last `ERROR:` line, or incomplete.
-Missing figures read n/a. Speedup is baseline/run for times and run/baseline for throughput
-(--speedup_on), against --baseline (a run label, job name or job id) or else the first
-successful row; only runs that ended ok get one.
+Every figure comes from the run's record, <output_dir>/run_summary.json (the loss curve from
+trainer_state.json). A job log (`name-jobid.out`) pairs with its record by job id; a log without one
+shows a run that failed (its last `ERROR:` line says why) or is incomplete. Missing figures read n/a.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
+from pathlib import Path
+from typing import Any
 
-from qa_hpc.tools.collect.plots import write_plots
-from qa_hpc.tools.collect.runs import build_rows
-from qa_hpc.tools.collect.table import SPEEDUP_ON, add_speedup, frame, pick_baseline, to_csv, to_json, to_markdown
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from qa_hpc.record import SUMMARY_FILE
+
+LOG_SUFFIXES = (".out", ".err", ".log")
+# Files only a run's output dir holds: a dir with any of them is a run, with or without a record.
+OUTPUT_MARKERS = (SUMMARY_FILE, "all_results.json", "trainer_state.json", "memory.json")
+SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "runs", "profiler", "hf_cache", "wandb"}
+# run_qa.py's own words (cli) and the job scripts' (qa_die, with a "[qa-hpc HH:MM:SS] " prefix)
+ERROR_LINE = re.compile(r"^(?:\[qa-hpc [0-9:]+\] )?ERROR: (.+?)\s*$", re.MULTILINE)
+# The columns of the table (and of --format csv/json, speedup last), figure -> how its speedup compares.
+COLUMNS = (
+    "run", "job_name", "job_id", "status", "reason", "exit_code", "nodes", "procs_per_node", "world_size",
+    "device", "precision", "wall_clock_seconds", "train_runtime", "train_samples_per_second",
+    "train_tokens_per_second", "train_mfu", "eval_samples_per_second", "exact_match", "f1", "peak_memory_mb",
+    "peak_memory_source", "hostname", "timestamp", "output_dir", "logs", "loss_curve",
+)
+INTEGERS, FLOATS = COLUMNS[5:9], COLUMNS[11:20]  # exit_code .. world_size; wall_clock_seconds .. peak_memory_mb
+RESULTS = COLUMNS[12:17]  # train_runtime .. eval_samples_per_second: the record's results as they are
+SPEEDUP_ON = {"train_runtime": "time", "wall_clock_seconds": "time", "train_samples_per_second": "rate",
+              "train_tokens_per_second": "rate"}
+NA = "n/a"
+Row = dict[str, Any]
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m qa_hpc.tools.collect_results",
-                                     description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="*", help="job logs, log dirs, output dirs and dirs of output dirs "
-                        "(default: logs/ outputs/)")
-    parser.add_argument("--baseline", help="run label, job name or job id the speedup is relative to "
-                        "(default: the first successful run)")
-    parser.add_argument("--speedup_on", default="train_runtime", choices=sorted(SPEEDUP_ON),
-                        help="figure the speedup compares (default: train_runtime)")
-    parser.add_argument("--format", default="md", choices=["md", "csv", "json"])
-    parser.add_argument("--plot", metavar="DIR", help="write loss_curves.png, throughput.png, wall_time.png here")
-    return parser.parse_args(argv)
+def _find(paths: list[str]) -> tuple[dict[str, list[Path]], list[Path], list[str]]:
+    """Job logs grouped by stem (`x.out` + `x.err` are one job), output dirs, and paths not found."""
+    logs: dict[str, list[Path]] = {}
+    dirs: set[Path] = set()
+    missing = [raw for raw in paths if not Path(raw).exists()]
+    for path in (Path(raw).resolve() for raw in paths if raw not in missing):
+        if path.is_file() and path.name == SUMMARY_FILE:
+            dirs.add(path.parent)
+        elif path.is_file():
+            logs.setdefault(str(path.with_suffix("")), []).append(path)
+        for here, subdirs, files in os.walk(path):  # nothing for a file
+            if any((Path(here) / marker).is_file() for marker in OUTPUT_MARKERS):
+                dirs.add(Path(here))
+                subdirs.clear()
+                continue
+            # checkpoints hold trainer_state.json too, but belong to the run above them
+            subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS and not d.startswith("checkpoint-"))
+            for file in (Path(here, name).resolve() for name in sorted(files) if name.endswith(LOG_SUFFIXES)):
+                logs.setdefault(str(file.with_suffix("")), []).append(file)
+    return logs, sorted(dirs), missing
+
+
+def _read_json(path: Path) -> Any:
+    """The parsed file, or None when it is missing or cut off mid-write (json: records may hold NaN)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _name_and_id(stem: str) -> tuple[str | None, str | None]:
+    """The job name and id in a log's file name: `name-1234` / `slurm-1234` (sbatch), `name-local-<time>`."""
+    local = re.fullmatch(r"(.*)-local-[0-9-]+", stem)  # the job scripts' own log outside Slurm
+    named = re.fullmatch(r"(.*?)[-_.](\d+(?:_\d+)?)", stem)
+    if local or not named:
+        return (local.group(1) if local else stem), None
+    return (None if named.group(1) == "slurm" else named.group(1)), named.group(2)
+
+
+def _last_error(files: list[Path]) -> str | None:
+    """The last `ERROR: ...` line of a job's log files (the reason a run without a record gives)."""
+    errors: list[str] = []
+    for file in files:
+        try:
+            errors += ERROR_LINE.findall(file.read_text(encoding="utf-8", errors="replace"))
+        except OSError as err:
+            errors.append(f"cannot read {file}: {err}")
+    return errors[-1] if errors else None
+
+
+def _loss_curve(out_dir: Path) -> list[list[float]]:
+    """[step, loss] from trainer_state.json, or the newest checkpoint's for a run that stopped early."""
+    state = _read_json(out_dir / "trainer_state.json")
+    if state is None:
+        steps = [int(p.name.split("-")[1]) for p in out_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
+        state = _read_json(out_dir / f"checkpoint-{max(steps)}" / "trainer_state.json") if steps else None
+    return [[e["step"], e["loss"]] for e in (state or {}).get("log_history", []) if "loss" in e and "step" in e]
+
+
+def _row(**values: Any) -> Row:
+    row: Row = {**dict.fromkeys(COLUMNS), "logs": [], "loss_curve": [], **values}
+    row["run"] = f"{row['job_name']}-{row['job_id']}" if row["job_name"] and row["job_id"] else row["run"]
+    return row
+
+
+def _record_row(out_dir: Path) -> Row:
+    """The row of one output dir: its record's figures, or status incomplete when it has none."""
+    record, curve = _read_json(out_dir / SUMMARY_FILE), _loss_curve(out_dir)
+    if not isinstance(record, dict):
+        return _row(run=out_dir.name, output_dir=str(out_dir), status="incomplete", loss_curve=curve,
+                    reason=f"no readable {SUMMARY_FILE} (still running, or killed before it could write one)")
+    plan, effective, results, memory = (record.get(key) or {} for key in ("plan", "effective", "results", "memory"))
+    world, per_node = effective.get("world_size") or plan.get("world_size"), plan.get("local_world_size")
+    peak, job_id, status = memory.get("measured_peak_mb"), record.get("slurm_job_id"), record.get("status")
+    stopped = record.get("stopped") or {}
+    reason = (f"exit code {record.get('exit_code')}: {record.get('error') or 'no error recorded'}" if status == "failed"
+              else f"{stopped.get('signal')} at step {stopped.get('global_step')}; resumes from "
+              f"{stopped.get('checkpoint')}" if status == "preempted" else None)
+    cuda = (memory.get("max_over_ranks") or {}).get("cuda_peak_allocated_mb")
+    return _row(
+        run=out_dir.name, job_name=record.get("slurm_job_name"), job_id=str(job_id) if job_id else None,
+        status=status or "unknown", reason=reason, exit_code=record.get("exit_code"),
+        nodes=-(-world // per_node) if world and per_node else None, procs_per_node=per_node, world_size=world,
+        device=effective.get("device_name") or plan.get("device"),
+        precision=effective.get("precision") or plan.get("precision"),
+        wall_clock_seconds=record.get("wall_clock_seconds"), **{key: results.get(key) for key in RESULTS},
+        # the SQuAD v1 name, else v2's
+        exact_match=next((v for v in (results.get("eval_exact_match"), results.get("eval_exact")) if v is not None),
+                         None),
+        f1=results.get("eval_f1"), peak_memory_mb=peak,
+        peak_memory_source=None if peak is None else "cuda" if cuda else "rss", hostname=record.get("hostname"),
+        timestamp=record.get("timestamp"), output_dir=str(out_dir), loss_curve=curve,
+    )
+
+
+def _log_row(stem: str, files: list[Path], records: list[Row]) -> Row:
+    """A job log no record belongs to: failed (its last ERROR line says why), or incomplete."""
+    name, job_id = _name_and_id(stem)
+    error, logs = _last_error(files), [str(f) for f in files]
+    if error:
+        return _row(run=stem, job_name=name, job_id=job_id, status="failed", reason=error, logs=logs)
+    reason = f"no {SUMMARY_FILE} of this job: still running, or killed (time limit, out of memory, scancel)"
+    # job scripts reuse outputs/<job name>: another job of the same name may have overwritten the record
+    other = next((r for r in records if name and r["job_name"] == name and r["job_id"] != job_id), None)
+    if other:
+        reason += f"; {other['output_dir']} holds the record of job {other['job_id']}"
+    return _row(run=stem, job_name=name, job_id=job_id, status="incomplete", reason=reason, logs=logs)
+
+
+def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """The one reader of run records: a table with one row per run under `paths`, and warnings.
+
+    Rows are sorted by job id. A job log and its record are one row, and the record wins.
+    """
+    logs, dirs, missing = _find(paths)
+    by_dir = {d: _record_row(d) for d in dirs}
+    by_id = {row["job_id"]: d for d, row in by_dir.items() if row["job_id"]}
+    rows: list[Row] = []
+    # logs with a job id first; then logs without one newest first (their names end in the start
+    # time), so the newest claims the output dir that its job name's runs share
+    with_id = sorted(s for s in logs if _name_and_id(Path(s).name)[1])
+    for stem in with_id + sorted((s for s in logs if s not in with_id), reverse=True):
+        name, job_id = _name_and_id(Path(stem).name)
+        out_dir = by_id.get(job_id) if job_id else next(  # outside Slurm: outputs/<name> or outputs/<mode>-<name>
+            (d for d, r in by_dir.items() if name and not r["job_id"] and not r["logs"]
+             and (d.name == name or d.name.endswith(f"-{name}"))), None)
+        if out_dir is None or by_dir[out_dir]["logs"]:
+            rows.append(_log_row(Path(stem).name, logs[stem], list(by_dir.values())))
+            continue
+        row = by_dir[out_dir]
+        row["logs"] = [str(f) for f in logs[stem]]
+        if not row["job_name"]:  # a run outside Slurm: its record has no job name, the log's file has
+            row.update(job_name=name, run=name)
+        error = _last_error(logs[stem]) if row["status"] == "incomplete" else None  # no record: the log tells
+        if error:
+            row.update(status="failed", reason=error)
+    table = pd.DataFrame(rows + list(by_dir.values()), columns=list(COLUMNS))
+    # numeric job ids in order, then the rest (local runs) by name
+    ids = table["job_id"].fillna("")
+    keys = pd.DataFrame({"n": pd.to_numeric(ids.str.extract(r"^(\d+)")[0]), "id": ids, "run": table["run"]})
+    table = table.loc[keys.sort_values(["n", "id", "run"], kind="stable").index].reset_index(drop=True)
+    # a figure a record holds as anything but a number reads as missing; nullable integers keep 1, not 1.0
+    table[list(FLOATS)] = table[list(FLOATS)].apply(pd.to_numeric, errors="coerce").astype(float)
+    return table.astype({key: "Int64" for key in INTEGERS}), [f"not found: {p}" for p in missing]
+
+
+def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tuple[int | None, str | None]:
+    """The index of the baseline row (named, or the first ok row with the figure), or an error message."""
+    if not baseline:
+        usable = table.index[table["status"].eq("ok") & table[metric].gt(0)]
+        return (int(usable[0]) if len(usable) else None), None
+    names = table[["run", "job_name", "job_id"]].astype("string")
+    names["dir"] = table["output_dir"].map(lambda d: Path(d).name, na_action="ignore")
+    matches = table.index[names.eq(baseline).any(axis=1)]
+    if not len(matches):
+        matches = table.index[table["run"].str.contains(baseline, regex=False)]
+    if len(matches) != 1:
+        found = ", ".join(table.loc[matches if len(matches) else table.index, "run"])
+        return None, f"--baseline {baseline!r} matches {'no run' if not len(matches) else 'several runs'} ({found})"
+    index = int(matches[0])
+    if not table.at[index, metric] > 0:
+        run, status = table.at[index, "run"], table.at[index, "status"]
+        return None, f"--baseline {baseline!r} ({run}, status {status}) has no {metric}"
+    return index, None
+
+
+def add_speedup(table: pd.DataFrame, base: int | None, metric: str) -> pd.DataFrame:
+    """A speedup column: baseline/run for times, run/baseline for rates; only runs that ended ok get one."""
+    values = table[metric].where(table["status"].eq("ok") & table[metric].gt(0))
+    reference = float("nan") if base is None else table.at[base, metric]
+    return table.assign(speedup=reference / values if SPEEDUP_ON[metric] == "time" else values / reference)
+
+
+def _figure(value: float) -> str:
+    """Throughputs and times span 0.01 to 100,000: two decimals while small, thousands separators when big."""
+    return f"{value:.2f}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
+    """A GitHub markdown table and what its speedup and memory columns mean."""
+    t = table.astype({"nodes": "string", "procs_per_node": "string", "reason": "string", "status": "string"})
+    fixed = lambda column, spec: t[column].map(spec.format, na_action="ignore").astype("string")  # noqa: E731
+    reason = t["reason"].where(t["reason"].str.len() <= 100, t["reason"].str[:97] + "...")  # whole: csv/json
+    cells = pd.DataFrame({
+        "run": t["run"], "job id": t["job_id"], "nodes×GPUs": t["nodes"] + "×" + t["procs_per_node"],
+        "device": t["device"], "precision": t["precision"], "wall s": fixed("wall_clock_seconds", "{:.0f}"),
+        **{title: t[column].map(_figure, na_action="ignore").astype("string") for title, column in (
+            ("train s", "train_runtime"), ("train samples/s", "train_samples_per_second"),
+            ("eval samples/s", "eval_samples_per_second"))},
+        "EM": fixed("exact_match", "{:.2f}"), "F1": fixed("f1", "{:.2f}"),
+        "peak memory": fixed("peak_memory_mb", "{:,.0f}") + " MB (" + t["peak_memory_source"].astype("string") + ")",
+        "speedup": fixed("speedup", "{:.2f}×"),
+        "status": t["status"].where(t["status"].eq("ok"), t["status"].str.upper() + (": " + reason).fillna("")),
+    }).astype("string").fillna(NA).map(lambda text: text.replace("|", "/"))  # a | in a reason would split the cell
+    # no tabulate here (pandas' to_markdown needs it), and unpadded cells keep the table diff-friendly
+    lines = ["| " + " | ".join(cells.columns) + " |", "|" + "|".join("---" for _ in cells.columns) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)]
+    name = table.at[base, "run"] if base is not None else None
+    notes = [] if base is None else [f"speedup: {metric} of {name} / each run's" if SPEEDUP_ON[metric] == "time"
+                                     else f"speedup: each run's {metric} / {name}'s"]
+    notes.append("peak memory: cuda = CUDA peak allocated (max over ranks); rss = CPU peak RSS")
+    return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+
+
+def to_csv(table: pd.DataFrame) -> str:
+    """Every column but the loss curve; a run's log files joined by ';'."""
+    flat = table.drop(columns="loss_curve").assign(logs=table["logs"].map(";".join))
+    return flat.to_csv(index=False, lineterminator="\n")
+
+
+def to_json(table: pd.DataFrame, base: int | None, metric: str) -> str:
+    """Every column, loss curves included; missing figures are null."""
+    plain = table.astype(object).where(table.notna(), None)  # NaN and pd.NA are not JSON
+    return json.dumps({"baseline": table.at[base, "run"] if base is not None else None, "speedup_on": metric,
+                       "runs": plain.to_dict(orient="records")}, indent=2) + "\n"
+
+
+# Figure, not pyplot: no global figure state, and no display needed on a login node. 700 x 400 pixels:
+# readable in a README and in a terminal image viewer.
+SIZE, DPI = (7, 4), 100
+BARS = {"throughput.png": ("train_samples_per_second", "train samples/s (all ranks)"),
+        "wall_time.png": ("wall_clock_seconds", "wall clock seconds")}  # file -> (column, axis label)
+
+
+def _axes(title: str, **labels: str) -> tuple[Figure, Axes]:
+    fig = Figure(figsize=SIZE, dpi=DPI)
+    ax = fig.subplots()
+    ax.set(title=title, **labels)
+    return fig, ax
+
+
+def loss_figure(table: pd.DataFrame) -> Figure:
+    """Training loss over optimizer steps, one line per run that logged a loss."""
+    fig, ax = _axes("Training loss", xlabel="optimizer step", ylabel="training loss")
+    curves = table[table["loss_curve"].map(len) > 0]
+    for run, curve in zip(curves["run"], curves["loss_curve"]):
+        ax.plot(*zip(*curve), marker="o", markersize=3, label=run)
+    if len(curves):
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no loss curves found", ha="center", va="center", transform=ax.transAxes)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
+    """One bar per run (red when it did not end ok), labelled with its value (and status when not ok)."""
+    fig, ax = _axes(f"{label} per run", ylabel=label)
+    ok = table["status"].eq("ok")
+    bars = ax.bar(range(len(table)), table[column].fillna(0.0), color=ok.map({True: "tab:blue", False: "tab:red"}))
+    ax.bar_label(bars, fontsize=8, labels=[(NA if pd.isna(value) else f"{value:.3g}") + ("" if good else f" ({status})")
+                                           for value, good, status in zip(table[column], ok, table["status"])])
+    ax.set_xticks(range(len(table)), table["run"], rotation=20, ha="right", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def write_plots(table: pd.DataFrame, out_dir: str) -> list[Path]:
+    """loss_curves.png, throughput.png and wall_time.png in out_dir; their paths."""
+    figures = {"loss_curves.png": loss_figure(table), **{name: bar_figure(table, *bar) for name, bar in BARS.items()}}
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    for name, fig in figures.items():
+        fig.tight_layout()
+        fig.savefig(Path(out_dir) / name)
+    return [Path(out_dir) / name for name in figures]
+
+
+def _fail(message: str) -> int:
+    print(f"ERROR: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m qa_hpc.tools.collect_results",
+                                     description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*",
+                        help="job logs, log dirs, output dirs and dirs of output dirs (default: logs/ outputs/)")
+    parser.add_argument("--baseline", help="run label, job name or job id the speedup is relative to "
+                        "(default: the first successful run)")
+    parser.add_argument("--speedup_on", default="train_runtime", choices=sorted(SPEEDUP_ON),
+                        help="figure the speedup compares (default: train_runtime): baseline/run for times, "
+                        "run/baseline for rates; only runs that ended ok get one")
+    parser.add_argument("--format", default="md", choices=["md", "csv", "json"])
+    parser.add_argument("--plot", metavar="DIR", help="write loss_curves.png, throughput.png, wall_time.png here")
+    args = parser.parse_args(argv)
     paths = args.paths or [p for p in ("logs", "outputs") if os.path.exists(p)]
     if not paths:
-        print("ERROR: no paths given and no logs/ or outputs/ here", file=sys.stderr)
-        return 2
-    rows, warnings = build_rows(paths)
+        return _fail("no paths given and no logs/ or outputs/ here")
+    table, warnings = read_runs(paths)
     for warning in warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
-    if not rows:
-        print(f"ERROR: no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with "
-              "run_summary.json)", file=sys.stderr)
-        return 2
-    table = frame(rows)
+    if table.empty:
+        return _fail(f"no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with {SUMMARY_FILE})")
     base, error = pick_baseline(table, args.baseline, args.speedup_on)
     if error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+        return _fail(error)
     table = add_speedup(table, base, args.speedup_on)
-    if args.format == "md":
-        sys.stdout.write(to_markdown(table, base, args.speedup_on))
-    elif args.format == "csv":
-        sys.stdout.write(to_csv(table))
-    else:
-        sys.stdout.write(to_json(table, base, args.speedup_on))
-    if args.plot:
-        for path in write_plots(table, args.plot):
-            print(f"PLOT={path}", file=sys.stderr)
+    sys.stdout.write(to_markdown(table, base, args.speedup_on) if args.format == "md" else to_csv(table)
+                     if args.format == "csv" else to_json(table, base, args.speedup_on))
+    for path in write_plots(table, args.plot) if args.plot else []:
+        print(f"PLOT={path}", file=sys.stderr)
     return 0
 
 

@@ -1,31 +1,13 @@
 """Generate SQuAD-format demo data from templates, with no third-party text.
 
-Why: tests, smoke runs and "does my cluster setup work at all" checks need a
-question-answering data set that ships with the project (no licence, no
-download) and that a small pretrained BERT can actually *learn* in a few
-hundred CPU steps, so a run that trains shows a clearly rising F1.
-
-Design of the text:
-
-* Entities (towns, rivers, people, mountains, lakes) get invented but
-  pronounceable names built from syllables ("Kalomi", "Miraso Pell"), which an
-  uncased WordPiece vocabulary splits into a few sub-words.
-* Each paragraph is a sequence of entity blocks; each block is a few factual
-  sentences from templates ("Talvek was founded in 1843 by Miraso Pell.").
-  Paragraphs are long (``context_words``, default 450 words, i.e. well over
-  384 WordPiece tokens), so every context spans several windows at
-  max_seq_length 384 / doc_stride 128 and many answers sit in later windows.
-* Each question paraphrases one sentence ("In what year was Talvek
-  founded?") and its answer is a short span: a name, year, number with unit,
-  colour, month, trade good, job or book title. Several entities of the same
-  kind share a paragraph, so the model has to match the entity named in the
-  question, not just the kind of answer.
-* With ``with_impossible=True`` about a third of the questions ask about an
-  entity that does not occur in the paragraph (``is_impossible: true``).
-
-Output is deterministic: same arguments, same bytes.
-
-CLI::
+Tests, smoke runs and "does my cluster work at all" checks need a data set that ships with the project
+(no licence, no download) and that a small BERT learns in a few hundred CPU steps (F1 clearly rises).
+Invented entities (towns, rivers, people, mountains, lakes) get pronounceable names from syllables
+("Kalomi", "Miraso Pell"), a few WordPieces each. A paragraph is blocks of template facts ("Talvek was
+founded in 1843 by Miraso Pell."), --context_words long (450: > 384 tokens, so answers sit in later
+windows too); a question paraphrases one fact and its answer is a short span. Entities of one kind
+share a paragraph, so the model must match the entity named. With --version_2_with_negative about a
+third of the questions ask about an entity the paragraph never mentions. Same arguments, same bytes.
 
     python -m qa_hpc.tools.make_demo_data --output_dir data/demo [--num_train 2000] [--num_eval 400]
         [--seed 0] [--version_2_with_negative] [--context_words 450]
@@ -34,101 +16,237 @@ CLI::
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import random
+import string
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qa_hpc.reliability.atomic_io import write_text_atomic
-from qa_hpc.tools.demo_text import Paragraph, choose_kind, impossible_question
+from qa_hpc.atomic_io import write_text_atomic
 
-def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool = False,
-                   context_words: int = 450, title_prefix: str = "demo",
-                   questions_per_paragraph: int = 6, paragraphs_per_article: int = 5) -> dict:
-    """Return a deterministic SQuAD data set in the official nested layout.
+# Consonant-vowel syllables with few clusters and codas read like names and split into few WordPieces.
+# The lists' order and repeats are part of the data: the same seed must give the same bytes.
+ONSETS = "b d f g k l m n p r s t v z h j b d k l m n r s t v br dr tr st".split()
+VOWELS = "a e i o u a o e i".split()
+CODAS = [""] * 8 + ["n", "r", "l", "s", "k"]
+WORDS = {
+    "C": "red blue green yellow white black orange purple grey brown silver golden pink violet",
+    "M": "January February March April May June July August September October November December",
+    "G": "salt wool copper timber glass cheese silk leather honey pottery tea iron wine paper rope tin barley amber",
+    "F": "lanterns bread music kites flowers masks boats candles apples drums ribbons stars horses bells",
+    "A": "fox owl bear wolf heron stag eagle otter hare swan badger falcon lynx crane boar raven beaver goat",
+    "J": "baker teacher sailor doctor painter carpenter judge miller blacksmith farmer merchant poet builder "
+         "weaver soldier priest surveyor printer",
+    "I": "trout pike salmon carp perch eels catfish bream",
+    "R": "north south east west",
+}
+CHOICES = {slot: words.split() for slot, words in WORDS.items()}
+BOOK = ("Silent Golden Hidden Last Broken Northern Quiet Distant Burning Frozen Endless Lonely Secret Crimson Little "
+        "Winter".split(), "Harbour Garden Valley Bridge Lantern Orchard Tower Road Island Forest Letter Mirror Kingdom "
+        "River Meadow Window".split())  # a book title: adjective, noun
 
-    The random stream is seeded from ``(seed, title_prefix)``, so train and
-    evaluation sets made with the same seed but different prefixes differ,
-    and the same arguments always give the same data. Ids are
-    ``{title_prefix}-{n:06d}``: unique within a set and across prefixes.
+# kind -> facts: (sentence, {slot answered: "paraphrase|paraphrase"}). {E} is the block's entity; other
+# slots are drawn per fact (T town, P person, W lake, Y year, N population, C colour, ...).
+FACTS: dict[str, list[tuple[str, dict[str, str]]]] = {
+    "town": [
+        ("{E} was founded in {Y} by {P}.", {"Y": "In what year was {E} founded?|When was the town of {E} founded?",
+                                            "P": "Who founded {E}?|Which person founded the town of {E}?"}),
+        ("About {N} people live in {E} today.", {"N": "How many people live in {E}?|What is the population of {E}?"}),
+        ("The flag of {E} is {C}.", {"C": "What colour is the flag of {E}?|Which colour does the flag of {E} have?"}),
+        ("The main trade of {E} is {G}.", {"G": "What is the main trade of {E}?|What does {E} mainly trade in?"}),
+        ("Every year in {M}, the people of {E} hold a festival of {F}.",
+         {"M": "In which month is the festival of {E} held?|When do the people of {E} hold their festival?",
+          "F": "What is the festival of {E} about?|What do the people of {E} celebrate at their festival?"}),
+        ("The {A} is the symbol of {E}.", {"A": "Which animal is the symbol of {E}?|What animal stands for {E}?"}),
+        ("The old bridge of {E} has {K} arches.",
+         {"K": "How many arches does the old bridge of {E} have?|How many arches are in the bridge of {E}?"}),
+    ],
+    "river": [
+        ("The river {E} flows through the town of {T}.",
+         {"T": "Which town does the river {E} flow through?|Through which town does the {E} flow?"}),
+        ("The {E} is {L} long.", {"L": "How long is the river {E}?|What is the length of the {E}?"}),
+        ("In the end the river {E} runs into Lake {W}.",
+         {"W": "Into which lake does the river {E} flow?|Which lake does the {E} run into?"}),
+    ],
+    "person": [
+        ("{E} was born in {T} in {Y}.", {"T": "Where was {E} born?|In which town was {E} born?",
+                                         "Y": "In what year was {E} born?|When was {E} born?"}),
+        ("For many years {E} worked as a {J}.", {"J": "What did {E} work as?|What was the job of {E}?"}),
+        ("{E} wrote a book called {B}.",
+         {"B": "What book did {E} write?|What is the name of the book written by {E}?"}),
+    ],
+    "mountain": [
+        ("Mount {E} rises {H} above the valley.", {"H": "How high is Mount {E}?|What is the height of Mount {E}?"}),
+        ("The first person to climb Mount {E} was {P}, in {Y}.",
+         {"P": "Who first climbed Mount {E}?|Who was the first to reach the top of Mount {E}?",
+          "Y": "When was Mount {E} first climbed?|In what year was Mount {E} first climbed?"}),
+    ],
+    "lake": [
+        ("Lake {E} lies {D} {R} of {T}.",
+         {"D": "How far is Lake {E} from {T}?|What is the distance from {T} to Lake {E}?",
+          "R": "In which direction from {T} does Lake {E} lie?|Is Lake {E} north, south, east or west of {T}?"}),
+        ("Lake {E} is famous for its {I}.", {"I": "What is Lake {E} famous for?|Which fish is Lake {E} known for?"}),
+    ],
+}
+# Sentences with no question: distractors, and a more natural read.
+FILLER = {
+    "town": ["Many travellers visit {E} in the summer.", "The streets of {E} are narrow and old.",
+             "A small school stands at the centre of {E}."],
+    "river": ["The water of the {E} is cold and clear.", "Boats once carried goods along the {E}."],
+    "person": ["{E} was known as a patient and careful person.", "Many people still remember {E}."],
+    "mountain": ["Snow covers Mount {E} for most of the year.", "A narrow path leads up Mount {E}."],
+    "lake": ["The shores of Lake {E} are covered with reeds.", "In winter Lake {E} freezes over."],
+}
+NUMBERS: dict[str, Callable[[random.Random], str]] = {
+    "Y": lambda r: str(r.randint(1120, 1960)), "N": lambda r: str(r.randint(12, 990) * 100 + r.choice([0, 0, 50])),
+    "K": lambda r: str(r.randint(3, 19)), "L": lambda r: f"{r.randint(21, 980)} kilometres",
+    "B": lambda r: f"The {r.choice(BOOK[0])} {r.choice(BOOK[1])}", "H": lambda r: f"{r.randint(800, 4800)} metres",
+    "D": lambda r: f"{r.randint(2, 95)} kilometres",
+}
+KIND_WEIGHTS = [("town", 5), ("person", 4), ("river", 2), ("mountain", 2), ("lake", 2)]
+QUESTIONS_PER_PARAGRAPH, PARAGRAPHS_PER_ARTICLE = 6, 5
+
+
+class Paragraph:
+    """One context under construction; names and answer values stay unique within it."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.words: set[str] = set()  # every name word used
+        self.values: set[str] = set()  # every answer value but names
+        self.towns: list[str] = []
+        self.parts: list[str] = []
+        self.length = self.n_words = 0  # characters (parts joined by single spaces) and words so far
+        self.qas: list[dict[str, Any]] = []  # candidate questions, answers at their offsets in the context
+
+    @property
+    def context(self) -> str:
+        return " ".join(self.parts)
+
+    def _word(self, lo: int = 2, hi: int = 3) -> str:
+        while True:
+            n = self.rng.randint(lo, hi)
+            word = "".join(self.rng.choice(ONSETS) + self.rng.choice(VOWELS) + self.rng.choice(CODAS)
+                           for _ in range(n)).capitalize()
+            if word not in self.words and 4 <= len(word) <= 10:
+                self.words.add(word)
+                return word
+
+    def name(self, kind: str) -> str:
+        return f"{self._word(2, 3)} {self._word(1, 2)}" if kind == "person" else self._word()
+
+    def value(self, slot: str) -> str | None:
+        """A value for `slot`: names are new (a town may repeat); other values are unique in the paragraph."""
+        r = self.rng
+        if slot == "T":
+            return r.choice(self.towns) if self.towns and r.random() < 0.5 else self.name("town")
+        if slot in ("P", "W"):
+            return self.name("person" if slot == "P" else "lake")
+        for _ in range(50):
+            value = r.choice(CHOICES[slot]) if slot in CHOICES else NUMBERS[slot](r)
+            if value not in self.values:
+                self.values.add(value)
+                return value
+        return None  # the pool is used up in this paragraph: the caller leaves the fact out
+
+    def add_block(self, kind: str) -> None:
+        """A few facts about one new entity (a random subset, in random order), maybe with a filler."""
+        entity = self.name(kind)
+        if kind == "town":
+            self.towns.append(entity)
+        facts = list(FACTS[kind])
+        self.rng.shuffle(facts)
+        sentences = []
+        for template, questions in facts[: self.rng.randint(max(1, len(facts) - 2), len(facts))]:
+            text, spans, slots = "", {}, {"E": entity}
+            for literal, slot, _, _ in string.Formatter().parse(template):
+                text += literal
+                if slot:
+                    if slot not in slots:
+                        value = self.value(slot)
+                        if value is None:
+                            break
+                        slots[slot] = value
+                    spans.setdefault(slot, (len(text), len(text) + len(slots[slot])))
+                    text += slots[slot]
+            else:
+                sentences.append((text, spans, questions, slots))
+        if self.rng.random() < 0.4:
+            filler = self.rng.choice(FILLER[kind]).format(E=entity)
+            sentences.insert(self.rng.randint(0, len(sentences)), (filler, {}, {}, {}))
+        for text, spans, questions, slots in sentences:
+            offset = self.length + (1 if self.parts else 0)
+            self.parts.append(text)
+            self.length, self.n_words = offset + len(text), self.n_words + len(text.split())
+            for slot, paraphrases in questions.items():
+                paraphrases = paraphrases.split("|")
+                start, end = spans[slot]
+                self.qas.append({"question": self.rng.choice(paraphrases).format(**slots), "text": text[start:end],
+                                 "start": offset + start, "sentence": offset, "kind": kind,
+                                 "paraphrases": paraphrases, "slots": slots})
+
+    def impossible_question(self, fact: dict[str, Any]) -> str:
+        """The question of `fact`, about an entity of the same kind that the paragraph never mentions."""
+        context = self.context
+        while True:
+            fake = self.name(fact["kind"])
+            if fake not in context and all(word not in context for word in fake.split()):
+                return self.rng.choice(fact["paraphrases"]).format(**dict(fact["slots"], E=fake))
+
+
+def choose_kind(rng: random.Random) -> str:
+    x = rng.uniform(0, sum(weight for _, weight in KIND_WEIGHTS))
+    for kind, weight in KIND_WEIGHTS:
+        x -= weight
+        if x <= 0:
+            return kind
+    return KIND_WEIGHTS[-1][0]
+
+
+def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool = False, context_words: int = 450,
+                   title_prefix: str = "demo") -> dict[str, Any]:
+    """A SQuAD data set in the official nested layout, the same for the same arguments.
+
+    The random stream is seeded from (seed, title_prefix): train and evaluation sets of one seed differ.
+    Ids are `{title_prefix}-{n:06d}`, unique within a set and across prefixes.
     """
-    if num_questions < 1:
-        raise ValueError(f"num_questions must be >= 1, got {num_questions}")
-    if context_words < 10:
-        raise ValueError(f"context_words must be >= 10, got {context_words}")
-    if questions_per_paragraph < 1 or paragraphs_per_article < 1:
-        raise ValueError("questions_per_paragraph and paragraphs_per_article must be >= 1")
+    if num_questions < 1 or context_words < 10:
+        raise ValueError(f"need num_questions >= 1 (got {num_questions}) and context_words >= 10 (got {context_words})")
     rng = random.Random(f"squad-demo:{seed}:{title_prefix}")
-    articles: list[dict] = []
+    paragraphs: list[dict[str, Any]] = []
     made = 0
     while made < num_questions:
-        title = f"{title_prefix}_{len(articles):04d}"
-        paragraphs = []
-        for _ in range(paragraphs_per_article):
-            if made >= num_questions:
-                break
-            par = Paragraph(rng)
-            while par.n_words < context_words:
-                par.add_block(choose_kind(rng))
-            context = par.context
-            # at most one question per sentence, so a paragraph's questions differ
-            groups: dict[int, list[dict]] = {}
-            for c in par.qas:
-                groups.setdefault(c["sentence"], []).append(c)
-            facts = list(groups.values())
-            k = min(questions_per_paragraph, len(facts), num_questions - made)
-            qas = []
-            for fi in sorted(rng.sample(range(len(facts)), k)):
-                c = rng.choice(facts[fi])
-                qid = f"{title_prefix}-{made:06d}"
-                made += 1
-                if with_impossible and rng.random() < 1 / 3:
-                    qas.append({"id": qid, "question": impossible_question(par, c), "answers": [],
-                                "is_impossible": True})
-                    continue
-                assert context[c["start"]:c["start"] + len(c["text"])] == c["text"]
-                qa: dict[str, Any] = {"id": qid, "question": c["question"],
-                                      "answers": [{"text": c["text"], "answer_start": c["start"]}]}
-                if with_impossible:
-                    qa["is_impossible"] = False
-                qas.append(qa)
-            paragraphs.append({"context": context, "qas": qas})
-        articles.append({"title": title, "paragraphs": paragraphs})
+        par = Paragraph(rng)
+        while par.n_words < context_words:
+            par.add_block(choose_kind(rng))
+        facts: dict[int, list[dict[str, Any]]] = {}  # by sentence: at most one question per sentence
+        for fact in par.qas:
+            facts.setdefault(fact["sentence"], []).append(fact)
+        groups, qas = list(facts.values()), []
+        asked = min(QUESTIONS_PER_PARAGRAPH, len(groups), num_questions - made)
+        for index in sorted(rng.sample(range(len(groups)), asked)):
+            fact = rng.choice(groups[index])
+            qa: dict[str, Any] = {"id": f"{title_prefix}-{made:06d}"}
+            made += 1
+            if with_impossible and rng.random() < 1 / 3:
+                qas.append({**qa, "question": par.impossible_question(fact), "answers": [], "is_impossible": True})
+                continue
+            qa.update(question=fact["question"], answers=[{"text": fact["text"], "answer_start": fact["start"]}])
+            qas.append({**qa, "is_impossible": False} if with_impossible else qa)
+        paragraphs.append({"context": par.context, "qas": qas})
+    articles = [{"title": f"{title_prefix}_{n:04d}", "paragraphs": paragraphs[at:at + PARAGRAPHS_PER_ARTICLE]}
+                for n, at in enumerate(range(0, len(paragraphs), PARAGRAPHS_PER_ARTICLE))]
     return {"version": "2.0" if with_impossible else "1.1", "data": articles}
 
 
-def strip_answers(dataset: dict) -> dict:
-    """A copy without answers: the shape of an unlabeled test file."""
-    out = copy.deepcopy(dataset)
-    for art in out["data"]:
-        for par in art["paragraphs"]:
-            for qa in par["qas"]:
-                qa.pop("answers", None)
-                qa.pop("is_impossible", None)
-    return out
-
-
-def to_bytes(dataset: dict) -> bytes:
-    """Canonical serialisation: same dict, same bytes."""
-    return to_text(dataset).encode("utf-8")
-
-
-def to_text(dataset: dict) -> str:
-    return json.dumps(dataset, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-
-def _count(dataset: dict) -> tuple[int, int, int]:
-    q = imp = p = 0
-    for art in dataset["data"]:
-        for par in art["paragraphs"]:
-            p += 1
-            for qa in par["qas"]:
-                q += 1
-                imp += bool(qa.get("is_impossible"))
-    return q, imp, p
+def without_answers(dataset: dict[str, Any]) -> dict[str, Any]:
+    """The shape of an unlabeled test file."""
+    return {**dataset, "data": [{**art, "paragraphs": [
+        {**par, "qas": [{k: v for k, v in qa.items() if k not in ("answers", "is_impossible")} for qa in par["qas"]]}
+        for par in art["paragraphs"]]} for art in dataset["data"]]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,22 +265,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--num_train and --num_eval must be >= 1")
     if args.context_words < 10:
         ap.error("--context_words must be >= 10")
-
-    out = Path(args.output_dir)
-    common = dict(seed=args.seed, with_impossible=args.version_2_with_negative,
-                  context_words=args.context_words)
-    train = generate_squad(args.num_train, title_prefix="demo-train", **common)
+    common = dict(seed=args.seed, with_impossible=args.version_2_with_negative, context_words=args.context_words)
     val = generate_squad(args.num_eval, title_prefix="demo-validation", **common)
-    files = [("train.json", train), ("validation.json", val), ("test.json", strip_answers(val))]
-    for name, ds in files:
-        text = to_text(ds)
-        data = text.encode("utf-8")
-        path = out / name
+    files = {"train.json": generate_squad(args.num_train, title_prefix="demo-train", **common),
+             "validation.json": val, "test.json": without_answers(val)}
+    for name, dataset in files.items():
+        text = json.dumps(dataset, ensure_ascii=False, separators=(",", ":")) + "\n"  # same dict, same bytes
+        path, data = Path(args.output_dir) / name, text.encode()
         write_text_atomic(path, text)
-        q, imp, p = _count(ds)
-        print(f"DEMO_DATA_WRITTEN path={path} version={ds['version']} questions={q} impossible={imp} "
-              f"paragraphs={p} bytes={len(data)} sha256={hashlib.sha256(data).hexdigest()[:12]}"
-              + (" answers=none" if name == "test.json" else ""))
+        qas = [qa for art in dataset["data"] for par in art["paragraphs"] for qa in par["qas"]]
+        print(f"DEMO_DATA_WRITTEN path={path} version={dataset['version']} questions={len(qas)} "
+              f"impossible={sum(bool(qa.get('is_impossible')) for qa in qas)} "
+              f"paragraphs={sum(len(art['paragraphs']) for art in dataset['data'])} bytes={len(data)} "
+              f"sha256={hashlib.sha256(data).hexdigest()[:12]}" + (" answers=none" if name == "test.json" else ""))
     return 0
 
 

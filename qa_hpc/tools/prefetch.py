@@ -36,11 +36,8 @@ def model_in_cache(model: str) -> str | None:
     """The cached snapshot directory of `model` when config and weights are there, else None."""
     from huggingface_hub import try_to_load_from_cache
 
-    config = try_to_load_from_cache(model, "config.json")
-    weights = try_to_load_from_cache(model, "model.safetensors")
-    if isinstance(config, str) and isinstance(weights, str):
-        return os.path.dirname(config)
-    return None
+    config, weights = (try_to_load_from_cache(model, file) for file in ("config.json", "model.safetensors"))
+    return os.path.dirname(config) if isinstance(config, str) and isinstance(weights, str) else None
 
 
 def dataset_in_cache(name: str) -> dict[str, int] | None:
@@ -62,10 +59,8 @@ def report(model: str, dataset: str) -> bool:
     path = model_in_cache(model)
     print(f"CACHED model={model} path={path}" if path else f"MISSING model={model}", flush=True)
     splits = dataset_in_cache(dataset)
-    if splits:
-        print(f"CACHED dataset={dataset} " + " ".join(f"{k}={v}" for k, v in splits.items()), flush=True)
-    else:
-        print(f"MISSING dataset={dataset}", flush=True)
+    print(f"CACHED dataset={dataset} " + " ".join(f"{k}={v}" for k, v in splits.items()) if splits
+          else f"MISSING dataset={dataset}", flush=True)
     return bool(path and splits)
 
 
@@ -88,19 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--reachable", action="store_true", help="only test whether the hub answers")
     args = ap.parse_args(argv)
     print(f"HF_HOME={os.environ.get('HF_HOME', '(default ~/.cache/huggingface)')}", flush=True)
-    if args.reachable:
-        ok = hub_reachable(args.model)
-        print(f"HUB_REACHABLE={int(ok)}", flush=True)
-        return 0 if ok else 1
     if args.check:
         return 0 if report(args.model, args.dataset) else 1
-    if not hub_reachable(args.model):
-        print("HUB_REACHABLE=0", flush=True)
-        report(args.model, args.dataset)
-        return 1
-    print("HUB_REACHABLE=1", flush=True)
-    download(args.model, args.dataset)
-    return 0 if report(args.model, args.dataset) else 1
+    reachable = hub_reachable(args.model)
+    print(f"HUB_REACHABLE={int(reachable)}", flush=True)
+    if args.reachable:
+        return 0 if reachable else 1
+    if reachable:
+        download(args.model, args.dataset)
+    return 0 if report(args.model, args.dataset) and reachable else 1
 
 
 if __name__ == "__main__":

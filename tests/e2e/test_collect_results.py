@@ -140,12 +140,10 @@ def test_plots_are_real_pngs(tiny_project, tmp_path, capsys):
 
 
 def test_plots_draw_the_records_numbers(tiny_project):
-    from qa_hpc.tools.collect.plots import bar_figure, loss_figure
-    from qa_hpc.tools.collect.runs import build_rows
-    from qa_hpc.tools.collect.table import frame
+    from qa_hpc.tools.collect_results import bar_figure, loss_figure, read_runs
 
     root, runs = tiny_project
-    table = frame(build_rows([str(root / "logs"), str(root / "outputs")])[0])
+    table = read_runs([str(root / "logs"), str(root / "outputs")])[0]
     records = [read(runs[name].out / "run_summary.json") for name in ("single", "ddp")]
     (ax,) = bar_figure(table, "train_samples_per_second", "samples/s").axes
     heights = [bar.get_height() for bar in ax.patches]

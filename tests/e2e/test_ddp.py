@@ -37,7 +37,7 @@ from fixtures.runs import (
     read, torchrun,
 )
 from fixtures.wall_clock import assert_wall_clock_is_bounded
-from qa_hpc.reliability.exit_codes import EXIT_PREEMPTED
+from qa_hpc.errors import EXIT_PREEMPTED
 
 def load(path: Path) -> dict:
     from safetensors.torch import load_file

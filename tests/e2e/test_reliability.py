@@ -26,8 +26,8 @@ from safetensors.torch import load_file
 
 from fixtures.runqa import PYTHON, REPO, RUN_QA, LoggedProcess, files_under, qa_env, run_qa, tiny_flags
 from fixtures.runs import Run, plain_training_flags, read
-from qa_hpc.reliability.atomic_io import write_json_atomic
-from qa_hpc.reliability.exit_codes import EXIT_IOERR, EXIT_OOM, EXIT_PREEMPTED
+from qa_hpc.atomic_io import write_json_atomic
+from qa_hpc.errors import EXIT_IOERR, EXIT_OOM, EXIT_PREEMPTED
 
 LOSS_LINE = r"\{'loss'"
 
@@ -104,7 +104,7 @@ def test_write_failing_mid_way_leaves_the_old_file_and_no_temp(tmp_path: Path) -
     write_json_atomic(target, {"eval_f1": 88.1})
     code = f"""
 import resource, signal, sys
-from qa_hpc.reliability.atomic_io import OutputError, write_json_atomic
+from qa_hpc.atomic_io import OutputError, write_json_atomic
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 try:
@@ -125,7 +125,7 @@ def test_killed_writer_leaves_the_old_file_and_the_next_write_removes_its_temp(t
     write_json_atomic(target, {"q1": "old answer"})
     code = f"""
 import resource, signal, sys
-from qa_hpc.reliability.atomic_io import write_json_atomic
+from qa_hpc.atomic_io import write_json_atomic
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it by default; the kernel now kills at the limit
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 write_json_atomic({str(target)!r}, {{"answers": {{f"q{{i}}": "x" * 200 for i in range(20000)}}}})
@@ -147,7 +147,7 @@ write_json_atomic({str(target)!r}, {{"answers": {{f"q{{i}}": "x" * 200 for i in 
 KILLED_WRITER = """
 import json, resource, signal, sys, types
 from transformers import TrainerState
-from qa_hpc.summary import save_results, save_trainer_state
+from qa_hpc.record import save_results, save_trainer_state
 out, what, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
 state = TrainerState(global_step=7, log_history=[{"loss": 1.0, "step": i, "note": "x" * 200} for i in range(8000)])
 trainer = types.SimpleNamespace(state=state, args=types.SimpleNamespace(output_dir=out),
@@ -169,7 +169,7 @@ def _kill_writer(out: Path, what: str, limit: int) -> subprocess.CompletedProces
 
 
 def test_trainer_state_of_a_writer_killed_mid_write_is_the_old_one(tmp_path: Path) -> None:
-    """qa_hpc.summary.save_trainer_state killed while writing a 2 MB state: the old file stays whole."""
+    """qa_hpc.record.save_trainer_state killed while writing a 2 MB state: the old file stays whole."""
     old = {"global_step": 3, "log_history": [{"loss": 2.0, "step": 3}]}
     (tmp_path / "trainer_state.json").write_text(json.dumps(old))
     _kill_writer(tmp_path, "state", 1 << 20)

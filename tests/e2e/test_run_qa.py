@@ -294,7 +294,7 @@ def test_version_2_with_negative_abstains_and_answers(tokenizer, demo_files_v2: 
 
 def _expected_training_args(argv: list[str]) -> dict:
     """The parsed TrainingArguments (no plan) with the plan's declared fields put in: what the Trainer must get."""
-    from qa_hpc.settings.apply import build_flags, read_flags
+    from qa_hpc.flags import build_flags, read_flags
 
     plan, _ = plan_and_flags(argv)
     values = read_flags(argv)

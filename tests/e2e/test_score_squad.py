@@ -85,13 +85,13 @@ def test_bad_dataset_is_exit_2_naming_file_record_and_field(tmp_path: Path) -> N
 def test_a_hub_metric_cached_earlier_loads_offline(tmp_path: Path) -> None:
     """What a run with internet leaves in $HF_HOME: evaluate's copy of the hub module (ours stands in). Offline,
     --squad_metric squad must find it there without trying the network (a process: HF_HOME is read at import)."""
-    from qa_hpc.metric.scoring import LOCAL_MODULES
+    from qa_hpc.metric.squad import LOCAL_MODULES
 
     hf_home = tmp_path / "hf_home"
     cached = hf_home / "modules" / "evaluate_modules" / "metrics" / "evaluate-metric--squad" / ("0" * 64)
     cached.mkdir(parents=True)
     shutil.copy(LOCAL_MODULES[False] / "evaluate_squad_v1.py", cached / "squad.py")
-    code = "from qa_hpc.metric.scoring import load_squad_metric; print(load_squad_metric('squad', False).name)"
+    code = "from qa_hpc.metric.squad import load_squad_metric; print(load_squad_metric('squad', False).name)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env=qa_env(HF_HOME=str(hf_home)))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,6 +1,6 @@
 """collect_results on a checkout's logs/ and outputs/ after Slurm jobs that failed, were preempted or were
 killed, and runs outside Slurm: one row per run, the record winning over its log. The records come from the
-real writer (qa_hpc.summary.write_run_summary); the collector runs in-process.
+real writer (qa_hpc.record.write_run_summary); the collector runs in-process.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def rows_of(capsys, root: Path, *args: str) -> dict[str, dict]:
 
 def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fields) -> dict:
     """A record as run_qa.py writes one, through the real writer, under (job name, job id) or outside Slurm."""
-    from qa_hpc.summary import write_run_summary
+    from qa_hpc.record import write_run_summary
 
     for key, value in zip(("SLURM_JOB_NAME", "SLURM_JOB_ID"), job or (None, None)):
         if value:

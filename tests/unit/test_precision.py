@@ -1,5 +1,5 @@
-"""--precision reaches evaluation too. (Through real runs: tests/e2e/test_run_qa.py; the plan's decisions for
-every device: tests/test_plan.py.)"""
+"""--precision reaches evaluation too: bf16 is autocast in the eval forward (matmuls run in bf16), fp32 stays
+fp32. (Through real runs: tests/e2e; the plan's decisions for every device: tests/unit/test_plan.py.)"""
 
 from __future__ import annotations
 
@@ -8,17 +8,14 @@ import pytest
 
 @pytest.mark.parametrize("precision, want", [("bf16", "bfloat16"), ("fp32", "float32")])
 def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
-    """--precision bf16 is autocast in the eval forward too (matmuls run in bf16), fp32 stays fp32."""
     import datasets
     from transformers import AutoModelForQuestionAnswering, Trainer
 
-    from qa_hpc.settings.apply import build_flags, read_flags, request_from
-    from qa_hpc.settings.devices import read_device_facts
-    from qa_hpc.settings.plan import decide
+    from qa_hpc.flags import decide_and_build, read_flags
 
-    values = read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision", precision])
-    plan = decide(request_from(values), read_device_facts())
-    args = build_flags(values, plan.training_fields(values["tf32"])).training
+    plan, flags = decide_and_build(read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none",
+                                               "--precision", precision]))
+    args = flags.training
     assert plan.precision == precision and args.bf16 == (precision == "bf16")
     model = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert))
     seen = []

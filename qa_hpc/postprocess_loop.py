@@ -1,7 +1,6 @@
-"""Reference postprocessing: logits -> answers by the straightforward per-feature loop.
+"""Reference postprocessing: logits -> answers by the straightforward per-feature loop (`--postprocess loop`).
 
-This loop is the definition of the answers; qa_hpc.postprocess.vectorized must return
-exactly what it returns, sooner.
+This loop is the definition of the answers; qa_hpc.postprocess must return exactly what it returns, sooner.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ class QAPredictions:
     """Answers per example id, their n-best lists, and (v2) null-score differences."""
 
     answers: dict[str, str]
-    nbest: Mapping[str, list[dict]]  # a dict from the loop, an nbest_table.NBestTable from the vectorized path
+    nbest: Mapping[str, list[dict]]  # per example id: text, probability, score, start_logit, end_logit; best first
     null_odds: dict[str, float] | None
 
 

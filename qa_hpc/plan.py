@@ -1,0 +1,294 @@
+"""What a run uses: decided once from the flags and what this process sees, then read back and checked.
+
+`decide(flags, facts)` is pure, so every device (A100, H100, V100, T4, CPU; 1 or 4 ranks a node;
+accelerate or torchrun) is tested on a CPU with made-up `DeviceFacts`. Its frozen `RunPlan` is logged
+(PLAN line), saved in run_summary.json and gives the TrainingArguments fields it owns. Once the Trainer
+is built, `Effective.read` reads back what the objects really use (EFFECTIVE line) and `check` stops
+the run where that differs: a log that says bf16 over an fp32 run is worse than no log.
+
+Precision, highest priority first:
+1. `--precision fp32|bf16|fp16`, or HF's `--bf16` / `--fp16` (both given: they must agree);
+2. accelerate's mixed precision (`ACCELERATE_MIXED_PRECISION`, which `accelerate launch` sets
+   from its config or `--mixed_precision`; `no` means fp32);
+3. `auto`: bf16 on GPUs of compute capability >= 8.0 (Ampere+), fp16 on older GPUs, fp32 on CPU.
+fp16 is refused on a CPU, bf16 on a GPU below compute capability 8.0 (torch only emulates it there).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from qa_hpc.dist import launch_env
+from qa_hpc.errors import EXIT_USAGE, UsageError
+
+if TYPE_CHECKING:
+    from transformers import Trainer
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+ACCELERATE_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}  # accelerate's names -> ours
+BF16_MIN_CAPABILITY = (8, 0)  # bf16 and TF32 tensor cores: Ampere and newer
+MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
+GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
+FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
+LOG_NAMES = {"dataloader_num_workers": "dataloader_workers", "attn_implementation": "attn"}  # short keys in log lines
+# Variables that say a GPU was asked for (a Slurm --gres=gpu job, or an explicit choice).
+GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
+
+
+class PlanError(UsageError):
+    """A request this machine cannot honour; the message says what was asked, what was seen, and what to do."""
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What this process sees; one more fact is one more field here and in read_device_facts."""
+
+    cuda_available: bool
+    gpu_count: int  # GPUs torch can use in this process
+    capability: tuple[int, int] | None  # compute capability of this rank's GPU
+    gpu_name: str | None
+    cpus: int  # CPUs this process may run on (affinity mask, capped by SLURM_CPUS_PER_TASK)
+    world_size: int
+    local_world_size: int  # processes of this job on this node
+    launcher: str  # torchrun | accelerate | python
+    omp_num_threads: int | None  # OMP_NUM_THREADS as found in the environment
+    accelerate_mixed_precision: str | None  # ACCELERATE_MIXED_PRECISION as found
+    gpus_requested: str | None  # what asked for a GPU (CUDA_VISIBLE_DEVICES=..., SLURM_JOB_GPUS=...), if anything
+    torch_version: str = ""
+    torch_cuda: str | None = None  # torch.version.cuda: None for a CPU build
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The decided settings of one run. Frozen: logged, saved, then only read."""
+
+    device: str  # cuda | cpu
+    precision: str  # fp32 | bf16 | fp16
+    precision_reason: str
+    tf32: bool
+    threads: int  # torch intra-op threads of this rank
+    threads_reason: str
+    dataloader_num_workers: int
+    world_size: int
+    local_world_size: int
+    launcher: str
+    stop_vote_every: int  # optimizer steps between preemption votes
+    report_to: tuple[str, ...]  # HF integrations left to transformers (TensorBoard is ours)
+    tensorboard: bool
+    logging_dir: str | None  # None: <output_dir>/runs/<time>_<host>, named when the writer opens
+    profile_dir: str | None  # None: profiling off
+    gpu_name: str | None = None
+
+    def training_fields(self, tf32_given: bool | None) -> dict[str, object]:
+        """The TrainingArguments fields this plan owns, and only these."""
+        # TrainingArguments refuses tf32=True off Ampere and leaves None alone: say it only where it means something
+        return {"bf16": self.precision == "bf16", "fp16": self.precision == "fp16",
+                "dataloader_num_workers": self.dataloader_num_workers, "use_cpu": self.device == "cpu",
+                "report_to": list(self.report_to), "tf32": self.tf32 if self.device == "cuda" else tf32_given}
+
+    def environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The launcher's variables that must say the plan's precision before TrainingArguments is built: it takes
+        ACCELERATE_MIXED_PRECISION as the precision when --bf16/--fp16 are off (fp32 under accelerate's bf16: bf16)."""
+        names = {ours: theirs for theirs, ours in ACCELERATE_PRECISION.items()}
+        return {"ACCELERATE_MIXED_PRECISION": names[self.precision]} if "ACCELERATE_MIXED_PRECISION" in env else {}
+
+    def log_line(self) -> str:
+        return (f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
+                f"({self.precision_reason}) tf32={_on(self.tf32)} threads={self.threads} ({self.threads_reason}) "
+                f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} local_world_size="
+                f"{self.local_world_size} launcher={self.launcher} stop_vote_every={self.stop_vote_every} "
+                f"tensorboard={_on(self.tensorboard)} profile={_on(self.profile_dir is not None)}")
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
+
+
+def _sm(capability: tuple[int, int] | None) -> str:
+    return f"sm_{capability[0]}{capability[1]}" if capability else "of unknown compute capability"
+
+
+def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
+    """The whole plan from the parsed flags (by name) and this process's facts; PlanError for a request
+    this machine cannot honour (a GPU job whose torch sees no GPU, one process driving several GPUs, ...)."""
+    if not flags["use_cpu"]:
+        require_visible_gpu(facts)
+    device = "cuda" if facts.cuda_available and not flags["use_cpu"] else "cpu"
+    if device == "cuda" and facts.gpu_count > 1 and facts.world_size == 1:
+        raise PlanError(
+            f"torch sees {facts.gpu_count} GPUs but this is a single process: transformers would wrap the model in "
+            "nn.DataParallel (slower than DDP, and its token counts and MFU would be wrong). Start one process per "
+            f"GPU: torchrun --nproc_per_node={facts.gpu_count} run_qa.py ... (or job_ddp.sh), or use one GPU with "
+            "CUDA_VISIBLE_DEVICES=0"
+        )
+    capability = facts.capability if device == "cuda" else None
+    ampere = capability is not None and capability >= BF16_MIN_CAPABILITY
+    precision, reason = decide_precision(flags, device, facts)
+    if flags["tf32"] is True and not ampere:
+        raise PlanError(f"--tf32 true needs a GPU of compute capability 8.0 or newer; this run is on {device}"
+                        + (f" ({_sm(capability)})" if device == "cuda" else ""))
+    # torch threads: asked for, else OMP_NUM_THREADS (torchrun sets 1 for its workers when the user did not:
+    # that 1 is no choice), else this rank's share of the CPUs it may run on
+    share, omp = max(1, facts.cpus // max(1, facts.local_world_size)), facts.omp_num_threads
+    torchrun_default = facts.launcher != "python" and facts.local_world_size > 1 and omp == 1
+    threads, threads_reason = ((flags["num_threads"], "--num_threads") if flags["num_threads"] > 0
+                               else (omp, "OMP_NUM_THREADS") if omp and not torchrun_default
+                               else (share, f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"))
+    workers = flags["dataloader_num_workers"]
+    if workers <= 0 and flags["speed_defaults"] and device == "cuda":  # collation overlaps the step
+        workers = max(0, min(MAX_AUTO_WORKERS, share - 1))
+    # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
+    report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
+    report_to = [] if report_to == ["none"] else report_to
+    return RunPlan(
+        device=device, precision=precision, precision_reason=reason,
+        tf32=flags["speed_defaults"] and ampere if flags["tf32"] is None else flags["tf32"],
+        threads=threads, threads_reason=threads_reason, dataloader_num_workers=workers,
+        world_size=facts.world_size, local_world_size=facts.local_world_size, launcher=facts.launcher,
+        stop_vote_every=GPU_STOP_VOTE_EVERY if device == "cuda" and facts.world_size > 1 else 1,
+        report_to=tuple(r for r in report_to if r != "tensorboard"), tensorboard="tensorboard" in report_to,
+        logging_dir=flags["logging_dir"], gpu_name=facts.gpu_name if device == "cuda" else None,
+        profile_dir=(flags["profile_dir"] or f"{flags['output_dir']}/profiler") if flags["profile"] else None,
+    )
+
+
+def require_visible_gpu(facts: DeviceFacts) -> None:
+    """Refuse a job that asked for a GPU whose torch sees none: on the CPU it would take days, logged as a GPU run."""
+    if facts.gpus_requested and not facts.cuda_available:
+        raise PlanError(
+            f"this job asked for a GPU ({facts.gpus_requested}) but torch sees none: torch {facts.torch_version} "
+            f"built for CUDA {facts.torch_cuda or 'none (a CPU-only build)'}, torch.cuda.is_available()=False. "
+            "Install a CUDA build of torch that this node's driver supports (README: 'CUDA build'), or run on "
+            "the CPU on purpose with --use_cpu (job_cpu.sh does)"
+        )
+
+
+def decide_precision(flags: FlagValues, device: str, facts: DeviceFacts) -> tuple[str, str]:
+    """(precision, why) by the rules in the module docstring."""
+    asked, hf = flags["precision"], [name for name in ("bf16", "fp16") if flags[name]]
+    if asked not in PRECISIONS:
+        raise PlanError(f"--precision {asked!r}: choose one of {', '.join(PRECISIONS)}")
+    if len(hf) > 1:
+        raise PlanError("--bf16 and --fp16 contradict each other; give one of them")
+    if asked != "auto" and hf and hf[0] != asked:
+        raise PlanError(f"--precision {asked} contradicts --{hf[0]}; give one of them")
+    capability, accelerate_env = facts.capability if device == "cuda" else None, facts.accelerate_mixed_precision
+    ampere = capability is not None and capability >= BF16_MIN_CAPABILITY
+    if asked != "auto":
+        precision, reason = asked, f"--precision {asked}"
+    elif hf:
+        precision, reason = hf[0], f"--{hf[0]}"
+    elif accelerate_env in ACCELERATE_PRECISION:
+        precision, reason = ACCELERATE_PRECISION[accelerate_env], f"accelerate mixed_precision={accelerate_env}"
+    elif accelerate_env is not None:
+        raise PlanError(f"ACCELERATE_MIXED_PRECISION={accelerate_env} (accelerate launch's mixed_precision) is not "
+                        f"supported here: use one of {', '.join(ACCELERATE_PRECISION)}")
+    else:
+        precision = "fp32" if device == "cpu" else "bf16" if ampere else "fp16"
+        reason = "auto: CPU" if device == "cpu" else f"auto: GPU {_sm(capability)} has {'' if ampere else 'no '}bf16"
+    if precision == "fp16" and device == "cpu":
+        raise PlanError(f"fp16 ({reason}) is not supported on CPU: PyTorch has no fast fp16 CPU kernels and fp16 "
+                        "mixed precision needs a GPU grad scaler; use --precision bf16 (CPUs with AVX512-BF16/AMX) "
+                        "or fp32")
+    if precision == "bf16" and device == "cuda" and not ampere:
+        raise PlanError(f"bf16 ({reason}) needs a GPU of compute capability 8.0 or newer (Ampere+); this one is "
+                        f"{_sm(capability)}, where torch only emulates bf16 (slowly): use --precision fp16 or fp32")
+    return precision, reason
+
+
+# --- what this process sees: the impure half ---------------------------------------------------------------
+def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
+    launch, cuda = launch_env(env), torch.cuda.is_available()
+    count = torch.cuda.device_count() if cuda else 0
+    index = launch.local_rank % count if count else None
+    # Slurm with task/none leaves the affinity mask at the whole node: SLURM_CPUS_PER_TASK is then the allocation
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    slurm_cpus, omp = (env.get(name, "").strip() for name in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"))
+    asked = [f"{name}={env[name].strip()}" for name in GPU_REQUEST_VARS
+             if env.get(name, "").strip() not in ("", "-1", "none", "NoDevFiles")
+             and not (name == "SLURM_GPUS_ON_NODE" and env[name].strip() == "0")]
+    precision = env.get("ACCELERATE_MIXED_PRECISION")
+    return DeviceFacts(
+        cuda_available=cuda, gpu_count=count,
+        capability=tuple(torch.cuda.get_device_capability(index)) if index is not None else None,
+        gpu_name=torch.cuda.get_device_name(index) if index is not None else None,
+        cpus=max(1, min(cpus, int(slurm_cpus)) if slurm_cpus.isdigit() and int(slurm_cpus) else cpus),
+        world_size=launch.world_size, local_world_size=launch.local_world_size,
+        # accelerate launch always sets ACCELERATE_MIXED_PRECISION; torchrun sets TORCHELASTIC_RUN_ID
+        launcher="accelerate" if precision is not None else "torchrun" if "TORCHELASTIC_RUN_ID" in env else "python",
+        omp_num_threads=int(omp) if omp.isdigit() else None,
+        accelerate_mixed_precision=precision.strip().lower() if precision else None,
+        gpus_requested=", ".join(asked) or None, torch_version=torch.__version__, torch_cuda=torch.version.cuda,
+    )
+
+
+def device_name(device: torch.device) -> str:
+    """A CUDA device's name as the driver reports it ("NVIDIA H100 80GB HBM3"), else the device type ("cpu")."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" and torch.cuda.is_available() else device.type
+
+
+# --- what the objects really use ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Effective:
+    precision: str  # the accelerator's mixed precision: what autocast runs in
+    tf32: bool
+    param_dtype: str  # the master weights: float32 always
+    threads: int
+    dataloader_num_workers: int
+    world_size: int
+    device: str
+    device_name: str
+    optim: str
+    attn_implementation: str
+    torch_compile: bool
+    postprocess: str
+
+    @classmethod
+    def read(cls, trainer: Trainer, postprocess: str) -> Effective:
+        """What the Trainer, its accelerator, the model and torch are set to now."""
+        args, mixed = trainer.args, str(trainer.accelerator.mixed_precision)
+        return cls(
+            precision=ACCELERATE_PRECISION.get(mixed, mixed),
+            tf32=torch.backends.cuda.matmul.fp32_precision == "tf32",
+            param_dtype=str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
+            threads=torch.get_num_threads(), dataloader_num_workers=int(args.dataloader_num_workers),
+            world_size=int(trainer.accelerator.num_processes), device=args.device.type,
+            device_name=device_name(args.device), optim=str(getattr(args.optim, "value", args.optim)),
+            attn_implementation=str(getattr(trainer.model.config, "_attn_implementation", None) or "default"),
+            torch_compile=bool(args.torch_compile), postprocess=postprocess,
+        )
+
+    def log_line(self, rank: int) -> str:
+        """One line per rank (threads and devices can differ between nodes): every field, in order."""
+        shown = {**asdict(self), "tf32": _on(self.tf32), "device_name": self.device_name.replace(" ", "_")}
+        return " ".join([f"EFFECTIVE rank={rank}", *(f"{LOG_NAMES.get(k, k)}={v}" for k, v in shown.items())])
+
+    def check(self, plan: RunPlan) -> None:
+        """Stop the run when it would not use the plan (fp32 master weights always), naming every difference."""
+        wanted = {**asdict(plan), "param_dtype": "float32"}  # the fields both have, by name
+        diff = [f"{key}: planned {wanted[key]}, effective {got}" for key, got in asdict(self).items()
+                if key in wanted and got != wanted[key]]
+        if diff:
+            raise RuntimeError("the run would not use the planned settings: " + "; ".join(diff))
+
+
+def main() -> int:
+    """`python -m qa_hpc.plan --gpu-count`: the GPUs job_ddp.sh starts a process for (exit 2: asked for, none seen)."""
+    facts = read_device_facts()
+    try:
+        require_visible_gpu(facts)
+    except PlanError as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    print(facts.gpu_count)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,320 @@
+"""Logits -> answers, n-best lists and (v2) null odds: exactly what the loop in postprocess_loop returns, sooner.
+
+The loop tries n_best x n_best (start, end) pairs per feature in Python, about 4 million iterations on the
+SQuAD dev set: more time than a GPU needs for the whole forward pass. Here the same work runs on arrays:
+
+1. the top-n_best start and end positions of every feature, ranked as the loop's np.argsort ranks them;
+2. all n_best x n_best pairs of every feature as one grid, masked by the loop's rules (context tokens only,
+   end >= start, at most max_answer_length tokens) and pruned to the pairs that can reach the n-best;
+3. one stable sort of every example's spans, null answer and empty answer by (example, -score): the loop's
+   sorts, n_best cut and null re-insertion in one step; then the loop's softmax, answers and null odds.
+
+Scores are sums in the logits' own dtype, then float64, like the loop's; every sort is stable, so candidates
+of equal score keep the loop's insertion order (feature, start rank, end rank).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from qa_hpc.data.features import real_lengths
+from qa_hpc.postprocess_loop import PostprocessConfig, QAPredictions, postprocess_qa_predictions_loop
+from qa_hpc.atomic_io import json_text, write_text_atomic
+
+logger = logging.getLogger(__name__)
+
+Logits = tuple[np.ndarray, np.ndarray]
+SPAN_COLUMNS = ("example", "score", "start_logit", "end_logit", "char_start", "char_end")
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A CPU tensor sharing the array's memory; read-only or strided arrays are copied first (torch wants neither)."""
+    return torch.from_numpy(np.require(array, requirements=["C", "W"]))
+
+
+def mask_padding(logits: Logits, lengths: np.ndarray, fill: float = -100.0) -> Logits:
+    """Logits past each feature's real length set to `fill` (the Trainer's own padding value), as new arrays.
+
+    With dynamic padding a row holds the model's output on pad tokens up to its batch's width, and those
+    values would compete for the top n_best slots: answers would depend on which features shared a batch.
+    """
+    start, end = (_tensor(np.asarray(arr)) for arr in logits)
+    keep = torch.arange(start.shape[1])[None, :] < torch.as_tensor(np.asarray(lengths))[:, None]
+    return torch.where(keep, start, fill).numpy(), torch.where(keep, end, fill).numpy()
+
+
+def top_k_with_values(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, `np.argsort(row)[-1:-k-1:-1]` (the loop's ranking) and the logits at those indices.
+
+    torch.topk ranks the k + 1 largest of all rows at once, on every core. A row whose k + 1 largest hold no
+    equal values and no NaN has one ranking only; any other row (common with bf16 logits or -100 padding) is
+    ranked by the loop's own np.argsort call, whose order among equal values is its implementation's.
+    """
+    n, width = logits.shape
+    k = min(k, width)
+    if n == 0 or width == 0:
+        return np.zeros((n, k), dtype=np.int64), np.zeros((n, k), dtype=logits.dtype)
+    values, indices = (t.numpy() for t in torch.topk(_tensor(logits), min(k + 1, width), dim=1))
+    ambiguous = np.any(values[:, :-1] == values[:, 1:], axis=1) | np.isnan(values).any(axis=1)
+    indices, values = indices[:, :k].copy(), values[:, :k].copy()
+    for row in np.flatnonzero(ambiguous).tolist():
+        indices[row] = np.argsort(logits[row])[-1 : -k - 1 : -1]
+        values[row] = logits[row, indices[row]]
+    return indices, values
+
+
+def token_chars(offset_mapping: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(first token, token count) of each feature, then per token (is a context token, index of its pair) and
+    the [start, end] character pairs, from the offsets.
+
+    The offsets are read as Arrow (run_qa.py hands over the features' own column; Python lists are converted),
+    so the ~2 million offsets of a dev set never become Python objects. One more token, outside the context,
+    answers for positions past a feature's length.
+    """
+    arr = offset_mapping if isinstance(offset_mapping, (pa.Array, pa.ChunkedArray)) else pa.array(offset_mapping)
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    if not (pa.types.is_list(arr.type) and pa.types.is_list(arr.type.value_type)):
+        arr = arr.cast(pa.list_(pa.list_(pa.int64())))  # e.g. list<null> when a column holds no offsets at all
+    length = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    tokens = pc.list_flatten(arr)  # one entry per token, null outside the context
+    pair_len = pc.min_max(pc.list_value_length(tokens))  # nulls skipped
+    if {pair_len["min"].as_py(), pair_len["max"].as_py()} - {None, 2}:
+        raise ValueError("offset_mapping entries must be [start, end] pairs or null")
+    values = pc.list_flatten(tokens)
+    if values.null_count:
+        raise ValueError("offset_mapping pairs must not hold nulls")
+    in_context = np.append(tokens.is_valid().to_numpy(zero_copy_only=False), False)
+    first = np.zeros(len(length), dtype=np.int64)
+    np.cumsum(length[:-1], out=first[1:])
+    return first, length, in_context, np.cumsum(in_context) - 1, values.to_numpy().reshape(-1, 2)
+
+
+def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: PostprocessConfig) -> dict:
+    """Every valid (start, end) pair that can reach its example's n-best: SPAN_COLUMNS, one row each."""
+    first, length, in_context, pair, chars = token_chars(offsets)
+    if len(length) != len(ex_of_feat):
+        raise ValueError(f"got {len(length)} offset rows for {len(ex_of_feat)} features")
+    (s_idx, s_val), (e_idx, e_val) = (top_k_with_values(x, cfg.n_best_size) for x in logits)
+    # flat token index of every ranked position; past a feature's length: the added token outside the context
+    s_tok, e_tok = (np.where(idx < length[:, None], first[:, None] + idx, len(in_context) - 1) for idx in (s_idx, e_idx))
+    ok = in_context[s_tok][:, :, None] & in_context[e_tok][:, None, :]  # [feature, start rank, end rank]
+    n_tokens = e_idx.astype(np.int32)[:, None, :] - s_idx.astype(np.int32)[:, :, None] + 1  # int32: half the traffic
+    ok &= (n_tokens >= 1) & (n_tokens <= cfg.max_answer_length)
+    scores = s_val[:, :, None] + e_val[:, None, :]  # in the logits' dtype, like the loop's scalar sums
+    ok = _prune_to_top_pairs(ok, scores, cfg.n_best_size)
+    flat = np.flatnonzero(ok)  # C order = the loop's insertion order within a feature
+    feature, ranks = np.divmod(flat, scores.shape[1] * scores.shape[2])
+    s_rank, e_rank = np.divmod(ranks, scores.shape[2])
+    return {
+        "example": ex_of_feat[feature],
+        "score": scores.reshape(-1)[flat].astype(np.float64),
+        "start_logit": s_val[feature, s_rank].astype(np.float64),
+        "end_logit": e_val[feature, e_rank].astype(np.float64),
+        "char_start": chars[pair[s_tok[feature, s_rank]], 0],
+        "char_end": chars[pair[e_tok[feature, e_rank]], 1],
+    }
+
+
+def _prune_to_top_pairs(ok: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+    """`ok` less the pairs scoring below their feature's k-th best valid pair.
+
+    Such a pair has k better ones in its own example, so it never reaches the n-best; pairs equal to the k-th
+    stay (the stable sort settles ties). On the SQuAD dev set this leaves ~0.2 of ~0.6 million valid pairs for
+    the sort, which costs more than the pruning. With a NaN score the k-th value means nothing: no pruning.
+    """
+    n_feat, n_pairs = ok.shape[0], ok.shape[1] * ok.shape[2]
+    if n_feat == 0 or n_pairs <= k or np.isnan(scores).any():
+        return ok
+    masked = np.where(ok, scores, -np.inf).reshape(n_feat, n_pairs)
+    kth = torch.topk(_tensor(masked), k, dim=1).values[:, -1].numpy()
+    return ok & (scores >= kth[:, None, None])
+
+
+def by_example_then_score(example: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """`np.lexsort((-score, example))`, ~3x sooner: one stable sort of integer keys (example, rank of -score)."""
+    distinct, rank = np.unique(-score, return_inverse=True)  # equal scores share a rank, NaN ranks last
+    return np.argsort(example * len(distinct) + rank, kind="stable")
+
+
+def _grouped_softmax(scores: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The loop's softmax of every list scores[bounds[i]:bounds[i + 1]], the same floats: one 2-D array per length."""
+    lengths = np.diff(bounds)
+    probs = np.empty(len(scores), dtype=np.float64)
+    for m in np.unique(lengths[lengths > 0]).tolist():
+        idx = bounds[:-1][lengths == m][:, None] + np.arange(m)
+        exp = np.exp(scores[idx] - np.max(scores[idx], axis=1, keepdims=True))
+        probs[idx] = exp / exp.sum(axis=1, keepdims=True)
+    return probs
+
+
+def _nbest_rows(spans: dict, null: list[float | None], cfg: PostprocessConfig) -> tuple[np.ndarray, dict]:
+    """(bounds, rows): rows bounds[i]:bounds[i + 1] are example i's n-best list, best first.
+
+    The loop keeps each example's n_best best spans; in v2 it sorts them with the null answer (which goes after
+    spans of equal score), keeps n_best and appends the null when it fell off; an example left with nothing
+    gets one empty answer (scores 0.0). Here: all rows sorted by (example, -score), the first n_best and the null
+    kept; then the loop's softmax per list.
+    """
+    n_ex, n_spans = len(null), len(spans["example"])
+    has_null = np.array([cfg.version_2_with_negative and v is not None for v in null], dtype=bool)
+    null_ex = np.flatnonzero(has_null)
+    empty_ex = np.flatnonzero(~has_null & (np.bincount(spans["example"], minlength=n_ex) == 0))
+    rows = {name: np.concatenate([col, np.zeros(len(null_ex) + len(empty_ex), col.dtype)]) for name, col in spans.items()}
+    rows["example"][n_spans:] = np.concatenate([null_ex, empty_ex])
+    rows["score"][n_spans : n_spans + len(null_ex)] = [null[i] for i in null_ex.tolist()]
+    rows["is_null"] = np.zeros(len(rows["example"]), dtype=bool)
+    rows["is_null"][n_spans : n_spans + len(null_ex)] = True
+
+    order = by_example_then_score(rows["example"], rows["score"])
+    rank = np.arange(len(order)) - np.searchsorted(rows["example"][order], rows["example"][order])
+    kept = order[(rank < cfg.n_best_size) | rows["is_null"][order]]  # still grouped by example, best first
+    rows = {name: col[kept] for name, col in rows.items()}
+    bounds = np.searchsorted(rows["example"], np.arange(n_ex + 1))
+    rows["probability"] = _grouped_softmax(rows["score"], bounds)
+    return bounds, rows
+
+
+class NBestLists(Mapping):
+    """Example id -> its n-best list of dicts (the loop's), built when read.
+
+    The ~211,000 dicts of a SQuAD dev set cost more CPU than all the array work before them, and an eval reads
+    them only to write the n-best file, which builds them all in one pass (as_dict).
+    """
+
+    def __init__(self, ids: list[str], contexts: list[str], bounds: np.ndarray, rows: dict[str, np.ndarray]) -> None:
+        self._at = {qid: i for i, qid in enumerate(ids)}  # a repeated id keeps its first place and its last list
+        self._ids, self._contexts, self._bounds, self._rows = ids, contexts, bounds.tolist(), rows
+
+    def __getitem__(self, qid: str) -> list[dict]:
+        i = self._at[qid]
+        return self.entries(self._bounds[i], self._bounds[i + 1])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def entries(self, lo: int = 0, hi: int | None = None) -> list[dict]:
+        """The dicts of rows lo:hi; the null answer's start/end logits are None."""
+        r = {name: col[lo:hi].tolist() for name, col in self._rows.items()}
+        return [{"text": self._contexts[e][a:b], "probability": p, "score": s, "start_logit": None if null else x,
+                 "end_logit": None if null else y} for e, a, b, p, s, x, y, null in zip(
+                    r["example"], r["char_start"], r["char_end"], r["probability"], r["score"], r["start_logit"],
+                    r["end_logit"], r["is_null"])]
+
+    def as_dict(self) -> dict[str, list[dict]]:
+        entries, b = self.entries(), self._bounds
+        return dict(zip(self._ids, (entries[lo:hi] for lo, hi in zip(b[:-1], b[1:]))))
+
+
+def postprocess_qa_predictions(
+    examples: Mapping[str, Sequence], features: Mapping[str, Any], predictions: Logits, cfg: PostprocessConfig,
+) -> QAPredictions:
+    """Same contract and output as postprocess_loop.postprocess_qa_predictions_loop.
+
+    features["offset_mapping"] is best the features' Arrow column (what run_qa.py hands over); lists work too.
+    """
+    start_logits, end_logits = (np.asarray(p) for p in predictions)
+    feature_ids = list(features["example_id"])
+    if len(start_logits) != len(feature_ids):
+        raise ValueError(f"got {len(start_logits)} logit rows for {len(feature_ids)} features")
+    if start_logits.shape != end_logits.shape or start_logits.ndim != 2:
+        raise ValueError(f"start/end logits must be two arrays of one 2-D shape, got {start_logits.shape} "
+                         f"and {end_logits.shape}")
+    ids, contexts = list(examples["id"]), list(examples["context"])
+    index = {eid: i for i, eid in enumerate(ids)}
+    for f, eid in enumerate(feature_ids):  # the loop's error, before any work
+        if eid not in index:
+            raise ValueError(f"feature {f} belongs to unknown example id {eid!r}")
+    ex_of_feat = np.array([index[e] for e in feature_ids], dtype=np.int64)
+    # v2's null score: the smallest CLS start + end over the example's features, as the loop finds it (the first
+    # of equal values: 0.0 and -0.0 are written differently; a NaN only when it comes first)
+    null: list[float | None] = [None] * len(ids)
+    for ex, v in zip(ex_of_feat.tolist(), (start_logits[:, :1] + end_logits[:, :1]).astype(np.float64).ravel().tolist()):
+        if null[ex] is None or v < null[ex]:
+            null[ex] = v
+    spans = _span_candidates((start_logits, end_logits), features["offset_mapping"], ex_of_feat, cfg)
+    bounds, rows = _nbest_rows(spans, null, cfg)
+    # each example's best span: its first row, or the next when the first is the null answer (one row at most)
+    best = bounds[:-1] + rows["is_null"][bounds[:-1]]
+    best[best >= bounds[1:]] = -1
+    ex, a, b, start, end = (rows[name][best].tolist() for name in ("example", "char_start", "char_end",
+                                                                   "start_logit", "end_logit"))
+    answers, odds = {}, {}
+    for i, (qid, r, min_null) in enumerate(zip(ids, best.tolist(), null)):
+        text = contexts[ex[i]][a[i] : b[i]] if r >= 0 else ""
+        if not cfg.version_2_with_negative:
+            answers[qid] = text
+        elif r >= 0 and min_null is not None:
+            odds[qid] = min_null - start[i] - end[i]  # the loop's float operations
+            answers[qid] = "" if odds[qid] > cfg.null_score_diff_threshold else text
+        else:
+            odds[qid], answers[qid] = (0.0 if min_null is None else min_null), ""
+    nbest = NBestLists(ids, contexts, bounds, rows)
+    return QAPredictions(answers, nbest, odds if cfg.version_2_with_negative else None)
+
+
+def write_prediction_files(preds: QAPredictions, output_dir: str, prefix: str) -> list[str]:
+    """Write {prefix}_predictions.json, _nbest_predictions.json and (v2) _null_odds.json atomically.
+
+    The n-best file goes through orjson: json.dumps with an indent encodes in pure Python, seconds for the
+    55 MB of a SQuAD dev set. orjson writes NaN and infinities as null (JSON has no spelling for them).
+    """
+    plain = preds.nbest.as_dict() if isinstance(preds.nbest, NBestLists) else preds.nbest
+    nbest = orjson.dumps(plain, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode("utf-8")
+    # all serialized before anything is written, so a bad value leaves no file behind
+    texts = {f"{prefix}_predictions.json": json_text(preds.answers), f"{prefix}_nbest_predictions.json": nbest}
+    if preds.null_odds is not None:
+        texts[f"{prefix}_null_odds.json"] = json_text(preds.null_odds)
+    written = []
+    for name, text in texts.items():
+        written.append(os.path.join(output_dir, name))
+        write_text_atomic(written[-1], text)
+    logger.info("wrote %s", ", ".join(written))
+    return written
+
+
+def predictions_from_logits(examples: Any, features: Any, logits: Logits, cfg: PostprocessConfig,
+                            method: str = "vectorized") -> QAPredictions:
+    """Eval examples + features (datasets or dicts of columns) + logits -> answers and n-best lists."""
+    logits = mask_padding(logits, real_lengths(features))
+    if method == "loop":  # reads the datasets item by item, as the HF example does
+        return postprocess_qa_predictions_loop(
+            {"id": examples["id"], "context": examples["context"]},
+            {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]}, logits, cfg)
+    if hasattr(examples, "with_format"):  # whole Arrow columns: dataset["col"][i] reads a row, ~50 us an item
+        examples = {name: examples.with_format("arrow")[name].to_pylist() for name in ("id", "context")}
+    if hasattr(features, "with_format"):
+        arrow = features.with_format("arrow")
+        features = {"example_id": arrow["example_id"].to_pylist(), "offset_mapping": arrow["offset_mapping"]}
+    return postprocess_qa_predictions(examples, features, logits, cfg)
+
+
+def make_postprocess(data_args: Any, output_dir: str, method: str = "vectorized") -> Callable[..., QAPredictions]:
+    """Logits -> answers, with the prediction files written (the trainer calls it on the main process).
+
+    'vectorized' is this module; 'loop' the per-feature reference loop. Both give the same answers.
+    """
+    cfg = PostprocessConfig(data_args.version_2_with_negative, data_args.n_best_size, data_args.max_answer_length,
+                            data_args.null_score_diff_threshold)
+
+    def post_process(examples: Any, features: Any, logits: Logits, stage: str) -> QAPredictions:
+        preds = predictions_from_logits(examples, features, logits, cfg, method)
+        write_prediction_files(preds, output_dir, stage)
+        return preds
+
+    return post_process
+
+
+__all__ = ["PostprocessConfig", "QAPredictions", "make_postprocess", "mask_padding", "postprocess_qa_predictions",
+           "predictions_from_logits", "write_prediction_files"]

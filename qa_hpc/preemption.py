@@ -1,0 +1,108 @@
+"""Stop cleanly when the scheduler says time is up, and resume where the run stopped.
+
+SLURM sends SIGTERM at the time limit or on preemption (SIGUSR1 a while before, with `#SBATCH --signal=USR1@120`);
+torchrun forwards SIGTERM to its workers. The handler only sets a flag: handlers run between two bytecodes, so I/O
+or collectives there could deadlock. Every `vote_every` optimizer steps the ranks vote (an all_reduce of the flag;
+on GPUs it syncs host and device, so the plan votes every few steps there) and all stop at the same step; the
+Trainer saves a full checkpoint and run_qa exits with EXIT_PREEMPTED (75). The same command again resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+from datetime import timedelta
+
+import torch.distributed as dist
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_utils import sort_checkpoints
+
+from qa_hpc.dist import any_rank
+from qa_hpc.errors import EXIT_PREEMPTED, UsageError
+
+logger = logging.getLogger(__name__)
+
+
+class StopRequest:
+    """Records that a stop signal arrived. The handler does nothing else."""
+
+    signum: int | None = None
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, lambda signum, frame: setattr(self, "signum", signum))
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.requested else "none"
+
+
+def apply_collective_timeout(seconds: float) -> None:
+    """Make --ddp_timeout the timeout of every collective, gloo included: transformers passes it to the process
+    group only for GPU backends, so a frozen rank of a CPU job would hang for torch's 30-minute default."""
+    if dist.is_available() and dist.is_initialized():
+        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=seconds))  # the default group
+        logger.info("COLLECTIVE_TIMEOUT_SECONDS=%g backend=%s", seconds, dist.get_backend())
+
+
+class PreemptionCallback(TrainerCallback):
+    """Every vote_every optimizer steps: if any rank was signalled, save a checkpoint and stop training."""
+
+    def __init__(self, request: StopRequest, vote_every: int = 1) -> None:
+        self.request, self.vote_every = request, max(1, vote_every)
+        self.stopped_at_step: int | None = None
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: object) -> TrainerControl:
+        # not a voting step: no collective, no host-device sync
+        if state.global_step % self.vote_every == 0 and any_rank(self.request.requested, args.device):
+            control.should_save = control.should_training_stop = True
+            self.stopped_at_step = state.global_step
+            logger.warning("STOP_REQUESTED signal=%s global_step=%d: saving a checkpoint, then exiting with %d",
+                           self.request.name, state.global_step, EXIT_PREEMPTED)
+        return control
+
+    @property
+    def stopped(self) -> bool:
+        return self.stopped_at_step is not None
+
+
+def last_complete_checkpoint(output_dir: str) -> str | None:
+    """The newest checkpoint-N in output_dir that was fully written, skipping (and naming) broken ones.
+
+    A job killed while saving leaves a folder without a readable trainer_state.json (the Trainer writes it last);
+    resuming from it would fail. (transformers' get_last_checkpoint takes the newest folder whatever it holds.)
+    """
+    for path in reversed(sort_checkpoints(output_dir)):
+        try:
+            with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as fh:
+                json.load(fh)
+            return path
+        except (OSError, ValueError):
+            logger.warning("INCOMPLETE_CHECKPOINT path=%s (no readable trainer_state.json); not resuming from it",
+                           path)
+    return None
+
+
+def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:
+    """What a non-empty --output_dir means (transformers 5 has no overwrite_output_dir): --resume_from_checkpoint
+    wins; else resume from its last complete checkpoint (a requeued job continues by itself); other files: refuse,
+    unless --overwrite_output_dir."""
+    out = training_args.output_dir
+    if training_args.resume_from_checkpoint or not training_args.do_train or not os.path.isdir(out) \
+            or overwrite_output_dir:
+        return training_args.resume_from_checkpoint or None
+    if (last := last_complete_checkpoint(out)) is not None:
+        logger.info("RESUME_FROM=%s (checkpoint found in --output_dir; add --overwrite_output_dir to start over)", last)
+        return last
+    if leftovers := sorted(n for n in os.listdir(out) if not n.startswith(".")):
+        raise UsageError(f"--output_dir {out} is not empty ({', '.join(leftovers[:5])}) and holds no checkpoint to "
+                         "resume from; add --overwrite_output_dir to train into it anyway, or choose another "
+                         "--output_dir")
+    return None

@@ -1,0 +1,122 @@
+"""The record of a run (run_summary.json), its results files, and the closing KEY=value lines.
+
+run_summary.json is the one record of a run: how it ended (status ok, failed or preempted, with
+the exit code and the error), what it was asked and planned to use, what it really used, where it
+ran, what came out, and its memory. qa_hpc.tools.collect_results reads these records instead of
+scraping logs. Secrets (the hub token) never enter it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qa_hpc.atomic_io import write_json_atomic, write_text_atomic
+
+if TYPE_CHECKING:  # the Trainer module is heavy to import; the collector and tests need none of it
+    from transformers import Trainer, TrainingArguments
+
+    from qa_hpc.flags import DataTrainingArguments, ModelArguments
+
+SUMMARY_FILE = "run_summary.json"
+# Result keys printed as KEY=value at the end of a run, in this order, when present.
+FINAL_KEYS = (
+    "train_runtime", "train_samples_per_second", "train_loss", "eval_exact_match", "eval_f1", "eval_exact",
+    "eval_HasAns_f1", "eval_NoAns_f1", "eval_runtime", "eval_samples_per_second", "eval_postprocess_seconds",
+    "eval_samples", "eval_examples", "predict_exact_match", "predict_f1", "predict_runtime",
+)
+# What run_summary.json keeps of the memory report (memory.json holds all of it).
+MEMORY_KEYS = ("measured_peak_mb", "measured_source", "max_over_ranks", "estimate_over_measured", "note")
+
+
+def environment() -> dict[str, Any]:
+    """Hardware and software of this process's machine, and the Slurm job it ran in."""
+    import torch  # here, not at the top: the collector reads SUMMARY_FILE without loading torch
+    import transformers
+
+    gpu, env = torch.cuda.is_available(), os.environ.get
+    return {
+        "hostname": platform.node(), "python": sys.version.split()[0], "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__, "gpu_available": gpu,
+        "gpu_count": torch.cuda.device_count() if gpu else 0,
+        "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
+        "cuda_version": torch.version.cuda, "cpu_count": os.cpu_count(),
+        "slurm_job_id": env("SLURM_JOB_ID"), "slurm_job_name": env("SLURM_JOB_NAME"),
+        "slurm_nodelist": env("SLURM_JOB_NODELIST"),
+        "slurm_restart_count": int(env("SLURM_RESTART_COUNT", "0") or 0),
+        "slurm_job_num_nodes": env("SLURM_JOB_NUM_NODES"),
+    }
+
+
+def run_params(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: TrainingArguments,
+               precision: str) -> dict[str, Any]:
+    """The parameters users compare runs by (never the token)."""
+    ta, da = training_args, data_args
+    return {
+        "model": model_args.model_name_or_path,
+        "dataset": da.train_file or da.validation_file or da.dataset_name,
+        "train_file": da.train_file, "validation_file": da.validation_file, "test_file": da.test_file,
+        "epochs": ta.num_train_epochs, "max_steps": ta.max_steps,
+        "per_device_train_batch_size": ta.per_device_train_batch_size,
+        "per_device_eval_batch_size": ta.per_device_eval_batch_size,
+        "gradient_accumulation_steps": ta.gradient_accumulation_steps,
+        "world_size": ta.world_size, "parallel_mode": str(ta.parallel_mode.value), "ddp_backend": ta.ddp_backend,
+        "device": str(ta.device),
+        "max_seq_length": da.max_seq_length, "doc_stride": da.doc_stride, "pad_to_max_length": da.pad_to_max_length,
+        "train_sampling_strategy": ta.train_sampling_strategy, "learning_rate": ta.learning_rate,
+        "precision": precision, "seed": ta.seed, "version_2_with_negative": da.version_2_with_negative,
+        "max_train_samples": da.max_train_samples, "max_eval_samples": da.max_eval_samples,
+        "squad_metric": da.squad_metric,
+    }
+
+
+def write_run_summary(path: str, *, status: str, exit_code: int, wall_clock_seconds: float, params: Mapping[str, Any],
+                      plan: Mapping[str, Any], effective: Mapping[str, Any] | None, results: Mapping[str, Any],
+                      memory: Mapping[str, Any] | None = None, error: str | None = None,
+                      stopped: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write run_summary.json atomically and return what was written."""
+    summary = {
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "status": status, "exit_code": exit_code, "error": error,  # status: ok | failed | preempted
+        "wall_clock_seconds": round(wall_clock_seconds, 3),
+        **environment(),
+        "params": dict(params), "plan": dict(plan), "effective": dict(effective) if effective else None,
+        "results": dict(results),
+        "memory": {k: memory[k] for k in MEMORY_KEYS if k in memory} if memory else None,
+        "stopped": dict(stopped) if stopped else None,  # preempted: signal, global_step, checkpoint
+    }
+    write_json_atomic(path, summary)
+    return summary
+
+
+def save_results(trainer: Trainer, split: str, metrics: Mapping[str, Any]) -> None:
+    """{split}_results.json and all_results.json (as HF's save_metrics), atomically, on the main process."""
+    trainer.log_metrics(split, metrics)
+    if not trainer.is_world_process_zero():
+        return
+    out = trainer.args.output_dir
+    write_json_atomic(os.path.join(out, f"{split}_results.json"), dict(metrics), sort_keys=True)
+    all_path = os.path.join(out, "all_results.json")  # each split adds its metrics to the earlier splits'
+    combined = json.loads(Path(all_path).read_text(encoding="utf-8")) if os.path.exists(all_path) else {}
+    write_json_atomic(all_path, {**combined, **metrics}, sort_keys=True)
+
+
+def save_trainer_state(trainer: Trainer) -> None:
+    """trainer_state.json as Trainer.save_state writes it (same text), but atomically."""
+    if trainer.is_world_process_zero():
+        state = json.dumps(dataclasses.asdict(trainer.state), indent=2, sort_keys=True) + "\n"
+        write_text_atomic(os.path.join(trainer.args.output_dir, "trainer_state.json"), state)
+
+
+def final_lines(results: Mapping[str, Any], wall_clock_seconds: float) -> list[str]:
+    """The greppable closing lines: metrics first (floats to 4 decimals), WALL_CLOCK_SECONDS last."""
+    lines = [f"{key}={results[key]:.4f}" if isinstance(results[key], float) else f"{key}={results[key]}"
+             for key in FINAL_KEYS if key in results]
+    return lines + [f"WALL_CLOCK_SECONDS={int(round(wall_clock_seconds))}"]

@@ -1,0 +1,269 @@
+"""The settings plan for every device, decided on a CPU from made-up device facts; the read-back check.
+
+Each table row is one combination with its expected outcome, written from the rules in README
+("How precision, threads and devices are chosen") and qa_hpc/plan.py's docstring:
+  1. --precision X, or HF's --bf16/--fp16 (must agree with each other);
+  2. accelerate's mixed_precision (ACCELERATE_MIXED_PRECISION; "no" = fp32);
+  3. auto: bf16 on compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU;
+  fp16 refused on CPU, bf16 refused below 8.0 (torch only emulates it there).
+Threads: --num_threads, else OMP_NUM_THREADS (not torchrun's default 1), else CPUs / processes on the node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from fixtures.settings import plan_and_flags
+from qa_hpc.flags import build_flags, read_flags
+from qa_hpc.plan import DeviceFacts, Effective, FlagValues, PlanError, decide
+
+DEFAULTS = read_flags([])  # every flag at its default, as run_qa.py parses them
+
+
+def ask(**given: object) -> FlagValues:
+    """The parsed flags with these given."""
+    return {**DEFAULTS, **given}
+
+
+GPUS = {"A100": (8, 0), "H100": (9, 0), "V100": (7, 0), "T4": (7, 5), "CPU": None}
+
+
+def facts(device: str, ranks: int = 1, cpus: int = 32, omp: int | None = None, accelerate: str | None = None,
+          launcher: str | None = None, gpus_visible: int = 1, asked: str | None = None) -> DeviceFacts:
+    cuda = GPUS[device] is not None
+    return DeviceFacts(
+        cuda_available=cuda, gpu_count=gpus_visible if cuda else 0, capability=GPUS[device],
+        gpu_name=f"NVIDIA {device}" if cuda else None, cpus=cpus, world_size=ranks, local_world_size=ranks,
+        launcher=launcher or ("accelerate" if accelerate else "torchrun" if ranks > 1 else "python"),
+        omp_num_threads=omp, accelerate_mixed_precision=accelerate, gpus_requested=asked,
+        torch_version="2.13.0", torch_cuda="13.0" if cuda else None,
+    )
+
+
+def rows(table: str, columns: int) -> list[list[str]]:
+    """Whitespace-separated columns; the last one keeps its spaces (a refusal's words); '-' is not given."""
+    return [line.split(None, columns - 1) for line in table.strip().splitlines()]
+
+
+def decided(request: FlagValues, device_facts: DeviceFacts, want: str):
+    """The plan, or None after checking the refusal when want is '!' + words of the message."""
+    if not want.startswith("!"):
+        return decide(request, device_facts)
+    with pytest.raises(PlanError, match=want[1:]):
+        decide(request, device_facts)
+    return None
+
+
+# device | --precision | HF flag | accelerate mixed_precision | expected precision, or "!" + words of the refusal
+PRECISION_TABLE = """
+A100 auto - - bf16
+H100 auto - - bf16
+V100 auto - - fp16
+T4   auto - - fp16
+CPU  auto - - fp32
+A100 fp32 - - fp32
+H100 fp32 - - fp32
+V100 fp32 - - fp32
+T4   fp32 - - fp32
+CPU  fp32 - - fp32
+A100 fp16 - - fp16
+V100 fp16 - - fp16
+T4   fp16 - - fp16
+CPU  fp16 - - !not supported on CPU
+A100 bf16 - - bf16
+H100 bf16 - - bf16
+V100 bf16 - - !compute capability 8.0
+T4   bf16 - - !compute capability 8.0
+CPU  bf16 - - bf16
+A100 auto bf16 - bf16
+A100 auto fp16 - fp16
+V100 auto fp16 - fp16
+V100 auto bf16 - !compute capability 8.0
+T4   auto bf16 - !compute capability 8.0
+CPU  auto bf16 - bf16
+CPU  auto fp16 - !not supported on CPU
+A100 fp32 bf16 - !contradicts --bf16
+A100 fp16 bf16 - !contradicts --bf16
+A100 bf16 fp16 - !contradicts --fp16
+A100 bf16 bf16 - bf16
+V100 fp16 fp16 - fp16
+A100 auto - no   fp32
+A100 auto - fp16 fp16
+A100 auto - bf16 bf16
+H100 auto - no   fp32
+V100 auto - no   fp32
+V100 auto - fp16 fp16
+V100 auto - bf16 !compute capability 8.0
+T4   auto - fp16 fp16
+CPU  auto - no   fp32
+CPU  auto - fp16 !not supported on CPU
+CPU  auto - bf16 bf16
+A100 auto - fp8  !not supported here
+A100 fp32 - bf16 fp32
+A100 bf16 - no   bf16
+V100 fp32 - fp16 fp32
+A100 auto fp16 bf16 fp16
+A100 auto bf16 no   bf16
+CPU  fp32 - bf16 fp32
+"""
+
+
+@pytest.mark.parametrize("ranks", [1, 4])
+@pytest.mark.parametrize("device, precision, hf, accelerate, want", rows(PRECISION_TABLE, 5))
+def test_precision_for_every_device(device, precision, hf, accelerate, want, ranks):
+    request = ask(precision=precision, bf16=hf == "bf16", fp16=hf == "fp16")
+    plan = decided(request, facts(device, ranks=ranks, accelerate=None if accelerate == "-" else accelerate), want)
+    if plan is not None:
+        assert plan.precision == want
+        fields = plan.training_fields(None)
+        assert (fields["bf16"], fields["fp16"]) == (want == "bf16", want == "fp16")
+
+
+# device | --tf32 | --speed_defaults | expected TF32, or "!" + refusal
+TF32_TABLE = """
+A100 -     true  on
+H100 -     true  on
+V100 -     true  off
+T4   -     true  off
+CPU  -     true  off
+A100 -     false off
+A100 false true  off
+A100 true  false on
+V100 true  true  !compute capability 8.0
+CPU  true  true  !compute capability 8.0
+CPU  false true  off
+"""
+
+
+@pytest.mark.parametrize("device, tf32, defaults, want", rows(TF32_TABLE, 4))
+def test_tf32_for_every_device(device, tf32, defaults, want):
+    given = None if tf32 == "-" else tf32 == "true"
+    plan = decided(ask(tf32=given, speed_defaults=defaults == "true"), facts(device), want)
+    if plan is not None:
+        assert plan.tf32 == (want == "on")
+        # TrainingArguments gets tf32 only where it means something (it refuses True off Ampere)
+        assert plan.training_fields(given)["tf32"] == (plan.tf32 if device != "CPU" else given)
+
+
+# device | CPUs | processes on the node | OMP_NUM_THREADS | launcher | --num_threads | threads | workers
+THREADS_TABLE = """
+CPU  2  1 -  python   0 2  0
+CPU  32 1 -  python   0 32 0
+CPU  32 4 -  torchrun 0 8  0
+CPU  32 4 1  torchrun 0 8  0
+CPU  32 1 1  python   0 1  0
+CPU  32 4 2  torchrun 0 2  0
+CPU  32 4 -  torchrun 3 3  0
+CPU  32 1 12 python   0 12 0
+A100 32 1 -  python   0 32 4
+A100 32 4 -  torchrun 0 8  4
+A100 8  4 -  torchrun 0 2  1
+A100 4  4 -  torchrun 0 1  0
+H100 16 1 -  python   0 16 4
+H100 32 4 1  torchrun 0 8  4
+V100 32 4 32 torchrun 0 32 4
+"""
+
+
+@pytest.mark.parametrize("device, cpus, ranks, omp, launcher, asked, threads, workers", rows(THREADS_TABLE, 8))
+def test_threads_and_workers(device, cpus, ranks, omp, launcher, asked, threads, workers):
+    plan = decide(ask(num_threads=int(asked)), facts(device, ranks=int(ranks), cpus=int(cpus),
+                                                          omp=None if omp == "-" else int(omp), launcher=launcher))
+    assert (plan.threads, plan.dataloader_num_workers) == (int(threads), int(workers))
+
+
+@pytest.mark.parametrize("request_, device, workers", [
+    (ask(dataloader_num_workers=2), "CPU", 2), (ask(dataloader_num_workers=6), "A100", 6),
+    (ask(speed_defaults=False), "A100", 0)])
+def test_workers_as_asked_and_without_speed_defaults(request_, device, workers):
+    assert decide(request_, facts(device)).dataloader_num_workers == workers
+
+
+def test_a_gpu_job_whose_torch_sees_no_gpu_is_refused():
+    with pytest.raises(PlanError) as err:
+        decide(ask(), facts("CPU", asked="CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0"))
+    for words in ("asked for a GPU (CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0)", "torch 2.13.0",
+                  "CPU-only build", "torch.cuda.is_available()=False", "--use_cpu"):
+        assert words in str(err.value)
+    assert decide(ask(use_cpu=True), facts("CPU", asked="CUDA_VISIBLE_DEVICES=0")).device == "cpu"  # on purpose
+
+
+def test_one_process_on_several_gpus_is_refused_naming_torchrun():
+    with pytest.raises(PlanError, match=r"torchrun --nproc_per_node=4"):
+        decide(ask(), facts("A100", gpus_visible=4))
+    assert decide(ask(), facts("A100", ranks=4, gpus_visible=4)).world_size == 4
+    assert decide(ask(use_cpu=True), facts("A100", gpus_visible=4)).device == "cpu"
+
+
+@pytest.mark.parametrize("device, ranks, every", [("A100", 1, 1), ("A100", 8, 10), ("CPU", 1, 1), ("CPU", 4, 1)])
+def test_preemption_votes_sparsely_only_where_a_vote_syncs_a_gpu(device, ranks, every):
+    assert decide(ask(), facts(device, ranks=ranks)).stop_vote_every == every
+
+
+def test_reporting_tensorboard_is_ours_and_profile_dir():
+    plan = decide(ask(report_to=["tensorboard", "wandb"], output_dir="o", profile=True), facts("CPU"))
+    assert plan.tensorboard and plan.report_to == ("wandb",) and plan.profile_dir == "o/profiler"
+    fields = plan.training_fields(None)
+    assert fields["report_to"] == ["wandb"] and fields["use_cpu"] is True
+    off = decide(ask(report_to="none"), facts("A100"))
+    assert not off.tensorboard and off.profile_dir is None and off.training_fields(None)["use_cpu"] is False
+
+
+def test_plan_log_line_names_every_decision():
+    line = decide(ask(), facts("H100", ranks=4)).log_line()
+    for part in ("PLAN device=cuda(NVIDIA H100)", "precision=bf16 (auto: GPU sm_90 has bf16)", "tf32=on",
+                 "threads=8", "dataloader_workers=4", "world_size=4", "launcher=torchrun", "stop_vote_every=10"):
+        assert part in line
+
+
+@pytest.mark.parametrize("precision, accelerate_env, want", [
+    ("fp32", "bf16", {"ACCELERATE_MIXED_PRECISION": "no"}),
+    ("auto", "fp16", {"ACCELERATE_MIXED_PRECISION": "fp16"}),
+    ("bf16", "no", {"ACCELERATE_MIXED_PRECISION": "bf16"}),
+    ("auto", None, {}),  # not under accelerate: nothing to align
+])
+def test_accelerates_variable_is_aligned_with_the_plan(precision, accelerate_env, want):
+    """TrainingArguments reads ACCELERATE_MIXED_PRECISION when --bf16/--fp16 are off: it must say the plan's precision."""
+    plan = decide(ask(precision=precision), facts("A100", accelerate=accelerate_env))
+    assert plan.environment({} if accelerate_env is None else {"ACCELERATE_MIXED_PRECISION": accelerate_env}) == want
+
+
+# --- what really runs, read back and checked against the plan --------------------------------------------------
+def test_every_difference_is_named_and_stops_the_run(tmp_path):
+    plan, _ = plan_and_flags(["--output_dir", str(tmp_path), "--num_threads", "2", "--report_to", "none"])
+    same = Effective(precision="fp32", tf32=False, param_dtype="float32", threads=2, dataloader_num_workers=0,
+                     world_size=1, device="cpu", device_name="cpu", optim="adamw_torch_fused",
+                     attn_implementation="sdpa", torch_compile=False, postprocess="vectorized")
+    same.check(plan)  # equal: no error
+    wrong = dataclasses.replace(same, precision="bf16", param_dtype="float16", threads=8)
+    with pytest.raises(RuntimeError) as err:
+        wrong.check(plan)
+    assert str(err.value).endswith("precision: planned fp32, effective bf16; param_dtype: planned float32, effective "
+                                   "float16; threads: planned 2, effective 8")
+
+
+def test_training_args_given_to_the_trainer_are_the_parsed_ones_plus_the_plan(tiny_bert, demo_files, tmp_path):
+    """Built and read back in process: the settings path of run_qa.setup, the Trainer, the effective settings."""
+    import run_qa
+    from qa_hpc.preemption import StopRequest
+
+    argv = ["--model_name_or_path", str(tiny_bert), "--output_dir", str(tmp_path / "out"), "--max_seq_length", "128",
+            "--doc_stride", "32", "--report_to", "none", "--disable_tqdm", "true", "--do_train",
+            "--train_file", str(demo_files["train"]), "--max_steps", "1", "--num_threads", "1"]
+    plan, flags = plan_and_flags(argv)
+    threads = torch.get_num_threads()
+    try:
+        run = run_qa.setup(flags, plan, StopRequest())
+        assert run.effective.threads == torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert run.trainer.args is flags.training
+    # the parsed TrainingArguments (no plan) with the plan's fields put in: what the Trainer must get
+    values = read_flags(argv)
+    expected = {**build_flags(values, {}).training.to_dict(), **plan.training_fields(values["tf32"])}
+    expected["dataloader_pin_memory"] = False  # TrainingArguments itself turns pinned memory off on the CPU
+    assert run.trainer.args.to_dict() == expected
+    run.effective.check(plan)

@@ -1,0 +1,58 @@
+"""The run record, its results files and the closing KEY=value lines, written through the real writers."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+from transformers import TrainerState
+
+from qa_hpc.record import final_lines, save_results, save_trainer_state, write_run_summary
+
+
+def test_closing_lines_keep_the_documented_order_and_end_with_the_wall_clock() -> None:
+    results = {"eval_f1": 88.38, "train_runtime": 12.3456789, "eval_examples": 10570, "unlisted": 1.0}
+    assert final_lines(results, 642.6) == ["train_runtime=12.3457", "eval_f1=88.3800", "eval_examples=10570",
+                                           "WALL_CLOCK_SECONDS=643"]
+
+
+def test_the_record_keeps_the_memory_summary_and_leaves_no_room_for_secrets(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    path = tmp_path / "run_summary.json"
+    written = write_run_summary(str(path), status="preempted", exit_code=75, wall_clock_seconds=1.23456,
+                                params={"model": "m"}, plan={"precision": "fp32"}, effective=None,
+                                results={"train_loss": float("nan")},
+                                memory={"measured_peak_mb": 10.0, "per_rank": [1, 2], "note": "n"},
+                                stopped={"signal": "SIGUSR1", "global_step": 4, "checkpoint": "c"})
+    on_disk = json.loads(path.read_text())  # NaN stays readable: json writes and reads it
+    assert on_disk.keys() == written.keys()
+    assert (on_disk["status"], on_disk["exit_code"], on_disk["wall_clock_seconds"]) == ("preempted", 75, 1.235)
+    assert (on_disk["slurm_job_id"], on_disk["slurm_restart_count"]) == ("77", 2)
+    assert on_disk["memory"] == {"measured_peak_mb": 10.0, "note": "n"}  # the full report is memory.json's
+    assert on_disk["stopped"]["global_step"] == 4 and on_disk["effective"] is None and on_disk["error"] is None
+
+
+def _trainer(out: Path, main: bool = True) -> types.SimpleNamespace:
+    return types.SimpleNamespace(state=TrainerState(global_step=7, log_history=[{"loss": 1.0, "step": 7}]),
+                                 args=types.SimpleNamespace(output_dir=str(out)), is_world_process_zero=lambda: main,
+                                 log_metrics=lambda split, metrics: None)
+
+
+def test_results_files_add_each_split_to_all_results(tmp_path: Path) -> None:
+    save_results(_trainer(tmp_path), "train", {"train_runtime": 2.0})
+    save_results(_trainer(tmp_path), "eval", {"eval_f1": 50.0, "train_runtime": 3.0})
+    assert json.loads((tmp_path / "eval_results.json").read_text()) == {"eval_f1": 50.0, "train_runtime": 3.0}
+    assert json.loads((tmp_path / "all_results.json").read_text()) == {"eval_f1": 50.0, "train_runtime": 3.0}
+    assert json.loads((tmp_path / "train_results.json").read_text()) == {"train_runtime": 2.0}
+    save_results(_trainer(tmp_path / "other", main=False), "eval", {"eval_f1": 1.0})
+    save_trainer_state(_trainer(tmp_path / "other", main=False))
+    assert not (tmp_path / "other").exists()  # only the main process writes
+
+
+def test_trainer_state_has_the_text_trainer_save_state_writes(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path)
+    save_trainer_state(trainer)
+    trainer.state.save_to_json(str(tmp_path / "hf.json"))
+    assert (tmp_path / "trainer_state.json").read_text() == (tmp_path / "hf.json").read_text()

@@ -1,0 +1,169 @@
+"""Reliability without a process: atomic writes, stop requests, which checkpoint to resume, clear errors.
+
+The killed writers, the real disk-full and out-of-memory runs, preemption and resume of a real run,
+and a dying or frozen rank are end-to-end tests (tests/e2e).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import resource
+import signal
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from qa_hpc.atomic_io import remove_stale_temps, write_json_atomic
+from qa_hpc.errors import EXIT_OOM, BatchContext, OutOfMemory, OutputError, check_writable_dir, guarded, write_failure
+from qa_hpc.preemption import StopRequest, last_complete_checkpoint
+
+CTX = BatchContext(train_batch_size=32, eval_batch_size=64, gradient_accumulation_steps=1, max_seq_length=384,
+                   device="cuda:0")
+
+
+def _temps(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+# --- atomic writes ----------------------------------------------------------------------------------------
+
+def test_non_serializable_value_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "eval_results.json"
+    write_json_atomic(target, {"eval_f1": 88.1})
+    with pytest.raises(TypeError):
+        write_json_atomic(target, {"eval_f1": object()})
+    assert json.loads(target.read_text()) == {"eval_f1": 88.1}
+    assert _temps(tmp_path) == []
+
+
+def test_temps_of_live_writers_are_kept_and_those_of_dead_ones_removed(tmp_path: Path) -> None:
+    target = tmp_path / "x.json"
+    live = tmp_path / f".x.json.{socket.gethostname()}-{os.getpid()}.abc.tmp"
+    live.write_text("partial")
+    assert remove_stale_temps(target) == []
+    assert live.exists()
+    # a pid above the kernel's limit (pid_max is at most 2**22) never runs: its temp file is left by a dead writer
+    dead = tmp_path / f".x.json.{socket.gethostname()}-{2**22 + 1}.abc.tmp"
+    dead.write_text("partial")
+    write_json_atomic(target, {"a": 1})
+    assert _temps(tmp_path) == [live.name]
+
+
+def test_unwritable_directory_is_an_output_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("")
+    with pytest.raises(OutputError, match="cannot write .*not_a_dir/r.json"):
+        write_json_atomic(blocker / "r.json", {"a": 1})
+
+
+def test_written_files_get_the_permissions_open_would_give(tmp_path: Path) -> None:
+    """Group members of a project share results: an atomic write must not leave a temp file's 0600."""
+    old = os.umask(0o027)
+    try:
+        write_json_atomic(tmp_path / "eval_results.json", {"eval_f1": 1.0})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "eval_results.json").stat().st_mode & 0o777 == 0o640
+
+
+# --- stop and resume --------------------------------------------------------------------------------------
+
+def test_stop_request_handler_only_sets_a_flag() -> None:
+    request = StopRequest()
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        request.install()
+        assert not request.requested
+        os.kill(os.getpid(), signal.SIGUSR1)  # delivered before the next bytecode
+        assert request.requested and request.name == "SIGUSR1"
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+def test_resume_skips_an_incompletely_written_checkpoint(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A job killed while saving leaves a checkpoint without a readable trainer_state.json."""
+    for step, state in ((4, '{"global_step": 4}'), (6, '{"global_step": 6}'), (8, '{"global_st')):
+        ckpt = tmp_path / f"checkpoint-{step}"
+        ckpt.mkdir()
+        (ckpt / "model.safetensors").write_bytes(b"x")
+        (ckpt / "trainer_state.json").write_text(state)
+    (tmp_path / "checkpoint-9").mkdir()  # killed before anything was written
+    with caplog.at_level("WARNING"):
+        assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-6")
+    assert f"INCOMPLETE_CHECKPOINT path={tmp_path / 'checkpoint-8'}" in caplog.text
+
+
+# --- resources: unwritable output, disk full, out of memory -------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
+def test_read_only_output_dir(tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(OutputError, match="cannot write into --output_dir .*Permission denied"):
+            check_writable_dir(str(ro))
+    finally:
+        ro.chmod(0o700)
+
+
+def test_write_failure_names_the_reason_from_rust_and_torch_errors(tmp_path: Path) -> None:
+    """safetensors reports 'os error 28'; torch.save only 'file write failed' (then a probe finds why)."""
+    rust = Exception("Error while serializing: I/O error: No space left on device (os error 28)")
+    err = write_failure(rust, str(tmp_path / "checkpoint-7"))
+    assert isinstance(err, OutputError) and err.errno == errno.ENOSPC
+    assert str(err).startswith(f"cannot write {tmp_path}/checkpoint-7: No space left on device")
+    assert "MiB free" in str(err) and "--save_total_limit" in str(err)
+    # an error with no errno on a writable disk is not a write failure: left to the traceback
+    assert write_failure(RuntimeError("shape mismatch"), str(tmp_path / "checkpoint-7")) is None
+
+
+def test_a_failed_save_without_an_errno_is_explained_by_a_probe_write(tmp_path: Path) -> None:
+    """torch.save says only 'file write failed': a probe write finds the reason (here a file-size limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))  # Python ignores SIGXFSZ: writes fail with EFBIG
+    try:
+        err = write_failure(RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64"),
+                            str(tmp_path / "checkpoint-7"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert isinstance(err, OutputError) and err.errno == errno.EFBIG
+    assert str(err).startswith(f"cannot write {tmp_path}/checkpoint-7: File too large") and "ulimit -f" in str(err)
+
+
+def _allocate_too_much() -> None:
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
+
+
+@pytest.mark.parametrize("phase, expected", [
+    ("train", ["out of memory on cuda:0 during train", "--per_device_train_batch_size 32",
+               "--per_device_train_batch_size 16 --gradient_accumulation_steps 2"]),  # same effective batch
+    ("eval", ["during eval with --per_device_eval_batch_size 64", "try --per_device_eval_batch_size 32"]),
+])
+def test_out_of_memory_names_the_batch_size_and_what_to_lower(phase: str, expected: list[str]) -> None:
+    with pytest.raises(OutOfMemory) as info:
+        with guarded(phase, "out", CTX):
+            _allocate_too_much()
+    msg = str(info.value)
+    assert all(part in msg for part in expected), msg
+    assert "Tried to allocate 2.00 GiB" in msg
+    assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
+
+
+def test_cli_turns_out_of_memory_into_exit_3(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import run_qa
+
+    def main() -> int:
+        with guarded("train", "out", CTX):
+            _allocate_too_much()
+        return 0
+
+    monkeypatch.setattr(run_qa, "main", main)
+    assert run_qa.cli() == EXIT_OOM
+    err = capsys.readouterr().err
+    assert err.startswith("ERROR: out of memory on cuda:0 during train") and "Traceback" not in err
