@@ -29,10 +29,9 @@ import transformers  # noqa: E402
 from accelerate import PartialState  # noqa: E402
 from transformers import DataCollatorWithPadding, default_data_collator  # noqa: E402
 
-from qa_hpc.data.features import real_lengths  # noqa: E402
-from qa_hpc.data.loading import QAData, build_data  # noqa: E402
 from qa_hpc.dist import end_process_group, launch_env  # noqa: E402
 from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded  # noqa: E402
+from qa_hpc.features import QAData, build_data, real_lengths  # noqa: E402
 from qa_hpc.flags import Flags, decide_and_build, read_flags  # noqa: E402
 from qa_hpc.metric.squad import make_score  # noqa: E402
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # noqa: E402

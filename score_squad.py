@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from qa_hpc.atomic_io import OutputError, write_text_atomic
-from qa_hpc.data.squad_io import DataError, load_references
 from qa_hpc.errors import EXIT_USAGE, UsageError
 from qa_hpc.metric.squad import ScoreInputError, Scores, first_ids, json_type_name, score_v1, score_v2
+from qa_hpc.squad_io import DataError, load_references
 
 PROG = "score_squad.py"
 

@@ -1,6 +1,6 @@
 """Features and postprocessing for extractive QA, under the names users of the HF example know.
 
-The code lives in the qa_hpc package (qa_hpc/data/features.py, qa_hpc/postprocess.py);
+The code lives in the qa_hpc package (qa_hpc/features.py, qa_hpc/postprocess.py);
 this module keeps the familiar entry points in one place:
 
     from utils_qa import prepare_train_features, prepare_validation_features, postprocess_qa_predictions
@@ -8,7 +8,7 @@ this module keeps the familiar entry points in one place:
 
 from __future__ import annotations
 
-from qa_hpc.data.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features
+from qa_hpc.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features
 from qa_hpc.postprocess import PostprocessConfig, QAPredictions, postprocess_qa_predictions, write_prediction_files
 from qa_hpc.postprocess_loop import postprocess_qa_predictions_loop
 

@@ -96,8 +96,8 @@ def build(args: argparse.Namespace) -> DevEval:
     from transformers import AutoTokenizer
 
     from qa_hpc.model import resolve_model_path
-    from qa_hpc.data.squad_io import load_qa_records
-    from qa_hpc.data.features import FeatureConfig, prepare_validation_features
+    from qa_hpc.squad_io import load_qa_records
+    from qa_hpc.features import FeatureConfig, prepare_validation_features
 
     records, _ = load_qa_records(args.validation_file, split="validation")
     if args.max_eval_samples:

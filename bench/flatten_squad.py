@@ -2,7 +2,7 @@
 """Write a SQuAD file as flat JSON, {"version": ..., "data": [records]}: the shape HF's run_qa.py reads.
 
 HF's example loads local files with `datasets`' json builder and `field="data"`, so it cannot read
-the official nested files. Reading through the project's own reader (qa_hpc.data.squad_io, which
+the official nested files. Reading through the project's own reader (qa_hpc.squad_io, which
 checks every record) keeps the records and their order exactly what our run_qa.py trains and
 scores on, so `--first N` here selects the same N questions as our `--max_*_samples N`.
 
@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from qa_hpc.data.squad_io import load_qa_records
+from qa_hpc.squad_io import load_qa_records
 
 FIELDS = ("id", "title", "context", "question", "answers")  # what HF's script reads; nothing else
 

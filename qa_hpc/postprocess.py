@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from qa_hpc.data.features import real_lengths
+from qa_hpc.features import real_lengths
 from qa_hpc.postprocess_loop import PostprocessConfig, QAPredictions, postprocess_qa_predictions_loop
 from qa_hpc.atomic_io import json_text, write_text_atomic
 

@@ -9,14 +9,14 @@ from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding
 
 from qa_hpc.flags import QATrainingArguments
 from trainer_qa import QuestionAnsweringTrainer, length_order
-from qa_hpc.data.features import FeatureConfig, prepare_validation_features
+from qa_hpc.features import FeatureConfig, prepare_validation_features
 
 
 @pytest.fixture(scope="module")
 def eval_setup(tiny_bert, tokenizer, demo_files):
     import datasets
 
-    from qa_hpc.data.squad_io import load_qa_records
+    from qa_hpc.squad_io import load_qa_records
 
     records, _ = load_qa_records(demo_files["validation"], split="validation")
     examples = datasets.Dataset.from_list(records)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qa_hpc.data.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features
+from qa_hpc.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features
 
 
 def _long_example(qid: str, answer: str, position: str) -> dict:

@@ -1,12 +1,9 @@
 """SQuAD v1.1 / v2.0 scores equal to the official scripts, and the `evaluate` metric the trainer scores with.
 
-Our own scorer so that the trainer (through the `evaluate` modules beside this file), score_squad.py
-and the benchmarks report exactly the numbers of ``evaluate-v1.1.py`` / ``evaluate-v2.0.py`` with no
-metric downloaded at run time. Every official quirk that changes a number is kept and called out.
-Departures: a question without a prediction scores 0 and stays in every denominator (v2 officially
-crashes), and inputs the official scripts crash on raise ScoreInputError naming the input and ids.
-The trainer loads the local module for the version by path (no network) unless ``--squad_metric``
-names another; inputs stay in memory (keep_in_memory), so scoring writes no cache files.
+The trainer (through the `evaluate` modules beside this file), score_squad.py and the benchmarks get the
+numbers of ``evaluate-v1.1.py`` / ``evaluate-v2.0.py`` offline; every official quirk that changes a number
+is kept. Departures: a question without a prediction scores 0 (v2 officially crashes), and inputs the
+official scripts crash on raise ScoreInputError naming the input and ids.
 """
 
 from __future__ import annotations
@@ -64,16 +61,14 @@ def _f1(pred_tokens: Sequence[str], gold_tokens: Sequence[str], v2: bool) -> flo
     num_same = sum(common.values())
     if num_same == 0:  # v1: 0 even when both sides are empty ("" vs "the": EM 1, F1 0)
         return 0.0
-    precision = num_same / len(pred_tokens)
-    recall = num_same / len(gold_tokens)
+    precision, recall = num_same / len(pred_tokens), num_same / len(gold_tokens)
     return (2 * precision * recall) / (precision + recall)
 
 
 def _raw_scores(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
                 v2: bool) -> tuple[dict[str, float], dict[str, float]]:
-    """Per-question best exact match and F1 over the gold answers, for predicted questions in reference order."""
     exact: dict[str, float] = {}
-    f1: dict[str, float] = {}
+    f1: dict[str, float] = {}  # per-question best over the golds
     for qid, golds in references.items():
         if qid not in predictions:
             continue
@@ -87,14 +82,10 @@ def _raw_scores(references: Mapping[str, Sequence[str]], predictions: Mapping[st
 
 
 def score_v1(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str]) -> Scores:
-    """Official v1.1: ``{"exact_match": %, "f1": %}`` over every reference id (missing ones add 0).
-
-    ``references``: id -> gold texts; prediction ids that are no question are ignored.
-    """
+    """Official v1.1 ``{"exact_match": %, "f1": %}``; references: id -> gold texts (unknown predictions ignored)."""
     _check_inputs(references, predictions, None, v2=False)
     exact, f1 = _raw_scores(references, predictions, v2=False)
-    exact_total: float = 0
-    f1_total: float = 0
+    exact_total = f1_total = 0.0
     for qid in exact:  # a loop, not sum(): the official script adds with +=, and sum() of floats may not
         exact_total += exact[qid]
         f1_total += f1[qid]
@@ -104,11 +95,7 @@ def score_v1(references: Mapping[str, Sequence[str]], predictions: Mapping[str, 
 
 def score_v2(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
              na_probs: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0) -> Scores:
-    """Official v2.0 with --na-prob-file / --na-prob-thresh: its keys in its order.
-
-    ``references``: id -> gold texts, ``[]`` for unanswerable. exact/f1/total, HasAns_* and NoAns_*
-    when such questions exist, best_exact(_thresh)/best_f1(_thresh) when ``na_probs`` is given.
-    """
+    """Official v2.0 with --na-prob-file / --na-prob-thresh, its keys in its order; ``[]`` golds: unanswerable."""
     _check_inputs(references, predictions, na_probs, v2=True)
     has_answer = {qid: bool(golds) for qid, golds in references.items()}
     exact_raw, f1_raw = _raw_scores(references, predictions, v2=True)
@@ -135,19 +122,17 @@ def score_v2(references: Mapping[str, Sequence[str]], predictions: Mapping[str, 
 
 def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: Sequence[str]) -> Scores:
     """Percentages over ``qids`` (sum() as the official script; missing ids add 0)."""
-    total = len(qids)
-    return {"exact": 100.0 * sum(exact[q] for q in qids if q in exact) / total,
-            "f1": 100.0 * sum(f1[q] for q in qids if q in f1) / total, "total": total}
+    n = len(qids)
+    return {"exact": 100.0 * sum(exact[q] for q in qids if q in exact) / n,
+            "f1": 100.0 * sum(f1[q] for q in qids if q in f1) / n, "total": n}
 
 
 def _best_threshold(predictions: Mapping[str, str], raw: Mapping[str, float], na_probs: Mapping[str, float],
                     has_answer: Mapping[str, bool], total: int) -> tuple[float, float]:
-    """Official ``find_best_thresh``: start abstaining on everything, un-abstain by ascending na_prob.
+    """Official ``find_best_thresh``: abstain on everything, then un-abstain by ascending na_prob.
 
-    An answerable question adds its raw score; an unanswerable one costs 1 if its text is non-empty
-    *as a raw string* (" " costs a point though it scores as empty). Ties are walked one by one in
-    na_probs order, so the best may be unreachable with a real threshold: kept as is. Start counts
-    only predicted questions, so a missing prediction never earns credit (official when none is missing).
+    An unanswerable question costs 1 if its text is non-empty *as a raw string* (" " too); ties are
+    walked one by one in na_probs order, as officially; only predicted questions count at the start.
     """
     current = float(sum(1 for qid in raw if not has_answer[qid]))
     best, best_thresh = current, 0.0
@@ -165,8 +150,7 @@ def _best_threshold(predictions: Mapping[str, str], raw: Mapping[str, float], na
 
 def _check_inputs(references: Mapping[str, Sequence[str]], predictions: Mapping[str, object],
                  na_probs: Mapping[str, float] | None, v2: bool) -> None:
-    """What the official scripts crash on: no questions, a non-string answer, v1 questions without
-    gold (``max([])``), a predicted question without a no-answer probability (KeyError)."""
+    """What the official scripts crash on (no questions, non-string answer, v1 without gold, no na_prob)."""
     if not references:
         raise ScoreInputError("references", "no questions to score: the reference set is empty")
     for qid, text in predictions.items():
@@ -187,27 +171,24 @@ def _check_inputs(references: Mapping[str, Sequence[str]], predictions: Mapping[
 
 
 def first_ids(ids: Sequence[str]) -> str:
-    """Up to SHOWN_IDS quoted ids, with a count of the rest."""
     rest = len(ids) - SHOWN_IDS
     return ", ".join(map(repr, ids[:SHOWN_IDS])) + (f", ... ({rest} more)" if rest > 0 else "")
 
 
+_JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
+               list: "an array", str: "a string"}
+
+
 def json_type_name(value: object) -> str:
-    """A decoded JSON value's type in JSON's words, for messages."""
-    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
-             list: "an array", str: "a string"}
-    return names.get(type(value), type(value).__name__)
+    return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
 # --------------------------------------------------------------------------- the `evaluate` metric
 
 
 def metric_features(v2: bool) -> datasets.Features:
-    """The hub's `squad` / `squad_v2` inputs, except float64 for "no_answer_probability" (the hub: float32).
-
-    run_qa passes null-score differences; as float32 the threshold decisions and best_*_thresh would
-    move away from what score_squad.py computes from eval_null_odds.json.
-    """
+    """The hub's `squad` / `squad_v2` inputs, but float64 "no_answer_probability": as float32 the null-score
+    differences would move threshold decisions away from score_squad.py's on eval_null_odds.json."""
     from datasets import Features, List, Value  # only where a metric is built: score_squad.py needs none
 
     predictions = {"id": Value("string"), "prediction_text": Value("string")}
@@ -248,10 +229,9 @@ def make_score(version_2_with_negative: bool, null_score_diff_threshold: float,
     def score(preds: QAPredictions, examples: datasets.Dataset) -> Scores:
         # rows in the answers' order: v2's best-threshold search breaks ties by it, as score_squad.py
         # does by the order of eval_null_odds.json
-        predictions = [{"id": qid, "prediction_text": text} for qid, text in preds.answers.items()]
-        if version_2_with_negative:
-            for row in predictions:
-                row["no_answer_probability"] = float(preds.null_odds[row["id"]])
+        v2 = version_2_with_negative
+        predictions = [{"id": qid, "prediction_text": text, **({"no_answer_probability": float(preds.null_odds[qid])}
+                                                                 if v2 else {})} for qid, text in preds.answers.items()]
         references = [{"id": qid, "answers": {"text": list(gold["text"]), "answer_start": list(gold["answer_start"])}}
                       for qid, gold in zip(examples["id"], examples["answers"])]
         return metric.compute(predictions=predictions, references=references, **options)
@@ -280,7 +260,6 @@ def load_squad_metric(name: str | None, version_2_with_negative: bool) -> evalua
 
 
 def _cannot_load(name: str, v2: bool, err: BaseException) -> str:
-    """What was asked, why it failed, and how to get it."""
     from huggingface_hub import constants
 
     cause = (str(err).strip().splitlines() or [type(err).__name__])[0]

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from bench import compare_predictions, flatten_squad
-from qa_hpc.data.squad_io import load_qa_records
+from qa_hpc.squad_io import load_qa_records
 
 
 def test_flat_copy_holds_the_same_first_records(demo_files: dict, tmp_path: Path):

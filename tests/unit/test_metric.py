@@ -18,7 +18,7 @@ import pytest
 import qa_hpc.metric.squad as sm
 import score_squad
 from conftest import skip_or_fail
-from qa_hpc.data.squad_io import load_references
+from qa_hpc.squad_io import load_references
 from qa_hpc.metric.squad import LOCAL_MODULES, load_squad_metric, make_score
 from qa_hpc.postprocess_loop import QAPredictions
 from qa_hpc.errors import UsageError

@@ -19,7 +19,7 @@ from transformers import BertConfig, BertForQuestionAnswering, Trainer, TrainerC
 from transformers.integrations import TensorBoardCallback
 
 from fixtures.settings import plan_and_flags
-from qa_hpc.data.features import real_lengths
+from qa_hpc.features import real_lengths
 from qa_hpc.model import ModelShape
 from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import efficiency_lines, peak_tflops, train_efficiency, train_flops_per_sequence

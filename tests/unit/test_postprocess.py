@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qa_hpc.data.features import FeatureConfig, prepare_validation_features
+from qa_hpc.features import FeatureConfig, prepare_validation_features
 from qa_hpc.postprocess import (
     NBestLists,
     QAPredictions,
@@ -155,7 +155,7 @@ def test_token_chars_from_arrow_and_lists_agree():
 
 def test_real_features_v1_and_v2(tokenizer, tmp_path):
     """Features of a real tokenizer (long contexts, several windows), random logits, both versions."""
-    from qa_hpc.data.squad_io import load_qa_records
+    from qa_hpc.squad_io import load_qa_records
     from qa_hpc.tools.make_demo_data import generate_squad
 
     path = tmp_path / "dev.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import qa_hpc.tools.make_demo_data as mdd
-from qa_hpc.data.squad_io import load_qa_records
+from qa_hpc.squad_io import load_qa_records
 from qa_hpc.tools.make_demo_data import generate_squad
 
 N = 600  # ~100 paragraphs at the default 450 words: enough for shares, fast to build

@@ -1,35 +1,42 @@
-"""Dynamic padding and length-ordered evaluation really happen, and change no answer.
+"""Features: dynamic padding and length-ordered evaluation change no answer; datasets' cache serves them again.
 
 - train batches are padded to their own longest feature, a multiple of 8, so widths differ;
 - with --pad_to_max_length every batch is max_seq_length wide (the HF behaviour);
-- evaluating longest-first and restoring the order gives the same answers and logits as
-  evaluating in dataset order.
+- evaluating longest-first and restoring the order gives the same answers and logits as in dataset order;
+- a second build with the same file, tokenizer and settings reuses the cached features; a change recomputes.
 """
 
 from __future__ import annotations
+
+import logging
+import shutil
 
 import numpy as np
 import pytest
 from transformers import DataCollatorWithPadding, default_data_collator
 
-from qa_hpc.data.loading import build_data
+from qa_hpc.features import build_data
+from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from qa_hpc.metric.squad import make_score
 from qa_hpc.model import load_config, load_model, load_tokenizer
 from qa_hpc.postprocess import make_postprocess
-from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from trainer_qa import QuestionAnsweringTrainer, length_order
 
 
-def _setup(tiny_bert, demo_files, tmp_path, pad: bool, strategy: str = "group_by_length"):
+def _args(tiny_bert, demo_files, tmp_path, pad: bool = False, strategy: str = "group_by_length", **data):
     model_args = ModelArguments(model_name_or_path=str(tiny_bert))
-    data_args = DataTrainingArguments(
-        train_file=str(demo_files["train"]), validation_file=str(demo_files["validation"]), max_seq_length=128,
-        doc_stride=32, pad_to_max_length=pad, features_cache_dir=str(tmp_path / "cache"),
-    )
+    data_args = DataTrainingArguments(**{
+        "train_file": str(demo_files["train"]), "validation_file": str(demo_files["validation"]), "max_seq_length": 128,
+        "doc_stride": 32, "pad_to_max_length": pad, "features_cache_dir": str(tmp_path / "cache"), **data})
     training_args = QATrainingArguments(
         output_dir=str(tmp_path / "out"), do_train=True, do_eval=True, per_device_train_batch_size=8,
         per_device_eval_batch_size=8, report_to="none", train_sampling_strategy=strategy, use_cpu=True,
     )
+    return model_args, data_args, training_args
+
+
+def _setup(tiny_bert, demo_files, tmp_path, pad: bool, strategy: str = "group_by_length"):
+    model_args, data_args, training_args = _args(tiny_bert, demo_files, tmp_path, pad, strategy)
     tokenizer = load_tokenizer(model_args)
     data = build_data(model_args, data_args, training_args, tokenizer)
     model = load_model(model_args, load_config(model_args))
@@ -101,9 +108,7 @@ def test_length_sorted_eval_restores_order(tiny_bert, demo_files, tmp_path):
 
 @pytest.mark.parametrize("pad", [False, True])
 def test_token_log_line(tiny_bert, demo_files, tmp_path, caplog, pad):
-    import logging
-
-    with caplog.at_level(logging.INFO, logger="qa_hpc.data.loading"):
+    with caplog.at_level(logging.INFO, logger="qa_hpc.features"):
         _, _, data, data_args, _, _ = _setup(tiny_bert, demo_files, tmp_path, pad=pad)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("TOKENS split=train")]
     assert lines, "TOKENS line logged"
@@ -112,3 +117,33 @@ def test_token_log_line(tiny_bert, demo_files, tmp_path, caplog, pad):
     assert int(fields["real_tokens"]) == real
     assert int(fields["tokens_at_max_length"]) == len(data.train) * data_args.max_seq_length
     assert real < int(fields["tokens_at_max_length"])
+
+
+def _cache_lines(tiny_bert, demo_files, tmp_path, caplog, padding_side="right", **data) -> dict[str, str]:
+    """split -> reused|computed, from the FEATURES_CACHE lines of one build_data."""
+    model_args, data_args, training_args = _args(tiny_bert, demo_files, tmp_path, **data)
+    tokenizer = load_tokenizer(model_args)
+    tokenizer.padding_side = padding_side  # "left": context first, so other features
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="qa_hpc.features"):
+        built = build_data(model_args, data_args, training_args, tokenizer)
+    assert len(built.train) > 0 and len(built.eval_features) > 0
+    lines = [r.getMessage().split() for r in caplog.records if r.getMessage().startswith("FEATURES_CACHE ")]
+    return {words[1].removeprefix("split="): words[2] for words in lines}
+
+
+def test_features_cache_reused_until_file_tokenizer_or_settings_change(tiny_bert, demo_files, tmp_path, caplog):
+    files = {split: tmp_path / f"{split}.json" for split in ("train", "validation")}
+    for split, path in files.items():
+        shutil.copy(demo_files[split], path)
+    computed, reused = {"train": "computed", "eval": "computed"}, {"train": "reused", "eval": "reused"}
+    assert _cache_lines(tiny_bert, files, tmp_path, caplog) == computed
+    assert _cache_lines(tiny_bert, files, tmp_path, caplog) == reused
+    assert _cache_lines(tiny_bert, files, tmp_path, caplog, doc_stride=48) == computed
+    assert _cache_lines(tiny_bert, files, tmp_path, caplog, padding_side="left") == computed
+    assert _cache_lines(tiny_bert, files, tmp_path, caplog, overwrite_cache=True) == computed
+    text = files["validation"].read_text(encoding="utf-8")
+    files["validation"].write_text(text.replace("?", " ?", 1), encoding="utf-8")  # same size class, other bytes
+    assert _cache_lines(tiny_bert, files, tmp_path, caplog) == {"train": "reused", "eval": "computed"}
+    assert _cache_lines(tiny_bert, files, tmp_path, caplog, max_train_samples=5) == {"train": "computed",
+                                                                                      "eval": "reused"}

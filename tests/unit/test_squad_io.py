@@ -1,21 +1,23 @@
-"""squad_io: every input format gives the same records; every bad input names file, record, field."""
+"""squad_io: every input format gives the same records; every bad input names file, record and field.
+
+load_qa_records is what training reads; load_references what the scorer reads (a unique string id
+and the answers' texts, nothing more, so a file the official scripts score is never refused).
+"""
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import needed_module, skip_or_fail
-from qa_hpc.data.squad_io import DataError, LoadReport, load_qa_records
+from conftest import needed_module, shared_squad_file
+from qa_hpc.squad_io import DataError, LoadReport, load_qa_records, load_references
 from qa_hpc.tools.make_demo_data import generate_squad
-
-ROOT = Path(__file__).resolve().parents[1]
-
-REAL_DATA = ROOT.parent / "shared/data/squad-v1.1"
 
 # --------------------------------------------------------------------------- a small data set
 
@@ -79,111 +81,71 @@ def _list_answers(r: dict) -> dict:
                             for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])])
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-
-
-def _w_nested(p, recs, v2):
-    p = p / "nested.json"
-    p.write_text(json.dumps(_to_nested(recs, v2), indent=1, ensure_ascii=False), encoding="utf-8")
-    return p, "squad-nested"
-
-
-def _w_flat_list(p, recs, v2):
-    p = p / "flat.json"
-    p.write_text(json.dumps(recs, ensure_ascii=False), encoding="utf-8")
-    return p, "json"
-
-
-def _w_flat_list_of_answer_dicts(p, recs, v2):
-    p = p / "flat_listanswers.json"
-    p.write_text(json.dumps([_list_answers(r) for r in recs]), encoding="utf-8")
-    return p, "json"
-
-
-def _w_hf_data(p, recs, v2):
-    p = p / "hf.json"
-    p.write_text(json.dumps({"version": "0.1", "data": recs}), encoding="utf-8")
-    return p, "json"
-
-
-def _w_jsonl(p, recs, v2):
-    p = p / "recs.jsonl"
-    p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
-    return p, "jsonl"
-
-
-def _w_jsonl_as_json(p, recs, v2):
-    p = p / "lines.json"
-    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n\n", encoding="utf-8")
-    return p, "jsonl"
-
-
-def _w_csv_answers_json(p, recs, v2):
-    p = p / "answers_json.csv"
-    _write_csv(p, ["id", "title", "question", "context", "answers"],
-               [[r["id"], r["title"], r["question"], r["context"], json.dumps(r["answers"])] for r in recs])
-    return p, "csv"
-
-
-def _w_csv_pair(p, recs, v2):
-    p = p / "pair.csv"
-    rows = []
-    for r in recs:
-        t, s = r["answers"]["text"], r["answers"]["answer_start"]
-        rows.append([r["id"], r["title"], r["question"], r["context"], t[0] if t else "", s[0] if s else ""])
-    _write_csv(p, ["id", "title", "question", "context", "answer_text", "answer_start"], rows)
-    return p, "csv"
-
-
-def _w_csv_bom_crlf(p, recs, v2):  # what Excel on Windows writes
-    p = p / "excel.csv"
+def _csv_text(header: list[str], rows: list[list], lineterminator: str = "\r\n") -> str:
     buf = io.StringIO(newline="")
-    w = csv.writer(buf, lineterminator="\r\n")
-    w.writerow(["id", "question", "context", "answers", "title"])
-    for r in recs:
-        w.writerow([r["id"], r["question"], r["context"], json.dumps(_list_answers(r)["answers"]), r["title"]])
-    p.write_bytes(b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
-    return p, "csv"
+    w = csv.writer(buf, lineterminator=lineterminator)
+    w.writerow(header)
+    w.writerows(rows)
+    return buf.getvalue()
 
 
-def _w_parquet_struct(p, recs, v2):
-    pa = needed_module("pyarrow")
-    pq = needed_module("pyarrow.parquet")
-    p = p / "struct.parquet"
-    pq.write_table(pa.Table.from_pylist(recs), p)
-    return p, "parquet"
+def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
+    path.write_text(_csv_text(header, rows), encoding="utf-8", newline="")
+    return path
 
 
-def _w_parquet_list(p, recs, v2):
-    pa = needed_module("pyarrow")
-    pq = needed_module("pyarrow.parquet")
-    p = p / "list.parquet"
-    pq.write_table(pa.Table.from_pylist([_list_answers(r) for r in recs]), p)
-    return p, "parquet"
+def _parquet_bytes(rows: list[dict]) -> bytes:
+    pa, pq = needed_module("pyarrow"), needed_module("pyarrow.parquet")
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buf)
+    return buf.getvalue()
 
 
-def _w_parquet_json_string(p, recs, v2):
-    pa = needed_module("pyarrow")
-    pq = needed_module("pyarrow.parquet")
-    p = p / "jsonstr.parquet"
-    pq.write_table(pa.Table.from_pylist([dict(r, answers=json.dumps(r["answers"])) for r in recs]), p)
-    return p, "parquet"
+def _pair_row(r: dict) -> list:
+    t, s = r["answers"]["text"], r["answers"]["answer_start"]
+    return [r["id"], r["title"], r["question"], r["context"], t[0] if t else "", s[0] if s else ""]
 
 
-WRITERS = [_w_nested, _w_flat_list, _w_flat_list_of_answer_dicts, _w_hf_data, _w_jsonl, _w_jsonl_as_json,
-           _w_csv_answers_json, _w_csv_pair, _w_csv_bom_crlf, _w_parquet_struct, _w_parquet_list,
-           _w_parquet_json_string]
+# format id -> (file name, bytes of the records in that form (recs, v2), the format the report names)
+WRITERS = {
+    "nested": ("nested.json", lambda recs, v2: json.dumps(_to_nested(recs, v2), indent=1, ensure_ascii=False).encode(),
+               "squad-nested"),
+    "flat_list": ("flat.json", lambda recs, v2: json.dumps(recs, ensure_ascii=False).encode(), "json"),
+    "flat_list_of_answer_dicts": ("flat_listanswers.json",
+                                  lambda recs, v2: json.dumps([_list_answers(r) for r in recs]).encode(), "json"),
+    "hf_data": ("hf.json", lambda recs, v2: json.dumps({"version": "0.1", "data": recs}).encode(), "json"),
+    "jsonl": ("recs.jsonl", lambda recs, v2: "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs).encode(),
+              "jsonl"),
+    "jsonl_as_json": ("lines.json", lambda recs, v2: ("\n".join(json.dumps(r) for r in recs) + "\n\n").encode(), "jsonl"),
+    "csv_answers_json": ("answers_json.csv", lambda recs, v2: _csv_text(
+        ["id", "title", "question", "context", "answers"],
+        [[r["id"], r["title"], r["question"], r["context"], json.dumps(r["answers"])] for r in recs]).encode(), "csv"),
+    "csv_pair": ("pair.csv", lambda recs, v2: _csv_text(
+        ["id", "title", "question", "context", "answer_text", "answer_start"], [_pair_row(r) for r in recs]).encode(),
+                 "csv"),
+    "csv_bom_crlf": ("excel.csv", lambda recs, v2: b"\xef\xbb\xbf" + _csv_text(  # what Excel on Windows writes
+        ["id", "question", "context", "answers", "title"],
+        [[r["id"], r["question"], r["context"], json.dumps(_list_answers(r)["answers"]), r["title"]] for r in recs],
+    ).encode(), "csv"),
+    "parquet_struct": ("struct.parquet", lambda recs, v2: _parquet_bytes(recs), "parquet"),
+    "parquet_list": ("list.parquet", lambda recs, v2: _parquet_bytes([_list_answers(r) for r in recs]), "parquet"),
+    "parquet_json_string": ("jsonstr.parquet", lambda recs, v2: _parquet_bytes(
+        [dict(r, answers=json.dumps(r["answers"])) for r in recs]), "parquet"),
+}
+
+
+def _write(tmp_path: Path, form: str, recs: list[dict], v2: bool = False) -> tuple[Path, str]:
+    name, to_bytes, fmt = WRITERS[form]
+    path = tmp_path / name
+    path.write_bytes(to_bytes(recs, v2))
+    return path, fmt
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["v1.1", "v2.0"])
-@pytest.mark.parametrize("writer", WRITERS, ids=lambda w: w.__name__[3:])
-def test_every_format_loads_identical_records(tmp_path, writer, v2):
+@pytest.mark.parametrize("form", list(WRITERS))
+def test_every_format_loads_identical_records(tmp_path, form, v2):
     expected = _records(v2)
-    path, fmt = writer(tmp_path, expected, v2)
+    path, fmt = _write(tmp_path, form, expected, v2)
     recs, rep = load_qa_records(path, version_2_with_negative=v2)
     assert recs == expected
     assert all(list(r) == ["id", "title", "context", "question", "answers"] for r in recs)
@@ -194,18 +156,15 @@ def test_every_format_loads_identical_records(tmp_path, writer, v2):
     assert rep.path == str(path)
 
 
-@pytest.mark.parametrize("writer", [_w_nested, _w_jsonl, _w_csv_answers_json, _w_parquet_list],
-                         ids=lambda w: w.__name__[3:])
-def test_multiple_answers_all_kept_and_validated(tmp_path, writer):
+@pytest.mark.parametrize("form", ["nested", "jsonl", "csv_answers_json", "parquet_list"])
+def test_multiple_answers_all_kept_and_validated(tmp_path, form):
     ctx = "Rome was founded in 753 BC, or so the story says: 753 BC."
     rec = {"id": "m0", "title": "t", "context": ctx, "question": "When was Rome founded?",
            "answers": {"text": ["753 BC", "753", "753 BC"], "answer_start": [20, 20, 50]}}
-    path, _ = writer(tmp_path, [rec], False)
+    path, _ = _write(tmp_path, form, [rec])
     for split in ("train", "validation"):
-        recs, _ = load_qa_records(path, split=split)
-        assert recs == [rec]
-    bad = dict(rec, answers={"text": ["753 BC", "story"], "answer_start": [20, 3]})
-    path, _ = writer(tmp_path, [bad], False)
+        assert load_qa_records(path, split=split)[0] == [rec]
+    path, _ = _write(tmp_path, form, [dict(rec, answers={"text": ["753 BC", "story"], "answer_start": [20, 3]})])
     with pytest.raises(DataError, match=r"answers\[1\]\.text|answer"):
         load_qa_records(path, split="train")
 
@@ -220,8 +179,7 @@ def test_test_split_allows_missing_answers(tmp_path):
         assert all(r["answers"] == {"text": [], "answer_start": []} for r in got)
         with pytest.raises(DataError, match="answers"):
             load_qa_records(p, split="train")
-    p = tmp_path / "t.csv"
-    _write_csv(p, ["id", "question", "context"], [[r["id"], r["question"], r["context"]] for r in recs])
+    p = _write_csv(tmp_path / "t.csv", ["id", "question", "context"], [[r["id"], r["question"], r["context"]] for r in recs])
     assert len(load_qa_records(p, split="test")[0]) == 2
     nested = _to_nested(HAND, False)
     for art in nested["data"]:
@@ -236,20 +194,18 @@ def test_test_split_allows_missing_answers(tmp_path):
 def test_summary_is_one_greppable_line(tmp_path):
     p = tmp_path / "d.json"
     p.write_text(json.dumps(HAND), encoding="utf-8")
-    _, rep = load_qa_records(p)
-    line = rep.summary()
+    line = load_qa_records(p)[1].summary()
     assert "\n" not in line and line.startswith("DATA_LOADED ")
     assert f"file={p}" in line and "format=json" in line and "records=2" in line
     assert "skipped=0" in line and "fixed=0" in line
 
 
-def test_bad_options_are_value_errors(tmp_path):
+@pytest.mark.parametrize("kwargs,needle", [({"answer_check": "ignore"}, "answer_check"), ({"split": "dev"}, "split")])
+def test_bad_options_are_value_errors(tmp_path, kwargs, needle):
     p = tmp_path / "d.json"
     p.write_text(json.dumps(HAND), encoding="utf-8")
-    with pytest.raises(ValueError, match="answer_check"):
-        load_qa_records(p, answer_check="ignore")
-    with pytest.raises(ValueError, match="split"):
-        load_qa_records(p, split="dev")
+    with pytest.raises(ValueError, match=needle):
+        load_qa_records(p, **kwargs)
 
 
 # --------------------------------------------------------------------------- bad input
@@ -264,6 +220,9 @@ def _rec(i: int = 0, **kw) -> dict:
     return r
 
 
+_DROP = object()
+
+
 def _nested(*qas_kw: dict, context: str = CTX) -> dict:
     qas = []
     for i, kw in enumerate(qas_kw):
@@ -272,9 +231,6 @@ def _nested(*qas_kw: dict, context: str = CTX) -> dict:
         qa.update(kw)
         qas.append({k: v for k, v in qa.items() if v is not _DROP})
     return {"version": "1.1", "data": [{"title": "T", "paragraphs": [{"context": context, "qas": qas}]}]}
-
-
-_DROP = object()
 
 
 def _articles(count: int, broken: dict[int, dict]) -> bytes:
@@ -296,19 +252,7 @@ def _json(obj) -> bytes:
 
 
 def _csv_bytes(header, rows) -> bytes:
-    buf = io.StringIO(newline="")
-    w = csv.writer(buf)
-    w.writerow(header)
-    w.writerows(rows)
-    return buf.getvalue().encode("utf-8")
-
-
-def _parquet_bytes(rows) -> bytes:
-    pa = needed_module("pyarrow")
-    pq = needed_module("pyarrow.parquet")
-    buf = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows), buf)
-    return buf.getvalue()
+    return _csv_text(header, rows).encode("utf-8")
 
 
 # (case id, file name, content bytes or a callable producing them, kwargs, substrings the message must hold)
@@ -415,13 +359,14 @@ def test_bad_input_is_named(tmp_path, case_id, name, content, kwargs, needles):
         assert needle in msg, f"{needle!r} not in: {msg}"
 
 
-def test_missing_file_and_directory(tmp_path):
-    with pytest.raises(DataError, match="not found") as ei:
-        load_qa_records(tmp_path / "nope.json")
-    assert "nope.json" in str(ei.value)
+@pytest.mark.parametrize("load,what", [(load_qa_records, "not found"), (load_references, "dataset file not found")])
+def test_missing_file_and_directory(tmp_path, load, what):
+    with pytest.raises(DataError, match=what) as ei:
+        load(tmp_path / "nope.json")
+    assert str(tmp_path / "nope.json") in str(ei.value)
     (tmp_path / "train.json").write_text(json.dumps([_rec()]), encoding="utf-8")
     with pytest.raises(DataError, match="directory") as ei:
-        load_qa_records(tmp_path)
+        load(tmp_path)
     assert str(tmp_path) in str(ei.value) and "train.json" in str(ei.value)
 
 
@@ -481,45 +426,31 @@ def test_fix_still_raises_when_text_is_absent(tmp_path):
     assert [r["id"] for r in recs] == ["q0"] and rep.skipped == {"answer_not_at_start": 1}
 
 
-def test_check_modes_do_not_relax_other_errors(tmp_path):
+@pytest.mark.parametrize("mode", ["fix", "skip"])
+def test_check_modes_do_not_relax_other_errors(tmp_path, mode):
     p = tmp_path / "range.json"
     p.write_text(json.dumps([_rec(0, answers={"text": ["Paris"], "answer_start": [500]})]), encoding="utf-8")
-    for mode in ("fix", "skip"):
-        with pytest.raises(DataError, match="out of range"):
-            load_qa_records(p, answer_check=mode)
+    with pytest.raises(DataError, match="out of range"):
+        load_qa_records(p, answer_check=mode)
 
 
 # --------------------------------------------------------------------------- real SQuAD v1.1
 
 
-def _real(name: str) -> Path:
-    p = REAL_DATA / name
-    if not p.is_file():
-        skip_or_fail(f"real SQuAD v1.1 data not found at {p} (expected beside the checkout: {REAL_DATA})")
-    return p
-
-
-def test_real_squad_dev():
-    recs, rep = load_qa_records(_real("dev-v1.1.json"), split="validation")
-    assert rep.n_records == len(recs) == 10570
-    assert len({r["title"] for r in recs}) == 48
+@pytest.mark.parametrize("name,split,n,titles", [("dev-v1.1.json", "validation", 10570, 48),
+                                                 ("train-v1.1.first44articles.json", "train", 11877, 44)])
+def test_real_squad(name, split, n, titles):
+    recs, rep = load_qa_records(shared_squad_file(name), split=split)
+    assert rep.n_records == len(recs) == n
+    assert len({r["title"] for r in recs}) == titles
     assert (rep.fmt, rep.n_impossible, rep.skipped, rep.fixed) == ("squad-nested", 0, {}, 0)
-    assert sum(len(r["answers"]["text"]) > 1 for r in recs) > 5000
-
-
-def test_real_squad_train_first44():
-    recs, rep = load_qa_records(_real("train-v1.1.first44articles.json"), split="train")
-    assert rep.n_records == len(recs) == 11877
-    assert len({r["title"] for r in recs}) == 44
-    assert (rep.fmt, rep.skipped, rep.fixed) == ("squad-nested", {}, 0)
+    assert split == "train" or sum(len(r["answers"]["text"]) > 1 for r in recs) > 5000
 
 
 # --------------------------------------------------------------------------- detection details
 
 
 def test_gzip_and_sniffed_extensions(tmp_path):
-    import gzip
-
     recs = _records(False)
     p = tmp_path / "train.json.gz"
     p.write_bytes(gzip.compress(json.dumps(_to_nested(recs, False)).encode("utf-8")))
@@ -541,16 +472,108 @@ def test_pretty_printed_json_named_jsonl(tmp_path):
     assert recs == HAND and rep.fmt == "json"
 
 
-def test_csv_line_numbers_count_multiline_fields(tmp_path):
-    p = tmp_path / "multi.csv"
-    _write_csv(p, ["id", "question", "context", "answer_text", "answer_start"],
-               [["a", "Who owned it?", "Line one\nline two\nAna owned it.", "Ana", "18"],
-                ["b", "Who?", "x", "Bob", "0", "extra"]])
+@pytest.mark.parametrize("last_row,needles", [
+    (["b", "Who?", "x", "Bob", "0", "extra"], ["CSV line 5", "6 fields but the header has 5"]),
+    (["b", "Who?", "Bob did.", "Bob", ""], ["CSV line 5 (id 'b'): field 'answer_start': is empty"]),
+])
+def test_csv_line_numbers_count_multiline_fields(tmp_path, last_row, needles):
+    p = _write_csv(tmp_path / "multi.csv", ["id", "question", "context", "answer_text", "answer_start"],
+                   [["a", "Who owned it?", "Line one\nline two\nAna owned it.", "Ana", "18"], last_row])
     with pytest.raises(DataError) as ei:
         load_qa_records(p)
-    assert "CSV line 5" in str(ei.value) and "6 fields but the header has 5" in str(ei.value)
-    _write_csv(p, ["id", "question", "context", "answer_text", "answer_start"],
-               [["a", "Who owned it?", "Line one\nline two\nAna owned it.", "Ana", "18"],
-                ["b", "Who?", "Bob did.", "Bob", ""]])
-    with pytest.raises(DataError, match=r"CSV line 5 \(id 'b'\): field 'answer_start': is empty"):
-        load_qa_records(p)
+    assert all(needle in str(ei.value) for needle in needles), str(ei.value)
+
+
+# --------------------------------------------------------------------------- what the scorer reads
+
+
+def _dataset(qas: list) -> dict:
+    """The official nested layout with one article and one paragraph."""
+    return {"version": "x", "data": [{"title": "t", "paragraphs": [{"context": "c", "qas": qas}]}]}
+
+
+def _write_json(path: Path, obj: Any) -> Path:
+    path.write_text(json.dumps(obj), encoding="utf-8")
+    return path
+
+
+def test_references_v1_and_v2_texts_in_file_order(tmp_path):
+    data = _dataset([
+        {"id": "q1", "question": "?", "answers": [
+            {"text": "Denver", "answer_start": 0}, {"text": "Denver", "answer_start": 0},
+            {"text": "the Broncos", "answer_start": 5}]},
+        {"id": "q2", "question": "?", "answers": [], "is_impossible": True,
+         "plausible_answers": [{"text": "x", "answer_start": 0}]},
+        {"id": "q3", "question": "?", "answers": [{"text": "y", "answer_start": 0}], "is_impossible": False},
+    ])
+    refs = load_references(_write_json(tmp_path / "dev.json", data))
+    # duplicates kept, the unanswerable q2 maps to [] (its plausible answer is ignored)
+    assert refs == {"q1": ["Denver", "Denver", "the Broncos"], "q2": [], "q3": ["y"]}
+    assert list(refs) == ["q1", "q2", "q3"]
+
+
+def test_references_need_only_ids_and_texts(tmp_path):
+    # What evaluate-v1.1.py scores without complaint: no context, no question, no
+    # answer_start, a text that is not in the (absent) context, an empty text.
+    data = {"data": [{"paragraphs": [{"qas": [
+        {"id": "a", "answers": [{"text": "Paris"}, {"text": ""}]},
+        {"id": "b", "answers": [{"text": "Seine", "answer_start": 999}]},
+    ]}]}]}
+    path = _write_json(tmp_path / "dev.json", data)
+    assert load_references(path) == {"a": ["Paris", ""], "b": ["Seine"]}
+    with pytest.raises(DataError):  # training, by contrast, needs every field
+        load_qa_records(path, split="validation")
+
+
+REFERENCE_ERRORS = [
+    # an empty array is an empty list of flat records (every format is read now): no questions
+    ([], ["no questions"]),
+    ({"version": "1.1"}, ["top-level", "'data'"]),
+    ({"data": {}}, ["'data'", "array"]),
+    ({"data": [{"title": "t"}]}, ["data[0]", "'paragraphs'"]),
+    ({"data": []}, ["no questions"]),
+    # a nested file whose first article is broken is still read (and reported) as nested
+    ({"data": [{"title": "A", "paragraph": []}, _dataset([{"id": "q1", "answers": []}])["data"][0]]},
+     ["data[0]: field 'paragraphs': missing", "'paragraph'"]),
+    (_dataset([{"question": "?", "answers": []}]), ["data[0].paragraphs[0].qas[0]", "'id'"]),
+    (_dataset([{"id": 7, "answers": []}]), ["qas[0]", "'id'", "string", "int"]),
+    (_dataset([{"id": "q1"}]), ["qas[0] (id 'q1')", "'answers'"]),
+    (_dataset([{"id": "q1", "answers": [{"answer_start": 0}]}]), ["q1", "'answers[0].text'", "missing"]),
+    (_dataset([{"id": "q1", "answers": [{"text": 3}]}]), ["q1", "'answers[0].text'", "string"]),
+    (_dataset([{"id": "q1", "answers": "Paris"}]), ["q1", "'answers'", "str"]),
+    (_dataset([{"id": "q1", "answers": [], "is_impossible": "yes"}]), ["q1", "'is_impossible'"]),
+    (_dataset([{"id": "q1", "answers": []}, {"id": "q1", "answers": []}]), ["qas[1]", "duplicate", "'q1'", "qas[0]"]),
+]
+
+
+@pytest.mark.parametrize(("content", "fragments"), REFERENCE_ERRORS)
+def test_reference_errors_name_file_record_and_field(tmp_path, content, fragments):
+    path = _write_json(tmp_path / "dev.json", content)
+    with pytest.raises(DataError) as info:
+        load_references(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: "), message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_same_references_from_every_format(tmp_path):
+    recs = [{"id": "q1", "answers": {"text": ["Paris", "the city of Paris"], "answer_start": [0, 5]}},
+            {"id": "q2", "answers": {"text": [], "answer_start": []}},
+            {"id": "q3", "answers": {"text": ["Seine"], "answer_start": [7]}}]
+    files = {"flat.json": json.dumps(recs).encode(), "hf.json": json.dumps({"version": "0.1", "data": recs}).encode(),
+             "recs.jsonl": "".join(json.dumps(r) + "\n" for r in recs).encode(),
+             "answers.csv": _csv_bytes(["id", "answers"], [[r["id"], json.dumps(r["answers"])] for r in recs]),
+             "dev.parquet": _parquet_bytes(recs)}
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+        assert load_references(tmp_path / name) == {"q1": ["Paris", "the city of Paris"], "q2": [], "q3": ["Seine"]}
+    # one answer per row: the texts are all a scorer reads, so answer_start may be left out
+    pair = _write_csv(tmp_path / "pair.csv", ["id", "answer_text"], [["q1", "Paris"], ["q2", ""], ["q3", "Seine"]])
+    assert load_references(pair) == {"q1": ["Paris"], "q2": [], "q3": ["Seine"]}
+
+
+def test_references_csv_needs_an_id_column(tmp_path):
+    path = _write_csv(tmp_path / "dev.csv", ["qid", "answers"], [["q1", "[]"]])
+    with pytest.raises(DataError, match=r"CSV line 1: field 'id': missing required column 'id'"):
+        load_references(path)

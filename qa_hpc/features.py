@@ -1,0 +1,232 @@
+"""Examples of each split -> token windows, cached by datasets so a second run skips tokenizing.
+
+A question and a long context become windows of at most ``max_seq_length`` tokens overlapping by
+``doc_stride``. Train windows are labelled with the answer's token span when they hold the whole
+answer, else with the CLS token; eval windows keep character offsets (None outside the context)
+and their example's id, so logits can be turned back into text.
+
+Local files are read and checked by qa_hpc.squad_io, then become a ``datasets.Dataset`` through
+``Dataset.from_generator`` with a fingerprint of the file's bytes and the reading options, so
+datasets' own cache (``map(cache_file_name=...)``) finds the features again; a changed file,
+tokenizer or feature setting gives another cache file. One process per filesystem writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from functools import partial
+from typing import Any
+
+import datasets
+import numpy as np
+from datasets.fingerprint import Hasher
+from transformers import PreTrainedTokenizerBase
+
+from qa_hpc.dist import first_on_each_filesystem
+from qa_hpc.errors import UsageError
+from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
+from qa_hpc.model import from_disk_or_hub
+from qa_hpc.squad_io import load_qa_records
+
+logger = logging.getLogger(__name__)
+
+SPLIT_FLAGS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
+LOG_NAMES = {"train": "train", "validation": "eval", "test": "predict"}  # split names in log lines and cache folders
+_TEXT = datasets.Value("string")
+RECORD_FEATURES = datasets.Features({  # given, not inferred: a first batch of unanswerable records has no types
+    "id": _TEXT, "title": _TEXT, "context": _TEXT, "question": _TEXT,
+    "answers": {"text": datasets.List(_TEXT), "answer_start": datasets.List(datasets.Value("int64"))},
+})
+
+
+class FeatureError(UsageError):
+    """A record cannot be turned into features (names the record and the field)."""
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """How examples are cut into windows."""
+
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    pad_to_max_length: bool = False
+    source: str = "data"  # file name or dataset name, for error messages
+
+
+def _tokenize(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase, cfg: FeatureConfig) -> Any:
+    """Windows of question + context (context + question for left-padding tokenizers)."""
+    special = tokenizer.num_special_tokens_to_add(pair=True)
+    for qid, ids in zip(examples["id"], tokenizer(examples["question"], add_special_tokens=False)["input_ids"]):
+        room = cfg.max_seq_length - len(ids) - special  # the fast tokenizer would fail with an opaque Rust error
+        if room <= cfg.doc_stride:
+            raise FeatureError(
+                f"{cfg.source}: record id={qid!r}: field 'question' has {len(ids)} tokens, leaving {room} "
+                f"for the context at --max_seq_length {cfg.max_seq_length} (needs more than --doc_stride "
+                f"{cfg.doc_stride}); shorten the question, raise --max_seq_length or lower --doc_stride")
+    questions = [q.lstrip() for q in examples["question"]]
+    right = tokenizer.padding_side == "right"  # BERT-style: question first, context truncated
+    return tokenizer(questions if right else examples["context"], examples["context"] if right else questions,
+                     truncation="only_second" if right else "only_first", max_length=cfg.max_seq_length,
+                     stride=cfg.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True,
+                     padding="max_length" if cfg.pad_to_max_length else False)
+
+
+def prepare_train_features(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase,
+                           cfg: FeatureConfig) -> dict[str, list]:
+    """Tokenize a batch of examples into labelled training windows."""
+    tokenized = _tokenize(examples, tokenizer, cfg)
+    sample_map = tokenized.pop("overflow_to_sample_mapping")
+    context_index = 1 if tokenizer.padding_side == "right" else 0
+    starts: list[int] = []
+    ends: list[int] = []
+    for i, offsets in enumerate(tokenized.pop("offset_mapping")):
+        input_ids = tokenized["input_ids"][i]
+        cls_index = input_ids.index(tokenizer.cls_token_id) if tokenizer.cls_token_id in input_ids else 0
+        sequence_ids = tokenized.sequence_ids(i)
+        answers = examples["answers"][sample_map[i]]
+        start, end = cls_index, cls_index  # no answer, or not wholly in this window
+        if answers["answer_start"]:
+            start_char = answers["answer_start"][0]
+            end_char = start_char + len(answers["text"][0])
+            first = sequence_ids.index(context_index)
+            last = len(input_ids) - 1 - sequence_ids[::-1].index(context_index)
+            if offsets[first][0] <= start_char and offsets[last][1] >= end_char:
+                while first < len(offsets) and sequence_ids[first] == context_index and offsets[first][0] <= start_char:
+                    first += 1
+                while sequence_ids[last] == context_index and offsets[last][1] >= end_char:
+                    last -= 1
+                start, end = first - 1, last + 1
+        starts.append(start)
+        ends.append(end)
+    tokenized["start_positions"] = starts
+    tokenized["end_positions"] = ends
+    return dict(tokenized)
+
+
+def prepare_validation_features(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase,
+                                cfg: FeatureConfig) -> dict[str, list]:
+    """Tokenize a batch of examples into eval windows that remember offsets and their example."""
+    tokenized = _tokenize(examples, tokenizer, cfg)
+    sample_map = tokenized.pop("overflow_to_sample_mapping")
+    context_index = 1 if tokenizer.padding_side == "right" else 0
+    offsets_out = []
+    for i, offsets in enumerate(tokenized["offset_mapping"]):  # None outside the context: no answer there
+        sequence_ids = tokenized.sequence_ids(i)
+        offsets_out.append([o if sequence_ids[k] == context_index else None for k, o in enumerate(offsets)])
+    tokenized["example_id"] = [examples["id"][s] for s in sample_map]
+    tokenized["offset_mapping"] = offsets_out
+    return dict(tokenized)
+
+
+def real_lengths(features: datasets.Dataset | Mapping[str, list]) -> np.ndarray:
+    """Real (unpadded) token count of every feature: its attention mask's sum."""
+    if not isinstance(features, datasets.Dataset):
+        return np.array([int(sum(r)) for r in features["attention_mask"]], dtype=np.int64)
+    import pyarrow.compute as pc
+
+    masks = features.with_format("arrow")["attention_mask"]
+    masks = masks.combine_chunks() if hasattr(masks, "combine_chunks") else masks
+    flat = pc.list_flatten(masks).to_numpy(zero_copy_only=False)
+    sizes = pc.list_value_length(masks).to_numpy(zero_copy_only=False).astype(np.int64)
+    starts = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    sums = np.add.reduceat(flat, starts) if len(flat) else np.zeros(len(sizes))
+    return np.where(sizes > 0, sums, 0).astype(np.int64)
+
+
+@dataclass
+class QAData:
+    """Examples and their features for each split that runs."""
+
+    train: datasets.Dataset | None = None
+    eval_examples: datasets.Dataset | None = None
+    eval_features: datasets.Dataset | None = None
+    predict_examples: datasets.Dataset | None = None
+    predict_features: datasets.Dataset | None = None
+
+
+def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: QATrainingArguments,
+               tokenizer: PreTrainedTokenizerBase) -> QAData:
+    """Read and check every split the flags ask for, then featurize each (before the model is loaded)."""
+    wanted = [(split, fn, limit) for split, fn, limit, on in (
+        ("train", prepare_train_features, data_args.max_train_samples, training_args.do_train),
+        ("validation", prepare_validation_features, data_args.max_eval_samples, training_args.do_eval),
+        ("test", prepare_validation_features, data_args.max_predict_samples, training_args.do_predict)) if on]
+    read = {split: _read_split(data_args, model_args, split) for split, _, _ in wanted}  # every bad input first
+    cache_dir = data_args.features_cache_dir or os.path.join(datasets.config.HF_DATASETS_CACHE, "qa_hpc_features")
+    tok_key = _tokenizer_key(tokenizer)
+    examples, features = {}, {}
+    for split, fn, limit in wanted:
+        with first_on_each_filesystem():
+            ds = read[split]
+            if isinstance(ds, list):  # checked records of a local file: cached as Arrow, keyed by the file
+                fingerprint = Hasher.hash([Path(getattr(data_args, SPLIT_FLAGS[split])).read_bytes(), split,
+                                           data_args.version_2_with_negative, data_args.answer_check])
+                ds = datasets.Dataset.from_generator(partial(iter, ds), features=RECORD_FEATURES,
+                                                     cache_dir=cache_dir, fingerprint=fingerprint)
+            examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
+            source = getattr(data_args, SPLIT_FLAGS[split]) or data_args.dataset_name or split
+            cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length,
+                                str(source))
+            features[split] = _featurize(examples[split], fn, tok_key, tokenizer, cfg, data_args, LOG_NAMES[split],
+                                         cache_dir)
+        _log_token_counts(LOG_NAMES[split], features[split], data_args.max_seq_length)
+    return QAData(features.get("train"), examples.get("validation"), features.get("validation"),
+                  examples.get("test"), features.get("test"))
+
+
+def _read_split(data_args: DataTrainingArguments, model_args: ModelArguments,
+                split: str) -> list[dict] | datasets.Dataset:
+    """The checked records of a local file, else the hub dataset's split."""
+    path = getattr(data_args, SPLIT_FLAGS[split])
+    if path is not None:
+        records, report = load_qa_records(path, split=split, version_2_with_negative=data_args.version_2_with_negative,
+                                          answer_check=data_args.answer_check)
+        logger.info("%s split=%s", report.summary(), split)
+        return records
+    if not data_args.dataset_name:
+        raise UsageError(f"no --{SPLIT_FLAGS[split]} and no --dataset_name to read the {split} split from")
+    with from_disk_or_hub("dataset", data_args.dataset_name, model_args.cache_dir):
+        hub = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
+                                    cache_dir=model_args.cache_dir, token=model_args.token)
+    if split not in hub:
+        raise UsageError(f"dataset {data_args.dataset_name} has no '{split}' split (has {list(hub)})")
+    return hub[split]
+
+
+def _tokenizer_key(tokenizer: PreTrainedTokenizerBase) -> str:
+    """Vocabulary and rules of the tokenizer, not the folder it came from nor the truncation a call left set."""
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    return Hasher.hash([type(tokenizer).__name__, tokenizer.padding_side,
+                        {k: v for k, v in spec.items() if k not in ("truncation", "padding")}])
+
+
+def _featurize(examples: datasets.Dataset, fn: Callable, tok_key: str, tokenizer: PreTrainedTokenizerBase,
+               cfg: FeatureConfig, data_args: DataTrainingArguments, name: str, cache_dir: str) -> datasets.Dataset:
+    """examples.map(fn) into a cache file named by the examples' fingerprint, the tokenizer and the settings."""
+    key = Hasher.hash([examples._fingerprint, fn.__name__, tok_key, cfg.max_seq_length, cfg.doc_stride,
+                       cfg.pad_to_max_length])
+    folder = os.path.join(cache_dir, f"{name}-{key}")
+    os.makedirs(folder, exist_ok=True)
+    before, t0 = set(os.listdir(folder)), time.time()
+    features = examples.map(fn, batched=True, fn_kwargs={"tokenizer": tokenizer, "cfg": cfg},
+                            num_proc=data_args.preprocessing_num_workers, remove_columns=examples.column_names,
+                            load_from_cache_file=not data_args.overwrite_cache, new_fingerprint=key,
+                            cache_file_name=os.path.join(folder, "features.arrow"), desc=f"{name} features")
+    computed = data_args.overwrite_cache or not before or set(os.listdir(folder)) != before
+    logger.info("FEATURES_CACHE split=%s %s in %.1fs features=%d path=%s", name, "computed" if computed else "reused",
+                time.time() - t0, len(features), folder)
+    return features
+
+
+def _log_token_counts(split: str, features: datasets.Dataset, max_seq_length: int) -> None:
+    """How many tokens are real, against padding every feature to max_seq_length."""
+    real, n = int(real_lengths(features).sum()), len(features)
+    logger.info("TOKENS split=%s features=%d real_tokens=%d tokens_at_max_length=%d mean_len=%.1f",
+                split, n, real, n * max_seq_length, real / max(1, n))

@@ -1,0 +1,269 @@
+"""What one question record must hold, checked as qa_hpc.squad_io hands each record over.
+
+Training and evaluation need an id, a question, a context and answers at their ``answer_start``
+(or fixed/skipped as ``answer_check`` says); the scorer (``scoring=True``) needs only what the
+official scripts read, a unique string id and the answer texts, so a file they score is never refused.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from qa_hpc.errors import UsageError
+
+
+class DataError(UsageError):
+    """Bad input: ``path: location (id 'x'): field 'f': what is wrong``; the pieces are attributes too."""
+
+    def __init__(self, message: str, *, path: str | None = None, location: str | None = None,
+                 record_id: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.path, self.location, self.record_id, self.field = path, location, record_id, field
+
+
+@dataclass
+class LoadReport:
+    """What was loaded, so logs show at a glance that no data went missing."""
+
+    path: str
+    fmt: str  # "squad-nested" | "json" | "jsonl" | "csv" | "parquet"
+    n_records: int
+    n_impossible: int  # records with no answer (SQuAD v2 style)
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> count (answer_check="skip")
+    fixed: int = 0  # answers whose answer_start was corrected (answer_check="fix")
+
+    def summary(self) -> str:
+        """One greppable ``DATA_LOADED key=value ...`` line for job logs."""
+        parts = ["DATA_LOADED", f"file={shlex.quote(self.path)}", f"format={self.fmt}", f"records={self.n_records}",
+                 f"impossible={self.n_impossible}", f"skipped={sum(self.skipped.values())}", f"fixed={self.fixed}"]
+        return " ".join(parts + [f"skipped_{reason}={n}" for reason, n in sorted(self.skipped.items())])
+
+
+class _Answer(NamedTuple):
+    text: str
+    start: int | None  # None when only texts are asked for (scoring)
+    text_field: str
+    start_field: str
+
+
+FieldError = Callable[[str, str], DataError]  # (message, field) -> the error, placed at the record
+
+
+class RecordChecker:
+    """Records of one file (or, ``scoring``, id -> gold texts), each checked as a reader hands it over."""
+
+    def __init__(self, path: str, split: str, v2: bool = False, answer_check: str = "error",
+                 scoring: bool = False) -> None:
+        self.path, self.split, self.v2, self.answer_check, self.scoring = path, split, v2, answer_check, scoring
+        self.what = "dataset file" if scoring else "file"
+        self.required = ("id",) if scoring else ("id", "question", "context")  # columns of a table
+        self.pair = ("answer_text",) if scoring else ("answer_text", "answer_start")  # one answer per row
+        self.seen: dict[str, str] = {}  # id -> location of its first occurrence
+        self.n_seen, self.fixed = 0, 0
+        self.records: list[dict] = []
+        self.references: dict[str, list[str]] = {}
+        self.skipped: dict[str, int] = {}
+
+    def fail(self, loc: str | None, msg: str, *, rid: Any = None, fld: str | None = None) -> DataError:
+        rid = rid if isinstance(rid, str) and rid else None
+        where = " ".join(p for p in (loc, rid and f"(id {rid!r})") if p)
+        head = f"{self.path}: {where}" if where else self.path
+        return DataError(f"{head}: " + (f"field '{fld}': {msg}" if fld else msg), path=self.path, location=loc,
+                         record_id=rid, field=fld)
+
+    def add_flat(self, loc: str, rec: Any, *, json_strings: bool = False) -> None:
+        """One flat record (JSON, JSON Lines, CSV and Parquet share this)."""
+        if not isinstance(rec, dict):
+            raise self.fail(loc, f"expected a record object with id, question, context, answers; found {kind_of(rec)}")
+        if "paragraphs" in rec and "qas" not in rec and "question" not in rec:
+            raise self.fail(loc, "this looks like a nested SQuAD article (it has 'paragraphs') inside a file of flat "
+                                 'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
+                            fld="paragraphs")
+        present = "answers" in rec and not (rec["answers"] is None and self.split == "test")
+        self.add(loc, rec, title=rec.get("title", ""), present=present, answers=rec.get("answers"),
+                 json_strings=json_strings)
+
+    def add(self, loc: str, raw: dict, *, title: Any, present: bool, answers: Any, impossible: bool = False,
+            fld: str = "answers", json_strings: bool = False, csv_pair: bool = False) -> None:
+        """Check one record and keep it (or its gold texts, when scoring)."""
+        self.n_seen += 1
+        rid = self._id(loc, raw)
+
+        def err(msg: str, f: str) -> DataError:
+            return self.fail(loc, msg, rid=rid, fld=f)
+
+        if self.scoring:
+            if not present:
+                raise err(f"missing (record has keys {keys_of(raw)}); scoring needs the gold answers", fld)
+            golds = [] if impossible else _answers(answers, fld, err, json_strings, csv_pair, scoring=True)
+            self.references[rid] = [a.text for a in golds]
+            return
+        check_title(title, err)
+        question, context = (_text(raw, name, err) for name in ("question", "context"))
+        if not present and self.split != "test":
+            raise err(f"missing (record has keys {keys_of(raw)}); answers may be left out only for split='test'", fld)
+        golds = [] if impossible or not present else _answers(answers, fld, err, json_strings, csv_pair, False)
+        if not golds and self.split != "test" and not self.v2:
+            why = "is_impossible is true" if impossible else "no answers given"
+            raise err(f"record has no answer ({why}) but version_2_with_negative is off; pass "
+                      "--version_2_with_negative for SQuAD v2-style data with unanswerable questions",
+                      "is_impossible" if impossible else fld)
+        placed = self._placed(context, golds, err)
+        if placed is None:
+            self.skipped["answer_not_at_start"] = self.skipped.get("answer_not_at_start", 0) + 1
+            return
+        self.records.append({"id": rid, "title": title or "", "context": context, "question": question,
+                             "answers": {"text": [a.text for a in placed], "answer_start": [a.start for a in placed]}})
+
+    def _id(self, loc: str, raw: dict) -> str:
+        """Present, a non-empty string, not seen before in this file."""
+        rid = raw.get("id")
+        problem = (f"missing (record has keys {keys_of(raw)})" if rid is None else
+                   f"must be a string, got {type(rid).__name__} {rid!r} (ids must be strings; quote them)"
+                   if not isinstance(rid, str) else "is empty" if not rid.strip() else None)
+        if problem is None and rid in self.seen:
+            raise self.fail(loc, f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}", rid=rid,
+                            fld="id")
+        if problem:
+            raise self.fail(loc, problem, fld="id")
+        self.seen[rid] = loc
+        return rid
+
+    def _placed(self, context: str, golds: list[_Answer], err: FieldError) -> list[_Answer] | None:
+        """Answers whose text is at their answer_start, fixed if asked; None: skip the record."""
+        out, n_fixed = [], 0
+        for a in golds:
+            start = a.start
+            if start < 0 or start >= len(context):
+                raise err(f"{start} is out of range for a context of {len(context)} characters", a.start_field)
+            found = context[start:start + len(a.text)]
+            if found != a.text:
+                if self.answer_check == "skip":
+                    return None
+                new = _nearest(context, a.text, start)
+                if self.answer_check == "error" or new is None:
+                    where = ("; the text does not occur anywhere in the context" if new is None else
+                             f"; the text does occur at {new} (answer_check='fix' corrects such offsets, "
+                             "'skip' drops such records)")
+                    raise err(f"answer text {_short(a.text)} not found at answer_start {start} "
+                              f"(context has {_short(found)} there){where}", a.text_field)
+                start, n_fixed = new, n_fixed + 1
+            out.append(a._replace(start=start))
+        self.fixed += n_fixed
+        return out
+
+
+def check_title(title: Any, err: FieldError) -> None:
+    if title is not None and not isinstance(title, str):
+        raise err(f"must be a string, got {type(title).__name__}", "title")
+
+
+def _text(raw: dict, name: str, err: FieldError) -> str:
+    """question / context: a string with something in it."""
+    val = raw.get(name)
+    problem = (f"missing (record has keys {keys_of(raw)})" if val is None else
+               f"must be a string, got {type(val).__name__}" if not isinstance(val, str) else
+               "is empty or whitespace only" if not val.strip() else None)
+    if problem:
+        raise err(problem, name)
+    return val
+
+
+def _answers(answers: Any, fld: str, err: FieldError, json_strings: bool, csv_pair: bool,
+             scoring: bool) -> list[_Answer]:
+    """Every answer of one record, from HF columns, SQuAD objects or a JSON string of either.
+
+    Scoring reads only the texts, as the official scripts do: ``answer_start`` may be absent
+    and an empty text is kept (v2 scoring ignores golds that normalize to nothing).
+    """
+    if json_strings and isinstance(answers, str):  # a CSV/Parquet cell; empty means no answer
+        if not answers.strip():
+            return []
+        try:
+            answers = json.loads(answers)
+        except json.JSONDecodeError as e:
+            raise err(f"is not valid JSON ({e.msg} at column {e.colno}); expected "
+                      '{"text": [...], "answer_start": [...]} or [{"text": ..., "answer_start": ...}]', fld) from None
+    keys = ("text",) if scoring else ("text", "answer_start")
+    if answers is None:
+        return []
+    if isinstance(answers, dict):  # HF columns {"text": [...], "answer_start": [...]}
+        _need(answers, keys, err, "answers", fld + ".")
+        texts, starts = answers["text"], answers.get("answer_start")
+        if isinstance(texts, str) and (_is_int(starts) or scoring):  # one answer written as scalars
+            texts, starts = [texts], [starts]
+        for key, val in zip(keys, (texts, starts)):
+            if not isinstance(val, (list, tuple)):
+                raise err(f"must be a list, got {type(val).__name__}", f"{fld}.{key}")
+        if scoring:
+            starts = [None] * len(texts)
+        elif len(texts) != len(starts):
+            raise err(f"has {len(texts)} texts but {len(starts)} answer_start values", f"{fld}.answer_start")
+        raw = list(zip(texts, starts))
+    elif isinstance(answers, (list, tuple)):  # SQuAD objects [{"text": ..., "answer_start": ...}]
+        for i, a in enumerate(answers):
+            if not isinstance(a, dict):
+                raise err(f"must be an object with text and answer_start, got {type(a).__name__}", f"{fld}[{i}]")
+            _need(a, keys, err, "answer", f"{fld}[{i}].")
+        raw = [(a["text"], a.get("answer_start")) for a in answers]
+    else:
+        raise err(f"must be a list of {{text, answer_start}} objects or "
+                  f'{{"text": [...], "answer_start": [...]}}, got {type(answers).__name__}', fld)
+    out = []
+    for i, (text, start) in enumerate(raw):
+        # a CSV answer_text/answer_start pair is named by its columns, not by a JSON path
+        tf, sf = ("answer_text", "answer_start") if csv_pair else (f"{fld}[{i}].text", f"{fld}[{i}].answer_start")
+        if not isinstance(text, str):
+            raise err(f"must be a string, got {type(text).__name__}", tf)
+        if not scoring and not text.strip():
+            raise err("answer text is empty", tf)
+        if not scoring and not _is_int(start):
+            raise err(f"must be an integer character offset, got {type(start).__name__} {start!r}", sf)
+        out.append(_Answer(text, None if scoring else int(start), tf, sf))
+    return out
+
+
+def _need(obj: dict, keys: tuple[str, ...], err: FieldError, what: str, prefix: str) -> None:
+    for key in keys:
+        if key not in obj:
+            raise err(f"missing ({what} has keys {keys_of(obj)})", prefix + key)
+
+
+def _nearest(context: str, text: str, start: int) -> int | None:
+    """Offset of the occurrence of ``text`` closest to ``start`` (earlier wins ties)."""
+    best, pos = None, context.find(text)
+    while pos != -1:
+        if best is None or abs(pos - start) < abs(best - start):
+            best = pos
+        pos = context.find(text, pos + 1)
+    return best
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)  # JSON true is no offset 1
+
+
+def keys_of(d: Any) -> str:
+    if not isinstance(d, dict):
+        return "(not an object)"
+    ks = list(d)
+    return "[" + ", ".join(repr(str(k)) for k in ks[:12]) + (", ..." if len(ks) > 12 else "") + "]"
+
+
+def kind_of(v: Any) -> str:
+    """What a value is, in words: "an object with keys [...]", "a list of 3 items", "null"."""
+    if isinstance(v, dict):
+        return f"an object with keys {keys_of(v)}"
+    if isinstance(v, list):
+        return f"a list of {len(v)} items"
+    return "null" if v is None else f"a {type(v).__name__} ({_short(v)})"
+
+
+def _short(v: Any, n: int = 60) -> str:
+    s = repr(v)
+    return s if len(s) <= n else s[: n - 3] + "..."
