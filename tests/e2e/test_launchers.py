@@ -1,5 +1,5 @@
-"""The launchers as a user runs them, without SLURM: setup_bert.sh, job_ft3.sh, job_cpu.sh, accelerate launch,
-and scripts/start_tensorboard.sh serving a real run to TensorBoard's HTTP API on the loopback.
+"""The launchers as a user runs them, without SLURM: setup_bert.sh, job_ft3.sh, job_cpu.sh (and its CPU levers),
+accelerate launch, and scripts/start_tensorboard.sh serving a real run to TensorBoard's HTTP API on the loopback.
 
 All offline (the hub is a closed or a recording port on 127.0.0.1): setup_bert.sh must try the hub, still
 finish and leave the offline demo ready; the job scripts must fall back to the offline demo, say so loudly,
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, skip_or_fail
 from fixtures.procs import free_port, offline_env
-from observe_runs import ok_run
+from fixtures.runs import Run
 
 TIMEOUT = 300
 
@@ -50,11 +50,14 @@ def run(cmd: list[str], env: dict[str, str], cwd: Path = REPO) -> subprocess.Com
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
 
 
-@pytest.mark.e2e
 def test_job_ft3_falls_back_to_the_offline_demo_and_labels_it(tiny_bert: Path, tmp_path: Path):
-    proc = run(["bash", str(REPO / "job_ft3.sh"), "--max_eval_samples", "5"], demo_env(tiny_bert, tmp_path))
+    """...and QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what ran."""
+    proc = run(["bash", str(REPO / "job_ft3.sh"), "--max_eval_samples", "5"],
+               demo_env(tiny_bert, tmp_path, QA_PRECISION="bf16"))
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
+    assert "PLAN device=cpu precision=bf16 (--precision bf16)" in log
+    assert re.search(r"^EFFECTIVE rank=0 precision=bf16 ", log, re.M)
     # nothing cached, nothing reachable: the demo, and it says so
     assert "MISSING model=bert-base-uncased" in log and "MISSING dataset=squad" in log
     assert "OFFLINE DEMO - NOT THE BASELINE" in log
@@ -75,7 +78,6 @@ def test_job_ft3_falls_back_to_the_offline_demo_and_labels_it(tiny_bert: Path, t
     assert len(logs) == 1 and "RUN_MODE=offline_demo" in logs[0].read_text()
 
 
-@pytest.mark.e2e
 def test_job_ft3_exits_with_the_run_status(tiny_bert: Path, tmp_path: Path):
     proc = run(["bash", str(REPO / "job_ft3.sh"), "--no_such_flag", "1"], demo_env(tiny_bert, tmp_path))
     log = proc.stdout + proc.stderr
@@ -105,7 +107,6 @@ def _checkout_copy(tmp_path: Path) -> Path:
     return work
 
 
-@pytest.mark.e2e
 def test_setup_bert_without_trying_the_hub_finishes_ready_for_the_demo(tmp_path: Path):
     """QA_SKIP_PREFETCH=1 (no hub here): setup only checks the cache, finishes, twice, and says what it got."""
     work = _checkout_copy(tmp_path)
@@ -122,7 +123,6 @@ def test_setup_bert_without_trying_the_hub_finishes_ready_for_the_demo(tmp_path:
     assert (work / "logs").is_dir() and (work / "hf_cache").is_dir()
 
 
-@pytest.mark.e2e
 def test_setup_bert_online_tries_the_hub_and_falls_back_cleanly(tmp_path: Path):
     """The login-node branch: not offline, it asks the hub for the model; the hub is down, so it says so,
     reports what is missing and still ends ready for the offline demo (exit 0)."""
@@ -152,7 +152,6 @@ def test_setup_bert_online_tries_the_hub_and_falls_back_cleanly(tmp_path: Path):
     assert not list((work / "hf_cache").glob("**/models--*")), "nothing was downloaded"
 
 
-@pytest.mark.e2e
 def test_job_cpu_runs_the_demo_on_the_cpu_with_threads_from_its_cpus(tiny_bert: Path, tmp_path: Path):
     """bash job_cpu.sh outside Slurm: one fp32 CPU process whose torch threads are the CPUs it may use."""
     cpus = len(os.sched_getaffinity(0))
@@ -186,20 +185,17 @@ def _get(url: str, timeout: float = 5.0):
         return json.loads(resp.read().decode())
 
 
-@pytest.mark.e2e
-def test_start_tensorboard_serves_a_runs_scalars(tmp_path_factory, tiny_bert: Path, demo_files: dict[str, Path],
-                                                  tmp_path: Path):
+def test_start_tensorboard_serves_a_runs_scalars(plain: Run, tmp_path: Path):
     """scripts/start_tensorboard.sh on a real run's event dir: TensorBoard's HTTP API returns the loss the
     event file holds (read here with TensorBoard's own reader), on 127.0.0.1 only."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    tiny = ok_run("single", tmp_path_factory, tiny_bert, demo_files)
-    logdir = tiny.out_dir / "runs"
+    logdir = plain.ok().out / "runs"
     (run_dir,) = [p for p in logdir.iterdir() if p.is_dir()]
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
     expected = [(e.step, e.value) for e in acc.Scalars("train/loss")]
-    assert [s for s, _ in expected] == [3, 6, 9]
+    assert [s for s, _ in expected] == list(range(1, 19))
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -246,14 +242,20 @@ def accelerate_cmd(config: str, tiny_bert: Path, files: dict[str, Path], out: Pa
     ]
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("config,world", [("cpu.yaml", 1), ("cpu_multi.yaml", 2)])
-def test_accelerate_launch_cpu_configs(config: str, world: int, tiny_bert: Path, demo_files: dict, tmp_path: Path):
+@pytest.mark.parametrize("config, world, launch, want, reason", [
+    ("cpu.yaml", 1, (), "fp32", "accelerate mixed_precision=no"),  # cpu.yaml says mixed_precision: 'no'
+    ("cpu_multi.yaml", 2, ("--mixed_precision", "bf16"), "bf16", "accelerate mixed_precision=bf16"),
+])
+def test_accelerate_launch_cpu_configs(config: str, world: int, launch: tuple[str, ...], want: str, reason: str,
+                                       tiny_bert: Path, demo_files: dict, tmp_path: Path):
+    """Each config runs, and accelerate's mixed precision is what trains."""
     out = tmp_path / "out"
-    proc = run(accelerate_cmd(config, tiny_bert, demo_files, out, "--main_process_port", str(free_port())),
+    proc = run(accelerate_cmd(config, tiny_bert, demo_files, out, "--main_process_port", str(free_port()), *launch),
                base_env(), cwd=tmp_path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
+    assert f"precision={want} ({reason})" in log
+    assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
     assert f"DISTRIBUTED world_size={world}" in log
     if world > 1:
         assert "backend=gloo" in log
@@ -263,40 +265,19 @@ def test_accelerate_launch_cpu_configs(config: str, world: int, tiny_bert: Path,
     assert state["global_step"] == -(-train["train_samples"] // (8 * world))
 
 
-def test_accelerate_configs_load_as_intended():
-    """The GPU configs cannot run here; accelerate must at least read them as what they claim to be."""
-    from accelerate.commands.config.config_args import load_config_from_file
-
-    expect = {
-        "cpu.yaml": ("NO", 1), "cpu_multi.yaml": ("MULTI_GPU", 2), "single_gpu.yaml": ("NO", 1),
-        "multi_gpu.yaml": ("MULTI_GPU", 4), "multi_node.yaml": ("MULTI_GPU", 8), "fsdp.yaml": ("FSDP", 4),
-    }
-    found = sorted(p.name for p in (REPO / "configs" / "accelerate").glob("*.yaml"))
-    assert found == sorted(expect)
-    for name, (kind, procs) in expect.items():
-        cfg = load_config_from_file(str(REPO / "configs" / "accelerate" / name))
-        assert cfg.distributed_type.value == kind and cfg.num_processes == procs, name
-    assert load_config_from_file(str(REPO / "configs" / "accelerate" / "multi_node.yaml")).num_machines == 2
-    fsdp = load_config_from_file(str(REPO / "configs" / "accelerate" / "fsdp.yaml")).fsdp_config
-    assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == "BertLayer"
-
-
 # --- settings through the launchers: what the user asks for reaches run_qa.py unchanged ------------------
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("qa_precision, want", [("fp32", "fp32"), ("none", "fp32"), ("bf16", "bf16")])
-def test_job_passes_qa_precision_through(tiny_bert: Path, tmp_path: Path, qa_precision: str, want: str):
-    """QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what ran."""
+def test_job_passes_qa_precision_none_as_fp32(tiny_bert: Path, tmp_path: Path):
+    """(QA_PRECISION=bf16: the demo run above; fp32: the test below.)"""
     proc = run(["bash", str(REPO / "job_ft3.sh"), "--max_steps", "2", "--max_eval_samples", "3"],
-               demo_env(tiny_bert, tmp_path, QA_PRECISION=qa_precision))
+               demo_env(tiny_bert, tmp_path, QA_PRECISION="none"))
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
-    assert f"PLAN device=cpu precision={want} (--precision {want})" in log
-    assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
+    assert "PLAN device=cpu precision=fp32 (--precision fp32)" in log
+    assert re.search(r"^EFFECTIVE rank=0 precision=fp32 ", log, re.M)
 
 
-@pytest.mark.e2e
 def test_job_flags_win_over_qa_precision_and_bad_values_are_refused(tiny_bert: Path, tmp_path: Path):
     proc = run(["bash", str(REPO / "job_ft3.sh"), "--precision", "fp32", "--max_steps", "1", "--max_eval_samples", "2"],
                demo_env(tiny_bert, tmp_path, QA_PRECISION="bf16"))
@@ -307,7 +288,6 @@ def test_job_flags_win_over_qa_precision_and_bad_values_are_refused(tiny_bert: P
     assert bad.returncode == 2 and "ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32" in bad.stdout + bad.stderr
 
 
-@pytest.mark.e2e
 def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_path: Path):
     """CUDA_VISIBLE_DEVICES names a GPU (as Slurm sets it for --gres=gpu) but torch sees none: exit 2, no training."""
     for script in ("job_ft3.sh", "job_ddp.sh"):
@@ -319,7 +299,6 @@ def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_pa
         assert "'loss'" not in log and "WALL_CLOCK_SECONDS" not in log, script
 
 
-@pytest.mark.e2e
 def test_rendezvous_port_is_the_jobs_own():
     """Two jobs on one node must not meet on one port: the port follows the job id (QA_RDZV_PORT overrides)."""
     def port(**env: str) -> str:
@@ -341,23 +320,15 @@ def accelerate_train(config: str, tiny_bert: Path, files: dict[str, Path], out: 
     ]
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("launch, run_args, want, reason", [
-    ((), (), "fp32", "accelerate mixed_precision=no"),  # cpu.yaml says mixed_precision: 'no'
-    (("--mixed_precision", "bf16"), (), "bf16", "accelerate mixed_precision=bf16"),
-    (("--mixed_precision", "bf16"), ("--precision", "fp32"), "fp32", "--precision fp32"),
-])
-def test_accelerate_mixed_precision_is_what_trains(tiny_bert: Path, demo_files: dict, tmp_path: Path, launch,
-                                                   run_args, want, reason):
-    proc = run(accelerate_train("cpu.yaml", tiny_bert, demo_files, tmp_path / "out", *launch, run_args=run_args),
-               base_env(), cwd=tmp_path)
+def test_precision_flag_wins_over_accelerates_mixed_precision(tiny_bert: Path, demo_files: dict, tmp_path: Path):
+    proc = run(accelerate_train("cpu.yaml", tiny_bert, demo_files, tmp_path / "out", "--mixed_precision", "bf16",
+                                run_args=("--precision", "fp32")), base_env(), cwd=tmp_path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
-    assert f"precision={want} ({reason})" in log
-    assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
+    assert "precision=fp32 (--precision fp32)" in log
+    assert re.search(r"^EFFECTIVE rank=0 precision=fp32 ", log, re.M)
 
 
-@pytest.mark.e2e
 def test_single_gpu_config_keeps_the_gpus_slurm_gave(tmp_path: Path):
     """accelerate's gpu_ids would overwrite CUDA_VISIBLE_DEVICES: the config leaves it as Slurm set it."""
     script = tmp_path / "show.py"
@@ -367,3 +338,110 @@ def test_single_gpu_config_keeps_the_gpus_slurm_gave(tmp_path: Path):
                base_env(CUDA_VISIBLE_DEVICES="3"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "CUDA_VISIBLE_DEVICES=3" in proc.stdout
+
+
+# --- job_cpu.sh's CPU levers (scripts/env_setup.sh qa_cpu_levers): allocator preload and thread affinity.
+# What the training process gets is checked from inside it: `python` on PATH is a stand-in that, for
+# `python run_qa.py ...`, reports its own environment and whether the allocator is mapped into it
+# (/proc/self/maps), and passes every other call (demo data) to the real interpreter.
+
+REPORT = """import os
+maps = open("/proc/self/maps").read()
+keys = ("LD_PRELOAD", "OMP_PROC_BIND", "OMP_PLACES", "OMP_NUM_THREADS")
+print("CHILD_ENV " + " ".join(f"{k}={os.environ.get(k, '<unset>')}" for k in keys))
+print(f"CHILD_MAPS jemalloc={int('libjemalloc' in maps)} tcmalloc={int('libtcmalloc' in maps)}")
+"""
+
+
+def find_jemalloc() -> str | None:
+    out = subprocess.run(["bash", "-c", f"source {REPO}/scripts/env_setup.sh; qa_find_lib libjemalloc.so"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One demo data folder for the module: the first job generates it, the others reuse it (stamp)."""
+    return tmp_path_factory.mktemp("levers_demo_data")
+
+
+def levers_job(tiny_bert: Path, tmp: Path, data: Path, **extra: str) -> tuple[int, str]:
+    """job_cpu.sh in demo mode with the stand-in python; (exit code, log)."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (tmp / "report.py").write_text(REPORT)
+    fake = bin_dir / "python"
+    fake.write_text(f'#!/bin/bash\n[ "$1" = run_qa.py ] && exec {sys.executable} {tmp / "report.py"}\n'
+                    f'exec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    env = demo_env(tiny_bert, tmp, QA_MODE="demo", QA_VENV="none", **extra)
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    env["QA_DEMO_DATA"] = str(data)
+    for key in ("LD_PRELOAD", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "OMP_NUM_THREADS"):
+        if key not in extra:
+            env.pop(key, None)
+    proc = run(["bash", str(REPO / "job_cpu.sh")], env)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def child_env(log: str) -> dict[str, str]:
+    line = re.search(r"^CHILD_ENV (.*)$", log, re.M)
+    assert line, log[-3000:]
+    return dict(item.split("=", 1) for item in line.group(1).split())
+
+
+def test_jemalloc_is_preloaded_into_the_training_process(tiny_bert: Path, tmp_path: Path, demo_data: Path):
+    lib = find_jemalloc()
+    if not lib:
+        skip_or_fail("libjemalloc not installed (Debian: apt-get install -y libjemalloc2)")
+    rc, log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_ALLOCATOR="jemalloc", QA_CPU_AFFINITY="0")
+    assert rc == 0, log[-3000:]
+    assert f"CPU_LEVERS allocator=jemalloc({lib}) affinity=off" in log
+    assert child_env(log)["LD_PRELOAD"].split(":")[0] == lib
+    assert "CHILD_MAPS jemalloc=1" in log
+
+
+def test_missing_allocator_is_logged_and_not_fatal(tiny_bert: Path, tmp_path: Path, demo_data: Path):
+    empty = tmp_path / "no_libs"
+    empty.mkdir()
+    rc, log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_ALLOCATOR="jemalloc", QA_CPU_LIB_SEARCH=str(empty))
+    assert rc == 0, log[-3000:]
+    assert "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=jemalloc: no libjemalloc library found" in log
+    assert child_env(log)["LD_PRELOAD"] == "<unset>"
+    assert "CHILD_MAPS jemalloc=0 tcmalloc=0" in log
+
+
+def test_affinity_binds_threads_and_leaves_the_count_to_run_qa(tiny_bert: Path, tmp_path: Path, demo_data: Path):
+    rc, log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_ALLOCATOR="none", QA_CPU_AFFINITY="1")
+    assert rc == 0, log[-3000:]
+    assert "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=none) affinity=OMP_PROC_BIND=close,OMP_PLACES=threads" in log
+    env = child_env(log)
+    assert (env["OMP_PROC_BIND"], env["OMP_PLACES"]) == ("close", "threads")
+    assert env["OMP_NUM_THREADS"] == "<unset>"  # run_qa.py decides the thread count
+
+
+def test_affinity_off_and_users_own_binding_kept(tiny_bert: Path, tmp_path: Path, demo_data: Path):
+    rc, log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_AFFINITY="0")
+    assert rc == 0 and "affinity=off (QA_CPU_AFFINITY=0)" in log, log[-3000:]
+    assert child_env(log)["OMP_PROC_BIND"] == "<unset>"
+    rc, log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_AFFINITY="1", OMP_PLACES="cores")
+    assert rc == 0 and "affinity=kept the user's" in log, log[-3000:]
+    env = child_env(log)
+    assert (env["OMP_PLACES"], env["OMP_PROC_BIND"]) == ("cores", "<unset>")
+
+
+def test_unknown_value_is_a_usage_error(tiny_bert: Path, tmp_path: Path, demo_data: Path):
+    rc, log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_ALLOCATOR="mimalloc")
+    assert rc == 2, log[-3000:]
+    assert "QA_CPU_ALLOCATOR=mimalloc: use auto, jemalloc, tcmalloc or none" in log
+    assert "CHILD_ENV" not in log
+
+
+def test_training_runs_with_both_levers_on(tiny_bert: Path, tmp_path: Path, demo_data: Path):
+    env = demo_env(tiny_bert, tmp_path, QA_MODE="demo", QA_CPU_ALLOCATOR="auto", QA_CPU_AFFINITY="1")
+    env["QA_DEMO_DATA"] = str(demo_data)
+    proc = run(["bash", str(REPO / "job_cpu.sh"), "--max_eval_samples", "5"], env)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert re.search(r"CPU_LEVERS allocator=\S+ .*affinity=OMP_PROC_BIND=close", log)
+    assert re.search(r"^eval_f1=\d+\.\d+$", log, re.M)

@@ -1,0 +1,185 @@
+"""collect_results on the logs and output dirs of real tiny runs (the shared plain, 2-rank and failed runs).
+
+Each figure in the table is compared with the files the run wrote, read here: its record (run_summary.json),
+train_results.json, eval_results.json, memory.json, trainer_state.json; the speedup is recomputed here. The
+failed run (no record: it stopped while checking its data) is a row from its log's last ERROR line; an empty
+log and a cut-off results file are rows, not crashes. The plots are real PNGs of the expected size, and their
+figures hold the records' numbers. The collector runs in-process (main(argv)), and once as users type it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures.runs import Run, read
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_project(project: Path, plain: Run, ddp: Run, failed: Run) -> tuple[Path, dict[str, Run]]:
+    return project, {"single": plain.ok(), "ddp": ddp.ok(), "failed": failed}
+
+
+def collect(capsys, root: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    """python -m qa_hpc.tools.collect_results ARGS in `root`, in-process: exit code, stdout and stderr."""
+    from qa_hpc.tools.collect_results import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        code = main(list(args))
+    out, err = capsys.readouterr()
+    if ok:
+        assert code == 0, err
+    return subprocess.CompletedProcess(args, code, out, err)
+
+
+def test_the_collector_runs_as_users_type_it(tiny_project):
+    root, _ = tiny_project
+    proc = subprocess.run([sys.executable, "-m", "qa_hpc.tools.collect_results", "logs", "outputs"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("| run | job id |") and "qa-tiny-ddp-1002" in proc.stdout
+
+
+def test_the_failed_run_really_failed(tiny_project):
+    """Bad input met by a real process: exit 2, one ERROR line naming file, record and field, nothing written."""
+    _, runs = tiny_project
+    failed = runs["failed"]
+    assert failed.returncode == 2 and "WALL_CLOCK_SECONDS" not in failed.text
+    errors = [ln for ln in failed.text.splitlines() if ln.startswith("ERROR: ")]
+    assert len(errors) == 1 and "broken_train.json" in errors[0] and "answers[0].text" in errors[0], errors
+    assert "Traceback" not in failed.text and "Loading weights" not in failed.text
+    assert not failed.out.exists()  # so its row can only come from its log
+
+
+def test_rows_carry_the_figures_the_runs_wrote(tiny_project, capsys):
+    root, runs = tiny_project
+    out = json.loads(collect(capsys, root, "logs", "outputs", "--format", "json", "--baseline", "qa-tiny-1001").stdout)
+    rows = {r["run"]: r for r in out["runs"]}
+    assert list(rows) == ["qa-tiny-1001", "qa-tiny-ddp-1002", "qa-tiny-bad-1003"]
+    assert out["baseline"] == "qa-tiny-1001" and out["speedup_on"] == "train_runtime"
+    for name, layout in (("single", (1, 1)), ("ddp", (1, 2))):
+        run = runs[name]
+        row = rows[f"{run.job[0]}-{run.job[1]}"]
+        record = read(run.out / "run_summary.json")
+        train = read(run.out / "train_results.json")
+        evaluation = read(run.out / "eval_results.json")
+        memory = read(run.out / "memory.json")
+        assert row["status"] == "ok" and row["exit_code"] == 0 and row["reason"] is None
+        assert row["job_id"] == run.job[1] and row["job_name"] == run.job[0]
+        assert (row["nodes"], row["procs_per_node"]) == layout and row["world_size"] == layout[1]
+        assert row["device"] == "cpu" and row["precision"] == "fp32"
+        assert row["wall_clock_seconds"] == record["wall_clock_seconds"]
+        assert abs(row["wall_clock_seconds"] - int(run.kv()["WALL_CLOCK_SECONDS"])) <= 0.51  # the log rounds
+        # the record keeps the Trainer's figures unrounded, the results files round to 3 decimals
+        assert row["train_runtime"] == pytest.approx(train["train_runtime"], abs=1e-3)
+        assert row["train_samples_per_second"] == pytest.approx(train["train_samples_per_second"], rel=1e-3)
+        assert row["train_tokens_per_second"] == record["results"]["train_tokens_per_second"] > 0
+        assert row["eval_samples_per_second"] == pytest.approx(evaluation["eval_samples_per_second"], abs=1e-3)
+        assert row["exact_match"] == pytest.approx(evaluation["eval_exact_match"], abs=1e-4)
+        assert row["f1"] == pytest.approx(evaluation["eval_f1"], abs=1e-4)
+        assert row["peak_memory_mb"] == pytest.approx(memory["max_over_ranks"]["cpu_peak_rss_mb"], abs=0.05)
+        assert row["peak_memory_source"] == "rss"
+        assert row["output_dir"] == str(run.out.resolve()) and row["logs"] == [str(run.log.resolve())]
+        state = read(run.out / "trainer_state.json")
+        assert row["loss_curve"] == [[e["step"], e["loss"]] for e in state["log_history"] if "loss" in e]
+    base = read(runs["single"].out / "train_results.json")["train_runtime"]
+    ddp = read(runs["ddp"].out / "train_results.json")["train_runtime"]
+    assert rows["qa-tiny-1001"]["speedup"] == pytest.approx(1.0)
+    assert rows["qa-tiny-ddp-1002"]["speedup"] == pytest.approx(base / ddp, rel=1e-3)
+    bad = rows["qa-tiny-bad-1003"]
+    last_error = [ln for ln in runs["failed"].text.splitlines() if ln.startswith("ERROR: ")][-1]
+    assert bad["status"] == "failed" and bad["reason"] == last_error.removeprefix("ERROR: ").strip()
+    assert "answer_start" in bad["reason"] and bad["logs"] == [str(runs["failed"].log.resolve())]
+    for key in ("wall_clock_seconds", "train_runtime", "exact_match", "f1", "speedup", "exit_code", "output_dir"):
+        assert bad[key] is None, key
+
+
+def test_markdown_and_csv(tiny_project, capsys):
+    root, runs = tiny_project
+    md = collect(capsys, root, "logs", "outputs").stdout
+    lines = md.splitlines()
+    assert lines[0].startswith("| run | job id | nodes×GPUs | device | precision | wall s | train s |")
+    for column in ("train samples/s", "eval samples/s", "EM", "F1", "peak memory", "speedup", "status"):
+        assert f"| {column} |" in lines[0]
+    row = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[1:-1]] for ln in lines[2:5]}
+    assert row["qa-tiny-ddp-1002"][2] == "1×2" and row["qa-tiny-1001"][2] == "1×1"
+    assert row["qa-tiny-1001"][12] == "1.00×"  # default baseline: the first successful run
+    memory = read(runs["single"].out / "memory.json")["max_over_ranks"]["cpu_peak_rss_mb"]
+    assert row["qa-tiny-1001"][11] == f"{memory:,.0f} MB (rss)"
+    assert row["qa-tiny-bad-1003"][13].startswith("FAILED: ") and row["qa-tiny-bad-1003"][5] == "n/a"
+    assert row["qa-tiny-bad-1003"][3] == "n/a" and len(row["qa-tiny-bad-1003"][13]) <= len("FAILED: ") + 100
+    records = list(csv.DictReader(io.StringIO(collect(capsys, root, "logs", "outputs", "--format", "csv").stdout)))
+    assert [r["run"] for r in records] == ["qa-tiny-1001", "qa-tiny-ddp-1002", "qa-tiny-bad-1003"]
+    assert float(records[1]["train_runtime"]) == pytest.approx(
+        read(runs["ddp"].out / "train_results.json")["train_runtime"], abs=1e-3)
+    assert records[1]["nodes"] == "1" and records[1]["procs_per_node"] == "2"  # integers, not 1.0
+    assert records[2]["status"] == "failed" and records[2]["train_runtime"] == "" and records[2]["nodes"] == ""
+
+
+def test_plots_are_real_pngs(tiny_project, tmp_path, capsys):
+    import matplotlib.image
+
+    root, _ = tiny_project
+    proc = collect(capsys, root, "logs", "outputs", "--plot", str(tmp_path / "plots"))
+    for name in ("loss_curves.png", "throughput.png", "wall_time.png"):
+        path = tmp_path / "plots" / name
+        assert f"PLOT={path}" in proc.stderr
+        data = path.read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 5000
+        pixels = matplotlib.image.imread(str(path))
+        assert pixels.shape[:2] == (400, 700) and pixels.std() > 0.05  # 7 x 4 in at 100 dpi; not a blank image
+
+
+def test_plots_draw_the_records_numbers(tiny_project):
+    from qa_hpc.tools.collect_results import bar_figure, loss_figure, read_runs
+
+    root, runs = tiny_project
+    table = read_runs([str(root / "logs"), str(root / "outputs")])[0]
+    records = [read(runs[name].out / "run_summary.json") for name in ("single", "ddp")]
+    (ax,) = bar_figure(table, "train_samples_per_second", "samples/s").axes
+    heights = [bar.get_height() for bar in ax.patches]
+    assert heights == pytest.approx([r["results"]["train_samples_per_second"] for r in records] + [0.0])
+    assert [bar.get_facecolor() == ax.patches[0].get_facecolor() for bar in ax.patches] == [True, True, False]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["qa-tiny-1001", "qa-tiny-ddp-1002", "qa-tiny-bad-1003"]
+    (ax,) = bar_figure(table, "wall_clock_seconds", "s").axes
+    assert [b.get_height() for b in ax.patches][:2] == pytest.approx([r["wall_clock_seconds"] for r in records])
+    (ax,) = loss_figure(table).axes
+    assert [line.get_label() for line in ax.get_lines()] == ["qa-tiny-1001", "qa-tiny-ddp-1002"]
+    for line, name in zip(ax.get_lines(), ("single", "ddp")):
+        history = read(runs[name].out / "trainer_state.json")["log_history"]
+        assert list(line.get_ydata()) == [e["loss"] for e in history if "loss" in e]
+
+
+def test_defaults_missing_fields_and_bad_baseline(tiny_project, tmp_path, capsys):
+    root, _ = tiny_project
+    # a job that has not written anything yet, and a results file cut off mid-write
+    (root / "logs" / "qa-tiny-pending-1004.out").write_text("", encoding="utf-8")
+    broken = root / "outputs" / "cut-off"
+    broken.mkdir(parents=True, exist_ok=True)
+    (broken / "all_results.json").write_text('{"train_runtime": 1', encoding="utf-8")
+    try:
+        out = json.loads(collect(capsys, root, "--format", "json").stdout)  # default paths: logs/ outputs/
+        rows = {r["run"]: r for r in out["runs"]}
+        assert rows["qa-tiny-pending-1004"]["status"] == "incomplete"
+        assert "no run_summary.json" in rows["qa-tiny-pending-1004"]["reason"]
+        assert rows["cut-off"]["status"] == "incomplete" and rows["cut-off"]["train_runtime"] is None
+        assert rows["qa-tiny-1001"]["status"] == "ok"
+        proc = collect(capsys, root, "--baseline", "no-such-run", ok=False)
+        assert proc.returncode == 2 and "matches no run" in proc.stderr
+        proc = collect(capsys, root, "--baseline", "qa-tiny-bad-1003", ok=False)
+        assert proc.returncode == 2 and "has no train_runtime" in proc.stderr
+        proc = collect(capsys, tmp_path, ok=False)
+        assert proc.returncode == 2 and "no paths given" in proc.stderr
+    finally:
+        (root / "logs" / "qa-tiny-pending-1004.out").unlink()
+        (broken / "all_results.json").unlink()
+        broken.rmdir()

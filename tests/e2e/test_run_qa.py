@@ -1,0 +1,324 @@
+"""run_qa.py end to end as users run it: real processes, tiny random BERT, generated data.
+
+Most checks read the shared plain run (tests/e2e/conftest.py): the files HF users expect, the record and the
+closing lines, the speed plan and efficiency figures, the scorer's agreement, the token never leaking. Runs of
+their own: eval-only from a JSON config (feature cache reused, loop postprocessing), the same command again
+(resumes, trains nothing, replaces its files), SQuAD v2 with a model built to abstain, an fp16 checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import build_tiny_bert
+from fixtures.procs import offline_env
+from fixtures.runqa import PYTHON, REPO, files_under, run_qa, tiny_flags
+from fixtures.runs import SECRET, Run, plain_training_flags, read
+from fixtures.settings import plan_and_flags
+from fixtures.wall_clock import assert_wall_clock_is_bounded
+
+EPOCHS, TRAIN_QUESTIONS = 2, 8  # the plain run's --num_train_epochs and --max_train_samples
+
+
+def score_squad(*args: str) -> dict:
+    proc = subprocess.run([PYTHON, str(REPO / "score_squad.py"), *args], capture_output=True, text=True, timeout=120,
+                          env=offline_env())
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_train_eval_predict_writes_what_hf_users_expect(plain: Run) -> None:
+    out = plain.ok().out
+    for name in ("train_results.json", "eval_results.json", "predict_results.json", "all_results.json",
+                 "trainer_state.json", "run_summary.json", "eval_predictions.json",
+                 "eval_nbest_predictions.json", "predict_predictions.json", "predict_nbest_predictions.json",
+                 "config.json", "model.safetensors"):
+        assert (out / name).is_file(), name
+    assert not (out / "eval_null_odds.json").exists(), "v1 runs write no null odds"
+    eval_results = read(out / "eval_results.json")
+    for key in ("eval_exact_match", "eval_f1", "eval_runtime", "eval_samples_per_second",
+                "eval_postprocess_seconds", "eval_samples", "eval_examples"):
+        assert key in eval_results, key
+    assert eval_results["eval_examples"] == 16
+    assert eval_results["eval_samples"] > 16, "long contexts give several windows per question"
+    assert 0 <= eval_results["eval_f1"] <= 100
+    assert eval_results["eval_runtime"] >= eval_results["eval_postprocess_seconds"]
+    assert {"train_runtime", "train_samples_per_second", "train_loss", "train_samples"} <= set(
+        read(out / "train_results.json"))
+    assert {"train_loss", "eval_f1", "predict_runtime"} <= set(read(out / "all_results.json"))
+    preds = read(out / "eval_predictions.json")
+    assert len(preds) == 16 and all(isinstance(v, str) for v in preds.values())
+    nbest = read(out / "eval_nbest_predictions.json")
+    assert set(nbest) == set(preds)
+    for qid, cands in nbest.items():
+        assert 1 <= len(cands) <= 20
+        assert cands[0]["text"] == preds[qid]
+        assert [c["score"] for c in cands] == sorted((c["score"] for c in cands), reverse=True)
+
+
+def test_run_summary_and_final_lines(plain: Run, tiny_bert: Path) -> None:
+    out, log = plain.ok().out, plain.text
+    summary = read(out / "run_summary.json")
+    for key in ("timestamp", "gpu_available", "gpu_count", "gpu_name", "cuda_version", "torch_version",
+                "transformers_version", "params", "results", "wall_clock_seconds"):
+        assert key in summary, key
+    params = summary["params"]
+    assert params["model"] == str(tiny_bert)
+    assert params["world_size"] == 1 and params["precision"] == "fp32"
+    assert params["max_seq_length"] == 128 and params["doc_stride"] == 32
+    assert params["per_device_train_batch_size"] == 8 and params["epochs"] == EPOCHS
+    assert summary["status"] == "ok" and summary["exit_code"] == 0
+    eval_results = read(out / "eval_results.json")
+    assert summary["results"]["eval_f1"] == eval_results["eval_f1"]
+    lines = log.strip().splitlines()
+    assert lines[-1].startswith("WALL_CLOCK_SECONDS="), lines[-3:]
+    assert_wall_clock_is_bounded(int(lines[-1].split("=")[1]), summary, plain.measured)
+    kv = plain.kv()
+    assert float(kv["eval_f1"]) == pytest.approx(eval_results["eval_f1"], abs=1e-4)
+    assert float(kv["eval_exact_match"]) == pytest.approx(eval_results["eval_exact_match"], abs=1e-4)
+    # the plan, and what really ran, read back from the objects that do the work
+    assert "PLAN device=cpu precision=fp32 (auto: CPU)" in log
+    assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in log and "postprocess=vectorized" in log
+    assert summary["plan"]["precision"] == summary["effective"]["precision"] == "fp32"
+    assert summary["effective"]["param_dtype"] == "float32"
+    assert summary["plan"]["threads"] == summary["effective"]["threads"]
+    assert re.search(rf"run_qa: PLAN .* threads={summary['plan']['threads']} ", log)
+    assert "FEATURES_CACHE split=train computed" in log
+
+
+def _real_tokens_by_hand(tiny_bert: Path, train_file: Path) -> tuple[int, int]:
+    """(features, real tokens) of the first TRAIN_QUESTIONS questions at 128/32, tokenized here as the HF recipe does.
+
+    Windows of question + context (question stripped of leading spaces, context truncated, stride 32),
+    no padding: every token of a window is real, so its length is its attention mask's sum.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
+    data = read(train_file)["data"]
+    pairs = [(qa["question"].lstrip(), p["context"]) for a in data for p in a["paragraphs"] for qa in p["qas"]]
+    pairs = pairs[:TRAIN_QUESTIONS]
+    enc = tokenizer([q for q, _ in pairs], [c for _, c in pairs], truncation="only_second", max_length=128,
+                    stride=32, return_overflowing_tokens=True)
+    return len(enc["input_ids"]), sum(sum(mask) for mask in enc["attention_mask"])
+
+
+def test_efficiency_counts_real_tokens(plain: Run, tiny_bert: Path, demo_files: dict[str, Path]) -> None:
+    results = read(plain.ok().out / "run_summary.json")["results"]
+    kv = plain.kv()
+    assert float(kv["TRAIN_TOKENS_PER_SECOND"]) == pytest.approx(results["train_tokens_per_second"], rel=1e-3)
+    assert kv["MFU"].startswith("n/a")  # CPU: achieved FLOP/s only
+    assert results["train_achieved_tflops"] > 0
+    # real tokens: every window's attention mask summed, tokenized here, times the epochs trained
+    features, real_tokens = _real_tokens_by_hand(tiny_bert, demo_files["train"])
+    assert results["train_samples"] == features
+    assert f"TOKENS split=train features={features} real_tokens={real_tokens}" in plain.text
+    assert results["train_real_tokens"] == real_tokens * EPOCHS
+    assert results["train_tokens_per_second"] == pytest.approx(real_tokens * EPOCHS / results["train_runtime"],
+                                                               rel=1e-6)
+    assert results["train_samples_per_second"] == pytest.approx(features * EPOCHS / results["train_runtime"],
+                                                                rel=1e-3)
+
+
+def test_eval_predictions_match_the_standalone_scorer(plain: Run, demo_files: dict[str, Path]) -> None:
+    results = read(plain.ok().out / "eval_results.json")
+    scored = score_squad(str(demo_files["validation"]), str(plain.out / "eval_predictions.json"))
+    assert list(scored) == ["exact_match", "f1"]
+    assert {k: results[f"eval_{k}"] for k in scored} == scored  # identical, not merely close
+
+
+def test_token_is_never_printed_or_written(plain: Run) -> None:
+    assert SECRET not in plain.ok().text  # --log_level debug, stdout and stderr
+    written = [p for p in plain.out.rglob("*") if p.is_file()]
+    assert any(p.name == "run_summary.json" for p in written)
+    leaks = [str(p) for p in written if SECRET.encode() in p.read_bytes()]
+    assert leaks == [], f"token found in {leaks}"
+
+
+def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives_identical_files(
+    plain: Run, demo_files: dict[str, Path], features_cache: Path, tmp_path: Path
+) -> None:
+    """The trained model, from an args.json: features come from the cache, the per-feature loop writes the
+    vectorized run's files byte for byte, and `evaluate` writes only into HF_HOME (nothing in the cwd)."""
+    out, hf_home, cwd = tmp_path / "eval", tmp_path / "hf_home", tmp_path / "cwd"
+    cwd.mkdir()
+    config = {"model_name_or_path": str(plain.ok().out), "validation_file": str(demo_files["validation"]),
+              "do_eval": True, "output_dir": str(out), "max_seq_length": 128, "doc_stride": 32,
+              "per_device_eval_batch_size": 16, "report_to": "none", "postprocess": "loop",
+              "features_cache_dir": str(features_cache)}
+    (tmp_path / "args.json").write_text(json.dumps(config))
+    proc = run_qa([str(tmp_path / "args.json")], env=offline_env(HF_HOME=str(hf_home)), cwd=str(cwd))
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert "FEATURES_CACHE split=eval reused" in log and "postprocess=loop" in log
+    for name in ("eval_predictions.json", "eval_nbest_predictions.json"):
+        assert (out / name).read_bytes() == (plain.out / name).read_bytes(), name
+    copies = [p for p in files_under(hf_home / "modules") if p.endswith("evaluate_squad_v1.py")]
+    assert len(copies) == 1, files_under(hf_home)  # evaluate imports its copy of the local module
+    assert (hf_home / "metrics" / "evaluate_squad_v1" / "default").is_dir()
+    assert files_under(hf_home / "metrics") == [], "keep_in_memory: no Arrow cache files"
+    assert files_under(cwd) == [], "nothing lands in the working directory"
+
+
+def test_rerun_resumes_trains_no_step_twice_and_replaces_its_files(
+    plain: Run, tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
+) -> None:
+    """The same command again after a finished run resumes at its last step: nothing is trained again.
+
+    A rerun from scratch would reach the same global step (and the same weights), so the proof is that no
+    training step runs (--logging_steps 1: each would log a loss). Its trainer_state.json and results files
+    are new files renamed over the old ones: a hard link keeps each old file's inode, and a write into the
+    file (a crash mid-way truncates it) would change what the link shows.
+    """
+    from safetensors.torch import load_file
+
+    out, keep = tmp_path / "out", tmp_path / "old_inodes"
+    shutil.copytree(plain.ok().out, out)
+    keep.mkdir()
+    names = ("trainer_state.json", "train_results.json", "eval_results.json", "all_results.json")
+    old = {name: (out / name).read_bytes() for name in names}
+    for name in names:
+        os.link(out / name, keep / name)
+    before = read(out / "trainer_state.json")
+    step = before["global_step"]
+    checkpoint = out / f"checkpoint-{step}"
+    assert (checkpoint / "trainer_state.json").is_file(), sorted(p.name for p in out.iterdir())
+    weights = load_file(out / "model.safetensors")
+    proc = run_qa([*plain_training_flags(tiny_bert, demo_files, out), "--report_to", "none"], env=offline_env())
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert f"RESUME_FROM={checkpoint} " in log
+    assert "'loss'" not in log, "a step was trained again:\n" + log[-3000:]
+    after = read(out / "trainer_state.json")
+    assert after["global_step"] == step
+    trained_steps = lambda state: [h for h in state["log_history"] if "train_runtime" not in h]  # noqa: E731
+    assert trained_steps(after) == trained_steps(before)
+    again = load_file(out / "model.safetensors")
+    assert all((again[k] == weights[k]).all() for k in weights)
+    for name in names:
+        assert (keep / name).read_bytes() == old[name], f"{name} was written in place"
+        assert (out / name).stat().st_ino != (keep / name).stat().st_ino, name
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def build_null_biased_bert(out_dir: Path, first_null_position: int) -> Path:
+    """A tiny BERT for QA that abstains exactly on questions of `first_null_position` tokens or more.
+
+    Its encoder's sublayers write nothing (their output projections are zero), so every token's final
+    hidden state is the LayerNorm of its embeddings. Hidden unit 0 carries a position signal alone: 0 at
+    [CLS] (position 0), +10 before `first_null_position`, -10 from there on; qa_outputs reads unit 0 alone.
+    Start and end logits are then ~0 at [CLS], ~+7.9 before that position and ~-7.9 from it on. A question of
+    n tokens ([CLS] and [SEP] counted) puts its context at positions n and later: for n < first_null_position
+    a context span scores ~+15.9 against a null score of ~0 (answer; null score difference ~-15.9), otherwise
+    every span scores ~-15.9 (abstain; difference ~+15.9). No short fine-tune moves logits by that much.
+    """
+    from transformers import BertForQuestionAnswering
+
+    build_tiny_bert(out_dir)
+    model = BertForQuestionAnswering.from_pretrained(str(out_dir))
+    with torch.no_grad():
+        emb = model.bert.embeddings
+        emb.word_embeddings.weight[:, 0] = 0.0
+        emb.token_type_embeddings.weight[:, 0] = 0.0
+        emb.position_embeddings.weight[:, 0] = 10.0
+        emb.position_embeddings.weight[0, 0] = 0.0
+        emb.position_embeddings.weight[first_null_position:, 0] = -10.0
+        for layer in model.bert.encoder.layer:
+            for dense in (layer.attention.output.dense, layer.output.dense):
+                dense.weight.zero_()
+                dense.bias.zero_()
+        model.qa_outputs.weight.zero_()
+        model.qa_outputs.weight[:, 0] = 1.0
+        model.qa_outputs.bias.zero_()
+    model.save_pretrained(out_dir)
+    return out_dir
+
+
+# eval_* keys that are not scores (timing and counts): everything else must be the scorer's
+EVAL_BOOKKEEPING = {"eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_postprocess_seconds",
+                    "eval_samples", "eval_examples", "eval_model_preparation_time", "eval_loss"}
+THRESHOLD = "5.0"  # --null_score_diff_threshold: not the default 0.0, so the run must pass its own to the metric
+
+
+def test_version_2_with_negative_abstains_and_answers(tokenizer, demo_files_v2: dict[str, Path], tmp_path: Path):
+    """v2 train + eval where the null path runs both ways: empty answer <=> null score difference > threshold."""
+    data = read(demo_files_v2["validation"])
+    questions = {qa["id"]: qa for art in data["data"] for par in art["paragraphs"] for qa in par["qas"]}
+    n_tokens = {qid: len(tokenizer(qa["question"])["input_ids"]) for qid, qa in questions.items()}
+    # the question length that splits the questions most evenly into abstentions and answers
+    first_null = min(sorted(set(n_tokens.values()))[1:],
+                     key=lambda n: abs(2 * sum(v >= n for v in n_tokens.values()) - len(n_tokens)))
+    expected_empty = {qid for qid, n in n_tokens.items() if n >= first_null}  # from the model's design alone
+    impossible = {qid for qid, qa in questions.items() if not qa["answers"]}
+    assert 0 < len(expected_empty) < len(questions) and 0 < len(impossible) < len(questions)
+    assert impossible & expected_empty and impossible - expected_empty, "want right and wrong abstentions"
+
+    model = build_null_biased_bert(tmp_path / "model", first_null)
+    out = tmp_path / "v2"
+    proc = run_qa([*tiny_flags(model, out), "--train_file", str(demo_files_v2["train"]),
+                   "--validation_file", str(demo_files_v2["validation"]), "--version_2_with_negative",
+                   "--null_score_diff_threshold", THRESHOLD, "--max_train_samples", "16", "--do_train", "--do_eval",
+                   "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--seed", "7"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    preds, odds = read(out / "eval_predictions.json"), read(out / "eval_null_odds.json")
+    assert set(preds) == set(odds) == set(questions)
+    for qid in questions:  # both directions, every question
+        assert (preds[qid] == "") == (odds[qid] > float(THRESHOLD)), (qid, preds[qid], odds[qid])
+    assert {qid for qid, text in preds.items() if text == ""} == expected_empty
+    assert all(abs(odds[qid]) > 10 for qid in questions), odds  # the designed margins, not a near tie
+
+    results = read(out / "eval_results.json")
+    assert results["eval_total"] == len(questions)
+    assert results["eval_NoAns_total"] == len(impossible)
+    assert results["eval_HasAns_total"] == len(questions) - len(impossible)
+    # an unanswerable question scores 1 exactly when abstained on (EM and F1 alike)
+    no_ans = 100.0 * len(impossible & expected_empty) / len(impossible)
+    assert results["eval_NoAns_exact"] == pytest.approx(no_ans) and results["eval_NoAns_f1"] == pytest.approx(no_ans)
+    assert 0 < no_ans < 100
+    # every score equals the standalone scorer's on the files the run wrote, at the run's threshold
+    scored = score_squad(str(demo_files_v2["validation"]), str(out / "eval_predictions.json"),
+                         "--version_2_with_negative", "--na_prob_file", str(out / "eval_null_odds.json"),
+                         "--na_prob_thresh", THRESHOLD)
+    assert {"exact", "f1", "total", "HasAns_total", "NoAns_total", "best_f1", "best_f1_thresh"} <= set(scored)
+    assert {k: results[f"eval_{k}"] for k in scored} == scored  # identical, not merely close
+    assert set(results) - {f"eval_{k}" for k in scored} - {"epoch"} <= EVAL_BOOKKEEPING
+
+
+def _expected_training_args(argv: list[str]) -> dict:
+    """The parsed TrainingArguments (no plan) with the plan's declared fields put in: what the Trainer must get."""
+    from qa_hpc.flags import build_flags, read_flags
+
+    plan, _ = plan_and_flags(argv)
+    values = read_flags(argv)
+    expected = build_flags(values, {}).training.to_dict()
+    fields = plan.training_fields(values["tf32"])
+    expected.update(fields)
+    if fields["use_cpu"]:  # TrainingArguments itself turns pinned memory off on the CPU
+        expected["dataloader_pin_memory"] = False
+    return expected
+
+
+def test_fp16_checkpoint_trains_with_fp32_weights_and_args_are_unchanged_at_the_end(tiny_bert, demo_files, tmp_path):
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    half = tmp_path / "half"
+    AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).half().save_pretrained(half)
+    AutoTokenizer.from_pretrained(str(tiny_bert)).save_pretrained(half)
+    assert AutoModelForQuestionAnswering.from_pretrained(str(half)).dtype == torch.float16  # what "auto" would give
+    out = tmp_path / "out"
+    argv = [*tiny_flags(half, out), "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "2"]
+    proc = run_qa(argv)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = re.search(r"^EFFECTIVE rank=0 .*$", proc.stdout, re.M).group(0)
+    assert "param_dtype=float32" in line and "precision=fp32" in line
+    # the arguments the Trainer saved at the end of the run are still the parsed ones plus the plan
+    saved = torch.load(out / "training_args.bin", weights_only=False).to_dict()
+    assert saved == _expected_training_args(argv)
