@@ -3,7 +3,7 @@
 #
 #   munged + slurmctld + N x slurmd ("slurmd -N nodeI": one emulated node each, own port, all on
 #   127.0.0.1), so tests can "sbatch --wait job_ft3.sh" and run a 2-node job_ddp.sh for real.
-#   .ci/run starts it before pytest and stops it after; tests/test_slurm.py starts it itself when
+#   .ci/run starts it before pytest and stops it after; tests/e2e/test_slurm.py starts it itself when
 #   none is running and it may (root + apt), and skips otherwise.
 #
 # Idempotent: stops a previous instance (stop-local-slurm.sh next to this file), wipes the cluster
