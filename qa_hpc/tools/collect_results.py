@@ -254,7 +254,7 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
 def to_csv(table: pd.DataFrame) -> str:
     """Every column but the loss curve; a run's log files joined by ';'."""
     flat = table.drop(columns="loss_curve").assign(logs=table["logs"].map(";".join))
-    return flat.to_csv(index=False, lineterminator="\n")
+    return flat.to_csv(index=False, lineterminator="")
 
 
 def to_json(table: pd.DataFrame, base: int | None, metric: str) -> str:
@@ -314,9 +314,14 @@ def write_plots(table: pd.DataFrame, out_dir: str) -> list[Path]:
     return [Path(out_dir) / name for name in figures]
 
 
+def _usage_error(message: str) -> int:
+    print(f"ERROR: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qa_hpc.tools.collect_results",
-                                     description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     description=__doc__.split("\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*",
                         help="job logs, log dirs, output dirs and dirs of output dirs (default: logs/ outputs/)")
@@ -330,16 +335,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paths = args.paths or [p for p in ("logs", "outputs") if os.path.exists(p)]
     if not paths:
-        parser.exit(2, "ERROR: no paths given and no logs/ or outputs/ here\n")
+        return _usage_error("no paths given and no logs/ or outputs/ here")
     table, warnings = read_runs(paths)
     for warning in warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
     if table.empty:
-        parser.exit(2, f"ERROR: no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with "
-                    f"{SUMMARY_FILE})\n")
+        return _usage_error(f"no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with "
+                            f"{SUMMARY_FILE})")
     base, error = pick_baseline(table, args.baseline, args.speedup_on)
     if error:
-        parser.exit(2, f"ERROR: {error}\n")
+        return _usage_error(error)
     table = add_speedup(table, base, args.speedup_on)
     sys.stdout.write(to_markdown(table, base, args.speedup_on) if args.format == "md" else to_csv(table)
                      if args.format == "csv" else to_json(table, base, args.speedup_on))
