@@ -304,20 +304,27 @@ def _cleanup(run: LoggedProcess, pids: dict[int, int]) -> None:
             pass
 
 
-def test_killed_rank_ends_the_job_and_is_named(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
-    run = _start(tiny_bert, demo_files, tmp_path)
+def _signal_rank_one(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path, sig: int, timeout: float,
+                     *flags: str) -> tuple[float, str, dict[int, int]]:
+    """Start a 2-rank run, send rank 1 `sig` once both ranks train; it must fail: seconds after the signal, log."""
+    run = _start(tiny_bert, demo_files, tmp_path, *flags)
     pids: dict[int, int] = {}
     try:
         pids = _pids(run)
         run.wait_for(r"\{'loss'", count=2)  # both ranks are in the training loop
-        os.kill(pids[1], signal.SIGKILL)
+        os.kill(pids[1], sig)
         t0 = time.monotonic()
-        code = run.wait(timeout=180)
+        code = run.wait(timeout=timeout)
         elapsed = time.monotonic() - t0
     finally:
         _cleanup(run, pids)
     log = run.text()
     assert code != 0, log[-4000:]
+    return elapsed, log, pids
+
+
+def test_killed_rank_ends_the_job_and_is_named(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
+    elapsed, log, pids = _signal_rank_one(tiny_bert, demo_files, tmp_path, signal.SIGKILL, 180)
     assert elapsed < 120, f"took {elapsed:.0f}s to notice a dead rank"
     # the launcher's failure report names the rank, its pid and the signal
     assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)", log), log[-4000:]
@@ -326,20 +333,9 @@ def test_killed_rank_ends_the_job_and_is_named(tiny_bert: Path, demo_files: dict
 
 def test_frozen_rank_hits_the_collective_timeout(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
     """A frozen rank (SIGSTOP: a hung node or file system) is caught by --ddp_timeout, which run_qa passes to
-    the gloo process group as well as to NCCL."""
-    run = _start(tiny_bert, demo_files, tmp_path, "--ddp_timeout", "10")
-    pids: dict[int, int] = {}
-    try:
-        pids = _pids(run)
-        run.wait_for(r"\{'loss'", count=2)
-        os.kill(pids[1], signal.SIGSTOP)  # alive but silent, sockets open: only a timeout can tell
-        t0 = time.monotonic()
-        code = run.wait(timeout=300)
-        elapsed = time.monotonic() - t0
-    finally:
-        _cleanup(run, pids)
-    log = run.text()
-    assert code != 0, log[-4000:]
+    the gloo process group as well as to NCCL: alive but silent, sockets open, only a timeout can tell."""
+    elapsed, log, pids = _signal_rank_one(tiny_bert, demo_files, tmp_path, signal.SIGSTOP, 300,
+                                          "--ddp_timeout", "10")
     # rank 0 gives up after --ddp_timeout (not the 1800 s default), says so, and the launcher stops the job
     assert elapsed < 150, f"took {elapsed:.0f}s"
     failed = re.search(r"ERROR: rank 0 \(pid (\d+)\) failed: (.*)", log)
