@@ -32,12 +32,14 @@ import pytest
 
 from fixtures.procs import free_port
 from fixtures.runqa import PYTHON, REPO, LoggedProcess, qa_env, run_qa, tiny_flags
+from fixtures.outputs import losses
 from fixtures.runs import (
     DDP_BATCH, DDP_EVAL_STEPS, PROBE, TIMEOUT, Run, ddp_full_flags, ddp_side_dirs, ddp_train_flags, flat, rank_stdout,
     read, torchrun,
 )
 from fixtures.wall_clock import assert_wall_clock_is_bounded
 from qa_hpc.errors import EXIT_PREEMPTED
+
 
 def load(path: Path) -> dict:
     from safetensors.torch import load_file
@@ -55,10 +57,6 @@ def identical(a: dict, b: dict) -> bool:
 
     assert set(a) == set(b), set(a) ^ set(b)
     return all(torch.equal(a[k], b[k]) for k in a)
-
-
-def losses(state: dict) -> dict[int, float]:
-    return {h["step"]: h["loss"] for h in state["log_history"] if "loss" in h}
 
 
 def evals(state: dict) -> dict[int, float]:

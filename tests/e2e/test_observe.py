@@ -20,6 +20,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from fixtures.outputs import profiler_steps
 from fixtures.runs import DDP_BATCH, Run
 
 MB = 1024 * 1024
@@ -155,10 +156,6 @@ def _seconds(cell: str) -> float:
     return float(number) * UNIT[unit]
 
 
-def _profiler_steps(trace: dict) -> list[str]:
-    return sorted({e["name"] for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")})
-
-
 def test_table_has_the_known_columns_and_rows(plain: Run):
     run = plain.ok()
     text = (run.out / "profiler" / "profiler_summary.txt").read_text(encoding="utf-8")
@@ -188,7 +185,7 @@ def test_trace_is_chrome_json_of_the_profiled_steps(plain: Run):
     trace = json.loads((run.out / "profiler" / "trace_rank0.json").read_text(encoding="utf-8"))
     events = trace["traceEvents"]
     assert len(events) > 100
-    assert _profiler_steps(trace) == ["ProfilerStep#3", "ProfilerStep#4"]
+    assert profiler_steps(trace) == ["ProfilerStep#3", "ProfilerStep#4"]
     steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"]
     mm = [e for e in events if e.get("name") == "aten::mm" and e.get("ph") == "X"]
     assert mm, "no aten::mm in the trace"
@@ -205,7 +202,7 @@ def test_every_rank_writes_its_own_trace(ddp: Run):
     prof = run.out / "profiler"
     for rank in (0, 1):
         trace = json.loads((prof / f"trace_rank{rank}.json").read_text(encoding="utf-8"))
-        assert _profiler_steps(trace) == ["ProfilerStep#2"]
+        assert profiler_steps(trace) == ["ProfilerStep#2"]
     assert (prof / "profiler_summary.txt").is_file() and (prof / "profiler_summary_rank1.txt").is_file()
     # the gloo collectives of DDP show up in the trace
     names = {e.get("name", "") for e in json.loads((prof / "trace_rank1.json").read_text())["traceEvents"]}

@@ -24,16 +24,13 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from fixtures.outputs import losses, temp_files
 from fixtures.runqa import PYTHON, REPO, RUN_QA, LoggedProcess, files_under, qa_env, run_qa, tiny_flags
 from fixtures.runs import Run, plain_training_flags, read
 from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.errors import EXIT_IOERR, EXIT_OOM, EXIT_PREEMPTED
 
 LOSS_LINE = r"\{'loss'"
-
-
-def _losses(state: dict) -> dict[int, float]:
-    return {h["step"]: h["loss"] for h in state["log_history"] if "loss" in h}
 
 
 def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
@@ -79,9 +76,9 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
     resumed, reference = read(out / "trainer_state.json"), read(uninterrupted / "trainer_state.json")
     assert resumed["global_step"] == reference["global_step"] == total
     # log_history continues: every step logged once, in order, with the uninterrupted run's losses
-    assert sorted(_losses(resumed)) == list(range(1, total + 1))
-    for s, loss in _losses(reference).items():
-        assert _losses(resumed)[s] == pytest.approx(loss, rel=1e-6, abs=1e-7), f"loss differs at step {s}"
+    assert sorted(losses(resumed)) == list(range(1, total + 1))
+    for s, loss in losses(reference).items():
+        assert losses(resumed)[s] == pytest.approx(loss, rel=1e-6, abs=1e-7), f"loss differs at step {s}"
     a, b = load_file(out / "model.safetensors"), load_file(uninterrupted / "model.safetensors")
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
     eval_a, eval_b = read(out / "eval_results.json"), read(uninterrupted / "eval_results.json")
@@ -92,10 +89,6 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
 # --- writers killed mid-write ---------------------------------------------------------------------------
 
 BIG = {"answers": {f"q{i}": "x" * 200 for i in range(20000)}}  # ~4.5 MB of JSON
-
-
-def _temps(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
 
 
 def test_write_failing_mid_way_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
@@ -117,7 +110,7 @@ except OutputError as err:
     assert proc.returncode == 74, proc.stdout + proc.stderr
     assert f"cannot write {target}: File too large" in proc.stdout
     assert json.loads(target.read_text()) == {"eval_f1": 88.1}
-    assert _temps(tmp_path) == []
+    assert temp_files(tmp_path) == []
 
 
 def test_killed_writer_leaves_the_old_file_and_the_next_write_removes_its_temp(tmp_path: Path) -> None:
@@ -133,13 +126,13 @@ write_json_atomic({str(target)!r}, {{"answers": {{f"q{{i}}": "x" * 200 for i in 
     proc = subprocess.run([sys.executable, "-c", code], timeout=120, cwd=REPO)
     assert proc.returncode == -signal.SIGXFSZ  # killed by the kernel mid-write
     assert json.loads(target.read_text()) == {"q1": "old answer"}  # never truncated
-    left = _temps(tmp_path)
+    left = temp_files(tmp_path)
     assert len(left) == 1 and left[0].startswith(".eval_predictions.json.")
     assert (tmp_path / left[0]).stat().st_size == 1 << 20  # the partial temp file, not the target
 
     write_json_atomic(target, BIG)  # the next write (e.g. the resumed run) cleans up after the dead writer
     assert json.loads(target.read_text()) == BIG
-    assert _temps(tmp_path) == []
+    assert temp_files(tmp_path) == []
 
 
 # A writer that dies mid-write, through the functions run_qa.py writes its state and results with. The
@@ -174,7 +167,7 @@ def test_trainer_state_of_a_writer_killed_mid_write_is_the_old_one(tmp_path: Pat
     (tmp_path / "trainer_state.json").write_text(json.dumps(old))
     _kill_writer(tmp_path, "state", 1 << 20)
     assert json.loads((tmp_path / "trainer_state.json").read_text()) == old
-    left = _temps(tmp_path)
+    left = temp_files(tmp_path)
     assert len(left) == 1 and left[0].startswith(".trainer_state.json.")
     assert (tmp_path / left[0]).stat().st_size == 1 << 20  # the kill came mid-write, in the temp file
 
@@ -188,7 +181,7 @@ def test_results_of_a_writer_killed_mid_write_are_old_or_new_never_cut(tmp_path:
     _kill_writer(tmp_path, "15000", 700_000)  # eval alone: ~0.4 MB fits; all_results: ~0.9 MB does not
     assert json.loads((tmp_path / "eval_results.json").read_text()) == {f"eval_m{i}": 0.5 for i in range(15000)}
     assert json.loads((tmp_path / "all_results.json").read_text()) == train
-    left = _temps(tmp_path)
+    left = temp_files(tmp_path)
     assert len(left) == 1 and left[0].startswith(".all_results.json.")
 
 

@@ -27,6 +27,7 @@ from qa_hpc.observe.memory import anatomy_estimate, measure_process, optimizer_b
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard, TokenCounter
 from qa_hpc.errors import UsageError
+from fixtures.outputs import profiler_steps
 
 
 def _bert_base_on_meta() -> BertForQuestionAnswering:
@@ -156,10 +157,6 @@ def test_profiler_flags_reach_the_plan_and_bad_schedules_are_refused():
         plan_and_flags(["--output_dir", "x", "--profile", "--profile_active", "0"])
 
 
-def _profiler_steps(trace: dict) -> list[str]:
-    return sorted({e["name"] for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")})
-
-
 def _profiler(tmp_path: Path, wait: int, warmup: int, active: int, repeat: int = 1) -> ProfilerCallback:
     _, flags = plan_and_flags(["--output_dir", str(tmp_path), "--profile", "--profile_wait", str(wait),
                                "--profile_warmup", str(warmup), "--profile_active", str(active),
@@ -200,7 +197,7 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
     assert running is None or ran == running
     assert written is None or cb.written == written
     for name, profiled in traces.items():
-        assert _profiler_steps(json.loads((tmp_path / name).read_text())) == profiled
+        assert profiler_steps(json.loads((tmp_path / name).read_text())) == profiled
     if not traces:
         assert not list(tmp_path.glob("trace_*.json"))
     assert all(words in caplog.text for words in logged)

@@ -18,13 +18,10 @@ import torch
 from qa_hpc.atomic_io import remove_stale_temps, write_json_atomic
 from qa_hpc.errors import EXIT_OOM, BatchContext, OutOfMemory, OutputError, check_writable_dir, guarded, write_failure
 from qa_hpc.preemption import StopRequest, last_complete_checkpoint
+from fixtures.outputs import temp_files
 
 CTX = BatchContext(train_batch_size=32, eval_batch_size=64, gradient_accumulation_steps=1, max_seq_length=384,
                    device="cuda:0")
-
-
-def _temps(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
 
 
 # --- atomic writes ----------------------------------------------------------------------------------------
@@ -35,7 +32,7 @@ def test_non_serializable_value_leaves_the_old_file_and_no_temp(tmp_path: Path) 
     with pytest.raises(TypeError):
         write_json_atomic(target, {"eval_f1": object()})
     assert json.loads(target.read_text()) == {"eval_f1": 88.1}
-    assert _temps(tmp_path) == []
+    assert temp_files(tmp_path) == []
 
 
 def test_temps_of_live_writers_are_kept_and_those_of_dead_ones_removed(tmp_path: Path) -> None:
@@ -48,7 +45,7 @@ def test_temps_of_live_writers_are_kept_and_those_of_dead_ones_removed(tmp_path:
     dead = tmp_path / f".x.json.{socket.gethostname()}-{2**22 + 1}.abc.tmp"
     dead.write_text("partial")
     write_json_atomic(target, {"a": 1})
-    assert _temps(tmp_path) == [live.name]
+    assert temp_files(tmp_path) == [live.name]
 
 
 def test_unwritable_directory_is_an_output_error(tmp_path: Path) -> None:
