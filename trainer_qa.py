@@ -21,7 +21,7 @@ from transformers.trainer_utils import PredictionOutput, speed_metrics
 
 from qa_hpc.dist import broadcast_from_main
 from qa_hpc.metric.squad import ScoreFunction
-from qa_hpc.postprocess import QAPredictions
+from qa_hpc.postprocess_loop import QAPredictions
 
 # (examples, features, (start_logits, end_logits), stage) -> answers; writes prediction files
 PostProcessFunction = Callable[[Any, Any, tuple[np.ndarray, np.ndarray], str], QAPredictions]

@@ -15,7 +15,6 @@ import secrets
 import socket
 from typing import Any
 
-import psutil
 
 from qa_hpc.errors import OutputError
 
@@ -27,6 +26,8 @@ def _temp_prefix(path: str) -> str:
 
 def remove_stale_temps(path: str | os.PathLike) -> list[str]:
     """Remove temp files of `path` left by writers on this host that no longer run; return them."""
+    import psutil  # here, not at import: the scorer's command line imports this module
+
     path = os.fspath(path)
     prefix, removed = _temp_prefix(path), []
     pattern = os.path.join(glob.escape(os.path.dirname(os.path.abspath(path))), glob.escape(prefix) + "*.tmp")

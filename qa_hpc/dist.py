@@ -16,7 +16,6 @@ from typing import NamedTuple, TypeVar
 
 import torch
 import torch.distributed as dist
-from accelerate import PartialState
 
 T = TypeVar("T")
 
@@ -59,6 +58,8 @@ def first_on_each_filesystem() -> Iterator[None]:
     node-local disks (each node's first rank writes its copy). accelerate's local_main_process_first is per
     node: on a shared filesystem every node's first rank would write the same file at once.
     """
+    from accelerate import PartialState  # not at import: the job scripts' `plan --gpu-count` needs none of it
+
     state = PartialState()
     turn = 0 if state.is_main_process else 1 if state.is_local_main_process else 2
     for wave in range(3):

@@ -21,18 +21,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datasets
 import numpy as np
 from datasets.fingerprint import Hasher
-from transformers import PreTrainedTokenizerBase
-
 from qa_hpc.dist import first_on_each_filesystem
 from qa_hpc.errors import UsageError
-from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
-from qa_hpc.model import from_disk_or_hub
 from qa_hpc.squad_io import load_qa_records
+
+if TYPE_CHECKING:  # annotations only: postprocessing and utils_qa import this module without the model stack
+    from transformers import PreTrainedTokenizerBase
+
+    from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +193,8 @@ def _read_split(data_args: DataTrainingArguments, model_args: ModelArguments,
         return records
     if not data_args.dataset_name:
         raise UsageError(f"no --{SPLIT_FLAGS[split]} and no --dataset_name to read the {split} split from")
+    from qa_hpc.model import from_disk_or_hub
+
     with from_disk_or_hub("dataset", data_args.dataset_name, model_args.cache_dir):
         hub = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
                                     cache_dir=model_args.cache_dir, token=model_args.token)

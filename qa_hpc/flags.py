@@ -20,6 +20,7 @@ from transformers import HfArgumentParser, TrainingArguments
 
 from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide, read_device_facts
 from qa_hpc.errors import UsageError
+from qa_hpc.squad_io import ANSWER_CHECKS
 
 POSTPROCESSORS = ("vectorized", "loop")
 T = TypeVar("T")
@@ -78,7 +79,7 @@ class DataTrainingArguments:
     max_answer_length: int = flag(30, "Longest answer in tokens.")
     answer_check: str = flag("error", "(qa-hpc) When an answer's text is not found at its answer_start: 'error' stops "
         "with the file, record and field; 'fix' moves answer_start to the nearest occurrence in the context; 'skip' "
-        "drops the record and reports the count.", choices=["error", "fix", "skip"])
+        "drops the record and reports the count.", choices=list(ANSWER_CHECKS))
     overwrite_output_dir: bool = flag(False, "(qa-hpc) Train into a non-empty --output_dir from scratch. Without it, a "
         "directory with checkpoints is resumed from its last one, and a non-empty one without checkpoints is refused.")
 

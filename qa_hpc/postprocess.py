@@ -33,7 +33,6 @@ from qa_hpc.atomic_io import json_text, write_text_atomic
 logger = logging.getLogger(__name__)
 
 Logits = tuple[np.ndarray, np.ndarray]
-SPAN_COLUMNS = ("example", "score", "start_logit", "end_logit", "char_start", "char_end")
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -99,7 +98,8 @@ def token_chars(offset_mapping: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: PostprocessConfig) -> dict:
-    """Every valid (start, end) pair that can reach its example's n-best: SPAN_COLUMNS, one row each."""
+    """Every valid (start, end) pair that can reach its example's n-best, one row each: example, score,
+    start_logit, end_logit, char_start, char_end."""
     first, length, in_context, pair, chars = token_chars(offsets)
     if len(length) != len(ex_of_feat):
         raise ValueError(f"got {len(length)} offset rows for {len(ex_of_feat)} features")

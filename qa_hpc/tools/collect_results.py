@@ -18,13 +18,15 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import pandas as pd
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from qa_hpc.record import SUMMARY_FILE
+
+if TYPE_CHECKING:  # the table and CSV/JSON outputs need no matplotlib: it is imported when a plot is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 LOG_SUFFIXES = (".out", ".err", ".log")
 # Files only a run's output dir holds: a dir with any of them is a run, with or without a record.
@@ -272,6 +274,8 @@ BARS = {"throughput.png": ("train_samples_per_second", "train samples/s (all ran
 
 
 def _axes(title: str, **labels: str) -> tuple[Figure, Axes]:
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=SIZE, dpi=DPI)
     ax = fig.subplots()
     ax.set(title=title, **labels)
