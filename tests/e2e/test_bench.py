@@ -7,28 +7,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench import side_by_side
-from fixtures.runqa import PYTHON, REPO, qa_env
-
-
-def test_gpu_smoke_refuses_without_a_gpu():
-    proc = subprocess.run(["bash", str(REPO / "bench" / "gpu_smoke.sh")], capture_output=True, text=True, timeout=120,
-                          env=qa_env(CUDA_VISIBLE_DEVICES="", PY=PYTHON), cwd=REPO)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "ERROR: no GPU here (torch sees none)" in proc.stderr
-    assert "SMOKE" not in proc.stdout
+from fixtures.procs import PYTHON, REPO, offline_env
 
 
 def test_postprocess_bench_reports_identical_outputs(demo_files, tmp_path):
     out = tmp_path / "bench.json"
     for v2 in ([], ["--version_2_with_negative"]):
         proc = subprocess.run(
-            [sys.executable, "-m", "bench.postprocess_bench", "--validation_file",
+            [PYTHON, "-m", "bench.postprocess_bench", "--validation_file",
              str(demo_files["validation"]), "--random_logits", "--cache_dir", str(tmp_path / "cache"),
              "--repeats", "1", "--sizes", "5,16", "--json_out", str(out), *v2],
             capture_output=True, text=True, timeout=600, cwd=REPO,
@@ -44,19 +35,16 @@ def test_postprocess_bench_reports_identical_outputs(demo_files, tmp_path):
         assert all(r["nbest_file_bytes"] > 0 and r["v2"] == bool(v2) for r in report["rows"])
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.train_step", *args],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
-    )
+def _train_step(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "bench.train_step", *args], capture_output=True, text=True, timeout=300,
+                          cwd=REPO)
 
 
 def test_variants_report_steps_and_json(tiny_bert: Path, tmp_path: Path) -> None:
     out = tmp_path / "steps.json"
-    proc = _run(
-        "--model", str(tiny_bert), "--variants", "fp32,fp32+fused,fp32+eager_attn", "--batch", "2",
-        "--widths", "16,24", "--steps", "2", "--warmup", "1", "--rounds", "2", "--device", "cpu", "--json_out", str(out),
-    )
+    proc = _train_step("--model", str(tiny_bert), "--variants", "fp32,fp32+fused,fp32+eager_attn", "--batch", "2",
+                       "--widths", "16,24", "--steps", "2", "--warmup", "1", "--rounds", "2", "--device", "cpu",
+                       "--json_out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     step_lines = [line for line in proc.stdout.splitlines() if line.startswith("STEP ")]
     assert [line.split()[1] for line in step_lines] == ["variant=fp32", "variant=fp32+fused", "variant=fp32+eager_attn"]
@@ -64,30 +52,23 @@ def test_variants_report_steps_and_json(tiny_bert: Path, tmp_path: Path) -> None
     data = json.loads(out.read_text())
     assert data["meta"]["widths"] == [16, 24] and data["meta"]["device"]
     for row in data["rows"]:
-        assert row["median_step_s"] > 0 and row["mfu"] is None
-        assert abs(row["samples_per_s"] - 2 / row["median_step_s"]) < 1e-6 * row["samples_per_s"]
-        assert abs(row["tokens_per_s"] - 20 * 2 / row["median_step_s"]) < 1e-6 * row["tokens_per_s"]  # mean width 20
-        assert row["achieved_tflops"] > 0
+        assert row["median_step_s"] > 0 and row["mfu"] is None and row["achieved_tflops"] > 0
+        assert row["samples_per_s"] == pytest.approx(2 / row["median_step_s"], rel=1e-6)
+        assert row["tokens_per_s"] == pytest.approx(20 * 2 / row["median_step_s"], rel=1e-6)  # mean width 20
     assert data["rows"][0]["speedup_vs_first"] == 1.0
 
 
-def test_gpu_only_variant_refused_on_cpu(tiny_bert: Path) -> None:
-    proc = _run("--model", str(tiny_bert), "--variants", "fp16", "--device", "cpu", "--steps", "1")
-    assert proc.returncode != 0
-    assert "fp16 and tf32 need a CUDA GPU" in proc.stderr
-
-
-def test_unknown_variant_part_named(tiny_bert: Path) -> None:
-    proc = _run("--model", str(tiny_bert), "--variants", "fp32+turbo", "--device", "cpu", "--steps", "1")
-    assert proc.returncode != 0
-    assert "'fp32+turbo'" in proc.stderr and "turbo" in proc.stderr
+@pytest.mark.parametrize("variant, says", [("fp16", "fp16 and tf32 need a CUDA GPU"), ("fp32+turbo", "'fp32+turbo'")])
+def test_a_variant_that_cannot_run_is_refused_naming_it(variant: str, says: str, tiny_bert: Path) -> None:
+    proc = _train_step("--model", str(tiny_bert), "--variants", variant, "--device", "cpu", "--steps", "1")
+    assert proc.returncode != 0 and says in proc.stderr, proc.stderr[-3000:]
 
 
 def test_side_by_side_reads_hf_result_files_and_reports_fraction_of_peak(tmp_path: Path, capsys):
     # "ours" prints KEY=value lines; "hf" prints a table and writes all_results.json, like HF's script
-    ours = (f"{sys.executable} -c \"print('train_runtime=10'); print('TRAIN_MODEL_TFLOP=2.0'); "
+    ours = (f"{PYTHON} -c \"print('train_runtime=10'); print('TRAIN_MODEL_TFLOP=2.0'); "
             f"print('ACHIEVED_TFLOPS=0.2'); print('eval_f1=40.0')\" # {{out}}")
-    hf = (f"mkdir -p {{out}} && {sys.executable} -c \"import json,sys; json.dump({{'train_runtime': 20.0, "
+    hf = (f"mkdir -p {{out}} && {PYTHON} -c \"import json,sys; json.dump({{'train_runtime': 20.0, "
           f"'eval_f1': 41.0, 'eval_exact_match': 30.0}}, open(sys.argv[1] + '/all_results.json', 'w'))\" {{out}}")
     rc = side_by_side.main(["--repeats", "1", "--workdir", str(tmp_path), "--peak_tflops", "0.5",
                             "--cmd", f"ours={ours}", "--cmd", f"hf={hf}"])
@@ -101,7 +82,7 @@ def test_side_by_side_reads_hf_result_files_and_reports_fraction_of_peak(tmp_pat
 
 
 def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
-    proc = subprocess.run([sys.executable, "-m", "bench.cpu_peak", "--size", "128", "--repeats", "2", "--warmup", "1",
+    proc = subprocess.run([PYTHON, "-m", "bench.cpu_peak", "--size", "128", "--repeats", "2", "--warmup", "1",
                            "--json_out", str(tmp_path / "peak.json")], capture_output=True, text=True, cwd=REPO,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -110,15 +91,15 @@ def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
     assert json.loads((tmp_path / "peak.json").read_text())["size"] == 128
 
 
-SCRIPTS = ["reference_comparison.sh", "hf_eval_scramble.sh", "accuracy_full.sh", "cpu_levers.sh",
-           "profile_train_step.sh"]
-
-
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_scripts_name_the_missing_data(script: str, tmp_path: Path):
+@pytest.mark.parametrize("script", ["gpu_smoke.sh", "reference_comparison.sh", "hf_eval_scramble.sh",
+                                    "accuracy_full.sh", "cpu_levers.sh", "profile_train_step.sh"])
+def test_scripts_name_the_missing_gpu_or_data(script: str, tmp_path: Path):
+    nowhere = tmp_path / "nowhere"
     out_arg = [str(tmp_path / "out")] if script == "accuracy_full.sh" else []
     proc = subprocess.run(["bash", str(REPO / "bench" / script), *out_arg], capture_output=True, text=True, cwd=REPO,
-                          timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "SQUAD_DIR": str(tmp_path / "nowhere")})
+                          timeout=120, env=offline_env(CUDA_VISIBLE_DEVICES="", PY=PYTHON, SQUAD_DIR=str(nowhere)))
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert f"ERROR: no {tmp_path / 'nowhere'}/" in proc.stderr and "../shared/data/squad-v1.1" in proc.stderr
+    if script == "gpu_smoke.sh":
+        assert "ERROR: no GPU here (torch sees none)" in proc.stderr
+    else:
+        assert f"ERROR: no {nowhere}/" in proc.stderr and "../shared/data/squad-v1.1" in proc.stderr

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 from fixtures.procs import offline_env
 
@@ -39,43 +41,23 @@ def _ci_copy(tmp_path: Path, slurm_rc: int, uid: int) -> tuple[Path, Path, dict[
     return root, calls, env
 
 
-def _ci_run(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(root / ".ci" / "run")], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=60)
+SETUP = ["python3 -m venv .venv", "venv python -m pip install -q --disable-pip-version-check -r requirements.txt",
+         "venv python -m pip install -q --disable-pip-version-check --no-deps -e .", "venv check"]
+APT, START, PYTEST, STOP = ("apt-get install -y -q libjemalloc2 libtcmalloc-minimal4", "slurm start",
+                            "venv python -m pytest", "slurm stop --quiet")
 
 
-def test_ci_run_fails_when_slurm_does_not_start_under_ci(tmp_path: Path) -> None:
-    root, calls, env = _ci_copy(tmp_path, slurm_rc=1, uid=0)
-    proc = _ci_run(root, {**env, "CI": "true"})
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "ERROR: CI=true and the local SLURM did not start" in proc.stderr
-    done = calls.read_text().splitlines()
-    assert done[:4] == ["python3 -m venv .venv",
-                        "venv python -m pip install -q --disable-pip-version-check -r requirements.txt",
-                        "venv python -m pip install -q --disable-pip-version-check --no-deps -e .",
-                        "venv check"], done
-    assert "slurm start" in done and "slurm stop --quiet" in done  # tried, and cleaned up on the way out
-    assert not any("pytest" in line for line in done)  # the suite did not run, so it could not pass
-
-
-def test_ci_run_carries_on_without_slurm_outside_ci_and_with_it_under_ci(tmp_path: Path) -> None:
-    root, calls, env = _ci_copy(tmp_path / "local", slurm_rc=1, uid=0)
-    proc = _ci_run(root, env)  # no CI variable: the slurm tests will skip, saying why
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "local SLURM did not start: slurm tests will skip" in proc.stdout
-    assert calls.read_text().splitlines()[-2:] == ["venv python -m pytest", "slurm stop --quiet"]
-
-    root, calls, env = _ci_copy(tmp_path / "ci", slurm_rc=0, uid=0)
-    proc = _ci_run(root, {**env, "CI": "true"})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert calls.read_text().splitlines()[-3:] == ["slurm start", "venv python -m pytest", "slurm stop --quiet"]
-
-
-def test_ci_run_needs_root_under_ci(tmp_path: Path) -> None:
-    root, calls, env = _ci_copy(tmp_path, slurm_rc=0, uid=1000)
-    proc = _ci_run(root, {**env, "CI": "true"})
-    assert proc.returncode == 1 and "ERROR: CI=true needs root" in proc.stderr, proc.stdout + proc.stderr
-    assert "slurm start" not in calls.read_text() and "pytest" not in calls.read_text()
-    proc = _ci_run(root, env)  # without CI: as before, the suite runs and the slurm tests skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert calls.read_text().splitlines()[-1] == "venv python -m pytest"
+@pytest.mark.parametrize("ci, slurm_rc, uid, code, says, then", [
+    # under CI=true a Slurm that does not start fails the run (the suite does not run, so it cannot pass)
+    ("true", 1, 0, 1, "ERROR: CI=true and the local SLURM did not start", [APT, START, STOP]),
+    (None, 1, 0, 0, "local SLURM did not start: slurm tests will skip", [APT, START, PYTEST, STOP]),
+    ("true", 0, 0, 0, "", [APT, START, PYTEST, STOP]),
+    ("true", 0, 1000, 1, "ERROR: CI=true needs root", []),
+    (None, 0, 1000, 0, "", [PYTEST]),  # without CI, not root: the suite runs and the slurm tests skip
+], ids=["ci-no-slurm", "local-no-slurm", "ci-slurm", "ci-not-root", "local-not-root"])
+def test_ci_run_needs_root_and_slurm_under_ci_only(ci, slurm_rc, uid, code, says, then, tmp_path: Path) -> None:
+    root, calls, env = _ci_copy(tmp_path, slurm_rc, uid)
+    proc = subprocess.run(["bash", str(root / ".ci" / "run")], cwd=root, env=env | ({"CI": ci} if ci else {}),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code and says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert calls.read_text().splitlines() == SETUP + then

@@ -1,9 +1,10 @@
 """run_qa.py end to end as users run it: real processes, tiny random BERT, generated data.
 
 Most checks read the shared plain run (tests/e2e/conftest.py): the files HF users expect, the record and the
-closing lines, the speed plan and efficiency figures, the scorer's agreement, the token never leaking. Runs of
-their own: eval-only from a JSON config (feature cache reused, loop postprocessing), the same command again
-(resumes, trains nothing, replaces its files), SQuAD v2 with a model built to abstain, an fp16 checkpoint.
+closing lines, what ran being what was planned, the efficiency figures, the scorer's agreement, the token never
+leaking. Runs of their own: eval-only from a JSON config (feature cache reused, loop postprocessing), the same
+command again (resumes, trains nothing, replaces its files), SQuAD v2 with a model built to abstain, an fp16
+checkpoint.
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from conftest import build_tiny_bert
-from fixtures.procs import offline_env
-from fixtures.runqa import PYTHON, REPO, files_under, run_qa, tiny_flags
-from fixtures.runs import SECRET, Run, plain_training_flags, read
-from fixtures.settings import plan_and_flags
-from fixtures.wall_clock import assert_wall_clock_is_bounded
+from fixtures.outputs import temp_files
+from fixtures.procs import PYTHON, REPO, files_under, offline_env, output, run_qa, tiny_flags
+from fixtures.runs import SECRET, Run, assert_closing_line_is_wall_clock_and_bounded, flat, plain_flags, read, windows
 
 EPOCHS, TRAIN_QUESTIONS = 2, 8  # the plain run's --num_train_epochs and --max_train_samples
+OUTPUTS = {"train_results.json", "eval_results.json", "predict_results.json", "all_results.json", "trainer_state.json",
+           "run_summary.json", "eval_predictions.json", "eval_nbest_predictions.json", "predict_predictions.json",
+           "predict_nbest_predictions.json", "config.json", "model.safetensors"}
 
 
 def score_squad(*args: str) -> dict:
@@ -35,97 +38,63 @@ def score_squad(*args: str) -> dict:
     return json.loads(proc.stdout)
 
 
+def assert_effective_is_the_plan(summary: dict) -> None:
+    """What really ran (read back from the Trainer, the model and torch) is what was planned, field by field."""
+    plan, effective = summary["plan"], summary["effective"]
+    shared = set(plan) & set(effective)
+    assert {"device", "precision", "tf32", "threads", "dataloader_num_workers", "world_size"} <= shared
+    assert {k: effective[k] for k in shared} == {k: plan[k] for k in shared}
+    assert effective["param_dtype"] == "float32"
+
+
 def test_train_eval_predict_writes_what_hf_users_expect(plain: Run) -> None:
     out = plain.ok().out
-    for name in ("train_results.json", "eval_results.json", "predict_results.json", "all_results.json",
-                 "trainer_state.json", "run_summary.json", "eval_predictions.json",
-                 "eval_nbest_predictions.json", "predict_predictions.json", "predict_nbest_predictions.json",
-                 "config.json", "model.safetensors"):
-        assert (out / name).is_file(), name
-    assert not (out / "eval_null_odds.json").exists(), "v1 runs write no null odds"
+    assert OUTPUTS <= set(files_under(out)) and not (out / "eval_null_odds.json").exists()  # v1: no null odds
     eval_results = read(out / "eval_results.json")
-    for key in ("eval_exact_match", "eval_f1", "eval_runtime", "eval_samples_per_second",
-                "eval_postprocess_seconds", "eval_samples", "eval_examples"):
-        assert key in eval_results, key
-    assert eval_results["eval_examples"] == 16
-    assert eval_results["eval_samples"] > 16, "long contexts give several windows per question"
-    assert 0 <= eval_results["eval_f1"] <= 100
+    assert {"eval_exact_match", "eval_f1", "eval_runtime", "eval_samples_per_second"} <= set(eval_results)
+    assert eval_results["eval_examples"] == 16 and eval_results["eval_samples"] > 16  # long contexts: several windows
     assert eval_results["eval_runtime"] >= eval_results["eval_postprocess_seconds"]
-    assert {"train_runtime", "train_samples_per_second", "train_loss", "train_samples"} <= set(
-        read(out / "train_results.json"))
+    assert {"train_runtime", "train_samples_per_second", "train_loss"} <= set(read(out / "train_results.json"))
     assert {"train_loss", "eval_f1", "predict_runtime"} <= set(read(out / "all_results.json"))
-    preds = read(out / "eval_predictions.json")
-    assert len(preds) == 16 and all(isinstance(v, str) for v in preds.values())
-    nbest = read(out / "eval_nbest_predictions.json")
-    assert set(nbest) == set(preds)
+    preds, nbest = read(out / "eval_predictions.json"), read(out / "eval_nbest_predictions.json")
+    assert len(preds) == 16 and set(nbest) == set(preds)
     for qid, cands in nbest.items():
-        assert 1 <= len(cands) <= 20
-        assert cands[0]["text"] == preds[qid]
+        assert 1 <= len(cands) <= 20 and cands[0]["text"] == preds[qid]
         assert [c["score"] for c in cands] == sorted((c["score"] for c in cands), reverse=True)
 
 
 def test_run_summary_and_final_lines(plain: Run, tiny_bert: Path) -> None:
     out, log = plain.ok().out, plain.text
-    summary = read(out / "run_summary.json")
-    for key in ("timestamp", "gpu_available", "gpu_count", "gpu_name", "cuda_version", "torch_version",
-                "transformers_version", "params", "results", "wall_clock_seconds"):
-        assert key in summary, key
-    params = summary["params"]
-    assert params["model"] == str(tiny_bert)
-    assert params["world_size"] == 1 and params["precision"] == "fp32"
-    assert params["max_seq_length"] == 128 and params["doc_stride"] == 32
-    assert params["per_device_train_batch_size"] == 8 and params["epochs"] == EPOCHS
-    assert summary["status"] == "ok" and summary["exit_code"] == 0
-    eval_results = read(out / "eval_results.json")
+    summary, eval_results = read(out / "run_summary.json"), read(out / "eval_results.json")
+    assert {"timestamp", "gpu_available", "gpu_count", "gpu_name", "cuda_version", "torch_version",
+            "transformers_version", "params", "results", "wall_clock_seconds"} <= set(summary)
+    assert (summary["status"], summary["exit_code"]) == ("ok", 0)
     assert summary["results"]["eval_f1"] == eval_results["eval_f1"]
-    lines = log.strip().splitlines()
-    assert lines[-1].startswith("WALL_CLOCK_SECONDS="), lines[-3:]
-    assert_wall_clock_is_bounded(int(lines[-1].split("=")[1]), summary, plain.measured)
+    params = {"model": str(tiny_bert), "world_size": 1, "precision": "fp32", "max_seq_length": 128, "doc_stride": 32,
+              "per_device_train_batch_size": 8, "epochs": EPOCHS}
+    assert {k: summary["params"][k] for k in params} == params
+    assert_closing_line_is_wall_clock_and_bounded(log, summary, plain.measured)
     kv = plain.kv()
-    assert float(kv["eval_f1"]) == pytest.approx(eval_results["eval_f1"], abs=1e-4)
-    assert float(kv["eval_exact_match"]) == pytest.approx(eval_results["eval_exact_match"], abs=1e-4)
-    # the plan, and what really ran, read back from the objects that do the work
-    assert "PLAN device=cpu precision=fp32 (auto: CPU)" in log
-    assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in log and "postprocess=vectorized" in log
-    assert summary["plan"]["precision"] == summary["effective"]["precision"] == "fp32"
-    assert summary["effective"]["param_dtype"] == "float32"
-    assert summary["plan"]["threads"] == summary["effective"]["threads"]
+    for key in ("eval_f1", "eval_exact_match"):
+        assert float(kv[key]) == pytest.approx(eval_results[key], abs=1e-4)
+    assert "PLAN device=cpu precision=fp32 (auto: CPU)" in log and "FEATURES_CACHE split=train computed" in log
     assert re.search(rf"run_qa: PLAN .* threads={summary['plan']['threads']} ", log)
-    assert "FEATURES_CACHE split=train computed" in log
+    assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in log and "postprocess=vectorized" in log
+    assert_effective_is_the_plan(summary)
 
 
-def _real_tokens_by_hand(tiny_bert: Path, train_file: Path) -> tuple[int, int]:
-    """(features, real tokens) of the first TRAIN_QUESTIONS questions at 128/32, tokenized here as the HF recipe does.
-
-    Windows of question + context (question stripped of leading spaces, context truncated, stride 32),
-    no padding: every token of a window is real, so its length is its attention mask's sum.
-    """
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
-    data = read(train_file)["data"]
-    pairs = [(qa["question"].lstrip(), p["context"]) for a in data for p in a["paragraphs"] for qa in p["qas"]]
-    pairs = pairs[:TRAIN_QUESTIONS]
-    enc = tokenizer([q for q, _ in pairs], [c for _, c in pairs], truncation="only_second", max_length=128,
-                    stride=32, return_overflowing_tokens=True)
-    return len(enc["input_ids"]), sum(sum(mask) for mask in enc["attention_mask"])
-
-
-def test_efficiency_counts_real_tokens(plain: Run, tiny_bert: Path, demo_files: dict[str, Path]) -> None:
-    results = read(plain.ok().out / "run_summary.json")["results"]
-    kv = plain.kv()
+def test_efficiency_counts_real_tokens(plain: Run, demo_files: dict[str, Path]) -> None:
+    results, kv = read(plain.ok().out / "run_summary.json")["results"], plain.kv()
     assert float(kv["TRAIN_TOKENS_PER_SECOND"]) == pytest.approx(results["train_tokens_per_second"], rel=1e-3)
-    assert kv["MFU"].startswith("n/a")  # CPU: achieved FLOP/s only
-    assert results["train_achieved_tflops"] > 0
-    # real tokens: every window's attention mask summed, tokenized here, times the epochs trained
-    features, real_tokens = _real_tokens_by_hand(tiny_bert, demo_files["train"])
-    assert results["train_samples"] == features
+    assert kv["MFU"].startswith("n/a") and results["train_achieved_tflops"] > 0  # CPU: achieved FLOP/s only
+    # real tokens: every window's attention mask summed (tokenized here), times the epochs trained
+    enc = windows(flat(read(demo_files["train"]))[:TRAIN_QUESTIONS])
+    features, real_tokens = len(enc["input_ids"]), sum(map(sum, enc["attention_mask"]))
+    assert results["train_samples"] == features and results["train_real_tokens"] == real_tokens * EPOCHS
     assert f"TOKENS split=train features={features} real_tokens={real_tokens}" in plain.text
-    assert results["train_real_tokens"] == real_tokens * EPOCHS
-    assert results["train_tokens_per_second"] == pytest.approx(real_tokens * EPOCHS / results["train_runtime"],
-                                                               rel=1e-6)
-    assert results["train_samples_per_second"] == pytest.approx(features * EPOCHS / results["train_runtime"],
-                                                                rel=1e-3)
+    runtime = results["train_runtime"]
+    assert results["train_tokens_per_second"] == pytest.approx(real_tokens * EPOCHS / runtime, rel=1e-6)
+    assert results["train_samples_per_second"] == pytest.approx(features * EPOCHS / runtime, rel=1e-3)
 
 
 def test_eval_predictions_match_the_standalone_scorer(plain: Run, demo_files: dict[str, Path]) -> None:
@@ -139,8 +108,7 @@ def test_token_is_never_printed_or_written(plain: Run) -> None:
     assert SECRET not in plain.ok().text  # --log_level debug, stdout and stderr
     written = [p for p in plain.out.rglob("*") if p.is_file()]
     assert any(p.name == "run_summary.json" for p in written)
-    leaks = [str(p) for p in written if SECRET.encode() in p.read_bytes()]
-    assert leaks == [], f"token found in {leaks}"
+    assert [str(p) for p in written if SECRET.encode() in p.read_bytes()] == []
 
 
 def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives_identical_files(
@@ -156,9 +124,8 @@ def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives
               "features_cache_dir": str(features_cache)}
     (tmp_path / "args.json").write_text(json.dumps(config))
     proc = run_qa([str(tmp_path / "args.json")], env=offline_env(HF_HOME=str(hf_home)), cwd=str(cwd))
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-3000:]
-    assert "FEATURES_CACHE split=eval reused" in log and "postprocess=loop" in log
+    assert proc.returncode == 0, output(proc)[-3000:]
+    assert "FEATURES_CACHE split=eval reused" in output(proc) and "postprocess=loop" in output(proc)
     for name in ("eval_predictions.json", "eval_nbest_predictions.json"):
         assert (out / name).read_bytes() == (plain.out / name).read_bytes(), name
     copies = [p for p in files_under(hf_home / "modules") if p.endswith("evaluate_squad_v1.py")]
@@ -178,8 +145,6 @@ def test_rerun_resumes_trains_no_step_twice_and_replaces_its_files(
     are new files renamed over the old ones: a hard link keeps each old file's inode, and a write into the
     file (a crash mid-way truncates it) would change what the link shows.
     """
-    from safetensors.torch import load_file
-
     out, keep = tmp_path / "out", tmp_path / "old_inodes"
     shutil.copytree(plain.ok().out, out)
     keep.mkdir()
@@ -188,25 +153,21 @@ def test_rerun_resumes_trains_no_step_twice_and_replaces_its_files(
     for name in names:
         os.link(out / name, keep / name)
     before = read(out / "trainer_state.json")
-    step = before["global_step"]
-    checkpoint = out / f"checkpoint-{step}"
+    checkpoint = out / f"checkpoint-{before['global_step']}"
     assert (checkpoint / "trainer_state.json").is_file(), sorted(p.name for p in out.iterdir())
     weights = load_file(out / "model.safetensors")
-    proc = run_qa([*plain_training_flags(tiny_bert, demo_files, out), "--report_to", "none"], env=offline_env())
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-3000:]
-    assert f"RESUME_FROM={checkpoint} " in log
-    assert "'loss'" not in log, "a step was trained again:\n" + log[-3000:]
-    after = read(out / "trainer_state.json")
-    assert after["global_step"] == step
+    proc = run_qa([*plain_flags(tiny_bert, demo_files, out), "--report_to", "none"])
+    assert proc.returncode == 0, output(proc)[-3000:]
+    assert f"RESUME_FROM={checkpoint} " in output(proc)
+    assert "'loss'" not in output(proc), "a step was trained again:\n" + output(proc)[-3000:]
     trained_steps = lambda state: [h for h in state["log_history"] if "train_runtime" not in h]  # noqa: E731
-    assert trained_steps(after) == trained_steps(before)
+    assert trained_steps(read(out / "trainer_state.json")) == trained_steps(before)
     again = load_file(out / "model.safetensors")
-    assert all((again[k] == weights[k]).all() for k in weights)
+    assert all(torch.equal(again[k], weights[k]) for k in weights)
     for name in names:
         assert (keep / name).read_bytes() == old[name], f"{name} was written in place"
         assert (out / name).stat().st_ino != (keep / name).stat().st_ino, name
-    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+    assert temp_files(out) == []
 
 
 def build_null_biased_bert(out_dir: Path, first_null_position: int) -> Path:
@@ -250,8 +211,7 @@ THRESHOLD = "5.0"  # --null_score_diff_threshold: not the default 0.0, so the ru
 
 def test_version_2_with_negative_abstains_and_answers(tokenizer, demo_files_v2: dict[str, Path], tmp_path: Path):
     """v2 train + eval where the null path runs both ways: empty answer <=> null score difference > threshold."""
-    data = read(demo_files_v2["validation"])
-    questions = {qa["id"]: qa for art in data["data"] for par in art["paragraphs"] for qa in par["qas"]}
+    questions = {qa["id"]: qa for qa in flat(read(demo_files_v2["validation"]))}
     n_tokens = {qid: len(tokenizer(qa["question"])["input_ids"]) for qid, qa in questions.items()}
     # the question length that splits the questions most evenly into abstentions and answers
     first_null = min(sorted(set(n_tokens.values()))[1:],
@@ -261,13 +221,13 @@ def test_version_2_with_negative_abstains_and_answers(tokenizer, demo_files_v2: 
     assert 0 < len(expected_empty) < len(questions) and 0 < len(impossible) < len(questions)
     assert impossible & expected_empty and impossible - expected_empty, "want right and wrong abstentions"
 
-    model = build_null_biased_bert(tmp_path / "model", first_null)
-    out = tmp_path / "v2"
-    proc = run_qa([*tiny_flags(model, out), "--train_file", str(demo_files_v2["train"]),
-                   "--validation_file", str(demo_files_v2["validation"]), "--version_2_with_negative",
-                   "--null_score_diff_threshold", THRESHOLD, "--max_train_samples", "16", "--do_train", "--do_eval",
-                   "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--seed", "7"])
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    model, out = build_null_biased_bert(tmp_path / "model", first_null), tmp_path / "v2"
+    proc = run_qa(tiny_flags(model, out, "--train_file", str(demo_files_v2["train"]), "--validation_file",
+                             str(demo_files_v2["validation"]), "--version_2_with_negative",
+                             "--null_score_diff_threshold", THRESHOLD, "--max_train_samples", "16", "--do_train",
+                             "--do_eval", "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--seed",
+                             "7"))
+    assert proc.returncode == 0, output(proc)[-3000:]
     preds, odds = read(out / "eval_predictions.json"), read(out / "eval_null_odds.json")
     assert set(preds) == set(odds) == set(questions)
     for qid in questions:  # both directions, every question
@@ -276,13 +236,11 @@ def test_version_2_with_negative_abstains_and_answers(tokenizer, demo_files_v2: 
     assert all(abs(odds[qid]) > 10 for qid in questions), odds  # the designed margins, not a near tie
 
     results = read(out / "eval_results.json")
-    assert results["eval_total"] == len(questions)
-    assert results["eval_NoAns_total"] == len(impossible)
-    assert results["eval_HasAns_total"] == len(questions) - len(impossible)
+    assert [results[f"eval_{k}total"] for k in ("", "NoAns_", "HasAns_")] == [
+        len(questions), len(impossible), len(questions) - len(impossible)]
     # an unanswerable question scores 1 exactly when abstained on (EM and F1 alike)
     no_ans = 100.0 * len(impossible & expected_empty) / len(impossible)
     assert results["eval_NoAns_exact"] == pytest.approx(no_ans) and results["eval_NoAns_f1"] == pytest.approx(no_ans)
-    assert 0 < no_ans < 100
     # every score equals the standalone scorer's on the files the run wrote, at the run's threshold
     scored = score_squad(str(demo_files_v2["validation"]), str(out / "eval_predictions.json"),
                          "--version_2_with_negative", "--na_prob_file", str(out / "eval_null_odds.json"),
@@ -292,21 +250,7 @@ def test_version_2_with_negative_abstains_and_answers(tokenizer, demo_files_v2: 
     assert set(results) - {f"eval_{k}" for k in scored} - {"epoch"} <= EVAL_BOOKKEEPING
 
 
-def _expected_training_args(argv: list[str]) -> dict:
-    """The parsed TrainingArguments (no plan) with the plan's declared fields put in: what the Trainer must get."""
-    from qa_hpc.flags import build_flags, read_flags
-
-    plan, _ = plan_and_flags(argv)
-    values = read_flags(argv)
-    expected = build_flags(values, {}).training.to_dict()
-    fields = plan.training_fields(values["tf32"])
-    expected.update(fields)
-    if fields["use_cpu"]:  # TrainingArguments itself turns pinned memory off on the CPU
-        expected["dataloader_pin_memory"] = False
-    return expected
-
-
-def test_fp16_checkpoint_trains_with_fp32_weights_and_args_are_unchanged_at_the_end(tiny_bert, demo_files, tmp_path):
+def test_fp16_checkpoint_trains_with_fp32_weights_as_planned(tiny_bert, demo_files, tmp_path):
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     half = tmp_path / "half"
@@ -314,11 +258,8 @@ def test_fp16_checkpoint_trains_with_fp32_weights_and_args_are_unchanged_at_the_
     AutoTokenizer.from_pretrained(str(tiny_bert)).save_pretrained(half)
     assert AutoModelForQuestionAnswering.from_pretrained(str(half)).dtype == torch.float16  # what "auto" would give
     out = tmp_path / "out"
-    argv = [*tiny_flags(half, out), "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "2"]
-    proc = run_qa(argv)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = re.search(r"^EFFECTIVE rank=0 .*$", proc.stdout, re.M).group(0)
-    assert "param_dtype=float32" in line and "precision=fp32" in line
-    # the arguments the Trainer saved at the end of the run are still the parsed ones plus the plan
-    saved = torch.load(out / "training_args.bin", weights_only=False).to_dict()
-    assert saved == _expected_training_args(argv)
+    proc = run_qa(tiny_flags(half, out, "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "2"))
+    assert proc.returncode == 0, output(proc)[-3000:]
+    assert re.search(r"^EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32 ", proc.stdout, re.M)
+    assert_effective_is_the_plan(read(out / "run_summary.json"))
+    assert load_file(out / "model.safetensors")["qa_outputs.weight"].dtype == torch.float32

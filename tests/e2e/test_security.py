@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from fixtures.runqa import qa_env, run_qa, tiny_flags
+from fixtures.procs import offline_env, output, run_qa, tiny_flags
 
 
 def _model_with_remote_code(tiny_bert: Path, tmp_path: Path) -> tuple[Path, Path]:
@@ -33,12 +33,12 @@ def _model_with_remote_code(tiny_bert: Path, tmp_path: Path) -> tuple[Path, Path
 
 def test_remote_code_runs_only_with_the_flag(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
     model, marker = _model_with_remote_code(tiny_bert, tmp_path)
-    env = qa_env(HF_HOME=str(tmp_path / "hf_home"))
-    base = [*tiny_flags(model, tmp_path / "out"), "--do_eval", "--validation_file", str(demo_files["validation"]),
-            "--max_eval_samples", "2"]
+    env = offline_env(HF_HOME=str(tmp_path / "hf_home"))
+    base = tiny_flags(model, tmp_path / "out", "--do_eval", "--validation_file", str(demo_files["validation"]),
+                      "--max_eval_samples", "2")
     proc = run_qa(base, env=env)
     assert not marker.exists(), "model code ran without --trust_remote_code"
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # the built-in BERT code is used
+    assert proc.returncode == 0, output(proc)[-3000:]  # the built-in BERT code is used
     # the control: asked for, the same directory's code does run (so the check above can see it)
     proc = run_qa([*base, "--trust_remote_code", "true", "--output_dir", str(tmp_path / "out2")], env=env)
-    assert marker.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert marker.exists(), output(proc)[-3000:]
