@@ -157,7 +157,7 @@ def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives
     config = {"model_name_or_path": str(plain.ok().out), "validation_file": str(demo_files["validation"]),
               "do_eval": True, "output_dir": str(out), "max_seq_length": 128, "doc_stride": 32,
               "per_device_eval_batch_size": 16, "report_to": "none", "postprocess": "loop",
-              "features_cache_dir": str(features_cache)}
+              "features_cache_dir": str(features_cache), "precision": "fp32"}  # as the plain run
     (tmp_path / "args.json").write_text(json.dumps(config))
     proc = run_qa([str(tmp_path / "args.json")], env=offline_env(HF_HOME=str(hf_home)), cwd=str(cwd))
     log = proc.stdout + proc.stderr
