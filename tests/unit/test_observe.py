@@ -210,7 +210,7 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
 def test_finish_writes_memory_report_lines_and_tensorboard_totals(tmp_path):
     plan, flags = plan_and_flags(["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "tb"),
                                   "--do_train", "--max_seq_length", "128", "--doc_stride", "32",
-                                  "--per_device_train_batch_size", "16"])
+                                  "--per_device_train_batch_size", "16", "--precision", "fp32"])
     model = _tiny()
     trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
     trainer.state.global_step = 4
