@@ -17,14 +17,11 @@ from typing import Any, NamedTuple
 
 from qa_hpc.errors import UsageError
 
+PAIR = ("answer_text", "answer_start")  # a table's one-answer-per-row columns
+
 
 class DataError(UsageError):
-    """Bad input: ``path: location (id 'x'): field 'f': what is wrong``; the pieces are attributes too."""
-
-    def __init__(self, message: str, *, path: str | None = None, location: str | None = None,
-                 record_id: str | None = None, field: str | None = None) -> None:
-        super().__init__(message)
-        self.path, self.location, self.record_id, self.field = path, location, record_id, field
+    """Bad input: ``path: location (id 'x'): field 'f': what is wrong``."""
 
 
 @dataclass
@@ -37,6 +34,7 @@ class LoadReport:
     n_impossible: int  # records with no answer (SQuAD v2 style)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count (answer_check="skip")
     fixed: int = 0  # answers whose answer_start was corrected (answer_check="fix")
+    digest: str = ""  # of the bytes that were read and checked: what the features cache is keyed by
 
     def summary(self) -> str:
         """One greppable ``DATA_LOADED key=value ...`` line for job logs."""
@@ -62,20 +60,15 @@ class RecordChecker:
                  scoring: bool = False) -> None:
         self.path, self.split, self.v2, self.answer_check, self.scoring = path, split, v2, answer_check, scoring
         self.what = "dataset file" if scoring else "file"
-        self.required = ("id",) if scoring else ("id", "question", "context")  # columns of a table
-        self.pair = ("answer_text",) if scoring else ("answer_text", "answer_start")  # one answer per row
         self.seen: dict[str, str] = {}  # id -> location of its first occurrence
-        self.n_seen, self.fixed = 0, 0
+        self.n_seen = self.fixed = 0
         self.records: list[dict] = []
         self.references: dict[str, list[str]] = {}
         self.skipped: dict[str, int] = {}
 
     def fail(self, loc: str | None, msg: str, *, rid: Any = None, fld: str | None = None) -> DataError:
-        rid = rid if isinstance(rid, str) and rid else None
-        where = " ".join(p for p in (loc, rid and f"(id {rid!r})") if p)
-        head = f"{self.path}: {where}" if where else self.path
-        return DataError(f"{head}: " + (f"field '{fld}': {msg}" if fld else msg), path=self.path, location=loc,
-                         record_id=rid, field=fld)
+        record = " ".join(p for p in (loc, isinstance(rid, str) and rid and f"(id {rid!r})") if p)
+        return DataError(": ".join(p for p in (self.path, record, fld and f"field '{fld}'", msg) if p))
 
     def add_flat(self, loc: str, rec: Any, *, cell: bool = False, pair: bool = False) -> None:
         """One flat record: JSON, JSON Lines, or a table row (``cell``: answers may be a JSON string;
@@ -88,8 +81,8 @@ class RecordChecker:
                             fld="paragraphs")
         answers, fld, present = rec.get("answers"), "answers", "answers" in rec
         if pair:
-            answers, fld, present = rec, "answer_text", True
-            rec = {k: v for k, v in rec.items() if k not in ("answer_text", "answer_start")}
+            answers, fld, present = rec, PAIR[0], True
+            rec = {k: v for k, v in rec.items() if k not in PAIR}
         present = present and not (answers is None and self.split == "test")
         self.add(loc, rec, title=rec.get("title", ""), present=present, answers=answers, fld=fld, cell=cell, pair=pair)
 
@@ -97,7 +90,11 @@ class RecordChecker:
             fld: str = "answers", cell: bool = False, pair: bool = False) -> None:
         """Check one record and keep it (or its gold texts, when scoring)."""
         self.n_seen += 1
-        rid = self._id(loc, raw)
+        rid = _string(raw, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them")
+        if rid in self.seen:
+            raise self.fail(loc, f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}", rid=rid,
+                            fld="id")
+        self.seen[rid] = loc
 
         def err(msg: str, f: str) -> DataError:
             return self.fail(loc, msg, rid=rid, fld=f)
@@ -105,11 +102,11 @@ class RecordChecker:
         if self.scoring:
             if not present:
                 raise err(f"missing (record has keys {keys_of(raw)}); scoring needs the gold answers", fld)
-            golds = [] if impossible else _answers(answers, fld, err, True, cell, pair)
-            self.references[rid] = [a.text for a in golds]
+            self.references[rid] = [] if impossible else [a.text for a in _answers(answers, fld, err, True, cell, pair)]
             return
-        check_title(title, err)
-        question, context = (_text(raw, name, err) for name in ("question", "context"))
+        if title is not None and not isinstance(title, str):
+            raise err(f"must be a string, got {type(title).__name__}", "title")
+        question, context = (_string(raw, name, err) for name in ("question", "context"))
         if not present and self.split != "test":
             raise err(f"missing (record has keys {keys_of(raw)}); answers may be left out only for split='test'", fld)
         golds = [] if impossible or not present else _answers(answers, fld, err, False, cell, pair)
@@ -124,18 +121,6 @@ class RecordChecker:
             return
         self.records.append({"id": rid, "title": title or "", "context": context, "question": question,
                              "answers": {"text": [a.text for a in placed], "answer_start": [a.start for a in placed]}})
-
-    def _id(self, loc: str, raw: dict) -> str:
-        """Present, a non-empty string, not seen before in this file."""
-        rid = raw.get("id")
-        problem = (f"missing (record has keys {keys_of(raw)})" if rid is None else
-                   f"must be a string, got {type(rid).__name__} {rid!r} (ids must be strings; quote them)"
-                   if not isinstance(rid, str) else "is empty" if not rid.strip() else None)
-        if problem or rid in self.seen:
-            raise self.fail(loc, problem or f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}",
-                            rid=None if problem else rid, fld="id")
-        self.seen[rid] = loc
-        return rid
 
     def _placed(self, context: str, golds: list[_Answer], err: FieldError) -> list[_Answer] | None:
         """Answers whose text is at their answer_start, fixed if asked; None: skip the record."""
@@ -155,22 +140,17 @@ class RecordChecker:
                              "'skip' drops such records)")
                     raise err(f"answer text {_short(a.text)} not found at answer_start {start} "
                               f"(context has {_short(found)} there){where}", a.text_field)
-                start, self.fixed = new, self.fixed + 1  # on "error" or no occurrence it raised above
+                start, self.fixed = new, self.fixed + 1
             out.append(a._replace(start=start))
         return out
 
 
-def check_title(title: Any, err: FieldError) -> None:
-    if title is not None and not isinstance(title, str):
-        raise err(f"must be a string, got {type(title).__name__}", "title")
-
-
-def _text(raw: dict, name: str, err: FieldError) -> str:
-    """question / context: a string with something in it."""
+def _string(raw: dict, name: str, err: FieldError, hint: str = "") -> str:
+    """id / question / context: a string with something in it."""
     val = raw.get(name)
     problem = (f"missing (record has keys {keys_of(raw)})" if val is None else
-               f"must be a string, got {type(val).__name__}" if not isinstance(val, str) else
-               "is empty or whitespace only" if not val.strip() else None)
+               f"must be a string, got {type(val).__name__} {_short(val)}" + (hint and f" ({hint})")
+               if not isinstance(val, str) else "is empty or whitespace only" if not val.strip() else None)
     if problem:
         raise err(problem, name)
     return val
@@ -178,27 +158,17 @@ def _text(raw: dict, name: str, err: FieldError) -> str:
 
 def _answers(answers: Any, fld: str, err: FieldError, scoring: bool, cell: bool, pair: bool) -> list[_Answer]:
     """Every answer of one record: HF columns, SQuAD objects, a JSON string of either, or a table
-    row's answer_text + answer_start pair (at most one answer; both empty: none).
+    row's answer_text + answer_start pair.
 
     Scoring reads only the texts, as the official scripts do: ``answer_start`` may be absent
     and an empty text is kept (v2 scoring ignores golds that normalize to nothing).
     """
     keys = ("text",) if scoring else ("text", "answer_start")
     if pair:  # named by its columns, not by a JSON path
-        text, start = answers.get("answer_text"), answers.get("answer_start")
-        start = start.strip() if isinstance(start, str) else start
-        has_text = not (text is None or isinstance(text, str) and not text.strip())
-        if not scoring and has_text == (start in (None, "")):
-            empty, other = ("answer_start", "answer_text") if has_text else ("answer_text", "answer_start")
-            raise err(f"is empty but {other} is set", empty)
-        with contextlib.suppress(ValueError):
-            start = int(start) if isinstance(start, str) else start  # a bad one is reported below
-        answers = [{"text": text, "answer_start": start}] if has_text else []
+        return [_answer(text, start, PAIR, err, scoring) for text, start in _pair(answers, err, scoring)]
     if cell and isinstance(answers, str):  # a CSV/Parquet cell; empty means no answer
-        if not answers.strip():
-            return []
         try:
-            answers = json.loads(answers)
+            answers = json.loads(answers) if answers.strip() else None
         except json.JSONDecodeError as e:
             raise err(f"is not valid JSON ({e.msg} at column {e.colno}); expected "
                       '{"text": [...], "answer_start": [...]} or [{"text": ..., "answer_start": ...}]', fld) from None
@@ -212,31 +182,43 @@ def _answers(answers: Any, fld: str, err: FieldError, scoring: bool, cell: bool,
         for key, val in zip(keys, (texts, starts)):
             if not isinstance(val, (list, tuple)):
                 raise err(f"must be a list, got {type(val).__name__}", f"{fld}.{key}")
-        if scoring:
-            starts = [None] * len(texts)
-        elif len(texts) != len(starts):
+        if not scoring and len(texts) != len(starts):
             raise err(f"has {len(texts)} texts but {len(starts)} answer_start values", f"{fld}.answer_start")
-        raw = list(zip(texts, starts))
+        pairs = zip(texts, [None] * len(texts) if scoring else starts)
     elif isinstance(answers, (list, tuple)):  # SQuAD objects [{"text": ..., "answer_start": ...}]
         for i, a in enumerate(answers):
             if not isinstance(a, dict):
                 raise err(f"must be an object with text and answer_start, got {type(a).__name__}", f"{fld}[{i}]")
             _need(a, keys, err, "answer", f"{fld}[{i}].")
-        raw = [(a["text"], a.get("answer_start")) for a in answers]
+        pairs = ((a["text"], a.get("answer_start")) for a in answers)
     else:
         raise err(f"must be a list of {{text, answer_start}} objects or "
                   f'{{"text": [...], "answer_start": [...]}}, got {type(answers).__name__}', fld)
-    out = []
-    for i, (text, start) in enumerate(raw):
-        tf, sf = ("answer_text", "answer_start") if pair else (f"{fld}[{i}].text", f"{fld}[{i}].answer_start")
-        if not isinstance(text, str):
-            raise err(f"must be a string, got {type(text).__name__}", tf)
-        if not scoring and not text.strip():
-            raise err("answer text is empty", tf)
-        if not scoring and not _is_int(start):
-            raise err(f"must be an integer character offset, got {type(start).__name__} {start!r}", sf)
-        out.append(_Answer(text, None if scoring else int(start), tf, sf))
-    return out
+    return [_answer(text, start, (f"{fld}[{i}].text", f"{fld}[{i}].answer_start"), err, scoring)
+            for i, (text, start) in enumerate(pairs)]
+
+
+def _pair(row: dict, err: FieldError, scoring: bool) -> list[tuple[Any, Any]]:
+    """The row's answer (none when both cells are empty); answer_start a number where it reads as one."""
+    text, start = row.get(PAIR[0]), row.get(PAIR[1])
+    start = start.strip() if isinstance(start, str) else start
+    has_text = not (text is None or isinstance(text, str) and not text.strip())
+    if not scoring and has_text == (start in (None, "")):
+        empty, other = PAIR[::-1] if has_text else PAIR
+        raise err(f"is empty but {other} is set", empty)
+    with contextlib.suppress(ValueError):
+        start = int(start) if isinstance(start, str) else start  # a bad one is reported by _answer
+    return [(text, start)] if has_text else []
+
+
+def _answer(text: Any, start: Any, fields: tuple[str, str], err: FieldError, scoring: bool) -> _Answer:
+    if not isinstance(text, str):
+        raise err(f"must be a string, got {type(text).__name__}", fields[0])
+    if not scoring and not text.strip():
+        raise err("answer text is empty", fields[0])
+    if not scoring and not _is_int(start):
+        raise err(f"must be an integer character offset, got {type(start).__name__} {start!r}", fields[1])
+    return _Answer(text, None if scoring else int(start), *fields)
 
 
 def _need(obj: dict, keys: tuple[str, ...], err: FieldError, what: str, prefix: str) -> None:
@@ -256,9 +238,7 @@ def _is_int(v: Any) -> bool:
 
 
 def keys_of(d: Any) -> str:
-    if not isinstance(d, dict):
-        return "(not an object)"
-    ks = list(d)
+    ks = list(d) if isinstance(d, dict) else []
     return "[" + ", ".join(repr(str(k)) for k in ks[:12]) + (", ..." if len(ks) > 12 else "") + "]"
 
 

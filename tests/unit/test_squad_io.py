@@ -370,16 +370,6 @@ def test_missing_file_and_directory(tmp_path, load, what):
     assert str(tmp_path) in str(ei.value) and "train.json" in str(ei.value)
 
 
-def test_error_attributes(tmp_path):
-    p = tmp_path / "n.json"
-    p.write_text(json.dumps(_nested({}, {"question": ""})), encoding="utf-8")
-    with pytest.raises(DataError) as ei:
-        load_qa_records(p)
-    e = ei.value
-    assert isinstance(e, ValueError)
-    assert (e.path, e.location, e.record_id, e.field) == (str(p), "data[0].paragraphs[0].qas[1]", "q1", "question")
-
-
 # --------------------------------------------------------------------------- answer_check
 
 
