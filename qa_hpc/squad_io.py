@@ -131,7 +131,7 @@ def _jsonl(c: RecordChecker, text: str) -> None:
         except json.JSONDecodeError as e:
             trunc = " (the line ends early; truncated?)" if e.pos >= len(line.rstrip()) else ""
             raise c.fail(f"line {n}", f"not valid JSON: {e.msg} at column {e.colno}{trunc}") from None
-        c.add_flat(f"line {n}", obj)
+        c.add(f"line {n}", obj)
 
 
 def _json_value(c: RecordChecker, obj: Any) -> str:
@@ -148,7 +148,7 @@ def _json_value(c: RecordChecker, obj: Any) -> str:
         if nested:
             _article(c, f"{prefix}[{i}]", item)
         else:
-            c.add_flat(f"{prefix}[{i}]", item)
+            c.add(f"{prefix}[{i}]", item)
     return "squad-nested" if nested else "json"
 
 
@@ -176,8 +176,10 @@ def _article(c: RecordChecker, aloc: str, art: Any) -> None:
             impossible = False if qa.get("is_impossible") is None else qa["is_impossible"]
             if not isinstance(impossible, bool):
                 raise c.fail(qloc, f"must be true or false, got {impossible!r}", rid=qa.get("id"), fld="is_impossible")
-            c.add(qloc, dict(qa, context=para.get("context")), title=art.get("title", ""), answers=qa.get("answers"),
-                  present=qa.get("answers") is not None or impossible, impossible=impossible)
+            rec = dict(qa, context=para.get("context"), title=art.get("title"))
+            if rec.get("answers") is None:  # null answers are no answers here
+                rec.pop("answers", None)
+            c.add(qloc, rec, impossible=impossible)
 
 
 # ----------------------------------------------------------------- CSV and Parquet: one flat table
@@ -195,7 +197,7 @@ def _table(c: RecordChecker, cols: list[str], rows: Iterator[tuple[str, dict]], 
         raise c.fail(where, f"missing answer column: need 'answers'{' (JSON)' if where else ''} or 'answer_text' + "
                             f"'answer_start' unless split='test' (columns found: {found})", fld="answers")
     for loc, row in rows:
-        c.add_flat(loc, row, cell=True, pair=pair)
+        c.add(loc, row, cell=True, pair=pair)
     return kind
 
 

@@ -70,25 +70,18 @@ class RecordChecker:
         record = " ".join(p for p in (loc, isinstance(rid, str) and rid and f"(id {rid!r})") if p)
         return DataError(": ".join(p for p in (self.path, record, fld and f"field '{fld}'", msg) if p))
 
-    def add_flat(self, loc: str, rec: Any, *, cell: bool = False, pair: bool = False) -> None:
-        """One flat record: JSON, JSON Lines, or a table row (``cell``: answers may be a JSON string;
-        ``pair``: the answer is in the row's answer_text + answer_start columns)."""
+    def add(self, loc: str, rec: Any, *, impossible: bool = False, cell: bool = False, pair: bool = False) -> None:
+        """Check one flat record and keep it (or its gold texts, when scoring). ``cell``: a table's answers may be
+        a JSON string; ``pair``: the answer is in the row's answer_text + answer_start columns."""
         if not isinstance(rec, dict):
             raise self.fail(loc, f"expected a record object with id, question, context, answers; found {kind_of(rec)}")
         if "paragraphs" in rec and "qas" not in rec and "question" not in rec:
             raise self.fail(loc, "this looks like a nested SQuAD article (it has 'paragraphs') inside a file of flat "
                                  'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
                             fld="paragraphs")
-        answers, fld, present = rec.get("answers"), "answers", "answers" in rec
-        if pair:
-            answers, fld, present = rec, PAIR[0], True
-            rec = {k: v for k, v in rec.items() if k not in PAIR}
-        present = present and not (answers is None and self.split == "test")
-        self.add(loc, rec, title=rec.get("title", ""), present=present, answers=answers, fld=fld, cell=cell, pair=pair)
-
-    def add(self, loc: str, raw: dict, *, title: Any, present: bool, answers: Any, impossible: bool = False,
-            fld: str = "answers", cell: bool = False, pair: bool = False) -> None:
-        """Check one record and keep it (or its gold texts, when scoring)."""
+        answers, fld = ({k: rec.get(k) for k in PAIR}, PAIR[0]) if pair else (rec.get("answers"), "answers")
+        present = pair or impossible or "answers" in rec and not (answers is None and self.split == "test")
+        raw = {k: v for k, v in rec.items() if k not in PAIR} if pair else rec
         self.n_seen += 1
         rid = _string(raw, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them")
         if rid in self.seen:
@@ -104,6 +97,7 @@ class RecordChecker:
                 raise err(f"missing (record has keys {keys_of(raw)}); scoring needs the gold answers", fld)
             self.references[rid] = [] if impossible else [a.text for a in _answers(answers, fld, err, True, cell, pair)]
             return
+        title = raw.get("title")
         if title is not None and not isinstance(title, str):
             raise err(f"must be a string, got {type(title).__name__}", "title")
         question, context = (_string(raw, name, err) for name in ("question", "context"))
