@@ -108,30 +108,25 @@ def _json(c: RecordChecker, text: str, jsonl_ext: bool) -> str:
     """A JSON document (even saved as .jsonl), or JSON Lines (even saved as .json)."""
     try:
         obj = json.loads(text)
+        lines = jsonl_ext and isinstance(obj, dict) and "\n" not in text.strip()  # JSON Lines holding one record
     except json.JSONDecodeError as e:  # a one-line object followed by more: JSON Lines
-        if jsonl_ext or (e.msg == "Extra data" and text.lstrip()[:1] == "{" and "\n" not in text[:e.pos].strip()):
-            _jsonl(c, text)
-            return "jsonl"
+        lines = jsonl_ext or (e.msg == "Extra data" and text.lstrip()[:1] == "{" and "\n" not in text[:e.pos].strip())
         truncated = e.pos >= len(text.rstrip()) or (
             e.msg.startswith("Unterminated string") and '"' not in text[e.pos + 1:])
         hint = " - the file ends early; it looks truncated (incomplete copy or download?)" if truncated else ""
-        raise c.fail(None, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}{hint}") from None
-    if jsonl_ext and isinstance(obj, dict) and "\n" not in text.strip():
-        _jsonl(c, text)  # JSON Lines holding one record
-        return "jsonl"
-    return _json_value(c, obj)
-
-
-def _jsonl(c: RecordChecker, text: str) -> None:
+        if not lines:
+            raise c.fail(None, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}{hint}") from None
+    if not lines:
+        return _json_value(c, obj)
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            c.add(f"line {n}", json.loads(line))
         except json.JSONDecodeError as e:
             trunc = " (the line ends early; truncated?)" if e.pos >= len(line.rstrip()) else ""
             raise c.fail(f"line {n}", f"not valid JSON: {e.msg} at column {e.colno}{trunc}") from None
-        c.add(f"line {n}", obj)
+    return "jsonl"
 
 
 def _json_value(c: RecordChecker, obj: Any) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import numbers
+import reprlib
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -132,8 +133,8 @@ class RecordChecker:
                     where = ("; the text does not occur anywhere in the context" if new is None else
                              f"; the text does occur at {new} (answer_check='fix' corrects such offsets, "
                              "'skip' drops such records)")
-                    raise err(f"answer text {_short(a.text)} not found at answer_start {start} "
-                              f"(context has {_short(found)} there){where}", a.text_field)
+                    raise err(f"answer text {reprlib.repr(a.text)} not found at answer_start {start} "
+                              f"(context has {reprlib.repr(found)} there){where}", a.text_field)
                 start, self.fixed = new, self.fixed + 1
             out.append(a._replace(start=start))
         return out
@@ -143,7 +144,7 @@ def _string(raw: dict, name: str, err: FieldError, hint: str = "") -> str:
     """id / question / context: a string with something in it."""
     val = raw.get(name)
     problem = (f"missing (record has keys {keys_of(raw)})" if val is None else
-               f"must be a string, got {type(val).__name__} {_short(val)}" + (hint and f" ({hint})")
+               f"must be a string, got {type(val).__name__} {reprlib.repr(val)}" + (hint and f" ({hint})")
                if not isinstance(val, str) else "is empty or whitespace only" if not val.strip() else None)
     if problem:
         raise err(problem, name)
@@ -242,9 +243,4 @@ def kind_of(v: Any) -> str:
         return f"an object with keys {keys_of(v)}"
     if isinstance(v, list):
         return f"a list of {len(v)} items"
-    return "null" if v is None else f"a {type(v).__name__} ({_short(v)})"
-
-
-def _short(v: Any, n: int = 60) -> str:
-    s = repr(v)
-    return s if len(s) <= n else s[: n - 3] + "..."
+    return "null" if v is None else f"a {type(v).__name__} ({reprlib.repr(v)})"
