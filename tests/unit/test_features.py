@@ -107,10 +107,18 @@ def test_length_sorted_eval_restores_order(tiny_bert, demo_files, tmp_path, capl
 def test_features_cache_reused_until_file_tokenizer_or_settings_change(tiny_bert, demo_files, tmp_path, caplog):
     files = {split: Path(shutil.copy(demo_files[split], tmp_path)) for split in ("train", "validation")}
 
-    def cache(**changed) -> dict[str, str]:  # split -> reused|computed
+    written: dict[str, int] = {}  # cache folder -> when its features file was written
+
+    def cache(**changed) -> dict[str, str]:  # split -> reused|computed; features said reused are not written again
         b = _build(tiny_bert, files, tmp_path, caplog, **changed)
         assert len(b.data.train) > 0 and len(b.data.eval_features) > 0
-        return {words[0].removeprefix("split="): words[1] for words in b.lines["FEATURES_CACHE"]}
+        said = {}
+        for words in b.lines["FEATURES_CACHE"]:
+            split, how, folder = words[0].removeprefix("split="), words[1], words[-1].removeprefix("path=")
+            stamp = (Path(folder) / "features.arrow").stat().st_mtime_ns
+            assert how == "computed" or written[folder] == stamp, f"{split} features said reused but were written"
+            written[folder], said[split] = stamp, how
+        return said
 
     computed, reused = {"train": "computed", "eval": "computed"}, {"train": "reused", "eval": "reused"}
     assert (cache(), cache(), cache(doc_stride=48)) == (computed, reused, computed)
