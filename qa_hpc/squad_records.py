@@ -93,18 +93,17 @@ class RecordChecker:
         def err(msg: str, f: str) -> DataError:
             return self.fail(loc, msg, rid=rid, fld=f)
 
+        if not present and (self.scoring or self.split != "test"):
+            why = "scoring needs the gold answers" if self.scoring else "answers may be left out only for split='test'"
+            raise err(f"missing (record has keys {keys_of(raw)}); {why}", fld)
+        golds = [] if impossible or not present else _answers(answers, fld, err, self.scoring, cell, pair)
         if self.scoring:
-            if not present:
-                raise err(f"missing (record has keys {keys_of(raw)}); scoring needs the gold answers", fld)
-            self.references[rid] = [] if impossible else [a.text for a in _answers(answers, fld, err, True, cell, pair)]
+            self.references[rid] = [a.text for a in golds]
             return
         title = raw.get("title")
         if title is not None and not isinstance(title, str):
             raise err(f"must be a string, got {type(title).__name__}", "title")
         question, context = (_string(raw, name, err) for name in ("question", "context"))
-        if not present and self.split != "test":
-            raise err(f"missing (record has keys {keys_of(raw)}); answers may be left out only for split='test'", fld)
-        golds = [] if impossible or not present else _answers(answers, fld, err, False, cell, pair)
         if not golds and self.split != "test" and not self.v2:
             why = "is_impossible is true" if impossible else "no answers given"
             raise err(f"record has no answer ({why}) but version_2_with_negative is off; pass "
