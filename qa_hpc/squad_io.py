@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,8 @@ def _read(c: RecordChecker) -> tuple[str, str]:
     if not p.exists():
         raise c.fail(None, f"{c.what} not found (resolved to {p.resolve()}, cwd {os.getcwd()})")
     if p.is_dir():
-        inside = sorted(x.name for x in p.iterdir() if x.is_file() and x.suffix.lower() in _FORMATS)
-        raise c.fail(None, "is a directory, expected a data file" + (inside and f"; data files in it: "
-                                                                     f"{', '.join(inside[:10])}" or ""))
+        inside = ", ".join(sorted(x.name for x in p.iterdir() if x.is_file() and x.suffix.lower() in _FORMATS)[:10])
+        raise c.fail(None, "is a directory, expected a data file" + (f"; data files in it: {inside}" if inside else ""))
     name = p.name.lower()
     ext = Path(name.removesuffix(".gz")).suffix
     try:
@@ -178,7 +177,7 @@ def _article(c: RecordChecker, aloc: str, art: Any) -> None:
 
 
 # ----------------------------------------------------------------- CSV and Parquet: one flat table
-def _table(c: RecordChecker, cols: list[str], rows: Iterator[tuple[str, dict]], kind: str) -> str:
+def _table(c: RecordChecker, cols: list[str], rows: Iterable[tuple[str, dict]], kind: str) -> str:
     """Rows of a CSV or Parquet table, each a flat record; answers in an ``answers`` column (a JSON
     string in CSV) or an answer_text + answer_start pair of columns (one answer per row)."""
     where, found = "CSV line 1" if kind == "csv" else None, ", ".join(map(repr, cols))
@@ -206,32 +205,26 @@ def _parquet_rows(c: RecordChecker, data: bytes) -> tuple[list[str], Iterator[tu
     return table.column_names, ((f"row {i}", row) for i, row in enumerate(table.to_pylist()))
 
 
-def _csv_rows(c: RecordChecker, text: str, delimiter: str) -> tuple[list[str], Iterator[tuple[str, dict]]]:
+def _csv_rows(c: RecordChecker, text: str, delimiter: str) -> tuple[list[str], list[tuple[str, dict]]]:
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    rows, line = [], 1  # each row located at its first line: quoted fields may span several
     try:
-        cols = [h.strip() for h in next(reader, [])]
+        for values in reader:
+            rows.append((f"CSV line {line}", values))
+            line = reader.line_num + 1
     except csv.Error as e:
-        raise c.fail("CSV line 1", f"unreadable header: {e}") from None
-    if not cols:
+        raise c.fail(f"CSV line {reader.line_num}", f"malformed CSV: {e}") from None
+    if not rows or not rows[0][1]:
         raise c.fail(None, "empty CSV file (no header row); expected columns id, question, context, "
                            "and answers or answer_text + answer_start")
-
-    def rows() -> Iterator[tuple[str, dict]]:  # located at a row's first line: quoted fields may span several
-        line = reader.line_num + 1
-        try:
-            for values in reader:
-                loc, line, row = f"CSV line {line}", reader.line_num + 1, dict(zip(cols, values))
-                if values and len(values) != len(cols):
-                    missing = cols[len(values):]
-                    raise c.fail(loc, f"row has {len(values)} fields but the header has {len(cols)}" +
-                                 (missing and f" (no value for {', '.join(missing)})" or ""), rid=row.get("id"),
-                                 fld=missing[0] if missing else None)
-                if values:
-                    yield loc, row
-        except csv.Error as e:
-            raise c.fail(f"CSV line {reader.line_num}", f"malformed CSV: {e}") from None
-
-    return cols, rows()
+    cols = [h.strip() for h in rows[0][1]]
+    for loc, values in rows[1:]:
+        if values and len(values) != len(cols):
+            missing, rid = cols[len(values):], dict(zip(cols, values)).get("id")
+            no_value = f" (no value for {', '.join(missing)})" if missing else ""
+            raise c.fail(loc, f"row has {len(values)} fields but the header has {len(cols)}{no_value}", rid=rid,
+                         fld=missing[0] if missing else None)
+    return cols, [(loc, dict(zip(cols, values))) for loc, values in rows[1:] if values]
 
 
 def _looks_nested(items: list) -> bool:
