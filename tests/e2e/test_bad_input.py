@@ -200,6 +200,7 @@ def test_pickled_weights_are_loaded_weights_only(tiny_bert, demo_files, tmp_path
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tiny_bert / name, model / name)
     torch.save({"bert.pooler.dense.bias": _RunsACommand(tmp_path / "PICKLE_CODE_RAN")}, model / "pytorch_model.bin")
+    (tmp_path / "out").mkdir()  # the model loads after --output_dir is made and checked writable
     argv = tiny_flags(model, tmp_path / "out", "--do_eval", "--validation_file", str(demo_files["validation"]),
                       "--max_eval_samples", "2")
     _check(argv, tmp_path, capsys, [f"{model}: refusing to load the pickled weights file", "posix.system"])
