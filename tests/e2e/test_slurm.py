@@ -227,15 +227,14 @@ def _parent(pid: int) -> int:
 
 
 def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(slurm, tiny_bert: Path, tmp_path: Path):
-    """2 nodes x 2 processes, --cpus-per-task=2: each node's step gets 2 CPUs, each rank 1 thread. Then the
-    node without rank 0 dies as a hung NCCL peer looks: its ranks stop answering (SIGSTOP, connections and the
-    step's output open) and its torchrun is killed. The other node's ranks fail at the collective timeout (30 s
-    here) and their torchrun exits 1: srun must then end the whole step, the dead node's too, at once (without
-    --kill-on-bad-exit it waits for the stopped ranks for ever)."""
+    """2 nodes x 2 processes, --cpus-per-task=2: each node's step gets 2 CPUs, each rank 1 thread. Then a rank dies
+    (SIGKILL) while the other node's ranks hang in a collective, as NCCL ranks do when a peer is gone (emulated
+    with SIGSTOP: gloo itself would notice). Its node's torchrun exits 1; srun must end the whole step at once
+    (without --kill-on-bad-exit it waits for the hung node until the collective timeout, 30 min by default)."""
     env = job_env(tiny_bert, tmp_path, QA_CPU_PROCS_PER_NODE="2")
     proc, log_file = submit("job_ddp.sh", tmp_path, env, "--gres=none", "--cpus-per-task=2", name="cpustest",
                             args=("--max_steps", "1000", "--logging_steps", "1", "--save_strategy", "no",
-                                  "--ddp_timeout", "30"))
+                                  "--ddp_timeout", "600"))
     text = lambda: log_file.read_text(errors="replace")  # noqa: E731
     stopped: list[int] = []
     try:
@@ -246,18 +245,18 @@ def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(slurm, t
         assert sorted(effective) == [("0", "1"), ("1", "1"), ("2", "1"), ("3", "1")], log[-4000:]
         assert "threads=1 (2 CPUs / 2 process(es) on this node)" in log
         pids = _rank_pids(log)
-        agent = next(_parent(pid) for pid in pids.values() if _parent(pid) != _parent(pids[0]))
-        stopped = [pid for pid in pids.values() if _parent(pid) == agent]
+        dying_node = _parent(pids[0])
+        stopped = [pid for pid in pids.values() if _parent(pid) != dying_node]
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
-        os.kill(agent, signal.SIGKILL)
+        os.kill(next(pid for rank, pid in pids.items() if rank and _parent(pid) == dying_node), signal.SIGKILL)
         died = time.time()
         proc.communicate(timeout=150)
         assert time.time() - died < 100, text()[-3000:]
         assert proc.returncode != 0 and re.search(r"JOB_EXIT_CODE=[1-9]", text()), text()[-3000:]
         assert "REQUEUE" not in text()
     finally:
-        for pid in stopped:  # orphans of the killed launcher, if Slurm left any
+        for pid in stopped:  # the hung ranks, if Slurm left any
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
