@@ -128,16 +128,21 @@ def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
 
 
 def test_job_cpu_runs_the_demo_on_the_cpu_with_threads_from_its_cpus(tiny_bert: Path, tmp_path: Path):
-    """bash job_cpu.sh outside Slurm: one fp32 CPU process whose torch threads are the CPUs it may use."""
+    """bash job_cpu.sh outside Slurm: one CPU process whose torch threads are the CPUs it may use, in bf16 where this
+    CPU does bf16 in hardware (AVX512-BF16 or AMX: torch's own capability check), else fp32."""
+    import torch
+
+    fast = next((name for name in ("amx_bf16", "avx512_bf16") if torch.cpu.get_capabilities().get(name)), None)
+    want, why = ("bf16", f"CPU has {fast}") if fast else ("fp32", "CPU has no amx_bf16 or avx512_bf16")
     cpus = len(os.sched_getaffinity(0))
     env = demo_env(tiny_bert, tmp_path, OMP_NUM_THREADS=None, QA_CPU_ALLOCATOR="none", QA_CPU_AFFINITY="0")
     log = assert_demo_ran_and_said_so(run(["bash", str(REPO / "job_cpu.sh"), "--max_eval_samples", "5"], env),
                                       tmp_path, "bert_squad_cpu")
     plan = re.search(r"\bPLAN device=.*$", log, re.M)  # a log record: time, rank, logger first
     assert plan and plan.group(0).startswith(
-        f"PLAN device=cpu precision=fp32 (auto: CPU) tf32=off threads={cpus} ({cpus} CPUs / 1 process(es) on this "
-        "node) dataloader_workers=0 world_size=1 "), log[-3000:]
-    assert re.search(rf"^EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32 threads={cpus} .*device=cpu ",
+        f"PLAN device=cpu precision={want} (auto: {why}) tf32=off threads={cpus} ({cpus} CPUs / 1 process(es) on "
+        "this node) dataloader_workers=0 world_size=1 "), log[-3000:]
+    assert re.search(rf"^EFFECTIVE rank=0 precision={want} tf32=off param_dtype=float32 threads={cpus} .*device=cpu ",
                      log, re.M)
     assert "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=none) affinity=off (QA_CPU_AFFINITY=0)" in log
 
@@ -426,7 +431,8 @@ sys.exit(gpu_smoke.train(sys.argv[1:], (SlowFirstStep(),)))
 
 def test_gpu_smoke_steady_state_leaves_the_slow_first_step_out(tiny_bert: Path, demo_files: dict, tmp_path: Path):
     out, results = tmp_path / "out", tmp_path / "results"
-    train = run_qa_args(tiny_bert, demo_files, out, "--max_steps", "8", "--per_device_train_batch_size", "4")
+    train = run_qa_args(tiny_bert, demo_files, out, "--max_steps", "8", "--per_device_train_batch_size", "4",
+                        "--precision", "fp32")
     proc = run([sys.executable, "-c", SLOW_FIRST_STEP, *train], offline_env())
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     proc = run([sys.executable, "bench/gpu_smoke.py", "record", str(out), "--label", "cpu", "--warmup", "1",
