@@ -37,9 +37,9 @@ CURVES = (("train/loss", "training loss"), ("train/grad_norm", "gradient norm"),
 SECTIONS = {title: [tuple(item.split("=")) for item in spec.split("; ")] for title, spec in {
     "Environment": "host=hostname; GPU=gpu_name; GPUs on the node=gpu_count; CPU model=cpu_model; CPUs=cpu_count; "
                    "CUDA=cuda_version; driver=driver_version; python=python; torch=torch_version; transformers="
-                   "transformers_version; datasets=datasets_version; Slurm job=slurm_job_id; Slurm nodes=slurm_nodelist;"
-                   " node count=slurm_job_num_nodes; processes=plan.world_size; processes per node=plan.local_world_size;"
-                   " threads per process=effective.threads",
+                   "transformers_version; datasets=datasets_version; Slurm job=slurm_job_id; Slurm nodes="
+                   "slurm_nodelist; node count=slurm_job_num_nodes; processes=plan.world_size; processes per node="
+                   "plan.local_world_size; threads per process=effective.threads",
     "Parameters": "model=params.model; dataset=params.dataset; epochs=params.epochs; max steps=params.max_steps; "
                   "training samples=params.max_train_samples; batch per device=params.per_device_train_batch_size; "
                   "world size=params.world_size; gradient accumulation=params.gradient_accumulation_steps; global "
@@ -64,15 +64,16 @@ SECTIONS = {title: [tuple(item.split("=")) for item in spec.split("; ")] for tit
 # A comparison compares devices; runs that differ in one of these Parameters compare more than that.
 SAME = ("model", "dataset", "training samples", "epochs", "max steps", "global batch", "learning rate",
         "max_seq_length", "precision")
-OPTIONAL = {"Training", "Evaluation"}  # rows a run may lack without saying so (v1 has no HasAns, CPU no MFU)
+# sections whose rows a run may lack without saying so (v1 has no HasAns, a CPU no MFU)
+OPTIONAL, NOT_RECORDED = {"Training", "Evaluation"}, "not recorded"
 # Figure, not pyplot: no global state, no display on a login node; 700 x 400 px, readable in a README
 SIZE, DPI = (7, 4), 100
 BARS = {"throughput.png": ("train_samples_per_second", "train samples/s (all ranks)"),
         "wall_time.png": ("wall_clock_seconds", "wall clock seconds")}  # file -> (column, axis label)
 
 
-def field(run: pd.Series, path: str) -> Any:
-    """A record's field by its dotted name (None when absent); global_batch and loss.final from the same records."""
+def field(run: pd.Series, path: str, missing: Any = None) -> Any:
+    """A record's field by its dotted name (`missing` when absent); global_batch and loss.final from the records."""
     if path == "global_batch":
         parts = [field(run, f"params.{k}") for k in ("per_device_train_batch_size", "world_size",
                                                      "gradient_accumulation_steps")]
@@ -81,7 +82,7 @@ def field(run: pd.Series, path: str) -> Any:
         return run["loss_curve"][-1][1] if run["loss_curve"] else None
     value: Any = run["record"]
     for key in path.split("."):
-        value = value.get(key) if isinstance(value, dict) else None
+        value = value.get(key, missing) if isinstance(value, dict) else missing
     return value
 
 
@@ -112,7 +113,10 @@ def loss_figure(table: pd.DataFrame) -> Figure:
     for run, curve in zip(table["run"], table["loss_curve"]):
         if curve:
             ax.plot(*zip(*curve), marker="o", markersize=3, label=run)
-    ax.legend(fontsize=8) if ax.lines else ax.text(0.5, 0.5, "no loss curves found", ha="center", transform=ax.transAxes)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no loss curves found", ha="center", transform=ax.transAxes)
     return fig
 
 
@@ -156,19 +160,22 @@ def write_plots(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
 
 def beside_output(run: pd.Series, path: str) -> Path:
     """A path the record keeps as the run was given it: relative ones are relative to the dir the run started in,
-    which holds the output dir (the checkout for the job scripts' outputs/<job>): the nearest that has it."""
+    which holds the output dir (the checkout for the job scripts' outputs/<job>) or is this one (the job scripts)."""
     out = Path(run["output_dir"])
-    return next((base / path for base in (out, *out.parents) if (base / path).exists()), out / path)
+    return next((base / path for base in (out, *out.parents, Path.cwd()) if (base / path).exists()), out / path)
 
 
-def read_curves(log_dir: Path) -> dict[str, list[tuple[int, float, float]]]:
-    """tag -> [(step, wall time, value)] from every event file under log_dir, oldest launch first: a later launch
-    (resumed, or run again into the same dir) replaces the points from its first step on, as TensorBoard shows it."""
+def read_curves(log_dir: Path, started: float | None = None) -> dict[str, list[tuple[int, float, float]]]:
+    """tag -> [(step, wall time, value)] from the event files under log_dir, oldest launch first: a later launch
+    (resumed, or run again into the same dir) replaces the points from its first step on, as TensorBoard shows it.
+    With `started` (the run's start, unix time): the launches before it and its own, not those of later runs."""
     from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
     curves: dict[str, list[tuple[int, float, float]]] = {}
     files = log_dir.rglob("events.out.tfevents.*") if log_dir.is_dir() else []
-    for file in sorted(files, key=lambda p: (int(p.name.split(".")[3]), p.name)):  # name: ...tfevents.<time>.<host>
+    files = sorted(files, key=lambda p: (int(p.name.split(".")[3]), p.name))  # name: ...tfevents.<time>.<host>
+    own = next((i for i, f in enumerate(files) if started and int(f.name.split(".")[3]) >= started), len(files))
+    for file in files[:own + 1]:
         events = EventAccumulator(str(file), size_guidance={SCALARS: 0})  # 0: every point, not a sample
         events.Reload()
         for tag in events.Tags()["scalars"]:
@@ -192,11 +199,11 @@ def profile_lines(run: pd.Series) -> list[str]:
 
 
 def section(run: pd.Series, title: str) -> list[str]:
-    rows = [(label, field(run, path)) for label, path in SECTIONS[title]]
-    rows = [(label, value) for label, value in rows if value is not None or title not in OPTIONAL]
+    rows = [(label, field(run, path, NOT_RECORDED)) for label, path in SECTIONS[title]]  # a field set to null: n/a
+    rows = [(label, value) for label, value in rows if value not in (None, NOT_RECORDED) or title not in OPTIONAL]
     if not rows:
         return [f"### {title}", "", f"No {title.lower()} in the record.", ""]
-    cells = pd.DataFrame([(label, "not recorded" if value is None else number(value)) for label, value in rows])
+    cells = pd.DataFrame([(label, number(value)) for label, value in rows])
     return [f"### {title}", "", md_table(cells.set_axis(["", "value"], axis=1)), ""]
 
 
@@ -204,11 +211,14 @@ def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
     """One run: how it ended, its records' tables, its curves and its profile."""
     tensorboard, given = field(run, "plan.tensorboard"), field(run, "plan.logging_dir")
     log_dir = beside_output(run, given) if given else Path(run["output_dir"], "runs")  # default: runs/<time>_<host>
-    curves = read_curves(log_dir) if tensorboard else {}
+    started = (dt.datetime.fromisoformat(run["timestamp"]).timestamp() - run["wall_clock_seconds"]
+               if pd.notna(run["timestamp"]) and pd.notna(run["wall_clock_seconds"]) else None)
+    curves = read_curves(log_dir, started) if tensorboard else {}
     restarts = field(run, "slurm_restart_count")
-    lines = [f"## {run['run']}", "", f"`{run['output_dir']}`: **{run['status']}**" + (
-        f" ({run['reason']})" if pd.notna(run["reason"]) else "") + f", exit code {number(run['exit_code'])}, "
-        f"wall clock {number(run['wall_clock_seconds'])} s" + (f", requeued {restarts} time(s)" if restarts else ""), ""]
+    ended = f" ({run['reason']})" if pd.notna(run["reason"]) else ""  # failed: the error; preempted: where
+    lines = [f"## {run['run']}", "", f"`{run['output_dir']}`: **{run['status']}**{ended}, exit code "
+             f"{number(run['exit_code'])}, wall clock {number(run['wall_clock_seconds'])} s"
+             + (f", requeued {restarts} time(s)" if restarts else ""), ""]
     for title in SECTIONS:
         lines += section(run, title)
         if title == "Training":
@@ -243,22 +253,19 @@ def comparison(table: pd.DataFrame, base: int, out: Path) -> list[str]:
             "Memory table.", "", *(f"![{name}]({name})" for name in pngs), ""]
 
 
-def check(dirs: list[str], table: pd.DataFrame) -> str | None:
-    """The first reason a RUN_DIR cannot be reported on, in one line naming the dir and the file."""
-    for raw in dirs:
-        path = Path(raw)
-        if not path.is_dir():
-            return f"{raw}: not a directory"
-        if not (path / SUMMARY_FILE).is_file():
-            older = [m for m in OUTPUT_MARKERS if (path / m).is_file()]
-            return f"{raw}: no {SUMMARY_FILE}" + (f", only {', '.join(older)} (an older layout, or a run killed before "
-                                                  "its end)" if older else " (not a run's output dir, or a run killed "
-                                                  "before its end)")
-        row = table[table["output_dir"].eq(str(path.resolve()))]
-        missing = [key for key in NEEDED if key not in row["record"].iloc[0]] if len(row) else list(NEEDED)
-        if missing:
-            return f"{raw}: {SUMMARY_FILE} " + ("cannot be read" if len(missing) == len(NEEDED) else
-                                                f"has no {', '.join(missing)} (an older layout)")
+def problem(raw: str, record: dict | None) -> str | None:
+    """Why RUN_DIR cannot be reported on, in one line naming the dir and the file; None when it can."""
+    path = Path(raw)
+    older = [m for m in OUTPUT_MARKERS if (path / m).is_file()]
+    missing = [key for key in NEEDED if key not in (record or {})]
+    if not path.is_dir():
+        return f"{raw}: not a directory"
+    if SUMMARY_FILE not in older:
+        return f"{raw}: no {SUMMARY_FILE}" + (f", only {', '.join(older)} (an older layout" if older else
+                                              " (not a run's output dir") + ", or a run killed before its end)"
+    if missing:
+        return f"{raw}: {SUMMARY_FILE} " + (f"has no {', '.join(missing)} (an older layout)" if record else
+                                            "cannot be read")
     return None
 
 
@@ -276,19 +283,20 @@ def to_html(markdown_text: str, out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qa_hpc.tools.report", description=__doc__.split("\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a run's --output_dir (the one with run_summary.json)")
+                                     epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a run's --output_dir (with run_summary.json)")
     parser.add_argument("--baseline", help="the run the others are compared with: its dir, job name or id (default: "
                         "the first RUN_DIR)")
     parser.add_argument("--out", required=True, metavar="DIR", help="where report.md, report.html and figures go")
     args = parser.parse_args(argv)
     found = [raw for raw in args.runs if (Path(raw) / SUMMARY_FILE).is_file()]
-    table = read_runs(found)[0] if found else pd.DataFrame(columns=["output_dir", "record"])
-    error = check(args.runs, table)
-    base = None
-    if error is None:  # RUN_DIR order, not job id order: the first is the default baseline
-        order = [str(Path(raw).resolve()) for raw in args.runs]
-        table = table.set_index("output_dir", drop=False).loc[order].reset_index(drop=True)
+    table = read_runs(found)[0].set_index("output_dir", drop=False) if found else pd.DataFrame()
+    order = [str(Path(raw).resolve()) for raw in args.runs]  # RUN_DIR order: the first is the default baseline
+    records = [table.at[d, "record"] if d in table.index else None for d in order]
+    error = next(filter(None, map(problem, args.runs, records)), None)
+    if error is None:
+        table = table.loc[order].reset_index(drop=True)
         name = Path(args.baseline).resolve().name if args.baseline and Path(args.baseline).is_dir() else args.baseline
         base, error = pick_baseline(table, name, "train_runtime") if name else (0, None)
     if error:
