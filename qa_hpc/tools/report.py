@@ -165,6 +165,11 @@ def beside_output(run: pd.Series, path: str) -> Path:
     return next((base / path for base in (out, *out.parents, Path.cwd()) if (base / path).exists()), out / path)
 
 
+def shown(path: str | Path) -> str:
+    """A path as users name it: relative to where the report runs when it is below it."""
+    return str(Path(path).relative_to(Path.cwd())) if Path(path).is_relative_to(Path.cwd()) else str(path)
+
+
 def read_curves(log_dir: Path, started: float | None = None) -> dict[str, list[tuple[int, float, float]]]:
     """tag -> [(step, wall time, value)] from the event files under log_dir, oldest launch first: a later launch
     (resumed, or run again into the same dir) replaces the points from its first step on, as TensorBoard shows it.
@@ -191,11 +196,11 @@ def profile_lines(run: pd.Series) -> list[str]:
         return ["Not profiled (run with `--profile`)."]
     table = beside_output(run, where) / PROFILE_TABLE
     if not table.is_file():
-        return [f"Profiled, but there is no `{table}`."]
+        return [f"Profiled, but there is no `{shown(table)}`."]
     lines = table.read_text(encoding="utf-8", errors="replace").splitlines()
     rule = next((i for i, line in enumerate(lines) if line.startswith("---")), len(lines))
     ops = [line for line in lines[rule + 3:] if line.strip() and not line.startswith("-")][:TOP_OPS]
-    return [f"Top {len(ops)} operations of `{table}`:", "", "```text", *lines[:rule + 3], *ops, "```"]
+    return [f"Top {len(ops)} operations of `{shown(table)}`:", "", "```text", *lines[:rule + 3], *ops, "```"]
 
 
 def section(run: pd.Series, title: str) -> list[str]:
@@ -216,7 +221,7 @@ def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
     curves = read_curves(log_dir, started) if tensorboard else {}
     restarts = field(run, "slurm_restart_count")
     ended = f" ({run['reason']})" if pd.notna(run["reason"]) else ""  # failed: the error; preempted: where
-    lines = [f"## {run['run']}", "", f"`{run['output_dir']}`: **{run['status']}**{ended}, exit code "
+    lines = [f"## {run['run']}", "", f"`{shown(run['output_dir'])}`: **{run['status']}**{ended}, exit code "
              f"{number(run['exit_code'])}, wall clock {number(run['wall_clock_seconds'])} s"
              + (f", requeued {restarts} time(s)" if restarts else ""), ""]
     for title in SECTIONS:
@@ -225,7 +230,7 @@ def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
             if curves:
                 curves_figure(curves, run["run"]).savefig(out / figure)
             lines += [f"![training curves of {run['run']}]({figure})" if curves else (f"No TensorBoard events in "
-                      f"`{log_dir}`" if tensorboard else "TensorBoard was off (`--report_to none`)")
+                      f"`{shown(log_dir)}`" if tensorboard else "TensorBoard was off (`--report_to none`)")
                       + ": no training curves." * (not curves), ""]
     return lines + ["### Profiler", "", *profile_lines(run), ""]
 
@@ -306,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# Run report: {' vs '.join(table['run'])}", "",
              f"Written {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} by `python -m qa_hpc.tools.report` from "
-             + ", ".join(f"`{d}`" for d in table["output_dir"]) + ".", ""]
+             + ", ".join(f"`{shown(d)}`" for d in table["output_dir"]) + ".", ""]
     lines += comparison(table, base, out) if len(table) > 1 else []
     for i, run in table.iterrows():
         lines += run_section(run, f"run{i + 1}_training.png", out)
