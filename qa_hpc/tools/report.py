@@ -170,21 +170,27 @@ def shown(path: str | Path) -> str:
     return str(Path(path).relative_to(Path.cwd())) if Path(path).is_relative_to(Path.cwd()) else str(path)
 
 
-def read_curves(log_dir: Path, started: float | None = None) -> dict[str, list[tuple[int, float, float]]]:
-    """tag -> [(step, wall time, value)] from the event files under log_dir, oldest launch first: a later launch
-    (resumed, or run again into the same dir) replaces the points from its first step on, as TensorBoard shows it.
-    With `started` (the run's start, unix time): the launches before it and its own, not those of later runs."""
+def read_curves(log_dir: Path, started: float | None = None,
+                first_step: int | None = None) -> dict[str, list[tuple[int, float, float]]]:
+    """tag -> [(step, wall time, value)] from the event files under log_dir: with `started` (the run's start, unix
+    time) its own launch, and the ones before it when it resumed them (its first loss is past `first_step`, the
+    first in trainer_state.json); a later launch replaces the points from its first step on, as TensorBoard does."""
     from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
-    curves: dict[str, list[tuple[int, float, float]]] = {}
     files = log_dir.rglob("events.out.tfevents.*") if log_dir.is_dir() else []
     files = sorted(files, key=lambda p: (int(p.name.split(".")[3]), p.name))  # name: ...tfevents.<time>.<host>
     own = next((i for i, f in enumerate(files) if started and int(f.name.split(".")[3]) >= started), len(files))
+    launches = []
     for file in files[:own + 1]:
         events = EventAccumulator(str(file), size_guidance={SCALARS: 0})  # 0: every point, not a sample
         events.Reload()
-        for tag in events.Tags()["scalars"]:
-            new = [(e.step, e.wall_time, e.value) for e in events.Scalars(tag)]
+        launches.append({tag: [(e.step, e.wall_time, e.value) for e in events.Scalars(tag)]
+                         for tag in events.Tags()["scalars"]})
+    if launches and first_step is not None and launches[-1].get("train/loss", [(0,)])[0][0] <= first_step:
+        launches = launches[-1:]  # it started afresh: the launches before are other runs' into the same dir
+    curves: dict[str, list[tuple[int, float, float]]] = {}
+    for launch in launches:
+        for tag, new in launch.items():
             curves[tag] = [p for p in curves.get(tag, []) if p[0] < new[0][0]] + new
     return curves
 
@@ -218,7 +224,8 @@ def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
     log_dir = beside_output(run, given) if given else Path(run["output_dir"], "runs")  # default: runs/<time>_<host>
     started = (dt.datetime.fromisoformat(run["timestamp"]).timestamp() - run["wall_clock_seconds"]
                if pd.notna(run["timestamp"]) and pd.notna(run["wall_clock_seconds"]) else None)
-    curves = read_curves(log_dir, started) if tensorboard else {}
+    first = run["loss_curve"][0][0] if run["loss_curve"] else None
+    curves = read_curves(log_dir, started, first) if tensorboard else {}
     restarts = field(run, "slurm_restart_count")
     ended = f" ({run['reason']})" if pd.notna(run["reason"]) else ""  # failed: the error; preempted: where
     lines = [f"## {run['run']}", "", f"`{shown(run['output_dir'])}`: **{run['status']}**{ended}, exit code "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import datetime
 import subprocess
 import sys
 from pathlib import Path
@@ -97,7 +98,7 @@ def test_the_comparison_is_computed_by_hand(report, plain, ddp):
     assert html.count("data:image/png;base64,") == 5 and "<table>" in html  # self-contained
 
 
-def test_figures_are_pngs_holding_every_event(report, plain, ddp):
+def test_figures_are_pngs_holding_every_event(report, plain, ddp, tmp_path):
     import matplotlib.image
     from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
@@ -116,6 +117,16 @@ def test_figures_are_pngs_holding_every_event(report, plain, ddp):
         for ax, tag in zip(axes, ("train/loss", "train/grad_norm", "train/learning_rate", "train/samples_per_second")):
             (line,) = ax.get_lines()
             assert list(line.get_ydata()) == pytest.approx([e.value for e in accumulator.Scalars(tag)]), tag
+    # the job scripts' runs/<job name> holds every run of that name: an earlier other run's launch is not this one's
+    (own,) = (plain.out / "runs").rglob("events.out.tfevents.*")
+    (other,) = (ddp.out / "runs").rglob("events.out.tfevents.*")
+    (tmp_path / "runs").mkdir()
+    shutil.copy(own, tmp_path / "runs" / own.name)
+    parts = other.name.split(".")
+    shutil.copy(other, tmp_path / "runs" / ".".join([*parts[:3], str(int(own.name.split(".")[3]) - 100), *parts[4:]]))
+    record = read(plain.out / "run_summary.json")
+    started = datetime.fromisoformat(record["timestamp"]).timestamp() - record["wall_clock_seconds"]
+    assert read_curves(tmp_path / "runs", started, 1) == read_curves(plain.out / "runs")
     table = read_runs([str(plain.out), str(ddp.out)])[0]
     for line, run in zip(loss_figure(table).axes[0].get_lines(), (plain, ddp)):
         history = read(run.out / "trainer_state.json")["log_history"]
