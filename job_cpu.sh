@@ -10,7 +10,8 @@
 #SBATCH --signal=B:USR1@300
 #SBATCH --requeue
 #
-# The same run as job_ft3.sh on a CPU node: one process, fp32, torch threads = the CPUs the job may use
+# The same run as job_ft3.sh on a CPU node: one process (bf16 where the CPU has AVX512-BF16/AMX, else fp32;
+# QA_PRECISION=fp32 for fp32 everywhere), torch threads = the CPUs the job may use
 # (--cpus-per-task; run_qa.py decides and logs it in its PLAN line). The full BASELINE takes days on a
 # CPU; the offline demo (QA_MODE=demo) or --max_train_samples make it a sensible CPU job.
 #

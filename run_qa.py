@@ -32,7 +32,7 @@ from transformers import DataCollatorWithPadding, default_data_collator  # noqa:
 from qa_hpc.dist import end_process_group, launch_env  # noqa: E402
 from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded  # noqa: E402
 from qa_hpc.features import QAData, build_data, real_lengths  # noqa: E402
-from qa_hpc.flags import Flags, decide_and_build, read_flags  # noqa: E402
+from qa_hpc.flags import Flags, batch_lines, decide_and_build, read_flags  # noqa: E402
 from qa_hpc.metric.squad import make_score  # noqa: E402
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # noqa: E402
 from qa_hpc.observe import finish_observability, observability_callbacks  # noqa: E402
@@ -125,6 +125,8 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
     config = load_config(flags.model)  # model, tokenizer, data and metric found, every record checked: then write
     tokenizer = load_tokenizer(flags.model)
     data = build_data(flags.model, flags.data, args, tokenizer)
+    for line in batch_lines(args, len(data.train)) if args.do_train else []:
+        logger.info(line)  # the main process: global batch, optimizer steps, learning rate
     score = (make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold,
                         flags.data.squad_metric) if args.do_eval or args.do_predict else None)  # the metric, loaded
     check_writable_dir(args.output_dir)

@@ -38,9 +38,9 @@ for lever in $LEVERS; do
 	args+=(--cmd "$lever=env -u LD_PRELOAD -u OMP_PROC_BIND -u OMP_PLACES -u GOMP_CPU_AFFINITY \
 QA_CPU_ALLOCATOR=$alloc QA_CPU_AFFINITY=$affinity bash bench/with_cpu_levers.sh $run")
 done
-mkdir -p "$WORKDIR"
-peak=${CPU_PEAK_TFLOPS:-$("$PY" -m bench.cpu_peak --json_out "$WORKDIR/cpu_peak.json" | sed -n 's/^CPU_PEAK_TFLOPS=//p')}
-echo "# machine: $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ); CPU_PEAK_TFLOPS=$peak"
-"$PY" -m bench.side_by_side --repeats "$REPEATS" --workdir "$WORKDIR" --peak_tflops "$peak" "${args[@]}"
+record_machine "$WORKDIR"
+measure_peaks "$WORKDIR"
+echo "# machine: $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
+"$PY" -m bench.side_by_side --repeats "$REPEATS" --workdir "$WORKDIR" "${PEAK_ARGS[@]}" "${args[@]}"
 grep -h "CPU_LEVERS" "$WORKDIR"/*-rep0.log | sed 's/^/# /'  || true
 echo "# done: load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"

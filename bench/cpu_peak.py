@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""The practical fp32 matmul limit of this CPU: achieved FLOP/s of large torch.mm on all torch threads.
+"""The practical matmul limit of this CPU: achieved FLOP/s of large torch.mm on all torch threads, in fp32 and,
+on CPUs with AVX512-BF16 or AMX (those where run_qa.py's --precision auto picks bf16), in bf16.
 
 There is no peak table for CPUs (run_qa.py prints MFU=n/a there), and a datasheet peak assumes
 clocks and vector units a 2-core VM or a shared node never gives. The figure a training run can
@@ -7,10 +8,11 @@ be held against is what the same torch build reaches on a big square fp32 GEMM o
 machine: training BERT is mostly such GEMMs. So: warm up, time several multiplications, take
 the median (robust to a noisy neighbour), count 2*n^3 FLOPs each.
 
-    python -m bench.cpu_peak                      # CPU_PEAK_TFLOPS=... line
+    python -m bench.cpu_peak                      # CPU_PEAK_TFLOPS=... and CPU_PEAK_BF16_TFLOPS=... lines
     python -m bench.cpu_peak --json_out peak.json --size 4096 --repeats 7
 
-bench/side_by_side.py --peak_tflops takes the figure and adds a "fraction of CPU fp32 peak" row.
+bench/side_by_side.py --peak_tflops / --peak_bf16_tflops take the figures and add a row with each run's fraction of
+the peak of the precision it ran in. The MACHINE line (python -m qa_hpc.plan --machine) says which CPU it was.
 """
 
 from __future__ import annotations
@@ -18,20 +20,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 
 import torch
 
+from qa_hpc.plan import read_device_facts
+from qa_hpc.record import machine
 
-def time_matmul(n: int, repeats: int, warmup: int) -> list[float]:
-    """Seconds of each of `repeats` (n x n) @ (n x n) fp32 products, after `warmup` untimed ones."""
+
+def time_matmul(n: int, repeats: int, warmup: int, dtype: torch.dtype = torch.float32) -> list[float]:
+    """Seconds of each of `repeats` (n x n) @ (n x n) products in `dtype`, after `warmup` untimed ones."""
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=gen, dtype=torch.float32)
-    b = torch.randn(n, n, generator=gen, dtype=torch.float32)
-    out = torch.empty(n, n, dtype=torch.float32)  # reused: timing the GEMM, not the allocator
+    a = torch.randn(n, n, generator=gen).to(dtype)
+    b = torch.randn(n, n, generator=gen).to(dtype)
+    out = torch.empty(n, n, dtype=dtype)  # reused: timing the GEMM, not the allocator
     for _ in range(warmup):
         torch.mm(a, b, out=out)
     times = []
@@ -43,21 +47,24 @@ def time_matmul(n: int, repeats: int, warmup: int) -> list[float]:
 
 
 def measure(n: int, repeats: int, warmup: int) -> dict:
-    times = time_matmul(n, repeats, warmup)
-    median = statistics.median(times)
-    flop = 2.0 * n**3
+    """The fp32 figures, the bf16 ones where this CPU does bf16 in hardware (None elsewhere: emulated, ~15x slower)."""
+    flop, bf16 = 2.0 * n**3, read_device_facts().cpu_bf16
+    fp32_times = time_matmul(n, repeats, warmup)
+    bf16_times = time_matmul(n, repeats, warmup, torch.bfloat16) if bf16 else None
     return {
-        "cpu_peak_tflops": flop / median / 1e12,
-        "best_tflops": flop / min(times) / 1e12,
-        "median_s": median,
-        "times_s": times,
+        "cpu_peak_tflops": flop / statistics.median(fp32_times) / 1e12,
+        "cpu_peak_bf16_tflops": flop / statistics.median(bf16_times) / 1e12 if bf16_times else None,
+        "best_tflops": flop / min(fp32_times) / 1e12,
+        "median_s": statistics.median(fp32_times),
+        "times_s": fp32_times,
+        "bf16_times_s": bf16_times,
         "size": n,
         "repeats": repeats,
         "warmup": warmup,
         "threads": torch.get_num_threads(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch": torch.__version__,
-        "cpu": platform.processor() or platform.machine(),
+        **machine(),  # cpu_model, cpu_flags
         "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
 
@@ -78,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU_PEAK size={result['size']} threads={result['threads']} median_s={result['median_s']:.4f} "
           f"best_tflops={result['best_tflops']:.4f} load_avg={result['load_avg']}")
     print(f"CPU_PEAK_TFLOPS={result['cpu_peak_tflops']:.4f}")
+    if result["cpu_peak_bf16_tflops"] is not None:
+        print(f"CPU_PEAK_BF16_TFLOPS={result['cpu_peak_bf16_tflops']:.4f}")
+    else:
+        print("CPU_PEAK bf16 not measured: this CPU has no avx512_bf16 or amx_bf16 (bf16 is emulated there)")
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+from qa_hpc.atomic_io import write_text_atomic
 from qa_hpc.squad_io import load_qa_records
 
 FIELDS = ("id", "title", "context", "question", "answers")  # what HF's script reads; nothing else
@@ -25,11 +26,7 @@ def flatten(src: str, dst: str, first: int | None = None, split: str = "validati
     """Write the first `first` records of src (all when None) to dst as flat JSON; return how many."""
     records, _report = load_qa_records(src, split=split)
     rows = [{k: r[k] for k in FIELDS} for r in records[:first]]
-    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-    tmp = dst + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"version": "1.1", "data": rows}, fh, ensure_ascii=False)
-    os.replace(tmp, dst)  # a half-written file never looks finished to a later run
+    write_text_atomic(dst, json.dumps({"version": "1.1", "data": rows}, ensure_ascii=False))
     return len(rows)
 
 

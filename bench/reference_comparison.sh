@@ -19,7 +19,8 @@
 #   TRAIN_N=48 EVAL_N=24 REPEATS=1 bash bench/reference_comparison.sh       # a smoke run
 #
 # Env: TRAIN_N EVAL_N REPEATS WORKDIR PY MODEL SQUAD_DIR HF_DIR COMMANDS (which to run, default all four)
-# CPU_PEAK_TFLOPS (skip measuring it: bench/cpu_peak.py runs first otherwise).
+# CPU_PEAK_TFLOPS, CPU_PEAK_BF16_TFLOPS (skip measuring them: bench/cpu_peak.py runs first otherwise).
+# WORKDIR/machine.txt keeps the MACHINE line (CPU model and flags) the figures were measured on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=common.sh
@@ -69,10 +70,8 @@ else
 	CMD[hf_grouped]="$hf_like --train_sampling_strategy group_by_length"
 fi
 
-if [ -z "${CPU_PEAK_TFLOPS:-}" ]; then
-	CPU_PEAK_TFLOPS=$("$PY" -m bench.cpu_peak --json_out "$WORKDIR/cpu_peak.json" | sed -n 's/^CPU_PEAK_TFLOPS=//p')
-fi
-echo "CPU_PEAK_TFLOPS=$CPU_PEAK_TFLOPS (fp32 GEMM, bench/cpu_peak.py)"
+record_machine "$WORKDIR"
+measure_peaks "$WORKDIR"
 
 args=()
 for name in $COMMANDS; do
@@ -80,5 +79,5 @@ for name in $COMMANDS; do
 	args+=(--cmd "$name=${CMD[$name]}")
 done
 echo "# machine: $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ); workdir $WORKDIR"
-"$PY" -m bench.side_by_side --repeats "$REPEATS" --workdir "$WORKDIR" --peak_tflops "$CPU_PEAK_TFLOPS" "${args[@]}"
+"$PY" -m bench.side_by_side --repeats "$REPEATS" --workdir "$WORKDIR" "${PEAK_ARGS[@]}" "${args[@]}"
 echo "# done: load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"

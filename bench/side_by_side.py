@@ -22,8 +22,10 @@ command is faster.
 Achieved FLOP/s count useful FLOPs (real tokens only, qa_hpc/observe/efficiency.py). A command
 that does not print ACHIEVED_TFLOPS (HF's script) gets the TRAIN_MODEL_TFLOP of the commands that
 do, divided by its own train time: the commands of one comparison train on the same features,
-so their useful work is the same. With --peak_tflops (bench/cpu_peak.py's CPU_PEAK_TFLOPS) each
-run's achieved FLOP/s is also given as a fraction of that peak.
+so their useful work is the same. With --peak_tflops and --peak_bf16_tflops (bench/cpu_peak.py's
+CPU_PEAK_TFLOPS and CPU_PEAK_BF16_TFLOPS) each run's achieved FLOP/s is also given as a fraction of the
+peak of the precision it ran in: bf16 when its log says RUN_PRECISION=bf16 (ours) or its command asks
+for --bf16 (HF's script), fp32 otherwise.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ METRICS = (
     ("train_samples_per_second", "train samples/s", "rate"),
     ("TRAIN_TOKENS_PER_SECOND", "train real tokens/s", "rate"),
     ("ACHIEVED_TFLOPS", "achieved TFLOP/s (useful FLOPs)", "rate"),
-    ("peak_fraction", "fraction of CPU fp32 peak", "rate"),
+    ("peak_fraction", "fraction of CPU GEMM peak at the run's precision", "rate"),
     ("eval_runtime", "eval time (s; ours incl. postprocess, HF's script excl.)", "time"),
     ("eval_postprocess_seconds", "postprocess (s)", "time"),
     ("eval_exact_match", "EM", "score"),
@@ -100,11 +102,15 @@ def run_one(name: str, template: str, out_dir: str, log_path: str, timeout: floa
     figures = {**file_figures(out_dir), **parse_lines(proc.stdout)}  # printed lines win
     figures["wall_s"] = wall
     figures["cpu_s"] = cpu
+    said = re.search(r"^RUN_PRECISION=(\w+)", proc.stdout, re.M)  # ours says; HF's script runs bf16 on --bf16
+    figures["bf16"] = float(said.group(1) == "bf16" if said else "--bf16" in cmd.split())
     return figures
 
 
-def add_flop_rates(runs: dict[str, list[dict[str, float]]], peak_tflops: float | None) -> None:
-    """Fill ACHIEVED_TFLOPS where a run lacks it (same work as the runs that print it) and peak_fraction."""
+def add_flop_rates(runs: dict[str, list[dict[str, float]]], peak_tflops: float | None,
+                   peak_bf16_tflops: float | None = None) -> None:
+    """Fill ACHIEVED_TFLOPS where a run lacks it (same work as the runs that print it) and peak_fraction (against
+    the peak of the run's precision: none for a bf16 run without a bf16 peak)."""
     work = [r["TRAIN_MODEL_TFLOP"] for rs in runs.values() for r in rs if "TRAIN_MODEL_TFLOP" in r]
     model_tflop = statistics.median(work) if work else None
     for rs in runs.values():
@@ -112,8 +118,9 @@ def add_flop_rates(runs: dict[str, list[dict[str, float]]], peak_tflops: float |
             if "ACHIEVED_TFLOPS" not in r and model_tflop and r.get("train_runtime"):
                 r["ACHIEVED_TFLOPS"] = model_tflop / r["train_runtime"]
                 r["achieved_tflops_from_shared_work"] = 1.0
-            if peak_tflops and "ACHIEVED_TFLOPS" in r:
-                r["peak_fraction"] = r["ACHIEVED_TFLOPS"] / peak_tflops
+            peak = peak_bf16_tflops if r.get("bf16") else peak_tflops
+            if peak and "ACHIEVED_TFLOPS" in r:
+                r["peak_fraction"] = r["ACHIEVED_TFLOPS"] / peak
 
 
 def summarize(names: list[str], runs: dict[str, list[dict[str, float]]]) -> list[dict]:
@@ -163,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json_out", default=None, help="default: <workdir>/side_by_side.json")
     parser.add_argument("--peak_tflops", type=float, default=None,
                         help="the machine's fp32 GEMM TFLOP/s (python -m bench.cpu_peak): adds 'fraction of peak'")
+    parser.add_argument("--peak_bf16_tflops", type=float, default=None,
+                        help="its bf16 GEMM TFLOP/s (CPU_PEAK_BF16_TFLOPS): the peak of the runs in bf16")
     args = parser.parse_args(argv)
     commands = []
     for spec in args.cmd:
@@ -185,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"train_runtime={figures.get('train_runtime', float('nan')):.1f} "
                   f"eval_runtime={figures.get('eval_runtime', float('nan')):.1f} "
                   f"eval_f1={figures.get('eval_f1', float('nan')):.2f}", flush=True)
-    add_flop_rates(runs, args.peak_tflops)
+    add_flop_rates(runs, args.peak_tflops, args.peak_bf16_tflops)
     rows = summarize(names, runs)
     print_table(names, rows, args.repeats)
     for row in rows:
@@ -194,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     path = args.json_out or os.path.join(args.workdir, "side_by_side.json")
     with open(path, "w", encoding="utf-8") as fh:
         json.dump({"commands": dict(commands), "repeats": args.repeats, "runs": runs, "summary": rows,
-                   "host_cpus": os.cpu_count(), "peak_tflops": args.peak_tflops}, fh, indent=2)
+                   "host_cpus": os.cpu_count(), "peak_tflops": args.peak_tflops,
+                   "peak_bf16_tflops": args.peak_bf16_tflops}, fh, indent=2)
     print(f"wrote {path}")
     return 0
 

@@ -1,9 +1,8 @@
 """Write result files so that a crash never leaves a truncated one behind.
 
-Every JSON result, prediction and summary goes through `write_text_atomic`: the data is written to a temporary file
-in the same directory, flushed to disk, and renamed over the target in one step (os.replace is atomic on POSIX).
-A writer killed mid-write (SIGKILL, node failure) cannot remove its temp file; the temp name `.NAME.HOST-PID.*.tmp`
-carries host and pid, and the next write of the same file removes temp files left by dead processes of this host.
+Every result, prediction and summary is written to a temp file in the target's directory, flushed to disk and
+renamed over the target (os.replace is atomic on POSIX). A writer killed mid-write cannot remove its temp file;
+its name `.NAME.HOST-PID.*.tmp` carries host and pid, and the next write of that file removes those of dead writers.
 """
 
 from __future__ import annotations
@@ -15,37 +14,32 @@ import secrets
 import socket
 from typing import Any
 
-
 from qa_hpc.errors import OutputError
 
 
 def _temp_prefix(path: str) -> str:
-    """`.NAME.HOST-`: what every temp file of path written on this host starts with (then PID.)."""
-    return f".{os.path.basename(path)}.{socket.gethostname()}-"
+    return f".{os.path.basename(path)}.{socket.gethostname()}-"  # then PID.
 
 
-def remove_stale_temps(path: str | os.PathLike) -> list[str]:
-    """Remove temp files of `path` left by writers on this host that no longer run; return them."""
+def remove_stale_temps(path: str) -> None:
+    """Remove temp files of `path` left by writers on this host that no longer run."""
     import psutil  # here, not at import: the scorer's command line imports this module
 
-    path = os.fspath(path)
-    prefix, removed = _temp_prefix(path), []
-    pattern = os.path.join(glob.escape(os.path.dirname(os.path.abspath(path))), glob.escape(prefix) + "*.tmp")
-    for tmp in glob.glob(pattern):
+    prefix = _temp_prefix(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    for tmp in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*.tmp")):
         pid = os.path.basename(tmp)[len(prefix):].split(".", 1)[0]
         if pid.isdigit() and not psutil.pid_exists(int(pid)):
             try:
                 os.unlink(tmp)
-                removed.append(tmp)
             except FileNotFoundError:  # another process cleaned it up first
                 pass
-    return removed
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` through a temp file + rename; raise OutputError with a clear reason."""
-    path = os.fspath(path)
-    directory, tmp = os.path.dirname(os.path.abspath(path)), None
+    path, tmp = os.fspath(path), None
+    directory = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(directory, exist_ok=True)
         remove_stale_temps(path)
@@ -69,5 +63,5 @@ def json_text(obj: Any, indent: int | None = 2, sort_keys: bool = False) -> str:
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, sort_keys: bool = False) -> None:
-    """Serialize first (so a non-serializable value fails before any file is touched), then write atomically."""
+    """Serialize first (a non-serializable value fails before any file is touched), then write atomically."""
     write_text_atomic(path, json_text(obj, indent=4, sort_keys=sort_keys))

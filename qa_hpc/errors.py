@@ -15,21 +15,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-_ENV_LINES = Path(__file__).with_name("exit_codes.env").read_text(encoding="utf-8").splitlines()
 _CODES = {name.strip(): int(code) for name, code in (  # lines `NAME=code  # meaning`
-    line.split("#", 1)[0].split("=", 1) for line in _ENV_LINES if line.split("#", 1)[0].strip())}
+    line.split("#", 1)[0].split("=", 1) for line in Path(__file__).with_name("exit_codes.env").read_text(
+        encoding="utf-8").splitlines() if line.split("#", 1)[0].strip())}
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = _CODES["EXIT_OK"], _CODES["EXIT_FAILED"], _CODES["EXIT_USAGE"]
 EXIT_OOM, EXIT_IOERR, EXIT_PREEMPTED = _CODES["EXIT_OOM"], _CODES["EXIT_IOERR"], _CODES["EXIT_PREEMPTED"]
 
 # errno values that mean "this file could not be written", not "this input is bad"
-WRITE_ERRNOS = frozenset(
-    {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ENOTDIR})
+WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+                errno.ENOTDIR}
 _OS_ERROR_IN_TEXT = re.compile(r"os error (\d+)")  # how Rust libraries (safetensors, tokenizers) report errno
 _FULL = "; free space, raise the quota, lower --save_total_limit, or choose another --output_dir"
 _HINTS = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL,
           errno.EFBIG: "; a file size limit applies (ulimit -f, or the filesystem's largest file)"}
-# torch's CPU allocator reports a failed allocation as a plain RuntimeError, not OutOfMemoryError
-CPU_ALLOCATOR_FAILED = "DefaultCPUAllocator: can't allocate memory"
 
 
 class UsageError(ValueError):
@@ -47,9 +45,7 @@ class OutOfMemory(RuntimeError):
     """Training or evaluation ran out of (GPU or host) memory; the message says what to lower: exit 3."""
 
 
-class BatchContext(NamedTuple):
-    """The flags an out-of-memory message quotes back to the user."""
-
+class BatchContext(NamedTuple):  # the flags an out-of-memory message quotes back to the user
     train_batch_size: int
     eval_batch_size: int
     gradient_accumulation_steps: int
@@ -67,11 +63,12 @@ def exception_chain(err: BaseException | None) -> Iterator[BaseException]:
 
 
 def is_out_of_memory(err: BaseException) -> bool:
-    """True for torch's OutOfMemoryError (CUDA and other accelerators), its CPU allocator's failure and MemoryError."""
+    """torch's OutOfMemoryError (any accelerator), MemoryError, and torch's CPU allocator failing, which raises
+    a plain RuntimeError."""
     import torch
 
     return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
-        isinstance(err, RuntimeError) and CPU_ALLOCATOR_FAILED in str(err))
+        isinstance(err, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(err))
 
 
 def oom_message(err: BaseException, phase: str, ctx: BatchContext) -> str:
@@ -93,24 +90,6 @@ def oom_message(err: BaseException, phase: str, ctx: BatchContext) -> str:
             f"{hint}. ({type(err).__name__}: {first})")
 
 
-def _errno_in_chain(err: BaseException) -> int | None:
-    """The errno of the first OSError (or Rust 'os error N') in the exception chain."""
-    for cause in exception_chain(err):
-        if isinstance(cause, OSError) and cause.errno:
-            return cause.errno
-        if match := _OS_ERROR_IN_TEXT.search(str(cause)):
-            return int(match.group(1))
-    return None
-
-
-def _existing_dir(path: str) -> str:
-    """The nearest existing directory at or above path (where a write would have gone)."""
-    cur = os.path.abspath(path)
-    while not os.path.isdir(cur) and os.path.dirname(cur) != cur:
-        cur = os.path.dirname(cur)
-    return cur
-
-
 def probe_write(directory: str, megabytes: int = 8) -> int | None:
     """Write to an unnamed temp file in directory; the errno if that fails, else None.
 
@@ -128,22 +107,27 @@ def probe_write(directory: str, megabytes: int = 8) -> int | None:
     return None
 
 
-def _free_space(directory: str) -> str:
+def _cannot_write(code: int, what: str, directory: str) -> OutputError:
     try:
-        return f" ({shutil.disk_usage(directory).free / 2**20:.0f} MiB free on that filesystem)"
+        free = f" ({shutil.disk_usage(directory).free / 2**20:.0f} MiB free on that filesystem)"
     except OSError:
-        return ""
+        free = ""
+    return OutputError(code, f"cannot write {what}: {os.strerror(code)}{free}{_HINTS.get(code, '')}")
 
 
 def write_failure(err: BaseException, target: str) -> OutputError | None:
     """An OutputError naming target and the reason when err is a failed write, else None."""
-    code = _errno_in_chain(err)
+    directory = os.path.abspath(target)  # the nearest existing directory: where the write would have gone
+    while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+    code = None
+    for cause in exception_chain(err):  # the first OSError's errno, or a Rust library's "os error N"
+        match = _OS_ERROR_IN_TEXT.search(str(cause))
+        if (code := getattr(cause, "errno", None) or (int(match.group(1)) if match else None)) is not None:
+            break
     if code is None:  # no errno anywhere (torch.save): a probe write finds out whether the disk is the cause
-        code = probe_write(_existing_dir(target))
-    if code not in WRITE_ERRNOS:
-        return None
-    return OutputError(code, f"cannot write {target}: {os.strerror(code)}{_free_space(_existing_dir(target))}"
-                       f"{_HINTS.get(code, '')}")
+        code = probe_write(directory)
+    return _cannot_write(code, target, directory) if code in WRITE_ERRNOS else None
 
 
 @contextmanager
@@ -159,8 +143,7 @@ def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> I
     except Exception as err:  # noqa: BLE001 - classified below, re-raised unchanged when unknown
         if is_out_of_memory(err):
             raise OutOfMemory(oom_message(err, phase, ctx)) from err
-        failure = write_failure(err, target() if callable(target) else target)
-        if failure is None:
+        if (failure := write_failure(err, target() if callable(target) else target)) is None:
             raise
         raise failure from err
 
@@ -186,4 +169,4 @@ def check_writable_dir(path: str) -> None:
     except OSError as err:
         raise OutputError(err.errno, f"cannot create --output_dir {path}: {err.strerror or err}") from err
     if (code := probe_write(path, megabytes=1)) is not None:
-        raise OutputError(code, f"cannot write into --output_dir {path}: {os.strerror(code)}{_free_space(path)}")
+        raise _cannot_write(code, f"into --output_dir {path}", path)

@@ -19,7 +19,6 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -129,16 +128,11 @@ def real_lengths(features: datasets.Dataset | Mapping[str, list]) -> np.ndarray:
     """Real (unpadded) token count of every feature: its attention mask's sum."""
     if not isinstance(features, datasets.Dataset):
         return np.array([int(sum(r)) for r in features["attention_mask"]], dtype=np.int64)
-    import pyarrow.compute as pc
-
     masks = features.with_format("arrow")["attention_mask"]
-    masks = masks.combine_chunks() if hasattr(masks, "combine_chunks") else masks
-    flat = pc.list_flatten(masks).to_numpy(zero_copy_only=False)
-    sizes = pc.list_value_length(masks).to_numpy(zero_copy_only=False).astype(np.int64)
-    starts = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    sums = np.add.reduceat(flat, starts) if len(flat) else np.zeros(len(sizes))
-    return np.where(sizes > 0, sums, 0).astype(np.int64)
+    masks = masks.combine_chunks() if hasattr(masks, "combine_chunks") else masks  # one list array
+    sums = np.concatenate([[0], np.cumsum(masks.values.to_numpy(zero_copy_only=False), dtype=np.int64)])
+    offsets = masks.offsets.to_numpy()  # into values: a selection's slice of them is still right
+    return sums[offsets[1:]] - sums[offsets[:-1]]
 
 
 @dataclass
@@ -159,48 +153,53 @@ def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, tra
         ("train", prepare_train_features, data_args.max_train_samples, training_args.do_train),
         ("validation", prepare_validation_features, data_args.max_eval_samples, training_args.do_eval),
         ("test", prepare_validation_features, data_args.max_predict_samples, training_args.do_predict)) if on]
-    read = {split: _read_split(data_args, model_args, split) for split, _, _ in wanted}  # every bad input first
+    read = _read_splits(data_args, model_args, [split for split, _, _ in wanted])  # every bad input first
     cache_dir = data_args.features_cache_dir or os.path.join(datasets.config.HF_DATASETS_CACHE, "qa_hpc_features")
     tok_key = _tokenizer_key(tokenizer)
     examples, features = {}, {}
     for split, fn, limit in wanted:
         with first_on_each_filesystem():
             ds = read[split]
-            if isinstance(ds, list):  # checked records of a local file: cached as Arrow, keyed by the file
-                fingerprint = Hasher.hash([Path(getattr(data_args, SPLIT_FLAGS[split])).read_bytes(), split,
-                                           data_args.version_2_with_negative, data_args.answer_check])
-                ds = datasets.Dataset.from_generator(partial(iter, ds), features=RECORD_FEATURES,
+            if isinstance(ds, tuple):  # checked records of a local file: cached as Arrow, keyed by the bytes read
+                records, digest = ds
+                fingerprint = Hasher.hash([digest, split, data_args.version_2_with_negative, data_args.answer_check])
+                ds = datasets.Dataset.from_generator(partial(iter, records), features=RECORD_FEATURES,
                                                      cache_dir=cache_dir, fingerprint=fingerprint)
             examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
-            source = getattr(data_args, SPLIT_FLAGS[split]) or data_args.dataset_name or split
+            source = getattr(data_args, SPLIT_FLAGS[split]) or data_args.dataset_name
             cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length,
                                 str(source))
             features[split] = _featurize(examples[split], fn, tok_key, tokenizer, cfg, data_args, LOG_NAMES[split],
                                          cache_dir)
-        _log_token_counts(LOG_NAMES[split], features[split], data_args.max_seq_length)
     return QAData(features.get("train"), examples.get("validation"), features.get("validation"),
                   examples.get("test"), features.get("test"))
 
 
-def _read_split(data_args: DataTrainingArguments, model_args: ModelArguments,
-                split: str) -> list[dict] | datasets.Dataset:
-    """The checked records of a local file, else the hub dataset's split."""
-    path = getattr(data_args, SPLIT_FLAGS[split])
-    if path is not None:
-        records, report = load_qa_records(path, split=split, version_2_with_negative=data_args.version_2_with_negative,
-                                          answer_check=data_args.answer_check)
-        logger.info("%s split=%s", report.summary(), split)
-        return records
-    if not data_args.dataset_name:
-        raise UsageError(f"no --{SPLIT_FLAGS[split]} and no --dataset_name to read the {split} split from")
-    from qa_hpc.model import from_disk_or_hub
+def _read_splits(data_args: DataTrainingArguments, model_args: ModelArguments,
+                 splits: list[str]) -> dict[str, tuple[list[dict], str] | datasets.Dataset]:
+    """Each split's checked records and the digest of its file's bytes, else the hub dataset's split."""
+    read: dict[str, tuple[list[dict], str] | datasets.Dataset] = {}
+    hub = None
+    for split in splits:
+        path = getattr(data_args, SPLIT_FLAGS[split])
+        if path is not None:
+            records, report = load_qa_records(path, split=split, answer_check=data_args.answer_check,
+                                              version_2_with_negative=data_args.version_2_with_negative)
+            logger.info("%s split=%s", report.summary(), split)
+            read[split] = (records, report.digest)
+            continue
+        if not data_args.dataset_name:
+            raise UsageError(f"no --{SPLIT_FLAGS[split]} and no --dataset_name to read the {split} split from")
+        if hub is None:  # once for all its splits
+            from qa_hpc.model import from_disk_or_hub
 
-    with from_disk_or_hub("dataset", data_args.dataset_name, model_args.cache_dir):
-        hub = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
-                                    cache_dir=model_args.cache_dir, token=model_args.token)
-    if split not in hub:
-        raise UsageError(f"dataset {data_args.dataset_name} has no '{split}' split (has {list(hub)})")
-    return hub[split]
+            with from_disk_or_hub("dataset", data_args.dataset_name, model_args.cache_dir):
+                hub = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
+                                            cache_dir=model_args.cache_dir, token=model_args.token)
+        if split not in hub:
+            raise UsageError(f"dataset {data_args.dataset_name} has no '{split}' split (has {list(hub)})")
+        read[split] = hub[split]
+    return read
 
 
 def _tokenizer_key(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -225,11 +224,7 @@ def _featurize(examples: datasets.Dataset, fn: Callable, tok_key: str, tokenizer
     computed = data_args.overwrite_cache or not before or set(os.listdir(folder)) != before
     logger.info("FEATURES_CACHE split=%s %s in %.1fs features=%d path=%s", name, "computed" if computed else "reused",
                 time.time() - t0, len(features), folder)
-    return features
-
-
-def _log_token_counts(split: str, features: datasets.Dataset, max_seq_length: int) -> None:
-    """How many tokens are real, against padding every feature to max_seq_length."""
-    real, n = int(real_lengths(features).sum()), len(features)
+    real, n = int(real_lengths(features).sum()), len(features)  # against padding every feature to max_seq_length
     logger.info("TOKENS split=%s features=%d real_tokens=%d tokens_at_max_length=%d mean_len=%.1f",
-                split, n, real, n * max_seq_length, real / max(1, n))
+                name, n, real, n * cfg.max_seq_length, real / max(1, n))
+    return features

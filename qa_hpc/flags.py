@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
@@ -113,20 +114,22 @@ class SpeedArguments:
     """(qa-hpc) Precision, threads, kernels and postprocessing (decided per device in qa_hpc.plan)."""
 
     precision: str = flag("auto", "(qa-hpc) Numeric precision of training and evaluation: 'auto' = bf16 autocast on "
-        "GPUs of compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU; or 'fp32', 'bf16', 'fp16' (fp16 is "
-        "refused on CPU, bf16 on GPUs below 8.0). Given, it wins over HF's --bf16/--fp16 (which must agree) and over "
-        "accelerate's mixed_precision; under auto those two are honoured in that order.", choices=list(PRECISIONS))
+        "GPUs of compute capability >= 8.0 and on CPUs with AVX512-BF16 or AMX, fp16 on older GPUs, fp32 on other "
+        "CPUs; or 'fp32' (true fp32: no TF32 unless --tf32 true), 'bf16', 'fp16' (fp16 is refused on CPU, bf16 on "
+        "GPUs below 8.0). Given, it wins over HF's --bf16/--fp16 (which must agree) and over accelerate's "
+        "mixed_precision; under auto those two are honoured in that order.", choices=list(PRECISIONS))
     num_threads: int = flag(0, "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it, else this "
         "process's share of the CPUs it may run on (its affinity mask, capped by SLURM_CPUS_PER_TASK, divided by the "
-        "processes on the node). torchrun's own default OMP_NUM_THREADS=1 is not taken as a choice.")
+        "processes on the node) less its dataloader workers. OMP_NUM_THREADS=1 under torchrun or accelerate launch "
+        "is the launcher's default (they export 1 when it was unset), not a choice: for 1 thread, --num_threads 1.")
     postprocess: str = flag("vectorized", "(qa-hpc) Logits -> answers: 'vectorized' (array code, same answers, 20x+ "
         "faster) or 'loop' (the per-feature reference loop, as in the HF example).", choices=list(POSTPROCESSORS))
     attn_implementation: str | None = flag(None, "(qa-hpc) Attention kernel: 'sdpa' (PyTorch "
         "scaled_dot_product_attention: flash/memory-efficient kernels on GPU), 'eager', 'flash_attention_2' (needs "
         "the flash-attn package). Default: transformers' choice, which is sdpa for BERT-style models.")
     speed_defaults: bool = flag(True, "(qa-hpc) Per-device defaults: TF32 on GPUs of compute capability >= 8.0 (unless "
-        "--tf32 is given), and on GPUs dataloader workers when --dataloader_num_workers is 0. --speed_defaults false "
-        "leaves both as given.")
+        "--tf32 is given or --precision fp32 asks for true fp32), and on GPUs dataloader workers when "
+        "--dataloader_num_workers is 0. --speed_defaults false leaves both as given.")
 
 
 @dataclass(frozen=True)
@@ -224,3 +227,23 @@ def decide_and_build(values: FlagValues) -> tuple[RunPlan, Flags]:
     plan = decide(values, read_device_facts())
     os.environ.update(plan.environment(os.environ))  # what TrainingArguments also reads from the launcher
     return plan, build_flags(values, plan.training_fields(values["tf32"]))
+
+
+def batch_lines(args: TrainingArguments, train_features: int) -> list[str]:
+    """PLAN_BATCH: global batch, optimizer steps (counted as the Trainer counts them) and learning rate. With several
+    processes, PLAN_SCALING: the recipe differs from the 1-device run's, and the flags that keep it or scale it."""
+    per_device, ranks, accumulation, lr = (args.per_device_train_batch_size, args.world_size,
+                                           args.gradient_accumulation_steps, args.learning_rate)
+    batches = math.ceil(math.ceil(train_features / ranks) / per_device)  # per rank and epoch (DistributedSampler)
+    steps = (args.max_steps if args.max_steps > 0
+             else math.ceil(args.num_train_epochs * max(1, math.ceil(batches / accumulation))))
+    lines = [f"PLAN_BATCH global_batch={per_device * ranks * accumulation} ({per_device} per device x {ranks} "
+             f"processes x {accumulation} accumulation) optimizer_steps={steps} learning_rate={lr:g}"]
+    if ranks > 1:
+        one = per_device * accumulation  # the 1-device run's global batch
+        keep = (f"--per_device_train_batch_size {one // ranks} --gradient_accumulation_steps 1" if one % ranks == 0
+                else f"a global batch of {one} cannot be split over {ranks} processes")
+        lines.append(f"PLAN_SCALING global_batch_ratio={ranks} (x the 1-device run's {one} at the same learning_rate="
+                     f"{lr:g}): to keep the 1-device recipe: {keep}; to scale the learning rate on purpose (linear "
+                     f"rule): --learning_rate {lr * ranks:g}")
+    return lines

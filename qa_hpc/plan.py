@@ -1,17 +1,15 @@
 """What a run uses: decided once from the flags and what this process sees, then read back and checked.
 
-`decide(flags, facts)` is pure, so every device (A100, H100, V100, T4, CPU; 1 or 4 ranks a node;
-accelerate or torchrun) is tested on a CPU with made-up `DeviceFacts`. Its frozen `RunPlan` is logged
-(PLAN line), saved in run_summary.json and gives the TrainingArguments fields it owns. Once the Trainer
-is built, `Effective.read` reads back what the objects really use (EFFECTIVE line) and `check` stops
-the run where that differs: a log that says bf16 over an fp32 run is worse than no log.
+`decide(flags, facts)` is pure, so every device (A100, H100, V100, T4, CPUs with and without fast bf16; 1 or 4
+ranks a node; accelerate or torchrun) is tested on a CPU with made-up `DeviceFacts`. Its frozen `RunPlan` is logged
+(PLAN line), saved in run_summary.json and gives the TrainingArguments fields it owns. `Effective.read` reads back
+what the Trainer's objects really use (EFFECTIVE line) and `check` stops the run where that differs.
 
-Precision, highest priority first:
-1. `--precision fp32|bf16|fp16`, or HF's `--bf16` / `--fp16` (both given: they must agree);
-2. accelerate's mixed precision (`ACCELERATE_MIXED_PRECISION`, which `accelerate launch` sets
-   from its config or `--mixed_precision`; `no` means fp32);
-3. `auto`: bf16 on GPUs of compute capability >= 8.0 (Ampere+), fp16 on older GPUs, fp32 on CPU.
-fp16 is refused on a CPU, bf16 on a GPU below compute capability 8.0 (torch only emulates it there).
+Precision, highest priority first: 1. `--precision fp32|bf16|fp16`, or HF's `--bf16`/`--fp16` (both given: they
+must agree); 2. accelerate's mixed precision (ACCELERATE_MIXED_PRECISION, from its config or `--mixed_precision`;
+`no` = fp32); 3. `auto`: bf16 on GPUs of compute capability >= 8.0 and on CPUs with AVX512-BF16 or AMX, fp16 on
+older GPUs, fp32 on other CPUs (torch emulates bf16 there, ~15x slower). Refused: fp16 on a CPU, bf16 on a GPU
+below 8.0. TF32 (Ampere+): `--tf32`, else on under --speed_defaults unless `--precision fp32` asks for true fp32.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ import torch
 
 from qa_hpc.dist import launch_env
 from qa_hpc.errors import EXIT_USAGE, UsageError
+from qa_hpc.record import machine
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ACCELERATE_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}  # accelerate's names -> ours
 BF16_MIN_CAPABILITY = (8, 0)  # bf16 and TF32 tensor cores: Ampere and newer
+CPU_BF16_FEATURES = ("amx_bf16", "avx512_bf16")  # torch.cpu.get_capabilities() names: bf16 GEMMs in hardware
 MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
@@ -60,6 +60,7 @@ class DeviceFacts:
     omp_num_threads: int | None  # OMP_NUM_THREADS as found in the environment
     accelerate_mixed_precision: str | None  # ACCELERATE_MIXED_PRECISION as found
     gpus_requested: str | None  # what asked for a GPU (CUDA_VISIBLE_DEVICES=..., SLURM_JOB_GPUS=...), if anything
+    cpu_bf16: str | None = None  # the CPU feature that makes bf16 fast (CPU_BF16_FEATURES), None without one
     torch_version: str = ""
     torch_cuda: str | None = None  # torch.version.cuda: None for a CPU build
 
@@ -121,34 +122,33 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
         require_visible_gpu(facts)
     device = "cuda" if facts.cuda_available and not flags["use_cpu"] else "cpu"
     if device == "cuda" and facts.gpu_count > 1 and facts.world_size == 1:
-        raise PlanError(
-            f"torch sees {facts.gpu_count} GPUs but this is a single process: transformers would wrap the model in "
-            "nn.DataParallel (slower than DDP, and its token counts and MFU would be wrong). Start one process per "
-            f"GPU: torchrun --nproc_per_node={facts.gpu_count} run_qa.py ... (or job_ddp.sh), or use one GPU with "
-            "CUDA_VISIBLE_DEVICES=0"
-        )
-    capability = facts.capability if device == "cuda" else None
-    ampere = capability is not None and capability >= BF16_MIN_CAPABILITY
-    precision, reason = decide_precision(flags, device, facts)
+        raise PlanError(f"torch sees {facts.gpu_count} GPUs but this is a single process: transformers would wrap "
+                        "the model in nn.DataParallel (slower than DDP, and its token counts and MFU would be wrong). "
+                        f"Start one process per GPU: torchrun --nproc_per_node={facts.gpu_count} run_qa.py ... (or "
+                        "job_ddp.sh), or use one GPU with CUDA_VISIBLE_DEVICES=0")
+    ampere = device == "cuda" and facts.capability is not None and facts.capability >= BF16_MIN_CAPABILITY
+    precision, reason = decide_precision(flags, facts, device, ampere)
     if flags["tf32"] is True and not ampere:
         raise PlanError(f"--tf32 true needs a GPU of compute capability 8.0 or newer; this run is on {device}"
-                        + (f" ({_sm(capability)})" if device == "cuda" else ""))
-    # torch threads: asked for, else OMP_NUM_THREADS (torchrun sets 1 for its workers when the user did not:
-    # that 1 is no choice), else this rank's share of the CPUs it may run on
+                        + (f" ({_sm(facts.capability)})" if device == "cuda" else ""))
     share, omp = max(1, facts.cpus // max(1, facts.local_world_size)), facts.omp_num_threads
-    torchrun_default = facts.launcher != "python" and facts.local_world_size > 1 and omp == 1
-    threads, threads_reason = ((flags["num_threads"], "--num_threads") if flags["num_threads"] > 0
-                               else (omp, "OMP_NUM_THREADS") if omp and not torchrun_default
-                               else (share, f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"))
     workers = flags["dataloader_num_workers"]
     if workers <= 0 and flags["speed_defaults"] and device == "cuda":  # collation overlaps the step
         workers = max(0, min(MAX_AUTO_WORKERS, share - 1))
+    # torch threads: asked for, else OMP_NUM_THREADS (torchrun and accelerate launch export 1 when it was unset: a
+    # launcher's 1 is no choice), else this rank's share of the CPUs it may run on less its dataloader workers
+    own_share = (max(1, share - workers), f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"
+                 + (f" - {workers} dataloader workers" if workers else ""))
+    threads, threads_reason = ((flags["num_threads"], "--num_threads") if flags["num_threads"] > 0
+                               else (omp, "OMP_NUM_THREADS") if omp and not (omp == 1 and facts.launcher != "python")
+                               else own_share)
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
     return RunPlan(
         device=device, precision=precision, precision_reason=reason,
-        tf32=flags["speed_defaults"] and ampere if flags["tf32"] is None else flags["tf32"],
+        tf32=flags["speed_defaults"] and ampere and flags["precision"] != "fp32" if flags["tf32"] is None
+        else flags["tf32"],
         threads=threads, threads_reason=threads_reason, dataloader_num_workers=workers,
         world_size=facts.world_size, local_world_size=facts.local_world_size, launcher=facts.launcher,
         stop_vote_every=GPU_STOP_VOTE_EVERY if device == "cuda" and facts.world_size > 1 else 1,
@@ -161,44 +161,42 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
 def require_visible_gpu(facts: DeviceFacts) -> None:
     """Refuse a job that asked for a GPU whose torch sees none: on the CPU it would take days, logged as a GPU run."""
     if facts.gpus_requested and not facts.cuda_available:
-        raise PlanError(
-            f"this job asked for a GPU ({facts.gpus_requested}) but torch sees none: torch {facts.torch_version} "
-            f"built for CUDA {facts.torch_cuda or 'none (a CPU-only build)'}, torch.cuda.is_available()=False. "
-            "Install a CUDA build of torch that this node's driver supports (README: 'CUDA build'), or run on "
-            "the CPU on purpose with --use_cpu (job_cpu.sh does)"
-        )
+        raise PlanError(f"this job asked for a GPU ({facts.gpus_requested}) but torch sees none: torch "
+                        f"{facts.torch_version} built for CUDA {facts.torch_cuda or 'none (a CPU-only build)'}, "
+                        "torch.cuda.is_available()=False. Install a CUDA build of torch that this node's driver "
+                        "supports (README: 'CUDA build'), or run on the CPU on purpose with --use_cpu (job_cpu.sh does)")
 
 
-def decide_precision(flags: FlagValues, device: str, facts: DeviceFacts) -> tuple[str, str]:
-    """(precision, why) by the rules in the module docstring."""
-    asked, hf = flags["precision"], [name for name in ("bf16", "fp16") if flags[name]]
+def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere: bool) -> tuple[str, str]:
+    """(precision, why) by the rules in the module docstring; `ampere`: a GPU of compute capability >= 8.0."""
+    asked, hf, mixed = flags["precision"], [n for n in ("bf16", "fp16") if flags[n]], facts.accelerate_mixed_precision
     if asked not in PRECISIONS:
         raise PlanError(f"--precision {asked!r}: choose one of {', '.join(PRECISIONS)}")
     if len(hf) > 1:
         raise PlanError("--bf16 and --fp16 contradict each other; give one of them")
     if asked != "auto" and hf and hf[0] != asked:
         raise PlanError(f"--precision {asked} contradicts --{hf[0]}; give one of them")
-    capability, accelerate_env = facts.capability if device == "cuda" else None, facts.accelerate_mixed_precision
-    ampere = capability is not None and capability >= BF16_MIN_CAPABILITY
     if asked != "auto":
         precision, reason = asked, f"--precision {asked}"
     elif hf:
         precision, reason = hf[0], f"--{hf[0]}"
-    elif accelerate_env in ACCELERATE_PRECISION:
-        precision, reason = ACCELERATE_PRECISION[accelerate_env], f"accelerate mixed_precision={accelerate_env}"
-    elif accelerate_env is not None:
-        raise PlanError(f"ACCELERATE_MIXED_PRECISION={accelerate_env} (accelerate launch's mixed_precision) is not "
+    elif mixed in ACCELERATE_PRECISION:
+        precision, reason = ACCELERATE_PRECISION[mixed], f"accelerate mixed_precision={mixed}"
+    elif mixed is not None:
+        raise PlanError(f"ACCELERATE_MIXED_PRECISION={mixed} (accelerate launch's mixed_precision) is not "
                         f"supported here: use one of {', '.join(ACCELERATE_PRECISION)}")
-    else:
-        precision = "fp32" if device == "cpu" else "bf16" if ampere else "fp16"
-        reason = "auto: CPU" if device == "cpu" else f"auto: GPU {_sm(capability)} has {'' if ampere else 'no '}bf16"
+    else:  # auto: bf16 where it is fast (tensor cores, AVX512-BF16/AMX), else fp16 on a GPU, fp32 on a CPU
+        precision = "bf16" if (facts.cpu_bf16 if device == "cpu" else ampere) else "fp16" if device == "cuda" else "fp32"
+        reason = (f"auto: CPU has {facts.cpu_bf16 or 'no ' + ' or '.join(CPU_BF16_FEATURES)}" if device == "cpu"
+                  else f"auto: GPU {_sm(facts.capability)} has {'' if ampere else 'no '}bf16")
     if precision == "fp16" and device == "cpu":
         raise PlanError(f"fp16 ({reason}) is not supported on CPU: PyTorch has no fast fp16 CPU kernels and fp16 "
                         "mixed precision needs a GPU grad scaler; use --precision bf16 (CPUs with AVX512-BF16/AMX) "
                         "or fp32")
     if precision == "bf16" and device == "cuda" and not ampere:
         raise PlanError(f"bf16 ({reason}) needs a GPU of compute capability 8.0 or newer (Ampere+); this one is "
-                        f"{_sm(capability)}, where torch only emulates bf16 (slowly): use --precision fp16 or fp32")
+                        f"{_sm(facts.capability)}, where torch only emulates bf16 (slowly): use --precision fp16 or "
+                        "fp32")
     return precision, reason
 
 
@@ -225,6 +223,7 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
         omp_num_threads=int(omp) if omp.isdigit() else None,
         accelerate_mixed_precision=precision.strip().lower() if precision else None,
         gpus_requested=", ".join(asked) or None, torch_version=torch.__version__, torch_cuda=torch.version.cuda,
+        cpu_bf16=next((name for name in CPU_BF16_FEATURES if torch.cpu.get_capabilities().get(name)), None),
     )
 
 
@@ -278,9 +277,15 @@ class Effective:
             raise RuntimeError("the run would not use the planned settings: " + "; ".join(diff))
 
 
-def main() -> int:
-    """`python -m qa_hpc.plan --gpu-count`: the GPUs job_ddp.sh starts a process for (exit 2: asked for, none seen)."""
+def main(argv: list[str]) -> int:
+    """`python -m qa_hpc.plan --gpu-count`: the GPUs job_ddp.sh starts a process for (exit 2: asked for, none seen);
+    `--machine`: the one MACHINE line bench scripts keep with every result (spaces in names as _)."""
     facts = read_device_facts()
+    if argv == ["--machine"]:  # the CPU as run_summary.json records it, the GPU, torch
+        shown = {**machine(), "cpus": facts.cpus, "gpu": facts.gpu_name or "none", "torch": facts.torch_version}
+        print("MACHINE " + " ".join(f"{key}={','.join(v) if isinstance(v, list) else v}".replace(" ", "_")
+                                    for key, v in shown.items()))
+        return 0
     try:
         require_visible_gpu(facts)
     except PlanError as err:
@@ -291,4 +296,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

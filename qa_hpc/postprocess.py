@@ -1,16 +1,11 @@
-"""Logits -> answers, n-best lists and (v2) null odds: exactly what the loop in postprocess_loop returns, sooner.
+"""Logits -> answers, n-best lists and (v2) null odds: exactly what postprocess_loop's loop returns, 20x+ sooner.
 
-The loop tries n_best x n_best (start, end) pairs per feature in Python, about 4 million iterations on the
-SQuAD dev set: more time than a GPU needs for the whole forward pass. Here the same work runs on arrays:
-
+The loop tries n_best x n_best (start, end) pairs per feature in Python, ~4 million on the SQuAD dev set. Here:
 1. the top-n_best start and end positions of every feature, ranked as the loop's np.argsort ranks them;
-2. all n_best x n_best pairs of every feature as one grid, masked by the loop's rules (context tokens only,
-   end >= start, at most max_answer_length tokens) and pruned to the pairs that can reach the n-best;
-3. one stable sort of every example's spans, null answer and empty answer by (example, -score): the loop's
-   sorts, n_best cut and null re-insertion in one step; then the loop's softmax, answers and null odds.
-
-Scores are sums in the logits' own dtype, then float64, like the loop's; every sort is stable, so candidates
-of equal score keep the loop's insertion order (feature, start rank, end rank).
+2. all pairs of every feature as one grid, masked by the loop's rules, pruned to those that can reach the n-best;
+3. one stable sort of the spans, null and empty answers by (example, -score): the loop's sorts, n_best cut and
+   null re-insertion in one step; then the loop's softmax, answers and null odds.
+Scores are sums in the logits' dtype, then float64, as the loop's; stable sorts keep its order among equal scores.
 """
 
 from __future__ import annotations
@@ -27,7 +22,8 @@ import pyarrow.compute as pc
 import torch
 
 from qa_hpc.features import real_lengths
-from qa_hpc.postprocess_loop import PostprocessConfig, QAPredictions, postprocess_qa_predictions_loop
+from qa_hpc.postprocess_loop import (PostprocessConfig, QAPredictions, example_of_features,
+                                     postprocess_qa_predictions_loop)
 from qa_hpc.atomic_io import json_text, write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -41,11 +37,9 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 
 
 def mask_padding(logits: Logits, lengths: np.ndarray, fill: float = -100.0) -> Logits:
-    """Logits past each feature's real length set to `fill` (the Trainer's own padding value), as new arrays.
-
-    With dynamic padding a row holds the model's output on pad tokens up to its batch's width, and those
-    values would compete for the top n_best slots: answers would depend on which features shared a batch.
-    """
+    """Logits past each feature's real length set to `fill` (the Trainer's padding value), as new arrays: with
+    dynamic padding a row holds the model's output on pad tokens up to its batch's width, and those would compete
+    for the top n_best slots (answers would depend on which features shared a batch)."""
     start, end = (_tensor(np.asarray(arr)) for arr in logits)
     keep = torch.arange(start.shape[1])[None, :] < torch.as_tensor(np.asarray(lengths))[:, None]
     return torch.where(keep, start, fill).numpy(), torch.where(keep, end, fill).numpy()
@@ -72,13 +66,10 @@ def top_k_with_values(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 
 
 def token_chars(offset_mapping: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(first token, token count) of each feature, then per token (is a context token, index of its pair) and
-    the [start, end] character pairs, from the offsets.
-
-    The offsets are read as Arrow (run_qa.py hands over the features' own column; Python lists are converted),
-    so the ~2 million offsets of a dev set never become Python objects. One more token, outside the context,
-    answers for positions past a feature's length.
-    """
+    """(first token, token count) of each feature, per token (in the context?, index of its pair), and the
+    [start, end] character pairs. Read as Arrow (the features' own column; lists are converted), so the ~2 million
+    offsets of a dev set never become Python objects. One more token, outside the context, stands for positions
+    past a feature's length."""
     arr = offset_mapping if isinstance(offset_mapping, (pa.Array, pa.ChunkedArray)) else pa.array(offset_mapping)
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
     if not (pa.types.is_list(arr.type) and pa.types.is_list(arr.type.value_type)):
@@ -105,7 +96,8 @@ def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: 
         raise ValueError(f"got {len(length)} offset rows for {len(ex_of_feat)} features")
     (s_idx, s_val), (e_idx, e_val) = (top_k_with_values(x, cfg.n_best_size) for x in logits)
     # flat token index of every ranked position; past a feature's length: the added token outside the context
-    s_tok, e_tok = (np.where(idx < length[:, None], first[:, None] + idx, len(in_context) - 1) for idx in (s_idx, e_idx))
+    s_tok, e_tok = (np.where(idx < length[:, None], first[:, None] + idx, len(in_context) - 1)
+                    for idx in (s_idx, e_idx))
     ok = in_context[s_tok][:, :, None] & in_context[e_tok][:, None, :]  # [feature, start rank, end rank]
     n_tokens = e_idx.astype(np.int32)[:, None, :] - s_idx.astype(np.int32)[:, :, None] + 1  # int32: half the traffic
     ok &= (n_tokens >= 1) & (n_tokens <= cfg.max_answer_length)
@@ -168,7 +160,8 @@ def _nbest_rows(spans: dict, null: list[float | None], cfg: PostprocessConfig) -
     has_null = np.array([cfg.version_2_with_negative and v is not None for v in null], dtype=bool)
     null_ex = np.flatnonzero(has_null)
     empty_ex = np.flatnonzero(~has_null & (np.bincount(spans["example"], minlength=n_ex) == 0))
-    rows = {name: np.concatenate([col, np.zeros(len(null_ex) + len(empty_ex), col.dtype)]) for name, col in spans.items()}
+    extra = len(null_ex) + len(empty_ex)
+    rows = {name: np.concatenate([col, np.zeros(extra, col.dtype)]) for name, col in spans.items()}
     rows["example"][n_spans:] = np.concatenate([null_ex, empty_ex])
     rows["score"][n_spans : n_spans + len(null_ex)] = [null[i] for i in null_ex.tolist()]
     rows["is_null"] = np.zeros(len(rows["example"]), dtype=bool)
@@ -184,11 +177,8 @@ def _nbest_rows(spans: dict, null: list[float | None], cfg: PostprocessConfig) -
 
 
 class NBestLists(Mapping):
-    """Example id -> its n-best list of dicts (the loop's), built when read.
-
-    The ~211,000 dicts of a SQuAD dev set cost more CPU than all the array work before them, and an eval reads
-    them only to write the n-best file, which builds them all in one pass (as_dict).
-    """
+    """Example id -> its n-best list of dicts (the loop's), built when read: the ~211,000 dicts of the SQuAD dev
+    set cost more CPU than all the array work, and an eval builds them only for the n-best file (as_dict)."""
 
     def __init__(self, ids: list[str], contexts: list[str], bounds: np.ndarray, rows: dict[str, np.ndarray]) -> None:
         self._at = {qid: i for i, qid in enumerate(ids)}  # a repeated id keeps its first place and its last list
@@ -220,27 +210,18 @@ class NBestLists(Mapping):
 def postprocess_qa_predictions(
     examples: Mapping[str, Sequence], features: Mapping[str, Any], predictions: Logits, cfg: PostprocessConfig,
 ) -> QAPredictions:
-    """Same contract and output as postprocess_loop.postprocess_qa_predictions_loop.
-
-    features["offset_mapping"] is best the features' Arrow column (what run_qa.py hands over); lists work too.
-    """
+    """The loop's contract and output; features["offset_mapping"] best the features' Arrow column (lists work)."""
     start_logits, end_logits = (np.asarray(p) for p in predictions)
-    feature_ids = list(features["example_id"])
-    if len(start_logits) != len(feature_ids):
-        raise ValueError(f"got {len(start_logits)} logit rows for {len(feature_ids)} features")
+    ids, contexts = list(examples["id"]), list(examples["context"])
+    ex_of_feat = np.array(example_of_features(ids, list(features["example_id"]), len(start_logits)), dtype=np.int64)
     if start_logits.shape != end_logits.shape or start_logits.ndim != 2:
         raise ValueError(f"start/end logits must be two arrays of one 2-D shape, got {start_logits.shape} "
                          f"and {end_logits.shape}")
-    ids, contexts = list(examples["id"]), list(examples["context"])
-    index = {eid: i for i, eid in enumerate(ids)}
-    for f, eid in enumerate(feature_ids):  # the loop's error, before any work
-        if eid not in index:
-            raise ValueError(f"feature {f} belongs to unknown example id {eid!r}")
-    ex_of_feat = np.array([index[e] for e in feature_ids], dtype=np.int64)
     # v2's null score: the smallest CLS start + end over the example's features, as the loop finds it (the first
     # of equal values: 0.0 and -0.0 are written differently; a NaN only when it comes first)
     null: list[float | None] = [None] * len(ids)
-    for ex, v in zip(ex_of_feat.tolist(), (start_logits[:, :1] + end_logits[:, :1]).astype(np.float64).ravel().tolist()):
+    cls_scores = (start_logits[:, :1] + end_logits[:, :1]).astype(np.float64).ravel().tolist()
+    for ex, v in zip(ex_of_feat.tolist(), cls_scores):
         if null[ex] is None or v < null[ex]:
             null[ex] = v
     spans = _span_candidates((start_logits, end_logits), features["offset_mapping"], ex_of_feat, cfg)
@@ -265,21 +246,18 @@ def postprocess_qa_predictions(
 
 
 def write_prediction_files(preds: QAPredictions, output_dir: str, prefix: str) -> list[str]:
-    """Write {prefix}_predictions.json, _nbest_predictions.json and (v2) _null_odds.json atomically.
-
-    The n-best file goes through orjson: json.dumps with an indent encodes in pure Python, seconds for the
-    55 MB of a SQuAD dev set. orjson writes NaN and infinities as null (JSON has no spelling for them).
-    """
+    """Write {prefix}_predictions.json, _nbest_predictions.json and (v2) _null_odds.json atomically. The n-best
+    file goes through orjson (json.dumps with an indent takes seconds for the 55 MB of a SQuAD dev set), which
+    writes NaN and infinities as null (JSON has no spelling for them)."""
     plain = preds.nbest.as_dict() if isinstance(preds.nbest, NBestLists) else preds.nbest
     nbest = orjson.dumps(plain, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode("utf-8")
     # all serialized before anything is written, so a bad value leaves no file behind
     texts = {f"{prefix}_predictions.json": json_text(preds.answers), f"{prefix}_nbest_predictions.json": nbest}
     if preds.null_odds is not None:
         texts[f"{prefix}_null_odds.json"] = json_text(preds.null_odds)
-    written = []
-    for name, text in texts.items():
-        written.append(os.path.join(output_dir, name))
-        write_text_atomic(written[-1], text)
+    written = [os.path.join(output_dir, name) for name in texts]
+    for path, text in zip(written, texts.values()):
+        write_text_atomic(path, text)
     logger.info("wrote %s", ", ".join(written))
     return written
 
@@ -301,10 +279,7 @@ def predictions_from_logits(examples: Any, features: Any, logits: Logits, cfg: P
 
 
 def make_postprocess(data_args: Any, output_dir: str, method: str = "vectorized") -> Callable[..., QAPredictions]:
-    """Logits -> answers, with the prediction files written (the trainer calls it on the main process).
-
-    'vectorized' is this module; 'loop' the per-feature reference loop. Both give the same answers.
-    """
+    """Logits -> answers, prediction files written (on the main process): 'vectorized' (this module) or 'loop'."""
     cfg = PostprocessConfig(data_args.version_2_with_negative, data_args.n_best_size, data_args.max_answer_length,
                             data_args.null_score_diff_threshold)
 
@@ -314,7 +289,3 @@ def make_postprocess(data_args: Any, output_dir: str, method: str = "vectorized"
         return preds
 
     return post_process
-
-
-__all__ = ["PostprocessConfig", "QAPredictions", "make_postprocess", "mask_padding", "postprocess_qa_predictions",
-           "predictions_from_logits", "write_prediction_files"]

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 from datetime import timedelta
+from pathlib import Path
 
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -34,13 +35,8 @@ class StopRequest:
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(sig, lambda signum, frame: setattr(self, "signum", signum))
 
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name if self.requested else "none"
+    requested = property(lambda self: self.signum is not None)
+    name = property(lambda self: signal.Signals(self.signum).name if self.requested else "none")
 
 
 def apply_collective_timeout(seconds: float) -> None:
@@ -68,9 +64,7 @@ class PreemptionCallback(TrainerCallback):
                            self.request.name, state.global_step, EXIT_PREEMPTED)
         return control
 
-    @property
-    def stopped(self) -> bool:
-        return self.stopped_at_step is not None
+    stopped = property(lambda self: self.stopped_at_step is not None)
 
 
 def last_complete_checkpoint(output_dir: str) -> str | None:
@@ -81,8 +75,7 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
     """
     for path in reversed(sort_checkpoints(output_dir)):
         try:
-            with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as fh:
-                json.load(fh)
+            json.loads(Path(path, "trainer_state.json").read_text(encoding="utf-8"))
             return path
         except (OSError, ValueError):
             logger.warning("INCOMPLETE_CHECKPOINT path=%s (no readable trainer_state.json); not resuming from it",

@@ -32,6 +32,9 @@ FINAL_KEYS = (
     "eval_HasAns_f1", "eval_NoAns_f1", "eval_runtime", "eval_samples_per_second", "eval_postprocess_seconds",
     "eval_samples", "eval_examples", "predict_exact_match", "predict_f1", "predict_runtime",
 )
+# What bench results and run_summary.json record of a CPU, so figures from different machines are never mixed
+CPU_FLAGS = ("avx2", "fma3", "avx512_f", "avx512_bw", "avx512_vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
 # What run_summary.json keeps of the memory report (memory.json holds all of it).
 MEMORY_KEYS = ("measured_peak_mb", "measured_source", "max_over_ranks", "estimate_over_measured", "note")
 
@@ -47,12 +50,27 @@ def environment() -> dict[str, Any]:
         "transformers_version": transformers.__version__, "gpu_available": gpu,
         "gpu_count": torch.cuda.device_count() if gpu else 0,
         "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
-        "cuda_version": torch.version.cuda, "cpu_count": os.cpu_count(),
+        "cuda_version": torch.version.cuda, "cpu_count": os.cpu_count(), **machine(),
         "slurm_job_id": env("SLURM_JOB_ID"), "slurm_job_name": env("SLURM_JOB_NAME"),
         "slurm_nodelist": env("SLURM_JOB_NODELIST"),
         "slurm_restart_count": int(env("SLURM_RESTART_COUNT", "0") or 0),
         "slurm_job_num_nodes": env("SLURM_JOB_NUM_NODES"),
     }
+
+
+def machine() -> dict[str, str | list[str]]:
+    """The CPU as run_summary.json and bench results record it: /proc/cpuinfo's name with family and model (a VM
+    may name only "AMD EPYC"), and which of CPU_FLAGS torch finds."""
+    import torch  # here, not at the top: the collector reads SUMMARY_FILE without loading torch
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            first_cpu = fh.read().split("\n\n")[0].splitlines()
+    except OSError:
+        first_cpu = []
+    info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}
+    model = f"{info.get('model name', platform.machine())} (family {info.get('cpu family', '?')} model {info.get('model', '?')})"
+    return {"cpu_model": model, "cpu_flags": [name for name in CPU_FLAGS if torch.cpu.get_capabilities().get(name)]}
 
 
 def run_params(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: TrainingArguments,

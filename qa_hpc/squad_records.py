@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import numbers
+import reprlib
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,14 +18,11 @@ from typing import Any, NamedTuple
 
 from qa_hpc.errors import UsageError
 
+PAIR = ("answer_text", "answer_start")  # a table's one-answer-per-row columns
+
 
 class DataError(UsageError):
-    """Bad input: ``path: location (id 'x'): field 'f': what is wrong``; the pieces are attributes too."""
-
-    def __init__(self, message: str, *, path: str | None = None, location: str | None = None,
-                 record_id: str | None = None, field: str | None = None) -> None:
-        super().__init__(message)
-        self.path, self.location, self.record_id, self.field = path, location, record_id, field
+    """Bad input: ``path: location (id 'x'): field 'f': what is wrong``."""
 
 
 @dataclass
@@ -37,6 +35,7 @@ class LoadReport:
     n_impossible: int  # records with no answer (SQuAD v2 style)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count (answer_check="skip")
     fixed: int = 0  # answers whose answer_start was corrected (answer_check="fix")
+    digest: str = ""  # of the bytes that were read and checked: what the features cache is keyed by
 
     def summary(self) -> str:
         """One greppable ``DATA_LOADED key=value ...`` line for job logs."""
@@ -62,57 +61,49 @@ class RecordChecker:
                  scoring: bool = False) -> None:
         self.path, self.split, self.v2, self.answer_check, self.scoring = path, split, v2, answer_check, scoring
         self.what = "dataset file" if scoring else "file"
-        self.required = ("id",) if scoring else ("id", "question", "context")  # columns of a table
-        self.pair = ("answer_text",) if scoring else ("answer_text", "answer_start")  # one answer per row
         self.seen: dict[str, str] = {}  # id -> location of its first occurrence
-        self.n_seen, self.fixed = 0, 0
+        self.n_seen = self.fixed = 0
         self.records: list[dict] = []
         self.references: dict[str, list[str]] = {}
         self.skipped: dict[str, int] = {}
 
     def fail(self, loc: str | None, msg: str, *, rid: Any = None, fld: str | None = None) -> DataError:
-        rid = rid if isinstance(rid, str) and rid else None
-        where = " ".join(p for p in (loc, rid and f"(id {rid!r})") if p)
-        head = f"{self.path}: {where}" if where else self.path
-        return DataError(f"{head}: " + (f"field '{fld}': {msg}" if fld else msg), path=self.path, location=loc,
-                         record_id=rid, field=fld)
+        record = " ".join(p for p in (loc, isinstance(rid, str) and rid and f"(id {rid!r})") if p)
+        return DataError(": ".join(p for p in (self.path, record, fld and f"field '{fld}'", msg) if p))
 
-    def add_flat(self, loc: str, rec: Any, *, cell: bool = False, pair: bool = False) -> None:
-        """One flat record: JSON, JSON Lines, or a table row (``cell``: answers may be a JSON string;
-        ``pair``: the answer is in the row's answer_text + answer_start columns)."""
+    def add(self, loc: str, rec: Any, *, impossible: bool = False, cell: bool = False, pair: bool = False) -> None:
+        """Check one flat record and keep it (or its gold texts, when scoring). ``cell``: a table's answers may be
+        a JSON string; ``pair``: the answer is in the row's answer_text + answer_start columns."""
         if not isinstance(rec, dict):
             raise self.fail(loc, f"expected a record object with id, question, context, answers; found {kind_of(rec)}")
         if "paragraphs" in rec and "qas" not in rec and "question" not in rec:
             raise self.fail(loc, "this looks like a nested SQuAD article (it has 'paragraphs') inside a file of flat "
                                  'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
                             fld="paragraphs")
-        answers, fld, present = rec.get("answers"), "answers", "answers" in rec
-        if pair:
-            answers, fld, present = rec, "answer_text", True
-            rec = {k: v for k, v in rec.items() if k not in ("answer_text", "answer_start")}
-        present = present and not (answers is None and self.split == "test")
-        self.add(loc, rec, title=rec.get("title", ""), present=present, answers=answers, fld=fld, cell=cell, pair=pair)
-
-    def add(self, loc: str, raw: dict, *, title: Any, present: bool, answers: Any, impossible: bool = False,
-            fld: str = "answers", cell: bool = False, pair: bool = False) -> None:
-        """Check one record and keep it (or its gold texts, when scoring)."""
+        answers, fld = ({k: rec.get(k) for k in PAIR}, PAIR[0]) if pair else (rec.get("answers"), "answers")
+        present = pair or impossible or "answers" in rec and not (answers is None and self.split == "test")
+        raw = {k: v for k, v in rec.items() if k not in PAIR} if pair else rec
         self.n_seen += 1
-        rid = self._id(loc, raw)
+        rid = _string(raw, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them")
+        if rid in self.seen:
+            raise self.fail(loc, f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}", rid=rid,
+                            fld="id")
+        self.seen[rid] = loc
 
         def err(msg: str, f: str) -> DataError:
             return self.fail(loc, msg, rid=rid, fld=f)
 
+        if not present and (self.scoring or self.split != "test"):
+            why = "scoring needs the gold answers" if self.scoring else "answers may be left out only for split='test'"
+            raise err(f"missing (record has keys {keys_of(raw)}); {why}", fld)
+        golds = [] if impossible or not present else _answers(answers, fld, err, self.scoring, cell, pair)
         if self.scoring:
-            if not present:
-                raise err(f"missing (record has keys {keys_of(raw)}); scoring needs the gold answers", fld)
-            golds = [] if impossible else _answers(answers, fld, err, True, cell, pair)
             self.references[rid] = [a.text for a in golds]
             return
-        check_title(title, err)
-        question, context = (_text(raw, name, err) for name in ("question", "context"))
-        if not present and self.split != "test":
-            raise err(f"missing (record has keys {keys_of(raw)}); answers may be left out only for split='test'", fld)
-        golds = [] if impossible or not present else _answers(answers, fld, err, False, cell, pair)
+        title = raw.get("title")
+        if title is not None and not isinstance(title, str):
+            raise err(f"must be a string, got {type(title).__name__}", "title")
+        question, context = (_string(raw, name, err) for name in ("question", "context"))
         if not golds and self.split != "test" and not self.v2:
             why = "is_impossible is true" if impossible else "no answers given"
             raise err(f"record has no answer ({why}) but version_2_with_negative is off; pass "
@@ -124,18 +115,6 @@ class RecordChecker:
             return
         self.records.append({"id": rid, "title": title or "", "context": context, "question": question,
                              "answers": {"text": [a.text for a in placed], "answer_start": [a.start for a in placed]}})
-
-    def _id(self, loc: str, raw: dict) -> str:
-        """Present, a non-empty string, not seen before in this file."""
-        rid = raw.get("id")
-        problem = (f"missing (record has keys {keys_of(raw)})" if rid is None else
-                   f"must be a string, got {type(rid).__name__} {rid!r} (ids must be strings; quote them)"
-                   if not isinstance(rid, str) else "is empty" if not rid.strip() else None)
-        if problem or rid in self.seen:
-            raise self.fail(loc, problem or f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}",
-                            rid=None if problem else rid, fld="id")
-        self.seen[rid] = loc
-        return rid
 
     def _placed(self, context: str, golds: list[_Answer], err: FieldError) -> list[_Answer] | None:
         """Answers whose text is at their answer_start, fixed if asked; None: skip the record."""
@@ -153,24 +132,19 @@ class RecordChecker:
                     where = ("; the text does not occur anywhere in the context" if new is None else
                              f"; the text does occur at {new} (answer_check='fix' corrects such offsets, "
                              "'skip' drops such records)")
-                    raise err(f"answer text {_short(a.text)} not found at answer_start {start} "
-                              f"(context has {_short(found)} there){where}", a.text_field)
-                start, self.fixed = new, self.fixed + 1  # on "error" or no occurrence it raised above
+                    raise err(f"answer text {reprlib.repr(a.text)} not found at answer_start {start} "
+                              f"(context has {reprlib.repr(found)} there){where}", a.text_field)
+                start, self.fixed = new, self.fixed + 1
             out.append(a._replace(start=start))
         return out
 
 
-def check_title(title: Any, err: FieldError) -> None:
-    if title is not None and not isinstance(title, str):
-        raise err(f"must be a string, got {type(title).__name__}", "title")
-
-
-def _text(raw: dict, name: str, err: FieldError) -> str:
-    """question / context: a string with something in it."""
+def _string(raw: dict, name: str, err: FieldError, hint: str = "") -> str:
+    """id / question / context: a string with something in it."""
     val = raw.get(name)
     problem = (f"missing (record has keys {keys_of(raw)})" if val is None else
-               f"must be a string, got {type(val).__name__}" if not isinstance(val, str) else
-               "is empty or whitespace only" if not val.strip() else None)
+               f"must be a string, got {type(val).__name__} {reprlib.repr(val)}" + (hint and f" ({hint})")
+               if not isinstance(val, str) else "is empty or whitespace only" if not val.strip() else None)
     if problem:
         raise err(problem, name)
     return val
@@ -178,27 +152,17 @@ def _text(raw: dict, name: str, err: FieldError) -> str:
 
 def _answers(answers: Any, fld: str, err: FieldError, scoring: bool, cell: bool, pair: bool) -> list[_Answer]:
     """Every answer of one record: HF columns, SQuAD objects, a JSON string of either, or a table
-    row's answer_text + answer_start pair (at most one answer; both empty: none).
+    row's answer_text + answer_start pair.
 
     Scoring reads only the texts, as the official scripts do: ``answer_start`` may be absent
     and an empty text is kept (v2 scoring ignores golds that normalize to nothing).
     """
     keys = ("text",) if scoring else ("text", "answer_start")
     if pair:  # named by its columns, not by a JSON path
-        text, start = answers.get("answer_text"), answers.get("answer_start")
-        start = start.strip() if isinstance(start, str) else start
-        has_text = not (text is None or isinstance(text, str) and not text.strip())
-        if not scoring and has_text == (start in (None, "")):
-            empty, other = ("answer_start", "answer_text") if has_text else ("answer_text", "answer_start")
-            raise err(f"is empty but {other} is set", empty)
-        with contextlib.suppress(ValueError):
-            start = int(start) if isinstance(start, str) else start  # a bad one is reported below
-        answers = [{"text": text, "answer_start": start}] if has_text else []
+        return [_answer(text, start, PAIR, err, scoring) for text, start in _pair(answers, err, scoring)]
     if cell and isinstance(answers, str):  # a CSV/Parquet cell; empty means no answer
-        if not answers.strip():
-            return []
         try:
-            answers = json.loads(answers)
+            answers = json.loads(answers) if answers.strip() else None
         except json.JSONDecodeError as e:
             raise err(f"is not valid JSON ({e.msg} at column {e.colno}); expected "
                       '{"text": [...], "answer_start": [...]} or [{"text": ..., "answer_start": ...}]', fld) from None
@@ -212,31 +176,43 @@ def _answers(answers: Any, fld: str, err: FieldError, scoring: bool, cell: bool,
         for key, val in zip(keys, (texts, starts)):
             if not isinstance(val, (list, tuple)):
                 raise err(f"must be a list, got {type(val).__name__}", f"{fld}.{key}")
-        if scoring:
-            starts = [None] * len(texts)
-        elif len(texts) != len(starts):
+        if not scoring and len(texts) != len(starts):
             raise err(f"has {len(texts)} texts but {len(starts)} answer_start values", f"{fld}.answer_start")
-        raw = list(zip(texts, starts))
+        pairs = zip(texts, [None] * len(texts) if scoring else starts)
     elif isinstance(answers, (list, tuple)):  # SQuAD objects [{"text": ..., "answer_start": ...}]
         for i, a in enumerate(answers):
             if not isinstance(a, dict):
                 raise err(f"must be an object with text and answer_start, got {type(a).__name__}", f"{fld}[{i}]")
             _need(a, keys, err, "answer", f"{fld}[{i}].")
-        raw = [(a["text"], a.get("answer_start")) for a in answers]
+        pairs = ((a["text"], a.get("answer_start")) for a in answers)
     else:
         raise err(f"must be a list of {{text, answer_start}} objects or "
                   f'{{"text": [...], "answer_start": [...]}}, got {type(answers).__name__}', fld)
-    out = []
-    for i, (text, start) in enumerate(raw):
-        tf, sf = ("answer_text", "answer_start") if pair else (f"{fld}[{i}].text", f"{fld}[{i}].answer_start")
-        if not isinstance(text, str):
-            raise err(f"must be a string, got {type(text).__name__}", tf)
-        if not scoring and not text.strip():
-            raise err("answer text is empty", tf)
-        if not scoring and not _is_int(start):
-            raise err(f"must be an integer character offset, got {type(start).__name__} {start!r}", sf)
-        out.append(_Answer(text, None if scoring else int(start), tf, sf))
-    return out
+    return [_answer(text, start, (f"{fld}[{i}].text", f"{fld}[{i}].answer_start"), err, scoring)
+            for i, (text, start) in enumerate(pairs)]
+
+
+def _pair(row: dict, err: FieldError, scoring: bool) -> list[tuple[Any, Any]]:
+    """The row's answer (none when both cells are empty); answer_start a number where it reads as one."""
+    text, start = row.get(PAIR[0]), row.get(PAIR[1])
+    start = start.strip() if isinstance(start, str) else start
+    has_text = not (text is None or isinstance(text, str) and not text.strip())
+    if not scoring and has_text == (start in (None, "")):
+        empty, other = PAIR[::-1] if has_text else PAIR
+        raise err(f"is empty but {other} is set", empty)
+    with contextlib.suppress(ValueError):
+        start = int(start) if isinstance(start, str) else start  # a bad one is reported by _answer
+    return [(text, start)] if has_text else []
+
+
+def _answer(text: Any, start: Any, fields: tuple[str, str], err: FieldError, scoring: bool) -> _Answer:
+    if not isinstance(text, str):
+        raise err(f"must be a string, got {type(text).__name__}", fields[0])
+    if not scoring and not text.strip():
+        raise err("answer text is empty", fields[0])
+    if not scoring and not _is_int(start):
+        raise err(f"must be an integer character offset, got {type(start).__name__} {start!r}", fields[1])
+    return _Answer(text, None if scoring else int(start), *fields)
 
 
 def _need(obj: dict, keys: tuple[str, ...], err: FieldError, what: str, prefix: str) -> None:
@@ -256,9 +232,7 @@ def _is_int(v: Any) -> bool:
 
 
 def keys_of(d: Any) -> str:
-    if not isinstance(d, dict):
-        return "(not an object)"
-    ks = list(d)
+    ks = list(d) if isinstance(d, dict) else []
     return "[" + ", ".join(repr(str(k)) for k in ks[:12]) + (", ..." if len(ks) > 12 else "") + "]"
 
 
@@ -268,9 +242,4 @@ def kind_of(v: Any) -> str:
         return f"an object with keys {keys_of(v)}"
     if isinstance(v, list):
         return f"a list of {len(v)} items"
-    return "null" if v is None else f"a {type(v).__name__} ({_short(v)})"
-
-
-def _short(v: Any, n: int = 60) -> str:
-    s = repr(v)
-    return s if len(s) <= n else s[: n - 3] + "..."
+    return "null" if v is None else f"a {type(v).__name__} ({reprlib.repr(v)})"

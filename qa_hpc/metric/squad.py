@@ -1,9 +1,8 @@
 """SQuAD v1.1 / v2.0 scores equal to the official scripts, and the `evaluate` metric the trainer scores with.
 
-The trainer (through the `evaluate` modules beside this file), score_squad.py and the benchmarks get the
-numbers of ``evaluate-v1.1.py`` / ``evaluate-v2.0.py`` offline; every official quirk that changes a number
-is kept. Departures: a question without a prediction scores 0 (v2 officially crashes), and inputs the
-official scripts crash on raise ScoreInputError naming the input and ids.
+The `evaluate` modules beside this file and score_squad.py get the numbers of ``evaluate-v1.1.py`` /
+``evaluate-v2.0.py`` offline, every official quirk that changes a number kept. Departures: a question without a
+prediction scores 0 (v2 officially crashes); inputs the official scripts crash on raise ScoreInputError.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import collections
 import os
 import re
 import string
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +29,6 @@ ScoreFunction = Callable[["QAPredictions", "datasets.Dataset"], Scores]
 
 LOCAL_MODULES = {False: Path(__file__).with_name("evaluate_squad_v1"),
                  True: Path(__file__).with_name("evaluate_squad_v2")}
-HUB_NAMES = {False: "squad", True: "squad_v2"}
 SHOWN_IDS = 5  # ids quoted in a message; the rest are counted
 
 # Only ASCII punctuation: the official scripts use string.punctuation, so unicode quotes and
@@ -86,11 +84,9 @@ def score_v1(references: Mapping[str, Sequence[str]], predictions: Mapping[str, 
     _check_inputs(references, predictions, None, v2=False)
     exact, f1 = _raw_scores(references, predictions, v2=False)
     exact_total = f1_total = 0.0
-    for qid in exact:  # a loop, not sum(): the official script adds with +=, and sum() of floats may not
-        exact_total += exact[qid]
-        f1_total += f1[qid]
-    count = len(references)
-    return {"exact_match": 100.0 * exact_total / count, "f1": 100.0 * f1_total / count}
+    for qid in exact:  # += as the official script: sum() of floats may add otherwise (Python >= 3.12)
+        exact_total, f1_total = exact_total + exact[qid], f1_total + f1[qid]
+    return {"exact_match": 100.0 * exact_total / len(references), "f1": 100.0 * f1_total / len(references)}
 
 
 def score_v2(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
@@ -175,12 +171,10 @@ def first_ids(ids: Sequence[str]) -> str:
     return ", ".join(map(repr, ids[:SHOWN_IDS])) + (f", ... ({rest} more)" if rest > 0 else "")
 
 
-_JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
-               list: "an array", str: "a string"}
-
-
 def json_type_name(value: object) -> str:
-    return _JSON_TYPES.get(type(value), type(value).__name__)
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
+             list: "an array", str: "a string"}
+    return names.get(type(value), type(value).__name__)
 
 
 # --------------------------------------------------------------------------- the `evaluate` metric
@@ -201,35 +195,28 @@ def metric_features(v2: bool) -> datasets.Features:
 def score_rows(predictions: Sequence[Mapping], references: Sequence[Mapping],
                no_answer_threshold: float | None = None) -> Scores:
     """The `evaluate` rows scored; a threshold (even 1.0) means v2. A repeated id is an error, not one kept."""
-    golds = _by_id("references", ((ref["id"], list(ref["answers"]["text"])) for ref in references))
-    texts = _by_id("predictions", ((row["id"], row["prediction_text"]) for row in predictions))
+    for source, rows in (("references", references), ("predictions", predictions)):
+        repeated = [qid for qid, n in collections.Counter(row["id"] for row in rows).items() if n > 1]
+        if repeated:
+            raise ScoreInputError(source, f"{source}: id {repeated[0]!r} appears more than once")
+    golds = {ref["id"]: list(ref["answers"]["text"]) for ref in references}
+    texts = {row["id"]: row["prediction_text"] for row in predictions}
     if no_answer_threshold is None:
         return score_v1(golds, texts)
-    probs = _by_id("predictions", ((row["id"], row["no_answer_probability"]) for row in predictions))
-    return score_v2(golds, texts, probs, no_answer_threshold)
-
-
-def _by_id(source: str, pairs: Iterable[tuple[str, object]]) -> dict:
-    out: dict = {}
-    for qid, value in pairs:
-        if qid in out:
-            raise ScoreInputError(source, f"{source}: id {qid!r} appears more than once")
-        out[qid] = value
-    return out
+    return score_v2(golds, texts, {row["id"]: row["no_answer_probability"] for row in predictions}, no_answer_threshold)
 
 
 def make_score(version_2_with_negative: bool, null_score_diff_threshold: float,
                squad_metric: str | None = None) -> ScoreFunction:
     """Load the metric now (a bad --squad_metric stops the run before training); return what scores answers."""
-    metric = load_squad_metric(squad_metric, version_2_with_negative)
+    metric, v2 = load_squad_metric(squad_metric, version_2_with_negative), version_2_with_negative
     # v2: thresholding the null odds at the postprocessing's threshold keeps exact/f1 unchanged and
     # makes best_f1_thresh a usable threshold
-    options = {"no_answer_threshold": null_score_diff_threshold} if version_2_with_negative else {}
+    options = {"no_answer_threshold": null_score_diff_threshold} if v2 else {}
 
     def score(preds: QAPredictions, examples: datasets.Dataset) -> Scores:
         # rows in the answers' order: v2's best-threshold search breaks ties by it, as score_squad.py
         # does by the order of eval_null_odds.json
-        v2 = version_2_with_negative
         predictions = [{"id": qid, "prediction_text": text, **({"no_answer_probability": float(preds.null_odds[qid])}
                                                                  if v2 else {})} for qid, text in preds.answers.items()]
         references = [{"id": qid, "answers": {"text": list(gold["text"]), "answer_start": list(gold["answer_start"])}}
@@ -278,15 +265,14 @@ def _cannot_load(name: str, v2: bool, err: BaseException) -> str:
 
 def _check_metric_inputs(metric: evaluate.EvaluationModule, name: str, v2: bool) -> None:
     """The metric must take the rows run_qa sends (a v1 metric cannot score a v2 run, and back)."""
-    ours = metric_features(v2)
-    wanted = (set(ours["predictions"]), set(ours["references"]))
+    def inputs(f: Mapping) -> str:
+        return " and ".join(f"{k} {sorted(f[k]) if isinstance(f.get(k), dict) else []}"
+                            for k in ("predictions", "references"))
+
     schemas = metric.features if isinstance(metric.features, list) else [metric.features]
-    found = [tuple(set(f[k]) if isinstance(f.get(k), dict) else set() for k in ("predictions", "references"))
-             for f in schemas]
+    wanted, found = inputs(metric_features(v2)), [inputs(f) for f in schemas]
     if wanted not in found:
         version = "2.0" if v2 else "1.1"
-        takes = " or ".join(f"predictions {sorted(p)} and references {sorted(r)}" for p, r in found)
-        raise UsageError(
-            f"--squad_metric {name!r} takes {takes}, but a SQuAD v{version} run sends predictions "
-            f"{sorted(wanted[0])} and references {sorted(wanted[1])}: use a SQuAD v{version} metric "
-            f"(on the hub: {HUB_NAMES[v2]!r}), or leave --squad_metric out")
+        raise UsageError(f"--squad_metric {name!r} takes {' or '.join(found)}, but a SQuAD v{version} run sends "
+                         f"{wanted}: use a SQuAD v{version} metric (on the hub: {'squad_v2' if v2 else 'squad'!r}), "
+                         "or leave --squad_metric out")

@@ -32,23 +32,32 @@ OPTIMIZER_BYTES = (("8bit", 2), ("adafactor", 4), ("sgd", 0), ("adam", 8))  # sg
 ACTIVATIONS = {True: (34, 5, 2), False: (66, 9, 4)}
 
 
-def optimizer_bytes_per_param(optim_name: str) -> int:
-    """Optimizer state bytes per trainable parameter for a TrainingArguments.optim name."""
-    name = str(getattr(optim_name, "value", optim_name)).lower()
-    return next((n for key, n in OPTIMIZER_BYTES if key in name), 8)
-
-
 def anatomy_estimate(shape: ModelShape, precision: str, optim_name: str, batch_size: int, seq_len: int,
                      gradient_checkpointing: bool = False) -> dict[str, Any]:
     """Training memory predicted from the model's shape, per process.
 
     fp32 training keeps 4 B weights + 4 B gradients + 8 B AdamW states = 16 B/param; mixed precision adds a 16-bit
-    copy of the weights = 18 B/param. Activations: see activation_bytes (s = max_seq_length, an upper bound when
-    batches are padded to their longest feature).
+    copy of the weights = 18 B/param. Activations kept for backward: s*b*h*(34 + 5*a*s/h) bytes per layer with
+    16-bit activations, s*b*h*(66 + 9*a*s/h) with fp32 ones (s = max_seq_length, an upper bound when batches are
+    padded to their longest feature; dropout masks stay 1 byte).
     """
     mixed, optim = precision in ("fp16", "bf16"), str(getattr(optim_name, "value", optim_name))
-    bpp = {"weights": 6 if mixed else 4, "gradients": 4, "optimizer": optimizer_bytes_per_param(optim)}
-    activations, formula = activation_bytes(shape, mixed, batch_size, seq_len, gradient_checkpointing)
+    bpp = {"weights": 6 if mixed else 4, "gradients": 4,
+           "optimizer": next((n for key, n in OPTIMIZER_BYTES if key in optim.lower()), 8)}
+    h, a, layers, s, b = shape.hidden, shape.heads, shape.layers, seq_len, batch_size
+    if h and a and layers:
+        (const, per_head, act_bytes), sbh = ACTIVATIONS[mixed], s * b * h
+        per_layer = sbh * (const + per_head * a * s / h)
+        embeddings = sbh * (2 * act_bytes + 1)  # embedding sum, layer norm output, dropout mask
+        # checkpointing keeps only each layer's input, plus one layer recomputed at a time
+        activations = embeddings + (layers * sbh * act_bytes + per_layer if gradient_checkpointing
+                                    else layers * per_layer)
+        formula = (f"{layers} layers x s*b*h*({const} + {per_head}*a*s/h) bytes, s={s} b={b} h={h} a={a} (Korthikanti"
+                   " et al. 2022)" + ("; gradient checkpointing: layer inputs + one layer" if gradient_checkpointing
+                                      else ""))
+    else:
+        activations, formula = 0.0, "model config lacks hidden_size/num_attention_heads/num_hidden_layers; " \
+                                    "activations not estimated"
     nbytes = {"weights": shape.params * bpp["weights"], "gradients": shape.trainable_params * bpp["gradients"],
               "optimizer": shape.trainable_params * bpp["optimizer"], "activations": activations}
     return {"params": shape.params, "trainable_params": shape.trainable_params, "precision": precision,
@@ -58,29 +67,10 @@ def anatomy_estimate(shape: ModelShape, precision: str, optim_name: str, batch_s
             "activation_formula": formula}
 
 
-def activation_bytes(shape: ModelShape, mixed: bool, batch_size: int, seq_len: int,
-                     gradient_checkpointing: bool) -> tuple[float, str]:
-    """(bytes, the formula used) of the activations kept for backward, per process: s*b*h*(34 + 5*a*s/h) per
-    layer with 16-bit activations, s*b*h*(66 + 9*a*s/h) with fp32 ones (dropout masks stay 1 byte)."""
-    h, a, layers = shape.hidden, shape.heads, shape.layers
-    if not (h and a and layers):
-        return 0.0, "model config lacks hidden_size/num_attention_heads/num_hidden_layers; activations not estimated"
-    sbh, (const, per_head, act_bytes) = seq_len * batch_size * h, ACTIVATIONS[mixed]
-    per_layer = sbh * (const + per_head * a * seq_len / h)
-    embeddings = sbh * (2 * act_bytes + 1)  # embedding sum, layer norm output, dropout mask
-    # checkpointing keeps only each layer's input, plus one layer recomputed at a time
-    kept = layers * sbh * act_bytes + per_layer if gradient_checkpointing else layers * per_layer
-    formula = (f"{layers} layers x s*b*h*({const} + {per_head}*a*s/h) bytes, s={seq_len} b={batch_size} h={h} a={a} "
-               "(Korthikanti et al. 2022)" + ("; gradient checkpointing: layer inputs + one layer"
-                                              if gradient_checkpointing else ""))
-    return kept + embeddings, formula
-
-
 def measure_process(rank: int, device: torch.device | None = None) -> dict[str, Any]:
     """This process's memory figures: CUDA allocator peaks, what NVML sees in use (every process, CUDA context
     included) and CPU RSS (ru_maxrss is KiB on Linux, bytes on macOS)."""
-    cuda = nvml = None
-    note = NO_CUDA_NOTE
+    cuda, nvml, note = None, None, NO_CUDA_NOTE
     if torch.cuda.is_available():
         index = torch.cuda.current_device() if device is None or device.index is None else device.index
         props = torch.cuda.get_device_properties(index)

@@ -20,6 +20,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from qa_hpc.flags import ObservabilityArguments
 
 logger = logging.getLogger(__name__)
+KEPT = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
 
 class ProfilerCallback(TrainerCallback):
@@ -51,7 +52,7 @@ class ProfilerCallback(TrainerCallback):
             kept = first + c.profile_wait + c.profile_warmup
             span = (f"global steps {kept}-{kept + c.profile_active - 1}"
                     + (f" and {c.profile_repeat - 1} more cycle(s)" if c.profile_repeat > 1 else "")
-                    if c.profile_steps_needed else "every cycle until training ends (repeat=0)")
+                    if c.profile_repeat else "every cycle until training ends (repeat=0)")
             logger.info("PROFILER on: wait=%d warmup=%d active=%d repeat=%d activities=%s; will keep %s; writing to "
                         "%s", c.profile_wait, c.profile_warmup, c.profile_active, c.profile_repeat,
                         "+".join(a.name for a in self.activities), span, self.out_dir)
@@ -60,7 +61,7 @@ class ProfilerCallback(TrainerCallback):
                     **kwargs: object) -> None:
         if self.prof is None:
             return
-        if self.prof.current_action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+        if self.prof.current_action in KEPT:
             self.kept_steps.append(state.global_step)
         if state.max_steps and state.global_step >= state.max_steps:
             return self._stop()  # the last step: close its span without opening an empty next one
@@ -73,11 +74,10 @@ class ProfilerCallback(TrainerCallback):
         self._stop()
         c = self.cfg
         if not self.written:
-            logger.warning(
-                "PROFILER wrote nothing: training ended before the first kept step (the schedule needs %d steps "
-                "from the start of training: wait=%d + warmup=%d + active=%d); lower --profile_warmup/--profile_wait",
-                c.profile_steps_needed or (c.profile_wait + c.profile_warmup + c.profile_active),
-                c.profile_wait, c.profile_warmup, c.profile_active)
+            logger.warning("PROFILER wrote nothing: training ended before the first kept step (the schedule needs %d "
+                           "steps from the start of training: wait=%d + warmup=%d + active=%d); lower "
+                           "--profile_warmup/--profile_wait", c.profile_wait + c.profile_warmup + c.profile_active,
+                           c.profile_wait, c.profile_warmup, c.profile_active)
 
     def _stop(self) -> None:
         prof, self.prof = self.prof, None
@@ -85,13 +85,12 @@ class ProfilerCallback(TrainerCallback):
             prof.stop()  # inside an active window this still calls _trace_ready for what was kept
 
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
-        steps, self.kept_steps = self.kept_steps, []
+        steps, self.kept_steps, c, rank = self.kept_steps, [], self.cfg, self.rank
         self.written.append(steps)
-        cycle, c, rank = len(self.written), self.cfg, self.rank
+        cycle = len(self.written)
         trace = os.path.join(self.out_dir, f"trace_rank{rank}{'' if cycle == 1 else f'_cycle{cycle}'}.json")
         prof.export_chrome_trace(trace)
-        summary = os.path.join(self.out_dir, "profiler_summary.txt" if rank == 0 else
-                               f"profiler_summary_rank{rank}.txt")
+        summary = os.path.join(self.out_dir, f"profiler_summary{f'_rank{rank}' if rank else ''}.txt")
         span = f"{steps[0]}-{steps[-1]}" if steps else "none"
         with open(summary, "w" if cycle == 1 else "a", encoding="utf-8") as fh:
             fh.write(f"# torch.profiler key_averages, rank {rank}, cycle {cycle}: global steps {span} ({len(steps)} "

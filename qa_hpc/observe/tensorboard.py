@@ -3,10 +3,10 @@
 The parent writes the Trainer's logs on rank 0 (train/*, eval/*). At each logging step this adds, as train/<key>,
 step_time_seconds (per optimizer step; evaluation and checkpoint time left out), samples_per_second and
 tokens_per_second (real tokens, all ranks), real_token_fraction (real / fed: the padding) and, on CUDA, rank 0's
-gpu_memory_{allocated,reserved,peak_allocated}_mb. trainer.train()'s and predict's whole-run figures go under
-train_total/ and predict/ (the parent would mix them into the train/ curves); the writer stays open after training
-(one event file per launch), and the run's totals close it. Real tokens are summed on the device from attention_mask
-(no host sync per step) and reduced across ranks once per logging step, where the Trainer syncs anyway.
+gpu_memory_{allocated,reserved,peak_allocated}_mb. Whole-run figures (train_runtime, predict_*) go under
+train_total/ and predict/, not into the train/ curves. One event file per launch: the writer stays open after
+training, and the run's totals close it. Real tokens are summed on the device (no host sync per step) and reduced
+across ranks once per logging step, where the Trainer syncs anyway.
 """
 
 from __future__ import annotations
@@ -45,11 +45,6 @@ class TokenCounter:
 
     def attach(self, model: torch.nn.Module) -> None:
         self.handle = self.handle or model.register_forward_pre_hook(self._hook, with_kwargs=True)
-
-    def detach(self) -> None:
-        if self.handle is not None:
-            self.handle.remove()
-            self.handle = None
 
     def _hook(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         ids, mask = kwargs.get("input_ids", args[0] if args else None), kwargs.get("attention_mask")
@@ -109,7 +104,9 @@ class TensorBoard(TensorBoardCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: object) -> None:
-        self.counter.detach()  # the writer stays open for the evaluation after training: one event file
+        if self.counter.handle is not None:  # the writer stays open for the evaluation after training
+            self.counter.handle.remove()
+            self.counter.handle = None
 
     def _interval(self, args: TrainingArguments, state: TrainerState) -> dict[str, Scalar]:
         """This interval's speed, padding and memory, under keys the parent files as train/<key>."""

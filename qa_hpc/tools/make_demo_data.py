@@ -111,76 +111,85 @@ QUESTIONS_PER_PARAGRAPH, PARAGRAPHS_PER_ARTICLE = 6, 5
 Fact = dict[str, Any]  # a candidate question: its text, answer, offsets, kind, paraphrases, slots
 
 
-def _paragraph(rng: random.Random, context_words: int) -> tuple[str, list[Fact], Callable[[str], str]]:
-    """One context of blocks of facts, its candidate questions, and its namer (names stay unique in it)."""
-    words: set[str] = set()  # every name word used
-    values: set[str] = set()  # every answer value but names
-    towns: list[str] = []
-    parts: list[str] = []
-    facts: list[Fact] = []  # candidate questions, answers at their offsets in the context
+class _Paragraph:
+    """One context being written: blocks of facts, its candidate questions, names and values unique in it."""
 
-    def word(lo: int, hi: int) -> str:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng, self.words, self.values = rng, set[str](), set[str]()  # name words used; answer values but names
+        self.towns: list[str] = []
+        self.parts: list[str] = []
+        self.facts: list[Fact] = []  # candidate questions, answers at their offsets in the context
+
+    def word(self, lo: int, hi: int) -> str:
         while True:
-            text = "".join(rng.choice(ONSETS) + rng.choice(VOWELS) + rng.choice(CODAS)
-                           for _ in range(rng.randint(lo, hi))).capitalize()
-            if text not in words and 4 <= len(text) <= 10:
-                words.add(text)
+            text = "".join(self.rng.choice(ONSETS) + self.rng.choice(VOWELS) + self.rng.choice(CODAS)
+                           for _ in range(self.rng.randint(lo, hi))).capitalize()
+            if text not in self.words and 4 <= len(text) <= 10:
+                self.words.add(text)
                 return text
 
-    def name(kind: str) -> str:
-        return f"{word(2, 3)} {word(1, 2)}" if kind == "person" else word(2, 3)
+    def name(self, kind: str) -> str:
+        return f"{self.word(2, 3)} {self.word(1, 2)}" if kind == "person" else self.word(2, 3)
 
-    def value(slot: str) -> str | None:
+    def value(self, slot: str) -> str | None:
         """A value for `slot`: names are new (a town may repeat); other values are unique in the paragraph."""
         if slot == "T":
-            return rng.choice(towns) if towns and rng.random() < 0.5 else name("town")
+            return self.rng.choice(self.towns) if self.towns and self.rng.random() < 0.5 else self.name("town")
         if slot in ("P", "W"):
-            return name("person" if slot == "P" else "lake")
+            return self.name("person" if slot == "P" else "lake")
         for _ in range(50):
-            found = rng.choice(CHOICES[slot]) if slot in CHOICES else NUMBERS[slot](rng)
-            if found not in values:
-                values.add(found)
+            found = self.rng.choice(CHOICES[slot]) if slot in CHOICES else NUMBERS[slot](self.rng)
+            if found not in self.values:
+                self.values.add(found)
                 return found
         return None  # the pool is used up in this paragraph: the caller leaves the fact out
 
-    def fact(template: str, slots: dict[str, str]) -> tuple[str, dict[str, tuple[int, int]]] | None:
+    def fact(self, template: str, slots: dict[str, str]) -> tuple[str, dict[str, tuple[int, int]]] | None:
         """The sentence of `template` with its slots filled, and where each slot sits in it."""
         text, spans = "", {}
         for literal, slot, _, _ in string.Formatter().parse(template):
             text += literal
             if slot:
                 if slot not in slots:
-                    if (filled := value(slot)) is None:
+                    if (filled := self.value(slot)) is None:
                         return None
                     slots[slot] = filled
                 spans.setdefault(slot, (len(text), len(text) + len(slots[slot])))
                 text += slots[slot]
         return text, spans
 
-    while sum(len(part.split()) for part in parts) < context_words:  # a block: a few facts about one entity
-        kind = choose_kind(rng)
-        entity = name(kind)
+    def add_block(self) -> None:
+        """A few facts about one new entity, in random order, sometimes with a filler sentence."""
+        rng, kind = self.rng, choose_kind(self.rng)
+        entity = self.name(kind)
         if kind == "town":
-            towns.append(entity)
+            self.towns.append(entity)
         templates = list(FACTS[kind])
         rng.shuffle(templates)
         sentences = []
         for template, questions in templates[: rng.randint(max(1, len(templates) - 2), len(templates))]:
             slots = {"E": entity}
-            if (filled := fact(template, slots)) is not None:
+            if (filled := self.fact(template, slots)) is not None:
                 sentences.append((*filled, questions, slots))
         if rng.random() < 0.4:
             filler = rng.choice(FILLER[kind]).format(E=entity)
             sentences.insert(rng.randint(0, len(sentences)), (filler, {}, {}, {}))
         for text, spans, questions, slots in sentences:
-            offset = len(" ".join(parts)) + (1 if parts else 0)
-            parts.append(text)
+            offset = len(" ".join(self.parts)) + (1 if self.parts else 0)
+            self.parts.append(text)
             for slot, paraphrases in questions.items():
                 start, end = spans[slot]
-                facts.append({"question": rng.choice(paraphrases.split("|")).format(**slots), "text": text[start:end],
-                              "start": offset + start, "sentence": offset, "kind": kind,
-                              "paraphrases": paraphrases.split("|"), "slots": slots})
-    return " ".join(parts), facts, name
+                self.facts.append({"question": rng.choice(paraphrases.split("|")).format(**slots),
+                                   "text": text[start:end], "start": offset + start, "sentence": offset, "kind": kind,
+                                   "paraphrases": paraphrases.split("|"), "slots": slots})
+
+
+def _paragraph(rng: random.Random, context_words: int) -> tuple[str, list[Fact], Callable[[str], str]]:
+    """One context of blocks of facts, its candidate questions, and its namer (names stay unique in it)."""
+    paragraph = _Paragraph(rng)
+    while sum(len(part.split()) for part in paragraph.parts) < context_words:
+        paragraph.add_block()
+    return " ".join(paragraph.parts), paragraph.facts, paragraph.name
 
 
 def choose_kind(rng: random.Random) -> str:
@@ -248,10 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context_words", type=int, default=450,
                     help="words per paragraph (default 450: > 384 WordPiece tokens)")
     args = ap.parse_args(argv)
-    if args.num_train < 1 or args.num_eval < 1:
-        ap.error("--num_train and --num_eval must be >= 1")
-    if args.context_words < 10:
-        ap.error("--context_words must be >= 10")
+    if args.num_train < 1 or args.num_eval < 1 or args.context_words < 10:
+        ap.error("--num_train and --num_eval must be >= 1, --context_words >= 10")
     common = dict(seed=args.seed, with_impossible=args.version_2_with_negative, context_words=args.context_words)
     val = generate_squad(args.num_eval, title_prefix="demo-validation", **common)
     files = {"train.json": generate_squad(args.num_train, title_prefix="demo-train", **common),

@@ -64,16 +64,6 @@ def report(model: str, dataset: str) -> bool:
     return bool(path and splits)
 
 
-def download(model: str, dataset: str) -> None:
-    """Fetch the model files and the data set into HF_HOME."""
-    from huggingface_hub import snapshot_download
-
-    snapshot_download(model, allow_patterns=list(MODEL_FILES))
-    import datasets
-
-    datasets.load_dataset(dataset)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="bert-base-uncased")
@@ -89,8 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"HUB_REACHABLE={int(reachable)}", flush=True)
     if args.reachable:
         return 0 if reachable else 1
-    if reachable:
-        download(args.model, args.dataset)
+    if reachable:  # fetch the model files and the data set into HF_HOME
+        import datasets
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(args.model, allow_patterns=list(MODEL_FILES))
+        datasets.load_dataset(args.dataset)
     return 0 if report(args.model, args.dataset) and reachable else 1
 
 

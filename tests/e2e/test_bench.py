@@ -88,16 +88,16 @@ def test_side_by_side_reads_hf_result_files_and_reports_fraction_of_peak(tmp_pat
     ours = (f"{sys.executable} -c \"print('train_runtime=10'); print('TRAIN_MODEL_TFLOP=2.0'); "
             f"print('ACHIEVED_TFLOPS=0.2'); print('eval_f1=40.0')\" # {{out}}")
     hf = (f"mkdir -p {{out}} && {sys.executable} -c \"import json,sys; json.dump({{'train_runtime': 20.0, "
-          f"'eval_f1': 41.0, 'eval_exact_match': 30.0}}, open(sys.argv[1] + '/all_results.json', 'w'))\" {{out}}")
-    rc = side_by_side.main(["--repeats", "1", "--workdir", str(tmp_path), "--peak_tflops", "0.5",
-                            "--cmd", f"ours={ours}", "--cmd", f"hf={hf}"])
+          f"'eval_f1': 41.0, 'eval_exact_match': 30.0}}, open(sys.argv[1] + '/all_results.json', 'w'))\" {{out}} --bf16")
+    rc = side_by_side.main(["--repeats", "1", "--workdir", str(tmp_path), "--peak_tflops", "0.5", "--peak_bf16_tflops",
+                            "1.0", "--cmd", f"ours={ours}", "--cmd", f"hf={hf}"])
     assert rc == 0
     runs = json.loads((tmp_path / "side_by_side.json").read_text())["runs"]
     assert runs["hf"][0]["eval_f1"] == 41.0 and runs["hf"][0]["train_runtime"] == 20.0
     assert runs["hf"][0]["ACHIEVED_TFLOPS"] == pytest.approx(0.1)  # ours' useful work / hf's train time
     assert runs["ours"][0]["peak_fraction"] == pytest.approx(0.4)
-    assert runs["hf"][0]["peak_fraction"] == pytest.approx(0.2)
-    assert "| fraction of CPU fp32 peak | 0.4 | 0.2 | 2.00x |" in capsys.readouterr().out
+    assert runs["hf"][0]["peak_fraction"] == pytest.approx(0.1)  # a --bf16 command: against the bf16 peak
+    assert "| fraction of CPU GEMM peak at the run's precision | 0.4 | 0.1 | 4.00x |" in capsys.readouterr().out
 
 
 def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
@@ -107,7 +107,12 @@ def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     line = [x for x in proc.stdout.splitlines() if x.startswith("CPU_PEAK_TFLOPS=")]
     assert line and float(line[0].split("=")[1]) > 0
-    assert json.loads((tmp_path / "peak.json").read_text())["size"] == 128
+    peak = json.loads((tmp_path / "peak.json").read_text())
+    assert peak["size"] == 128 and peak["cpu_flags"] and peak["cpu_model"]
+    # the bf16 peak where the CPU does bf16 in hardware (where run_qa.py's auto picks bf16), none elsewhere
+    bf16 = [x for x in proc.stdout.splitlines() if x.startswith("CPU_PEAK_BF16_TFLOPS=")]
+    import torch
+    assert bool(bf16) == any(torch.cpu.get_capabilities().get(f) for f in ("amx_bf16", "avx512_bf16"))
 
 
 SCRIPTS = ["reference_comparison.sh", "hf_eval_scramble.sh", "accuracy_full.sh", "cpu_levers.sh",

@@ -153,7 +153,12 @@ def test_setup_bert_online_tries_the_hub_and_falls_back_cleanly(tmp_path: Path):
 
 
 def test_job_cpu_runs_the_demo_on_the_cpu_with_threads_from_its_cpus(tiny_bert: Path, tmp_path: Path):
-    """bash job_cpu.sh outside Slurm: one fp32 CPU process whose torch threads are the CPUs it may use."""
+    """bash job_cpu.sh outside Slurm: one CPU process whose torch threads are the CPUs it may use, in bf16 where this
+    CPU does bf16 in hardware (AVX512-BF16 or AMX: torch's own capability check), else fp32."""
+    import torch
+
+    fast = next((name for name in ("amx_bf16", "avx512_bf16") if torch.cpu.get_capabilities().get(name)), None)
+    want, why = ("bf16", f"CPU has {fast}") if fast else ("fp32", "CPU has no amx_bf16 or avx512_bf16")
     cpus = len(os.sched_getaffinity(0))
     env = demo_env(tiny_bert, tmp_path, OMP_NUM_THREADS=None, QA_CPU_ALLOCATOR="none", QA_CPU_AFFINITY="0")
     proc = run(["bash", str(REPO / "job_cpu.sh"), "--max_eval_samples", "5"], env)
@@ -161,10 +166,10 @@ def test_job_cpu_runs_the_demo_on_the_cpu_with_threads_from_its_cpus(tiny_bert: 
     assert proc.returncode == 0, log[-4000:]
     plan = re.search(r"\bPLAN device=.*$", log, re.M)  # a log record: time, rank, logger first
     assert plan, log[-3000:]
-    assert plan.group(0).startswith(f"PLAN device=cpu precision=fp32 (auto: CPU) tf32=off threads={cpus} "
+    assert plan.group(0).startswith(f"PLAN device=cpu precision={want} (auto: {why}) tf32=off threads={cpus} "
                                     f"({cpus} CPUs / 1 process(es) on this node) dataloader_workers=0 "
                                     "world_size=1 "), plan.group(0)
-    assert re.search(rf"^EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32 threads={cpus} .*device=cpu ",
+    assert re.search(rf"^EFFECTIVE rank=0 precision={want} tf32=off param_dtype=float32 threads={cpus} .*device=cpu ",
                      log, re.M)
     assert "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=none) affinity=off (QA_CPU_AFFINITY=0)" in log
     assert "OFFLINE DEMO - NOT THE BASELINE" in log and "RUN_MODE=offline_demo" in log

@@ -85,7 +85,11 @@ def test_run_summary_and_final_lines(plain: Run, tiny_bert: Path) -> None:
     assert float(kv["eval_f1"]) == pytest.approx(eval_results["eval_f1"], abs=1e-4)
     assert float(kv["eval_exact_match"]) == pytest.approx(eval_results["eval_exact_match"], abs=1e-4)
     # the plan, and what really ran, read back from the objects that do the work
-    assert "PLAN device=cpu precision=fp32 (auto: CPU)" in log
+    assert "PLAN device=cpu precision=fp32 (--precision fp32)" in log
+    # the global batch, and the optimizer steps as the Trainer counted them: 2 epochs of ceil(features / 8) batches
+    steps = read(out / "trainer_state.json")["max_steps"]
+    assert re.search(rf"run_qa: PLAN_BATCH global_batch=8 \(8 per device x 1 processes x 1 accumulation\) "
+                     rf"optimizer_steps={steps} learning_rate=5e-05$", log, re.M) and "PLAN_SCALING" not in log
     assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in log and "postprocess=vectorized" in log
     assert summary["plan"]["precision"] == summary["effective"]["precision"] == "fp32"
     assert summary["effective"]["param_dtype"] == "float32"
@@ -153,7 +157,7 @@ def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives
     config = {"model_name_or_path": str(plain.ok().out), "validation_file": str(demo_files["validation"]),
               "do_eval": True, "output_dir": str(out), "max_seq_length": 128, "doc_stride": 32,
               "per_device_eval_batch_size": 16, "report_to": "none", "postprocess": "loop",
-              "features_cache_dir": str(features_cache)}
+              "features_cache_dir": str(features_cache), "precision": "fp32"}  # as the plain run
     (tmp_path / "args.json").write_text(json.dumps(config))
     proc = run_qa([str(tmp_path / "args.json")], env=offline_env(HF_HOME=str(hf_home)), cwd=str(cwd))
     log = proc.stdout + proc.stderr

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench import compare_predictions, flatten_squad
+from bench import compare_predictions, flatten_squad, plot_learning_curve
+from fixtures.outputs import temp_files
 from qa_hpc.squad_io import load_qa_records
 
 
 def test_flat_copy_holds_the_same_first_records(demo_files: dict, tmp_path: Path):
     dst = tmp_path / "dev.flat.json"
-    n = flatten_squad.flatten(str(demo_files["validation"]), str(dst), first=5)
-    flat = json.loads(dst.read_text())
-    assert n == 5 and list(flat) == ["version", "data"]
-    original, _ = load_qa_records(demo_files["validation"], split="validation")
+    assert flatten_squad.flatten(str(demo_files["validation"]), str(dst), first=5) == 5
+    flat, (original, _) = json.loads(dst.read_text()), load_qa_records(demo_files["validation"], split="validation")
+    assert list(flat) == ["version", "data"] and temp_files(tmp_path) == []
     assert flat["data"] == [{k: r[k] for k in flatten_squad.FIELDS} for r in original[:5]]
     again, _ = load_qa_records(dst, split="validation")  # our reader takes the flat form back
     assert [r["id"] for r in again] == [r["id"] for r in original[:5]]
@@ -40,10 +40,7 @@ def test_compare_predictions_counts_agreement_and_checks_the_difference(tmp_path
 
 
 def test_learning_curve_png(tmp_path: Path):
-    from bench import plot_learning_curve
-
-    state = tmp_path / "trainer_state.json"
     history = [{"step": s, "loss": 6.0 - s / 10, "learning_rate": 1e-4} for s in (10, 20, 30)]
-    state.write_text(json.dumps({"log_history": history + [{"step": 30, "train_runtime": 5.0}]}))
+    (state := tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history + [{"step": 30, "train_runtime": 5.0}]}))
     assert plot_learning_curve.main([str(state), str(tmp_path / "curve.png")]) == 0
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"

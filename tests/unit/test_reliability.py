@@ -15,57 +15,35 @@ from pathlib import Path
 import pytest
 import torch
 
-from qa_hpc.atomic_io import remove_stale_temps, write_json_atomic
+from fixtures.outputs import temp_files
+from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.errors import EXIT_OOM, BatchContext, OutOfMemory, OutputError, check_writable_dir, guarded, write_failure
 from qa_hpc.preemption import StopRequest, last_complete_checkpoint
-from fixtures.outputs import temp_files
 
 CTX = BatchContext(train_batch_size=32, eval_batch_size=64, gradient_accumulation_steps=1, max_seq_length=384,
                    device="cuda:0")
 
 
-# --- atomic writes ----------------------------------------------------------------------------------------
-
-def test_non_serializable_value_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
-    target = tmp_path / "eval_results.json"
+def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(tmp_path: Path) -> None:
+    target = tmp_path / "x.json"
     write_json_atomic(target, {"eval_f1": 88.1})
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError):  # serialized before any file is touched
         write_json_atomic(target, {"eval_f1": object()})
     assert json.loads(target.read_text()) == {"eval_f1": 88.1}
-    assert temp_files(tmp_path) == []
-
-
-def test_temps_of_live_writers_are_kept_and_those_of_dead_ones_removed(tmp_path: Path) -> None:
-    target = tmp_path / "x.json"
     live = tmp_path / f".x.json.{socket.gethostname()}-{os.getpid()}.abc.tmp"
-    live.write_text("partial")
-    assert remove_stale_temps(target) == []
-    assert live.exists()
     # a pid above the kernel's limit (pid_max is at most 2**22) never runs: its temp file is left by a dead writer
     dead = tmp_path / f".x.json.{socket.gethostname()}-{2**22 + 1}.abc.tmp"
+    live.write_text("partial")
     dead.write_text("partial")
-    write_json_atomic(target, {"a": 1})
-    assert temp_files(tmp_path) == [live.name]
-
-
-def test_unwritable_directory_is_an_output_error(tmp_path: Path) -> None:
-    blocker = tmp_path / "not_a_dir"
-    blocker.write_text("")
-    with pytest.raises(OutputError, match="cannot write .*not_a_dir/r.json"):
-        write_json_atomic(blocker / "r.json", {"a": 1})
-
-
-def test_written_files_get_the_permissions_open_would_give(tmp_path: Path) -> None:
-    """Group members of a project share results: an atomic write must not leave a temp file's 0600."""
-    old = os.umask(0o027)
+    old = os.umask(0o027)  # group members of a project share results: not a temp file's 0600
     try:
-        write_json_atomic(tmp_path / "eval_results.json", {"eval_f1": 1.0})
+        write_json_atomic(target, {"a": 1})
     finally:
         os.umask(old)
-    assert (tmp_path / "eval_results.json").stat().st_mode & 0o777 == 0o640
+    assert temp_files(tmp_path) == [live.name] and target.stat().st_mode & 0o777 == 0o640
+    with pytest.raises(OutputError, match="cannot write .*x.json/r.json: "):
+        write_json_atomic(target / "r.json", {"a": 1})
 
-
-# --- stop and resume --------------------------------------------------------------------------------------
 
 def test_stop_request_handler_only_sets_a_flag() -> None:
     request = StopRequest()
@@ -83,23 +61,17 @@ def test_stop_request_handler_only_sets_a_flag() -> None:
 def test_resume_skips_an_incompletely_written_checkpoint(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A job killed while saving leaves a checkpoint without a readable trainer_state.json."""
     for step, state in ((4, '{"global_step": 4}'), (6, '{"global_step": 6}'), (8, '{"global_st')):
-        ckpt = tmp_path / f"checkpoint-{step}"
-        ckpt.mkdir()
-        (ckpt / "model.safetensors").write_bytes(b"x")
-        (ckpt / "trainer_state.json").write_text(state)
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
     (tmp_path / "checkpoint-9").mkdir()  # killed before anything was written
     with caplog.at_level("WARNING"):
         assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-6")
     assert f"INCOMPLETE_CHECKPOINT path={tmp_path / 'checkpoint-8'}" in caplog.text
 
 
-# --- resources: unwritable output, disk full, out of memory -------------------------------------------------
-
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
 def test_read_only_output_dir(tmp_path: Path) -> None:
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o500)
+    (ro := tmp_path / "ro").mkdir(mode=0o500)
     try:
         with pytest.raises(OutputError, match="cannot write into --output_dir .*Permission denied"):
             check_writable_dir(str(ro))
@@ -108,27 +80,22 @@ def test_read_only_output_dir(tmp_path: Path) -> None:
 
 
 def test_write_failure_names_the_reason_from_rust_and_torch_errors(tmp_path: Path) -> None:
-    """safetensors reports 'os error 28'; torch.save only 'file write failed' (then a probe finds why)."""
-    rust = Exception("Error while serializing: I/O error: No space left on device (os error 28)")
-    err = write_failure(rust, str(tmp_path / "checkpoint-7"))
+    """safetensors reports 'os error 28'; torch.save only 'file write failed', and a probe write finds why."""
+    target = str(tmp_path / "checkpoint-7")
+    err = write_failure(Exception("I/O error: No space left on device (os error 28)"), target)
     assert isinstance(err, OutputError) and err.errno == errno.ENOSPC
-    assert str(err).startswith(f"cannot write {tmp_path}/checkpoint-7: No space left on device")
+    assert str(err).startswith(f"cannot write {target}: No space left on device")
     assert "MiB free" in str(err) and "--save_total_limit" in str(err)
     # an error with no errno on a writable disk is not a write failure: left to the traceback
-    assert write_failure(RuntimeError("shape mismatch"), str(tmp_path / "checkpoint-7")) is None
-
-
-def test_a_failed_save_without_an_errno_is_explained_by_a_probe_write(tmp_path: Path) -> None:
-    """torch.save says only 'file write failed': a probe write finds the reason (here a file-size limit)."""
+    assert write_failure(RuntimeError("shape mismatch"), target) is None
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))  # Python ignores SIGXFSZ: writes fail with EFBIG
     try:
-        err = write_failure(RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64"),
-                            str(tmp_path / "checkpoint-7"))
+        err = write_failure(RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64"), target)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     assert isinstance(err, OutputError) and err.errno == errno.EFBIG
-    assert str(err).startswith(f"cannot write {tmp_path}/checkpoint-7: File too large") and "ulimit -f" in str(err)
+    assert str(err).startswith(f"cannot write {target}: File too large") and "ulimit -f" in str(err)
 
 
 def _allocate_too_much() -> None:
@@ -144,9 +111,7 @@ def test_out_of_memory_names_the_batch_size_and_what_to_lower(phase: str, expect
     with pytest.raises(OutOfMemory) as info:
         with guarded(phase, "out", CTX):
             _allocate_too_much()
-    msg = str(info.value)
-    assert all(part in msg for part in expected), msg
-    assert "Tried to allocate 2.00 GiB" in msg
+    assert all(part in str(info.value) for part in expected + ["Tried to allocate 2.00 GiB"]), str(info.value)
     assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
 
 

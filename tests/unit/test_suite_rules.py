@@ -12,37 +12,18 @@ from transformers import Trainer  # imported before the tests run: the guard pat
 from conftest import REPO, needed_module, shared_squad_file, skip_or_fail
 
 
-def _outcome(call, *args) -> BaseException:
-    """What a missing resource did to the test: the Skipped or Failed it raised (caught here, either way)."""
-    try:
-        call(*args)
-    except (pytest.skip.Exception, pytest.fail.Exception) as outcome:
-        return outcome
-    raise AssertionError(f"{call.__name__}{args} neither skipped nor failed")
-
-
-@pytest.mark.parametrize("ci", ["true", "TRUE", "1"])
-def test_a_missing_resource_fails_under_ci(monkeypatch: pytest.MonkeyPatch, ci: str) -> None:
-    monkeypatch.setenv("CI", ci)
-    for call, args, says in ((skip_or_fail, ("gone",), "gone"),
-                             (shared_squad_file, ("no-such-file.json",), "real SQuAD data not found at "),
-                             (needed_module, ("no_such_module_qa",), "module no_such_module_qa not importable")):
-        outcome = _outcome(call, *args)
-        assert isinstance(outcome, pytest.fail.Exception), f"{call.__name__} skipped under CI={ci}: {outcome}"
-        assert str(outcome).startswith("CI=true, and a resource this test needs is missing: " + says), outcome
-
-
-@pytest.mark.parametrize("ci", [None, "false", ""])
-def test_a_missing_resource_skips_elsewhere_saying_why(monkeypatch: pytest.MonkeyPatch, ci: str | None) -> None:
-    if ci is None:
-        monkeypatch.delenv("CI", raising=False)
-    else:
-        monkeypatch.setenv("CI", ci)
-    for call, args, says in ((shared_squad_file, ("no-such-file.json",), "real SQuAD data not found at "),
-                             (needed_module, ("no_such_module_qa",), "module no_such_module_qa not importable")):
-        outcome = _outcome(call, *args)
-        assert isinstance(outcome, pytest.skip.Exception), f"{call.__name__} failed with CI={ci!r}: {outcome}"
-        assert str(outcome).startswith(says), outcome
+@pytest.mark.parametrize("ci, fails", [("true", True), ("TRUE", True), ("1", True), (None, False), ("false", False),
+                                       ("", False)])
+def test_a_missing_resource_fails_under_ci_and_skips_elsewhere_saying_why(monkeypatch, ci: str | None, fails: bool):
+    monkeypatch.delenv("CI", raising=False) if ci is None else monkeypatch.setenv("CI", ci)
+    prefix = "CI=true, and a resource this test needs is missing: " if fails else ""
+    for call, arg, says in ((skip_or_fail, "gone", "gone"),
+                            (shared_squad_file, "no-such-file.json", "real SQuAD data not found at "),
+                            (needed_module, "no_such_module_qa", "module no_such_module_qa not importable")):
+        with pytest.raises((pytest.skip.Exception, pytest.fail.Exception)) as outcome:
+            call(arg)
+        assert isinstance(outcome.value, pytest.fail.Exception if fails else pytest.skip.Exception), outcome.value
+        assert str(outcome.value).startswith(prefix + says), outcome.value
     assert needed_module("json").dumps([1]) == "[1]"
 
 
@@ -56,7 +37,6 @@ def test_a_unit_test_that_starts_a_process_or_trains_fails() -> None:
 
 def test_ci_runs_the_readme_test_command() -> None:
     readme = (REPO / "README.md").read_text()
-    tests_section = readme[readme.index("\n## Tests"):]
-    command = re.search(r"```bash\n(\S.*?)\s+#", tests_section).group(1).strip()
+    command = re.search(r"```bash\n(\S.*?)\s+#", readme[readme.index("\n## Tests"):]).group(1).strip()
     lines = [ln for ln in (REPO / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     assert lines[-1] == command == ".venv/bin/python -m pytest"
