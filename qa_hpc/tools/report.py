@@ -35,11 +35,11 @@ CURVES = (("train/loss", "training loss"), ("train/grad_norm", "gradient norm"),
           ("train/learning_rate", "learning rate"), ("train/samples_per_second", "train samples/s (all ranks)"))
 # section -> "label=the record's field; ..." (global_batch and loss.final: see field())
 SECTIONS = {title: [tuple(item.split("=")) for item in spec.split("; ")] for title, spec in {
-    "Environment": "host=hostname; GPU=gpu_name; GPUs on the node=gpu_count; CPU model=cpu_model; CPUs=cpu_count; "
-                   "CUDA=cuda_version; driver=driver_version; python=python; torch=torch_version; transformers="
-                   "transformers_version; datasets=datasets_version; Slurm job=slurm_job_id; Slurm nodes="
-                   "slurm_nodelist; node count=slurm_job_num_nodes; processes=plan.world_size; processes per node="
-                   "plan.local_world_size; threads per process=effective.threads",
+    "Environment": "host=hostname; GPU=gpu_name; GPUs on the node=gpu_count; CPU model=cpu_model; CPU flags=cpu_flags; "
+                   "CPUs=cpu_count; CUDA=cuda_version; driver=driver_version; python=python; torch=torch_version; "
+                   "transformers=transformers_version; datasets=datasets_version; Slurm job=slurm_job_id; Slurm "
+                   "nodes=slurm_nodelist; node count=slurm_job_num_nodes; processes=plan.world_size; processes per "
+                   "node=plan.local_world_size; threads per process=effective.threads",
     "Parameters": "model=params.model; dataset=params.dataset; epochs=params.epochs; max steps=params.max_steps; "
                   "training samples=params.max_train_samples; batch per device=params.per_device_train_batch_size; "
                   "world size=params.world_size; gradient accumulation=params.gradient_accumulation_steps; global "
@@ -91,7 +91,7 @@ def number(value: Any) -> str:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return NA
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value).replace("|", "/")
+        return (", ".join(map(str, value)) if isinstance(value, list) else str(value)).replace("|", "/")
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:.4g}" if abs(value) < 1 else f"{value:,.2f}"

@@ -73,6 +73,7 @@ def test_every_number_is_the_records(report, name, request):
     batch, world = (8, 1) if name == "plain" else (4, 2)  # per device x world size x accumulation 1
     assert (params["batch per device"], params["world size"], params["global batch"]) == (str(batch), str(world), "8")
     assert env["host"] == record["hostname"] and env["torch"] == record["torch_version"]
+    assert env["CPU model"] == record["cpu_model"] and env["CPU flags"] == ", ".join(record["cpu_flags"])
     assert env["driver"] == "not recorded" and env["GPU"] == "n/a" and env["processes"] == str(world)  # absent, null
     assert f"**ok**, exit code 0, wall clock {record['wall_clock_seconds']:,.2f} s" in md
     summary = (run.out / "profiler" / "profiler_summary.txt").read_text(encoding="utf-8").splitlines()
