@@ -28,8 +28,8 @@ for seed in $SEEDS; do
 	for spec in "${specs[@]}"; do
 		name=${spec%%=*} flags=${spec#*=}
 		run=$OUT/$name.seed$seed
-		[ -f "$run/all_results.json" ] || \
 		# shellcheck disable=SC2086  # flags are words
+		[ -f "$run/all_results.json" ] ||
 		"$PY" run_qa.py --model_name_or_path "$MODEL" --train_file "$TRAIN_FILE" --validation_file "$DEV_FILE" \
 			--max_train_samples "$TRAIN_N" --max_eval_samples "$EVAL_N" --do_train --do_eval --num_train_epochs 1 \
 			--per_device_train_batch_size 12 --learning_rate 3e-5 --max_seq_length 384 --doc_stride 128 \
