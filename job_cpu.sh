@@ -36,4 +36,7 @@ qa_cpu_levers   # allocator and thread affinity, each behind a switch (QA_CPU_AL
 qa_run_preemptible local python run_qa.py "${QA_ARGS[@]}" --use_cpu "$@"
 rc=$?
 qa_report "$rc"
+# the run's report (report.md, report.html, figures) beside its log; a run that left no record: one ERROR line
+_log=${QA_LOCAL_LOG:-logs/$JOB_NAME-${SLURM_JOB_ID:-}.out}
+python -m qa_hpc.tools.report "$QA_OUT" --out "${_log%.out}_report" || true
 exit "$rc"

@@ -24,7 +24,10 @@
 #   sbatch --gres=none job_ddp.sh                            # CPU nodes (gloo)
 #
 # Overrides: everything job_ft3.sh takes, plus QA_NPROC_PER_NODE, QA_CPU_PROCS_PER_NODE,
-# QA_RDZV_PORT (default 15000 + job id mod 10000, so jobs sharing a node do not collide).
+# QA_RDZV_PORT (default 15000 + job id mod 10000, so jobs sharing a node do not collide),
+# QA_NUMA_BINDING (GPU nodes: exclusive = each worker on its own CPUs of its GPU's NUMA node, torchrun
+# --numa-binding with numactl; none to leave it). Passed through to every rank as set: NCCL_DEBUG=INFO
+# (which interface and transport NCCL picked), NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (e.g. ib0, ^lo).
 # Preemption: as job_ft3.sh (USR1 to every worker, requeue, resume).
 set -uo pipefail
 _self_dir=${QA_HPC_DIR:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")" && pwd)}}
@@ -43,20 +46,36 @@ else
 	BACKEND=gloo
 fi
 NNODES=${SLURM_NNODES:-1}
+# the first node's name as Slurm knows it: every node of the allocation resolves it
 if [ -n "${SLURM_JOB_NODELIST:-}" ]; then
 	MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 else
 	MASTER=127.0.0.1
 fi
 PORT=$(qa_rdzv_port)
+# each GPU worker on CPUs of its own near its GPU (needs numactl; the step's CPUs are the pool)
+BINDING=${QA_NUMA_BINDING:-exclusive}
+if [ "$GPUS" -eq 0 ] || [ "$BINDING" = none ]; then
+	BINDING=none
+elif ! command -v numactl >/dev/null; then
+	qa_log "BINDING=none (no numactl on this node: install it for QA_NUMA_BINDING=$BINDING)"
+	BINDING=none
+else  # a bound worker's CPUs are already its share: pass that share as its threads (PLAN shows it)
+	share=$(( ${SLURM_CPUS_PER_TASK:-$(nproc)} / NPROC ))
+	export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( share > 0 ? share : 1 ))}
+fi
 
 qa_select_run "$JOB_NAME"
 QA_ARGS+=(--ddp_backend "$BACKEND")
 qa_log "DDP nodes=$NNODES nproc_per_node=$NPROC world_size=$(( NNODES * NPROC )) backend=$BACKEND" \
-	"rdzv=c10d endpoint=$MASTER:$PORT id=${SLURM_JOB_ID:-local} cpus_per_task=${SLURM_CPUS_PER_TASK:-unset}"
-
+	"rdzv=c10d endpoint=$MASTER:$PORT id=${SLURM_JOB_ID:-local} cpus_per_task=${SLURM_CPUS_PER_TASK:-unset}" \
+	"numa_binding=$BINDING NCCL_DEBUG=${NCCL_DEBUG:-unset} NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-unset}" \
+	"GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-unset}"
+bind=()
+[ "$BINDING" = none ] || bind=(--numa-binding="$BINDING")
 launcher=(
 	torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC" --max_restarts=0
+	"${bind[@]}"
 	--rdzv_backend=c10d --rdzv_endpoint="$MASTER:$PORT" --rdzv_id="${SLURM_JOB_ID:-local}"
 	run_qa.py "${QA_ARGS[@]}" "$@"
 )
@@ -64,12 +83,15 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
 	# The preemption warning (SIGUSR1) goes to every process of the step. torchrun must ignore it
 	# (its default action would kill it and orphan the workers); the workers handle it: they agree
 	# on a step, save one checkpoint and exit 75. SIGTERM stays torchrun's: it passes it on.
-	# no --kill-on-bad-exit: after a preemption one node's workers may exit while rank 0 is still
-	# writing the checkpoint (a rank that really fails ends the others through the collective timeout)
+	# --kill-on-bad-exit: a node whose torchrun fails ends the whole step at once; the other nodes'
+	# ranks would otherwise wait in a collective until its timeout (30 min) with their GPUs held.
+	# After a preemption every rank passes a barrier once the checkpoint is written, before any exits.
+	# (No --wait: a node ends with 0 only after the run's last collective, so none is left waiting.)
 	# --cpus-per-task given to the step explicitly: Slurm 22.05 stopped passing SLURM_CPUS_PER_TASK
 	# on to srun, later versions read SRUN_CPUS_PER_TASK; each step then gets what the job asked for.
 	# STEP_CPUS: the CPUs the step really got on each node (its affinity mask).
 	qa_run_preemptible steps srun --nodes="$NNODES" --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
+		--kill-on-bad-exit=1 \
 		bash -c 'trap "" USR1; echo "STEP_CPUS node=${SLURMD_NODENAME:-$(hostname)} cpus=$(nproc)"; exec "$@"' \
 		torchrun-without-usr1 "${launcher[@]}"
 else
@@ -77,4 +99,7 @@ else
 fi
 rc=$?
 qa_report "$rc"
+# the run's report (report.md, report.html, figures) beside its log; a run that left no record: one ERROR line
+_log=${QA_LOCAL_LOG:-logs/$JOB_NAME-${SLURM_JOB_ID:-}.out}
+python -m qa_hpc.tools.report "$QA_OUT" --out "${_log%.out}_report" || true
 exit "$rc"

@@ -5,9 +5,9 @@
     python -m qa_hpc.tools.collect_results logs/ outputs/ --baseline bert_squad_ft3 --format csv > runs.csv
     python -m qa_hpc.tools.collect_results logs/ outputs/ --plot plots/  # loss_curves, throughput, wall_time .png
 
-Every figure comes from the run's record, <output_dir>/run_summary.json (the loss curve from
-trainer_state.json). A job log (`name-jobid.out`) pairs with its record by job id; a log without one
-shows a run that failed (its last `ERROR:` line says why) or is incomplete. Missing figures read n/a.
+The one reader of run records (qa_hpc.tools.report builds on it): figures come from <output_dir>/run_summary.json
+(with memory.json), the loss curve from trainer_state.json. A job log (`name-jobid.out`) pairs with its record by
+job id; a log without one shows a run that failed (its last `ERROR:` line says why) or is incomplete.
 """
 
 from __future__ import annotations
@@ -18,15 +18,11 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import pandas as pd
 
 from qa_hpc.record import SUMMARY_FILE
-
-if TYPE_CHECKING:  # the table and CSV/JSON outputs need no matplotlib: it is imported when a plot is drawn
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 LOG_SUFFIXES = (".out", ".err", ".log")
 # Files only a run's output dir holds: a dir with any of them is a run, with or without a record.
@@ -42,8 +38,8 @@ COLUMNS = (
     "run", "job_name", "job_id", "status", "reason", "exit_code", "nodes", "procs_per_node", "world_size",
     "device", "precision", "wall_clock_seconds", "train_runtime", "train_samples_per_second",
     "train_tokens_per_second", "train_mfu", "eval_samples_per_second", "exact_match", "f1", "peak_memory_mb",
-    "peak_memory_source", "hostname", "timestamp", "output_dir", "logs", "loss_curve",
-)
+    "peak_memory_source", "hostname", "timestamp", "output_dir", "logs", "loss_curve", "record",
+)  # record: run_summary.json as read ({} when unreadable), what qa_hpc.tools.report shows
 INTEGERS, FLOATS = COLUMNS[5:9], COLUMNS[11:20]  # exit_code .. world_size; wall_clock_seconds .. peak_memory_mb
 SPEEDUP_ON = {"train_runtime": "time", "wall_clock_seconds": "time", "train_samples_per_second": "rate",
               "train_tokens_per_second": "rate"}
@@ -87,9 +83,12 @@ def _find(paths: list[str]) -> tuple[dict[str, list[Path]], list[Path], list[str
 def _read_json(path: Path) -> Any:
     """The parsed file, or None when it is missing or cut off mid-write (json: records may hold NaN)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    if path.name == SUMMARY_FILE and isinstance(record, dict) and isinstance(record.get("memory"), dict):
+        record["memory"] = {**(_read_json(path.with_name("memory.json")) or {}), **record["memory"]}  # + estimate
+    return record
 
 
 def _last_error(files: list[Path]) -> str | None:
@@ -133,7 +132,8 @@ def _records(dirs: list[Path]) -> pd.DataFrame:
         status=status, reason=reason, nodes=-(-r["world_size"] // r["procs_per_node"]),
         peak_memory_source=r["cuda_peak"].fillna(0).ne(0).map({True: "cuda", False: "rss"}).where(
             r["peak_memory_mb"].notna()), output_dir=pd.Series([str(d) for d in dirs], dtype="string"), dir=dir_names,
-        logs=[[] for _ in dirs], loss_curve=[_loss_curve(d) for d in dirs])[[*COLUMNS, "dir"]]
+        logs=[[] for _ in dirs], loss_curve=[_loss_curve(d) for d in dirs],
+        record=[r if ok else {} for r, ok in zip(records, readable)])[[*COLUMNS, "dir"]]
 
 
 def _logs(found: dict[str, list[Path]]) -> pd.DataFrame:
@@ -184,7 +184,7 @@ def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
     note = ("; " + other["output_dir"] + " holds the record of job " + other["job_id_rec"]).reindex(alone.index)
     alone = alone.assign(status=alone["error"].notna().map({True: "failed", False: "incomplete"}),
                          reason=alone["error"].fillna(NO_RECORD + note.fillna("")),
-                         loss_curve=[[] for _ in alone.index])
+                         loss_curve=[[] for _ in alone.index], record=[{} for _ in alone.index])
     table = pd.concat([alone, runs], ignore_index=True).reindex(columns=list(COLUMNS))
     # numeric job ids in order, then the rest (local runs) by name
     ids = table["job_id"].fillna("")
@@ -208,11 +208,9 @@ def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tup
     if len(matches) != 1:
         found = ", ".join(table.loc[matches if len(matches) else table.index, "run"])
         return None, f"--baseline {baseline!r} matches {'no run' if not len(matches) else 'several runs'} ({found})"
-    index = int(matches[0])
-    if not table.at[index, metric] > 0:
-        run, status = table.at[index, "run"], table.at[index, "status"]
-        return None, f"--baseline {baseline!r} ({run}, status {status}) has no {metric}"
-    return index, None
+    index, row = int(matches[0]), table.loc[matches[0]]
+    return (index, None) if row[metric] > 0 else (
+        None, f"--baseline {baseline!r} ({row['run']}, status {row['status']}) has no {metric}")
 
 
 def add_speedup(table: pd.DataFrame, base: int | None, metric: str) -> pd.DataFrame:
@@ -222,115 +220,60 @@ def add_speedup(table: pd.DataFrame, base: int | None, metric: str) -> pd.DataFr
     return table.assign(speedup=reference / values if SPEEDUP_ON[metric] == "time" else values / reference)
 
 
-def _figure(value: float) -> str:
-    """Throughputs and times span 0.01 to 100,000: two decimals while small, thousands separators when big."""
-    return f"{value:.2f}" if abs(value) < 1000 else f"{value:,.0f}"
-
-
 def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
     """A GitHub markdown table and what its speedup and memory columns mean."""
     t = table.astype({"nodes": "string", "procs_per_node": "string", "reason": "string", "status": "string"})
-    fixed = lambda column, spec: t[column].map(spec.format, na_action="ignore").astype("string")  # noqa: E731
+    fixed = lambda column, spec: t[column].map(  # noqa: E731 - spec: a format string or a function
+        getattr(spec, "format", spec), na_action="ignore").astype("string")
+    big = lambda v: f"{v:.2f}" if abs(v) < 1000 else f"{v:,.0f}"  # noqa: E731 - times and throughputs: 0.01 to 100,000
     reason = t["reason"].where(t["reason"].str.len() <= 100, t["reason"].str[:97] + "...")  # whole: csv/json
     cells = pd.DataFrame({
         "run": t["run"], "job id": t["job_id"], "nodes×GPUs": t["nodes"] + "×" + t["procs_per_node"],
         "device": t["device"], "precision": t["precision"], "wall s": fixed("wall_clock_seconds", "{:.0f}"),
-        **{title: t[column].map(_figure, na_action="ignore").astype("string") for title, column in (
+        **{title: fixed(column, big) for title, column in (
             ("train s", "train_runtime"), ("train samples/s", "train_samples_per_second"),
             ("eval samples/s", "eval_samples_per_second"))},
         "EM": fixed("exact_match", "{:.2f}"), "F1": fixed("f1", "{:.2f}"),
         "peak memory": fixed("peak_memory_mb", "{:,.0f}") + " MB (" + t["peak_memory_source"].astype("string") + ")",
         "speedup": fixed("speedup", "{:.2f}×"),
         "status": t["status"].where(t["status"].eq("ok"), t["status"].str.upper() + (": " + reason).fillna("")),
-    }).astype("string").fillna(NA).map(lambda text: text.replace("|", "/"))  # a | in a reason would split the cell
-    # no tabulate here (pandas' to_markdown needs it), and unpadded cells keep the table diff-friendly
-    lines = ["| " + " | ".join(cells.columns) + " |", "|" + "|".join("---" for _ in cells.columns) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)]
+    }).astype("string").fillna(NA)
     name = table.at[base, "run"] if base is not None else None
     notes = [] if base is None else [f"speedup: {metric} of {name} / each run's" if SPEEDUP_ON[metric] == "time"
                                      else f"speedup: each run's {metric} / {name}'s"]
-    notes.append("peak memory: cuda = CUDA peak allocated (max over ranks); rss = CPU peak RSS")
-    return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+    notes += ["peak memory: cuda = CUDA peak allocated (max over ranks); rss = CPU peak RSS"]
+    return md_table(cells) + "\n\n" + "\n".join(notes) + "\n"
+
+
+def md_table(cells: pd.DataFrame) -> str:
+    """A GitHub markdown table of text cells: unpadded (diff-friendly), no tabulate (pandas' to_markdown needs it)."""
+    cells = cells.astype("string").fillna(NA).map(lambda text: text.replace("|", "/"))  # a | would split the cell
+    lines = ["| " + " | ".join(cells.columns) + " |", "|" + "|".join("---" for _ in cells.columns) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)])
 
 
 def to_csv(table: pd.DataFrame) -> str:
     """Every column but the loss curve; a run's log files joined by ';'."""
-    flat = table.drop(columns="loss_curve").assign(logs=table["logs"].map(";".join))
+    flat = table.drop(columns=["loss_curve", "record"]).assign(logs=table["logs"].map(";".join))
     return flat.to_csv(index=False, lineterminator="")
 
 
 def to_json(table: pd.DataFrame, base: int | None, metric: str) -> str:
-    """Every column, loss curves included; missing figures are null."""
+    """Every column but the record (its file is beside), loss curves included; missing figures are null."""
+    table = table.drop(columns="record")
     plain = table.astype(object).where(table.notna(), None)  # NaN and pd.NA are not JSON
     return json.dumps({"baseline": table.at[base, "run"] if base is not None else None, "speedup_on": metric,
                        "runs": plain.to_dict(orient="records")}, indent=2) + "\n"
 
 
-# Figure, not pyplot: no global figure state, and no display needed on a login node. 700 x 400 pixels:
-# readable in a README and in a terminal image viewer.
-SIZE, DPI = (7, 4), 100
-BARS = {"throughput.png": ("train_samples_per_second", "train samples/s (all ranks)"),
-        "wall_time.png": ("wall_clock_seconds", "wall clock seconds")}  # file -> (column, axis label)
-
-
-def _axes(title: str, **labels: str) -> tuple[Figure, Axes]:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=SIZE, dpi=DPI)
-    ax = fig.subplots()
-    ax.set(title=title, **labels)
-    return fig, ax
-
-
-def loss_figure(table: pd.DataFrame) -> Figure:
-    """Training loss over optimizer steps, one line per run that logged a loss."""
-    fig, ax = _axes("Training loss", xlabel="optimizer step", ylabel="training loss")
-    curves = table[table["loss_curve"].map(len) > 0]
-    for run, curve in zip(curves["run"], curves["loss_curve"]):
-        ax.plot(*zip(*curve), marker="o", markersize=3, label=run)
-    if len(curves):
-        ax.legend(fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "no loss curves found", ha="center", va="center", transform=ax.transAxes)
-    ax.grid(alpha=0.3)
-    return fig
-
-
-def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
-    """One bar per run (red when it did not end ok), labelled with its value (and status when not ok)."""
-    fig, ax = _axes(f"{label} per run", ylabel=label)
-    ok = table["status"].eq("ok")
-    bars = ax.bar(range(len(table)), table[column].fillna(0.0), color=ok.map({True: "tab:blue", False: "tab:red"}))
-    ax.bar_label(bars, fontsize=8, labels=[(NA if pd.isna(value) else f"{value:.3g}") + ("" if good else f" ({status})")
-                                           for value, good, status in zip(table[column], ok, table["status"])])
-    ax.set_xticks(range(len(table)), table["run"], rotation=20, ha="right", fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    return fig
-
-
-def write_plots(table: pd.DataFrame, out_dir: str) -> list[Path]:
-    """loss_curves.png, throughput.png and wall_time.png in out_dir; their paths."""
-    figures = {"loss_curves.png": loss_figure(table), **{name: bar_figure(table, *bar) for name, bar in BARS.items()}}
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    for name, fig in figures.items():
-        fig.tight_layout()
-        fig.savefig(Path(out_dir) / name)
-    return [Path(out_dir) / name for name in figures]
-
-
-def _usage_error(message: str) -> int:
-    print(f"ERROR: {message}", file=sys.stderr)
-    return 2
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qa_hpc.tools.collect_results",
-                                     description=__doc__.split("\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+    parser = argparse.ArgumentParser(prog="python -m qa_hpc.tools.collect_results", description=__doc__.split("\n")[0],
+                                     epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="*",
-                        help="job logs, log dirs, output dirs and dirs of output dirs (default: logs/ outputs/)")
-    parser.add_argument("--baseline", help="run label, job name or job id the speedup is relative to "
-                        "(default: the first successful run)")
+    parser.add_argument("paths", nargs="*", help="job logs, log dirs, output dirs and dirs of output dirs (default: "
+                        "logs/ outputs/)")
+    parser.add_argument("--baseline", help="run label, job name or job id the speedup is relative to (default: the "
+                        "first successful run)")
     parser.add_argument("--speedup_on", default="train_runtime", choices=sorted(SPEEDUP_ON),
                         help="figure the speedup compares (default: train_runtime): baseline/run for times, "
                         "run/baseline for rates; only runs that ended ok get one")
@@ -338,22 +281,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", metavar="DIR", help="write loss_curves.png, throughput.png, wall_time.png here")
     args = parser.parse_args(argv)
     paths = args.paths or [p for p in ("logs", "outputs") if os.path.exists(p)]
-    if not paths:
-        return _usage_error("no paths given and no logs/ or outputs/ here")
-    table, warnings = read_runs(paths)
+    table, warnings = read_runs(paths) if paths else (pd.DataFrame(), [])
     for warning in warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
-    if table.empty:
-        return _usage_error(f"no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with "
-                            f"{SUMMARY_FILE})")
-    base, error = pick_baseline(table, args.baseline, args.speedup_on)
+    error = "no paths given and no logs/ or outputs/ here" if not paths else f"no runs found in {' '.join(paths)} " \
+        f"(looked for *.out/*.err/*.log and dirs with {SUMMARY_FILE})" if table.empty else None
+    base, error = (None, error) if error else pick_baseline(table, args.baseline, args.speedup_on)
     if error:
-        return _usage_error(error)
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 2
     table = add_speedup(table, base, args.speedup_on)
     sys.stdout.write(to_markdown(table, base, args.speedup_on) if args.format == "md" else to_csv(table)
                      if args.format == "csv" else to_json(table, base, args.speedup_on))
-    for path in write_plots(table, args.plot) if args.plot else []:
-        print(f"PLOT={path}", file=sys.stderr)
+    if args.plot:  # matplotlib only when a plot is drawn: the table needs none
+        from qa_hpc.tools.report import write_plots
+
+        for path in write_plots(table, args.plot):
+            print(f"PLOT={path}", file=sys.stderr)
     return 0
 
 

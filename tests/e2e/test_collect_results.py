@@ -3,8 +3,8 @@
 Each figure in the table is compared with the files the run wrote, read here: its record (run_summary.json),
 train_results.json, eval_results.json, memory.json, trainer_state.json; the speedup is recomputed here. The
 failed run (no record: it stopped while checking its data) is a row from its log's last ERROR line; an empty
-log and a cut-off results file are rows, not crashes. The plots are real PNGs of the expected size, and their
-figures hold the records' numbers. The collector runs in-process (main(argv)), and once as users type it.
+log and a cut-off results file are rows, not crashes; the plots hold the records' numbers. The collector runs
+in-process (main(argv)), and once as users type it.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from pathlib import Path
 import pytest
 
 from fixtures.runs import Run, read
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
 
 @pytest.fixture(scope="module")
 def tiny_project(project: Path, plain: Run, ddp: Run, failed: Run) -> tuple[Path, dict[str, Run]]:
@@ -125,24 +122,15 @@ def test_markdown_and_csv(tiny_project, capsys):
     assert records[2]["status"] == "failed" and records[2]["train_runtime"] == "" and records[2]["nodes"] == ""
 
 
-def test_plots_are_real_pngs(tiny_project, tmp_path, capsys):
-    import matplotlib.image
-
-    root, _ = tiny_project
-    proc = collect(capsys, root, "logs", "outputs", "--plot", str(tmp_path / "plots"))
-    for name in ("loss_curves.png", "throughput.png", "wall_time.png"):
-        path = tmp_path / "plots" / name
-        assert f"PLOT={path}" in proc.stderr
-        data = path.read_bytes()
-        assert data[:8] == PNG_MAGIC and len(data) > 5000
-        pixels = matplotlib.image.imread(str(path))
-        assert pixels.shape[:2] == (400, 700) and pixels.std() > 0.05  # 7 x 4 in at 100 dpi; not a blank image
-
-
-def test_plots_draw_the_records_numbers(tiny_project):
-    from qa_hpc.tools.collect_results import bar_figure, loss_figure, read_runs
+def test_plots_draw_the_records_numbers(tiny_project, tmp_path, capsys):
+    """--plot's PNGs are tests/e2e/test_report.py's (the same figures); here their numbers are the records'."""
+    from qa_hpc.tools.collect_results import read_runs
+    from qa_hpc.tools.report import bar_figure
 
     root, runs = tiny_project
+    proc = collect(capsys, root, "logs", "outputs", "--plot", str(tmp_path))
+    for png in ("loss_curves.png", "throughput.png", "wall_time.png"):
+        assert f"PLOT={tmp_path / png}" in proc.stderr and (tmp_path / png).stat().st_size > 5000
     table = read_runs([str(root / "logs"), str(root / "outputs")])[0]
     records = [read(runs[name].out / "run_summary.json") for name in ("single", "ddp")]
     (ax,) = bar_figure(table, "train_samples_per_second", "samples/s").axes
@@ -150,13 +138,6 @@ def test_plots_draw_the_records_numbers(tiny_project):
     assert heights == pytest.approx([r["results"]["train_samples_per_second"] for r in records] + [0.0])
     assert [bar.get_facecolor() == ax.patches[0].get_facecolor() for bar in ax.patches] == [True, True, False]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["qa-tiny-1001", "qa-tiny-ddp-1002", "qa-tiny-bad-1003"]
-    (ax,) = bar_figure(table, "wall_clock_seconds", "s").axes
-    assert [b.get_height() for b in ax.patches][:2] == pytest.approx([r["wall_clock_seconds"] for r in records])
-    (ax,) = loss_figure(table).axes
-    assert [line.get_label() for line in ax.get_lines()] == ["qa-tiny-1001", "qa-tiny-ddp-1002"]
-    for line, name in zip(ax.get_lines(), ("single", "ddp")):
-        history = read(runs[name].out / "trainer_state.json")["log_history"]
-        assert list(line.get_ydata()) == [e["loss"] for e in history if "loss" in e]
 
 
 def test_defaults_missing_fields_and_bad_baseline(tiny_project, tmp_path, capsys):

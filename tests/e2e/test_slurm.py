@@ -5,7 +5,8 @@ these tests start one themselves if they can (root, apt) and skip, saying why, w
 Each job runs the offline-demo path with a tiny model so it takes seconds, and is preempted once
 for real: the batch shell gets SIGUSR1 exactly as `#SBATCH --signal=B:USR1@300` delivers it, the
 run saves a checkpoint and exits 75, the job requeues itself, and the requeued job resumes from
-that checkpoint and finishes. A failing job makes `sbatch --wait` return non-zero.
+that checkpoint and finishes. A failing job makes `sbatch --wait` return non-zero; a DDP node whose
+launcher dies ends the whole job at once (srun --kill-on-bad-exit).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, skip_or_fail
+from e2e.test_launchers import demo_env
 from fixtures.procs import free_port
 
 pytestmark = pytest.mark.slurm
@@ -35,49 +38,35 @@ def _sh(*cmd: str, timeout: int = 20) -> subprocess.CompletedProcess:
 
 
 def slurm_running() -> bool:
-    if not shutil.which("sinfo"):
-        return False
     try:
-        out = _sh("sinfo", "-h", "-N", "-o", "%t")
+        states = _sh("sinfo", "-h", "-N", "-o", "%t").stdout.split() if shutil.which("sinfo") else []
     except (subprocess.TimeoutExpired, OSError):
         return False
-    states = out.stdout.split()
-    return out.returncode == 0 and sum(s in ("idle", "mix", "alloc") for s in states) >= 2
+    return sum(s in ("idle", "mix", "alloc") for s in states) >= 2
 
 
 @pytest.fixture(scope="module")
 def slurm() -> dict[str, bool]:
     """A SLURM with two nodes: the running one, or a local one started here (and stopped after)."""
-    started = False
-    if not slurm_running():
+    started = not slurm_running()
+    if started:
         if os.geteuid() != 0:
             skip_or_fail("no SLURM with 2 idle nodes running, and starting a local one needs root "
                          "(ci/slurm/start-local-slurm.sh; .ci/run does it)")
         if not shutil.which("slurmctld") and not shutil.which("apt-get"):
             skip_or_fail("no SLURM running or installed, and no apt-get to install one")
-        env = dict(os.environ, SLURM_CI_GPUS="1")
-        proc = subprocess.run(["bash", str(SLURM_DIR / "start-local-slurm.sh")], env=env, capture_output=True,
-                              text=True, timeout=600)
+        proc = subprocess.run(["bash", str(SLURM_DIR / "start-local-slurm.sh")], env=dict(os.environ, SLURM_CI_GPUS="1"),
+                              capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             skip_or_fail(f"could not start a local SLURM: {(proc.stdout + proc.stderr)[-1500:]}")
-        started = True
-    gres = _sh("sinfo", "-h", "-o", "%G").stdout
-    yield {"gpu_gres": "gpu" in gres}
+    yield {"gpu_gres": "gpu" in _sh("sinfo", "-h", "-o", "%G").stdout}
     if started:
         subprocess.run(["bash", str(SLURM_DIR / "stop-local-slurm.sh"), "--quiet"], timeout=120)
 
 
-def job_env(tiny_bert: Path, tmp: Path) -> dict[str, str]:
-    """Tiny overrides for the job scripts (sbatch passes the environment on to the job)."""
-    env = dict(os.environ)
-    env.update(
-        QA_MODE="auto",  # nothing cached, no network: the offline demo
-        QA_DEMO_MODEL=str(tiny_bert), QA_DEMO_DATA=str(tmp / "data"), QA_DEMO_TRAIN="16", QA_DEMO_EVAL="7",
-        QA_DEMO_CONTEXT_WORDS="40", QA_DEMO_EPOCHS="1", QA_DEMO_BATCH="8",
-        QA_MAX_SEQ_LENGTH="128", QA_DOC_STRIDE="32", QA_OUTPUT_DIR=str(tmp / "out"), QA_REPORT_TO="none",
-        QA_RDZV_PORT=str(free_port()),
-    )
-    return env
+def job_env(tiny_bert: Path, tmp: Path, **extra: str) -> dict[str, str]:
+    """The launchers' demo overrides, and a rendezvous port of the test's own (sbatch passes them to the job)."""
+    return demo_env(tiny_bert, tmp, QA_RDZV_PORT=str(free_port()), OMP_NUM_THREADS=None, **extra)  # nproc reads it
 
 
 def sbatch_cmd(script: str, tmp: Path, *extra: str, name: str) -> list[str]:
@@ -97,26 +86,37 @@ def wait_for(predicate, timeout: float, what: str, log: Path | None = None) -> N
 
 
 def job_field(job_id: str, field: str) -> str:
-    out = _sh("scontrol", "show", "job", job_id).stdout
-    match = re.search(rf"\b{field}=(\S+)", out)
+    match = re.search(rf"\b{field}=(\S+)", _sh("scontrol", "show", "job", job_id).stdout)
     return match.group(1) if match else ""
 
 
-def run_preempted_job(script: str, tmp: Path, env: dict[str, str], *extra: str, name: str) -> tuple[int, str]:
-    """Submit with sbatch --wait; preempt it once training runs; let the requeued job start at once."""
-    cmd = sbatch_cmd(script, tmp, *extra, name=name) + [
-        "--max_steps", str(MAX_STEPS), "--logging_steps", "1", "--save_steps", "1000",
-    ]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def submit(script: str, tmp: Path, env: dict[str, str], *extra: str, name: str, args: tuple[str, ...]
+           ) -> tuple[subprocess.Popen, Path]:
+    """sbatch --wait in the background (killed if the job never trains); returns once training logged a loss."""
+    proc = subprocess.Popen(sbatch_cmd(script, tmp, *extra, name=name) + list(args), cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        find_log = lambda: next(iter(sorted(tmp.glob(f"{name}-*.out"))), None)  # noqa: E731
-        wait_for(lambda: find_log() is not None, 120, "the job to start")
-        log = find_log()
-        job_id = log.stem.rsplit("-", 1)[1]
+        wait_for(lambda: next(tmp.glob(f"{name}-*.out"), None) is not None, 120, "the job to start")
+        log = next(tmp.glob(f"{name}-*.out"))
         wait_for(lambda: "'loss'" in log.read_text(errors="replace"), 240, "training to start", log)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc, log
+
+
+def run_preempted_job(script: str, tmp: Path, env: dict[str, str], *extra: str, name: str,
+                      args: tuple[str, ...] = ()) -> tuple[int, str]:
+    """Submit with sbatch --wait; preempt it once training runs; let the requeued job start at once."""
+    proc, log = submit(script, tmp, env, *extra, name=name,
+                       args=("--max_steps", str(MAX_STEPS), "--logging_steps", "1", "--save_steps", "1000", *args))
+    job_id = log.stem.rsplit("-", 1)[1]
+    try:
         # what SLURM does at the time limit minus 300 s (#SBATCH --signal=B:USR1@300)
         assert _sh("scancel", "--batch", "--signal=USR1", job_id).returncode == 0
         wait_for(lambda: "REQUEUE job" in log.read_text(errors="replace"), 120, "the job to requeue itself", log)
+
         def release() -> bool:
             """SLURM may hold a requeued job ~2 minutes (BeginTime): let it start now."""
             if "restart_count=1" in log.read_text(errors="replace"):
@@ -164,7 +164,7 @@ def assert_resumed_and_scored(rc: int, log: str, out: Path, first_exit: str) -> 
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == MAX_STEPS
     results = json.loads((out / "eval_results.json").read_text())
-    assert results["eval_examples"] == 7
+    assert results["eval_examples"] == 9
     assert (out / "OFFLINE_DEMO.txt").is_file()
 
 
@@ -175,34 +175,41 @@ def test_ft3_job_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path
     assert "DISTRIBUTED world_size=1" in log
 
 
-def test_ddp_job_on_two_nodes_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path, tmp_path: Path):
+def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path,
+                                                                                   tmp_path: Path):
+    """scancel --signal=USR1 reaches every process of the step, the ranks' dataloader workers too: they must
+    neither die nor print (a worker killed by the signal would fail its rank with a traceback)."""
     rc, log = run_preempted_job("job_ddp.sh", tmp_path, job_env(tiny_bert, tmp_path), "--gres=none",
-                                name="ddptest")
+                                name="ddptest", args=("--dataloader_num_workers", "2"))
     # srun reports torchrun's status: 1 when a worker exits 75 (the ranks' own 75 is in torchrun's report)
     assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="1")
-    assert re.search(r"exitcode\s*: 75", log.partition("restart_count=1")[0]), log[-3000:]
+    first = log.partition("restart_count=1")[0]
+    assert re.search(r"exitcode\s*: 75", first), log[-3000:]
+    # the only tracebacks are torchrun's report of the workers' 75 (ChildFailedError), none from a worker
+    assert log.count("Traceback (most recent") == log.count("raise ChildFailedError("), log[-3000:]
+    assert "DataLoader worker" not in log
+    assert re.search(r"^EFFECTIVE rank=1 .*dataloader_workers=2 ", log, re.M), log[-3000:]
     assert "nodes=node[1-2]" in log
     assert "DDP nodes=2 nproc_per_node=1 world_size=2 backend=gloo rdzv=c10d endpoint=node1:" in log
     for rank in (0, 1):
         assert f"[rank{rank}] INFO run_qa: DISTRIBUTED world_size=2 rank={rank}" in log
 
 
-def test_failing_job_exits_non_zero(slurm, tiny_bert: Path, tmp_path: Path):
-    cmd = sbatch_cmd("job_ft3.sh", tmp_path, "--gres=none", name="failtest") + ["--no_such_flag", "1"]
-    proc = subprocess.run(cmd, cwd=REPO, env=job_env(tiny_bert, tmp_path), capture_output=True, text=True,
-                          timeout=JOB_TIMEOUT)
+@pytest.mark.parametrize("gres, args, what", [
+    ("--gres=none", ("--no_such_flag", "1"), "--no_such_flag"),
+    # --gres=gpu:1 (fake GPUs here): Slurm sets CUDA_VISIBLE_DEVICES, torch sees none
+    ("--gres=gpu:1", (), "asked for a GPU (CUDA_VISIBLE_DEVICES="),
+])
+def test_failing_job_stops_at_once_and_exits_2(slurm, tiny_bert: Path, tmp_path: Path, gres: str,
+                                               args: tuple[str, ...], what: str):
+    if gres != "--gres=none" and not slurm["gpu_gres"]:
+        pytest.fail("the CI cluster has no gres/gpu: start it with SLURM_CI_GPUS=1 (.ci/run does)")
+    proc = subprocess.run(sbatch_cmd("job_ft3.sh", tmp_path, gres, name="failtest") + list(args), cwd=REPO,
+                          env=job_env(tiny_bert, tmp_path), capture_output=True, text=True, timeout=JOB_TIMEOUT)
     log = next(tmp_path.glob("failtest-*.out")).read_text(errors="replace")
     assert proc.returncode == 2, log[-3000:]
-    assert "JOB_EXIT_CODE=2" in log
+    assert what in log and "JOB_EXIT_CODE=2" in log and "REQUEUE" not in log and "'loss'" not in log
     assert not re.search(r"^WALL_CLOCK_SECONDS=", log, re.M)
-
-
-def _run_job(script: str, tmp: Path, env: dict[str, str], *sbatch_extra: str, name: str, args: tuple[str, ...] = ()
-             ) -> tuple[int, str]:
-    cmd = sbatch_cmd(script, tmp, *sbatch_extra, name=name) + list(args)
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
-    log = next(tmp.glob(f"{name}-*.out")).read_text(errors="replace")
-    return proc.returncode, log
 
 
 def test_steps_see_only_the_cpus_they_were_given(slurm):
@@ -211,35 +218,49 @@ def test_steps_see_only_the_cpus_they_were_given(slurm):
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stdout + proc.stderr
 
 
-def test_gpu_job_whose_torch_sees_no_gpu_stops_at_once(slurm, tiny_bert: Path, tmp_path: Path):
-    """--gres=gpu:1 (fake GPUs here): Slurm sets CUDA_VISIBLE_DEVICES, torch sees none: exit 2, no requeue."""
-    if not slurm["gpu_gres"]:
-        pytest.fail("the CI cluster has no gres/gpu: start it with SLURM_CI_GPUS=1 (.ci/run does)")
-    rc, log = _run_job("job_ft3.sh", tmp_path, job_env(tiny_bert, tmp_path), name="nogpu")
-    assert rc == 2, log[-3000:]
-    assert "asked for a GPU (CUDA_VISIBLE_DEVICES=" in log and "torch.cuda.is_available()=False" in log
-    assert "JOB_EXIT_CODE=2" in log and "REQUEUE" not in log and "'loss'" not in log
+def _rank_pids(log: str) -> dict[int, int]:
+    return {int(r): int(p) for r, p in re.findall(r"RANK_PID rank=(\d+) local_rank=\d+ pid=(\d+)", log)}
 
 
-def test_qa_precision_fp32_is_what_the_job_runs(slurm, tiny_bert: Path, tmp_path: Path):
-    env = job_env(tiny_bert, tmp_path) | {"QA_PRECISION": "fp32"}
-    rc, log = _run_job("job_ft3.sh", tmp_path, env, "--gres=none", name="fp32test", args=("--max_steps", "2"))
-    assert rc == 0, log[-3000:]
-    assert "precision=fp32 (--precision fp32)" in log
-    assert re.search(r"^EFFECTIVE rank=0 precision=fp32 ", log, re.M)
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def test_ddp_job_gives_each_rank_its_share_of_the_cpus(slurm, tiny_bert: Path, tmp_path: Path):
-    """2 nodes x 2 processes, --cpus-per-task=2: each node's step gets 2 CPUs, each rank 1 thread."""
-    env = job_env(tiny_bert, tmp_path) | {"QA_CPU_PROCS_PER_NODE": "2"}
-    cmd_extra = ("--gres=none",)
-    cmd = sbatch_cmd("job_ddp.sh", tmp_path, *cmd_extra, name="cpustest")
-    cmd[cmd.index("--cpus-per-task=1")] = "--cpus-per-task=2"
-    proc = subprocess.run(cmd + ["--max_steps", "2"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=JOB_TIMEOUT)
-    log = next(tmp_path.glob("cpustest-*.out")).read_text(errors="replace")
-    assert proc.returncode == 0, log[-4000:]
-    assert sorted(re.findall(r"STEP_CPUS node=(node\d) cpus=(\d+)", log)) == [("node1", "2"), ("node2", "2")]
-    effective = re.findall(r"^EFFECTIVE rank=(\d) .*threads=(\d+) ", log, re.M)
-    assert sorted(effective) == [("0", "1"), ("1", "1"), ("2", "1"), ("3", "1")], log[-4000:]
-    assert "threads=1 (2 CPUs / 2 process(es) on this node)" in log
+def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(slurm, tiny_bert: Path, tmp_path: Path):
+    """2 nodes x 2 processes, --cpus-per-task=2: each node's step gets 2 CPUs, each rank 1 thread. Then a rank dies
+    (SIGKILL) while the other node's ranks hang in a collective, as NCCL ranks do when a peer is gone (emulated
+    with SIGSTOP: gloo itself would notice). Its node's torchrun exits 1; srun must end the whole step at once
+    (without --kill-on-bad-exit it waits for the hung node until the collective timeout, 30 min by default)."""
+    env = job_env(tiny_bert, tmp_path, QA_CPU_PROCS_PER_NODE="2")
+    proc, log_file = submit("job_ddp.sh", tmp_path, env, "--gres=none", "--cpus-per-task=2", name="cpustest",
+                            args=("--max_steps", "1000", "--logging_steps", "1", "--save_strategy", "no",
+                                  "--ddp_timeout", "600"))
+    text = lambda: log_file.read_text(errors="replace")  # noqa: E731
+    stopped: list[int] = []
+    try:
+        wait_for(lambda: len(_rank_pids(text())) == 4, 60, "every rank's pid", log_file)
+        log = text()
+        assert sorted(re.findall(r"STEP_CPUS node=(node\d) cpus=(\d+)", log)) == [("node1", "2"), ("node2", "2")]
+        effective = re.findall(r"^EFFECTIVE rank=(\d) .*threads=(\d+) ", log, re.M)
+        assert sorted(effective) == [("0", "1"), ("1", "1"), ("2", "1"), ("3", "1")], log[-4000:]
+        assert "threads=1 (2 CPUs / 2 process(es) on this node)" in log
+        pids = _rank_pids(log)
+        dying_node = _parent(pids[0])
+        stopped = [pid for pid in pids.values() if _parent(pid) != dying_node]
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        os.kill(next(pid for rank, pid in pids.items() if rank and _parent(pid) == dying_node), signal.SIGKILL)
+        died = time.time()
+        proc.communicate(timeout=150)
+        assert time.time() - died < 100, text()[-3000:]
+        assert proc.returncode != 0 and re.search(r"JOB_EXIT_CODE=[1-9]", text()), text()[-3000:]
+        assert "REQUEUE" not in text()
+    finally:
+        for pid in stopped:  # the hung ranks, if Slurm left any
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

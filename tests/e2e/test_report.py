@@ -1,0 +1,166 @@
+"""The report of real runs (the shared plain run and 2-rank run), read back: every number equals the file it came
+from (read here), the figures are PNGs whose curves hold every point of the event files, the comparison's speedup
+and efficiency are the hand-computed ones; a run without events or profile still gets a report; bad input does not.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures.runs import Run, read
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def tables(md: str) -> dict[tuple[str, str | None], dict[str, list[str]]]:
+    """(run or "Comparison", section) -> {a row's first cell: its other cells}."""
+    found: dict = {}
+    run = section = None
+    for line in md.splitlines():
+        if line.startswith(("## ", "### ")):
+            run, section = (line[3:], None) if line.startswith("## ") else (run, line[4:])
+        elif line.startswith("| ") and not line.startswith("| --"):
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            found.setdefault((run, section), {})[cells[0]] = cells[1:]
+    return found
+
+
+def num(cell: str) -> float:
+    return float(cell.replace(",", ""))
+
+
+@pytest.fixture(scope="module")
+def report(plain: Run, ddp: Run, tmp_path_factory) -> tuple[str, Path]:
+    """python -m qa_hpc.tools.report PLAIN DDP --out DIR, as users type it."""
+    out = tmp_path_factory.mktemp("report")
+    proc = subprocess.run([sys.executable, "-m", "qa_hpc.tools.report", str(plain.ok().out), str(ddp.ok().out),
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and f"REPORT={out / 'report.md'}" in proc.stderr, proc.stderr
+    return (out / "report.md").read_text(encoding="utf-8"), out
+
+
+@pytest.mark.parametrize("name", ["plain", "ddp"])
+def test_every_number_is_the_records(report, name, request):
+    md, _ = report
+    run: Run = request.getfixturevalue(name)
+    record, memory = read(run.out / "run_summary.json"), read(run.out / "memory.json")
+    train, evaluation = read(run.out / "train_results.json"), read(run.out / "eval_results.json")
+    losses = [e["loss"] for e in read(run.out / "trainer_state.json")["log_history"] if "loss" in e]
+    got = tables(md)
+    title = f"{run.job[0]}-{run.job[1]}"
+    section = lambda s: {k: v[0] for k, v in got[(title, s)].items()}  # noqa: E731
+    expect = {"Training": {"runtime s": record["results"]["train_runtime"], "mean loss": train["train_loss"],
+                           "samples/s": record["results"]["train_samples_per_second"], "final loss": losses[-1],
+                           "real tokens/s": record["results"]["train_tokens_per_second"],
+                           "achieved TFLOP/s": record["results"]["train_achieved_tflops"]},
+              "Evaluation": {"exact match": evaluation["eval_exact_match"], "F1": evaluation["eval_f1"],
+                             "runtime s": evaluation["eval_runtime"], "questions": evaluation["eval_examples"],
+                             "postprocess s": evaluation["eval_postprocess_seconds"]},
+              "Memory (MB)": {"CPU peak RSS": memory["max_over_ranks"]["cpu_peak_rss_mb"],
+                              "estimate": memory["estimate"]["total_mb"]}}
+    for title_, figures in expect.items():
+        for label, value in figures.items():
+            assert num(section(title_)[label]) == pytest.approx(value, rel=5e-3, abs=5e-5), (title_, label)
+    assert "MFU (achieved / peak)" not in section("Training")  # a CPU has no peak: the row is left out
+    params, env = section("Parameters"), section("Environment")
+    batch, world = (8, 1) if name == "plain" else (4, 2)  # per device x world size x accumulation 1
+    assert (params["batch per device"], params["world size"], params["global batch"]) == (str(batch), str(world), "8")
+    assert env["host"] == record["hostname"] and env["torch"] == record["torch_version"]
+    assert env["CPU model"] == record["cpu_model"] and env["CPU flags"] == ", ".join(record["cpu_flags"])
+    assert env["driver"] == "not recorded" and env["GPU"] == "n/a" and env["processes"] == str(world)  # absent, null
+    assert f"**ok**, exit code 0, wall clock {record['wall_clock_seconds']:,.2f} s" in md
+    summary = (run.out / "profiler" / "profiler_summary.txt").read_text(encoding="utf-8").splitlines()
+    first_op = summary[summary.index(next(ln for ln in summary if ln.startswith("---"))) + 3]
+    assert first_op in md  # the table's top operation, as written
+
+
+def test_the_comparison_is_computed_by_hand(report, plain, ddp):
+    md, out = report
+    rows = tables(md)[("Comparison", None)]
+    header = rows.pop("run")
+    base, two = (read(run.out / "train_results.json")["train_runtime"] for run in (plain, ddp))
+    cells = {run: dict(zip(header, cells)) for run, cells in rows.items()}
+    assert list(cells) == ["qa-tiny-1001", "qa-tiny-ddp-1002"]  # RUN_DIR order: the first is the baseline
+    assert num(cells["qa-tiny-1001"]["speedup"]) == num(cells["qa-tiny-1001"]["efficiency"]) == 1.0
+    assert num(cells["qa-tiny-ddp-1002"]["speedup"]) == pytest.approx(base / two, rel=5e-3)
+    assert num(cells["qa-tiny-ddp-1002"]["efficiency"]) == pytest.approx(base / two / 2, rel=5e-3)
+    assert cells["qa-tiny-ddp-1002"]["world size"] == "2" and cells["qa-tiny-ddp-1002"]["global batch"] == "8"
+    # the two runs train on different data with different learning rates: the warning says so, and only that
+    warning = next(line for line in md.splitlines() if line.startswith("**Warning"))
+    assert "dataset (" in warning and "learning rate (" in warning and "global batch" not in warning
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert html.count("data:image/png;base64,") == 5 and "<table>" in html  # self-contained
+
+
+def test_figures_are_pngs_holding_every_event(report, plain, ddp, tmp_path):
+    import matplotlib.image
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    from qa_hpc.tools.report import curves_figure, loss_figure, read_curves
+    from qa_hpc.tools.collect_results import read_runs
+
+    md, out = report
+    for png in ("loss_curves.png", "throughput.png", "wall_time.png", "run1_training.png", "run2_training.png"):
+        assert f"({png})" in md and (out / png).read_bytes()[:8] == PNG_MAGIC
+        assert matplotlib.image.imread(str(out / png)).std() > 0.05, png  # not blank
+    for run in (plain, ddp):
+        (events,) = (run.out / "runs").rglob("events.out.tfevents.*")  # one launch: one file
+        accumulator = EventAccumulator(str(events), size_guidance={SCALARS: 0})
+        accumulator.Reload()
+        axes = curves_figure(read_curves(run.out / "runs"), "run").axes
+        for ax, tag in zip(axes, ("train/loss", "train/grad_norm", "train/learning_rate", "train/samples_per_second")):
+            (line,) = ax.get_lines()
+            assert list(line.get_ydata()) == pytest.approx([e.value for e in accumulator.Scalars(tag)]), tag
+    # the job scripts' runs/<job name> holds every run of that name: an earlier other run's launch is not this one's
+    (own,) = (plain.out / "runs").rglob("events.out.tfevents.*")
+    (other,) = (ddp.out / "runs").rglob("events.out.tfevents.*")
+    (tmp_path / "runs").mkdir()
+    shutil.copy(own, tmp_path / "runs" / own.name)
+    parts = other.name.split(".")
+    shutil.copy(other, tmp_path / "runs" / ".".join([*parts[:3], str(int(own.name.split(".")[3]) - 100), *parts[4:]]))
+    record = read(plain.out / "run_summary.json")
+    started = datetime.fromisoformat(record["timestamp"]).timestamp() - record["wall_clock_seconds"]
+    assert read_curves(tmp_path / "runs", started, 1) == read_curves(plain.out / "runs")
+    table = read_runs([str(plain.out), str(ddp.out)])[0]
+    for line, run in zip(loss_figure(table).axes[0].get_lines(), (plain, ddp)):
+        history = read(run.out / "trainer_state.json")["log_history"]
+        assert list(line.get_ydata()) == [e["loss"] for e in history if "loss" in e]
+
+
+def test_a_run_without_events_or_profile_says_so(plain, tmp_path, capsys):
+    from qa_hpc.tools.report import main
+
+    run = shutil.copytree(plain.ok().out, tmp_path / "run", ignore=shutil.ignore_patterns("runs", "profiler"))
+    record = read(run / "run_summary.json")  # as if it had run there: its profile went to <run>/profiler
+    record["plan"]["profile_dir"] = str(run / "profiler")
+    (run / "run_summary.json").write_text(json.dumps(record), encoding="utf-8")
+    assert main([str(run), "--out", str(tmp_path / "report")]) == 0, capsys.readouterr().err
+    md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    assert f"No TensorBoard events in `{run / 'runs'}`: no training curves." in md
+    assert f"Profiled, but there is no `{run / 'profiler' / 'profiler_summary.txt'}`." in md
+    assert "## Comparison" not in md and "| exact match |" in md
+
+
+def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
+    from qa_hpc.tools.report import main
+
+    older, cut, empty = tmp_path / "older", tmp_path / "cut", tmp_path / "empty"
+    for path in (older, cut, empty):
+        path.mkdir()
+    (older / "all_results.json").write_text('{"eval_f1": 1.0}', encoding="utf-8")
+    (cut / "run_summary.json").write_text(json.dumps({"status": "ok", "results": {}}), encoding="utf-8")
+    cases = {str(tmp_path / "nowhere"): "not a directory", str(empty): "no run_summary.json (not a run's output dir",
+             str(older): "no run_summary.json, only all_results.json (an older layout",
+             str(cut): "run_summary.json has no params, plan (an older layout)"}
+    for path, message in cases.items():
+        assert main([str(plain.out), path, "--out", str(tmp_path / "report")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"ERROR: {path}: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "report").exists()  # nothing written
