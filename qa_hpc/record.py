@@ -70,7 +70,8 @@ def machine() -> dict[str, str | list[str]]:
         first_cpu = []
     info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}
     model = f"{info.get('model name', platform.machine())} (family {info.get('cpu family', '?')} model {info.get('model', '?')})"
-    return {"cpu_model": model, "cpu_flags": [name for name in CPU_FLAGS if torch.cpu.get_capabilities().get(name)]}
+    return {"cpu_model": model, "cpu_vendor": info.get("vendor_id", "unknown"),
+            "cpu_flags": [name for name in CPU_FLAGS if torch.cpu.get_capabilities().get(name)]}
 
 
 def run_params(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: TrainingArguments,
