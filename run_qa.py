@@ -29,6 +29,7 @@ import transformers  # noqa: E402
 from accelerate import PartialState  # noqa: E402
 from transformers import DataCollatorWithPadding, default_data_collator  # noqa: E402
 
+from qa_hpc.dropout import install as install_bulk_dropout  # noqa: E402
 from qa_hpc.dist import end_process_group, launch_env  # noqa: E402
 from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded  # noqa: E402
 from qa_hpc.features import QAData, build_data, real_lengths  # noqa: E402
@@ -131,6 +132,8 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
                         flags.data.squad_metric) if args.do_eval or args.do_predict else None)  # the metric, loaded
     check_writable_dir(args.output_dir)
     model = load_model(flags.model, config, attn_implementation=flags.speed.attn_implementation)
+    if plan.dropout_mask == "bulk":
+        install_bulk_dropout(model)
     shape = ModelShape.of(model)  # counted before any wrapper (FSDP) shards the parameters
     preemption = PreemptionCallback(stop, plan.stop_vote_every)
     trainer = QuestionAnsweringTrainer(

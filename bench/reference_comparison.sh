@@ -8,6 +8,9 @@
 #   hf_grouped   HF's run_qa.py --no_pad_to_max_length --train_sampling_strategy group_by_length: its
 #                fastest, but on transformers 5 the Trainer length-groups the EVAL batches too and HF's
 #                postprocessing pairs logits with the wrong features (bench/hf_eval_scramble.sh shows it)
+#   hf_no_pad_bf16, hf_grouped_bf16   the same two with `--bf16 --use_cpu` (on a CPU HF's --bf16 needs
+#                --use_cpu): HF at the precision ours picks on a CPU with AVX512-BF16/AMX; in the default
+#                COMMANDS only on such a CPU
 #
 # HF's script is run from ../shared/peers/hf_run_qa (HF_DIR=... or --hf_dir PATH elsewhere), from its own
 # folder, on flat copies of the same first TRAIN_N / EVAL_N questions (it reads only {"data": [records]}),
@@ -18,7 +21,7 @@
 #   TRAIN_N=2000 EVAL_N=500 REPEATS=2 bash bench/reference_comparison.sh    # the reference work
 #   TRAIN_N=48 EVAL_N=24 REPEATS=1 bash bench/reference_comparison.sh       # a smoke run
 #
-# Env: TRAIN_N EVAL_N REPEATS WORKDIR PY MODEL SQUAD_DIR HF_DIR COMMANDS (which to run, default all four)
+# Env: TRAIN_N EVAL_N REPEATS WORKDIR PY MODEL SQUAD_DIR HF_DIR COMMANDS (which to run, default all)
 # CPU_PEAK_TFLOPS, CPU_PEAK_BF16_TFLOPS (skip measuring them: bench/cpu_peak.py runs first otherwise).
 # WORKDIR/machine.txt keeps the MACHINE line (CPU model and flags) the figures were measured on.
 set -euo pipefail
@@ -39,7 +42,8 @@ TRAIN_N=${TRAIN_N:-300}
 EVAL_N=${EVAL_N:-200}
 REPEATS=${REPEATS:-2}
 WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/reference_${TRAIN_N}_${EVAL_N}}")
-COMMANDS=${COMMANDS:-ours hf_defaults hf_no_pad hf_grouped}
+CPU_BF16=$("$PY" -c 'import torch; c = torch.cpu.get_capabilities(); print(int(any(c.get(f) for f in ("amx_bf16", "avx512_bf16"))))')
+COMMANDS=${COMMANDS:-ours hf_defaults hf_no_pad hf_grouped$([ "$CPU_BF16" = 1 ] && echo " hf_no_pad_bf16 hf_grouped_bf16")}
 
 require_squad
 mkdir -p "$WORKDIR/data"
@@ -61,13 +65,17 @@ if [ -f "$HF_DIR/run_qa.py" ]; then
 	CMD[hf_defaults]=$hf
 	CMD[hf_no_pad]="$hf --no_pad_to_max_length"
 	CMD[hf_grouped]="$hf --no_pad_to_max_length --train_sampling_strategy group_by_length"
+	CMD[hf_no_pad_bf16]="${CMD[hf_no_pad]} --bf16 --use_cpu"
+	CMD[hf_grouped_bf16]="${CMD[hf_grouped]} --bf16 --use_cpu"
 else
 	echo "REFERENCE=emulated: no HF script at $HF_DIR/run_qa.py, so the hf_* commands are our run_qa.py with" \
 		"flags that reproduce HF's behaviour (padding, sampler, loop postprocessing, fp32)"
-	hf_like="${CMD[ours]} --postprocess loop --precision fp32"
+	hf_like="${CMD[ours]} --postprocess loop --precision fp32 --dropout_mask torch"
 	CMD[hf_defaults]="$hf_like --pad_to_max_length --train_sampling_strategy random"
 	CMD[hf_no_pad]="$hf_like --train_sampling_strategy random"
 	CMD[hf_grouped]="$hf_like --train_sampling_strategy group_by_length"
+	CMD[hf_no_pad_bf16]="${CMD[hf_no_pad]/--precision fp32/--precision bf16}"
+	CMD[hf_grouped_bf16]="${CMD[hf_grouped]/--precision fp32/--precision bf16}"
 fi
 
 record_machine "$WORKDIR"
@@ -75,7 +83,7 @@ measure_peaks "$WORKDIR"
 
 args=()
 for name in $COMMANDS; do
-	[ -n "${CMD[$name]:-}" ] || die "COMMANDS: unknown command $name (ours hf_defaults hf_no_pad hf_grouped)"
+	[ -n "${CMD[$name]:-}" ] || die "COMMANDS: unknown command $name (${!CMD[*]})"
 	args+=(--cmd "$name=${CMD[$name]}")
 done
 echo "# machine: $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ); workdir $WORKDIR"

@@ -3,7 +3,8 @@
 
 Why: end-to-end runs mix tokenizing, loading and evaluation into the time; this isolates the
 optimizer step, the part that scales with the data, to see which speed flags pay on a machine
-(fp32 / bf16 / fp16 autocast, torch.compile, fused AdamW, SDPA vs eager attention). Batches are
+(fp32 / bf16 / fp16 autocast, torch.compile, fused AdamW, SDPA vs eager attention, dropout: torch's,
+none (`nodrop`: what dropout costs) or masks drawn in bulk (`bulkdrop`, qa_hpc/dropout.py)). Batches are
 random token ids at the given widths (the work of a real batch of that shape); variants are timed
 in alternating order, round after round, and each reports its median step.
 
@@ -30,17 +31,25 @@ from qa_hpc.model import ModelShape
 from qa_hpc.observe.efficiency import peak_tflops, train_flops_per_sequence
 from qa_hpc.plan import device_name
 
-VARIANT_PARTS = {"fp32", "tf32", "bf16", "fp16", "compile", "fused", "eager_attn"}
+VARIANT_PARTS = {"fp32", "tf32", "bf16", "fp16", "compile", "fused", "eager_attn", "nodrop", "bulkdrop"}
 
 
-def build_model(name: str, attn: str) -> torch.nn.Module:
+def build_model(name: str, attn: str, dropout: str) -> torch.nn.Module:
+    """`dropout`: "torch" (the model's own), "none" (p = 0: what dropout costs) or "bulk" (qa_hpc.dropout)."""
     from transformers import AutoModelForQuestionAnswering, BertConfig, BertForQuestionAnswering
 
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0} if dropout == "none" else {}
     if name == "bert-base-random":
-        return BertForQuestionAnswering(BertConfig(attn_implementation=attn))
-    from qa_hpc.model import resolve_model_path
+        model = BertForQuestionAnswering(BertConfig(attn_implementation=attn, **no_dropout))
+    else:
+        from qa_hpc.model import resolve_model_path
 
-    return AutoModelForQuestionAnswering.from_pretrained(resolve_model_path(name), attn_implementation=attn)
+        model = AutoModelForQuestionAnswering.from_pretrained(resolve_model_path(name), attn_implementation=attn, **no_dropout)
+    if dropout == "bulk":
+        from qa_hpc.dropout import install
+
+        install(model)
+    return model
 
 
 class Variant:
@@ -57,7 +66,8 @@ class Variant:
         self.tf32 = "tf32" in parts
         self.dtype = torch.bfloat16 if "bf16" in parts else torch.float16 if "fp16" in parts else None
         torch.manual_seed(0)
-        self.model = build_model(model_name, "eager" if "eager_attn" in parts else "sdpa").to(device).train()
+        dropout = "none" if "nodrop" in parts else "bulk" if "bulkdrop" in parts else "torch"
+        self.model = build_model(model_name, "eager" if "eager_attn" in parts else "sdpa", dropout).to(device).train()
         self.n_params = ModelShape.of(self.model).non_embedding_params
         self.config = self.model.config
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, fused=True if "fused" in parts else None)

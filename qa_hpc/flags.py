@@ -127,6 +127,10 @@ class SpeedArguments:
     attn_implementation: str | None = flag(None, "(qa-hpc) Attention kernel: 'sdpa' (PyTorch "
         "scaled_dot_product_attention: flash/memory-efficient kernels on GPU), 'eager', 'flash_attention_2' (needs "
         "the flash-attn package). Default: transformers' choice, which is sdpa for BERT-style models.")
+    dropout_mask: str = flag("auto", "(qa-hpc) Dropout masks in training: 'torch' (torch's own), 'bulk' (each 64-bit "
+        "word from torch's generator gives four 16-bit lanes: the same drop probability to 1/65536 and scaling, "
+        "reproducible under --seed; qa_hpc/dropout.py), 'auto' = bulk on CPUs where torch draws masks one element at "
+        "a time (not GenuineIntel), torch's on GPUs and Intel CPUs.", choices=["auto", "torch", "bulk"])
     speed_defaults: bool = flag(True, "(qa-hpc) Per-device defaults: TF32 on GPUs of compute capability >= 8.0 (unless "
         "--tf32 is given or --precision fp32 asks for true fp32), and on GPUs dataloader workers when "
         "--dataloader_num_workers is 0. --speed_defaults false leaves both as given.")

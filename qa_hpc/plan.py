@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from qa_hpc.dist import launch_env
+from qa_hpc.dropout import BulkDropout
 from qa_hpc.errors import EXIT_USAGE, UsageError
 from qa_hpc.record import machine
 
@@ -61,6 +62,7 @@ class DeviceFacts:
     accelerate_mixed_precision: str | None  # ACCELERATE_MIXED_PRECISION as found
     gpus_requested: str | None  # what asked for a GPU (CUDA_VISIBLE_DEVICES=..., SLURM_JOB_GPUS=...), if anything
     cpu_bf16: str | None = None  # the CPU feature that makes bf16 fast (CPU_BF16_FEATURES), None without one
+    cpu_vendor: str = "unknown"  # /proc/cpuinfo vendor_id: torch draws dropout masks in parallel only on GenuineIntel
     torch_version: str = ""
     torch_cuda: str | None = None  # torch.version.cuda: None for a CPU build
 
@@ -84,6 +86,8 @@ class RunPlan:
     tensorboard: bool
     logging_dir: str | None  # None: <output_dir>/runs/<time>_<host>, named when the writer opens
     profile_dir: str | None  # None: profiling off
+    dropout_mask: str = "torch"  # torch | bulk (qa_hpc.dropout)
+    dropout_reason: str = "--dropout_mask torch"
     gpu_name: str | None = None
 
     def training_fields(self, tf32_given: bool | None) -> dict[str, object]:
@@ -104,7 +108,8 @@ class RunPlan:
                 f"({self.precision_reason}) tf32={_on(self.tf32)} threads={self.threads} ({self.threads_reason}) "
                 f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} local_world_size="
                 f"{self.local_world_size} launcher={self.launcher} stop_vote_every={self.stop_vote_every} "
-                f"tensorboard={_on(self.tensorboard)} profile={_on(self.profile_dir is not None)}")
+                f"tensorboard={_on(self.tensorboard)} profile={_on(self.profile_dir is not None)} "
+                f"dropout_mask={self.dropout_mask} ({self.dropout_reason})")
 
 
 def _on(flag: bool) -> str:
@@ -145,8 +150,10 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
+    dropout, dropout_reason = ((flags["dropout_mask"], f"--dropout_mask {flags['dropout_mask']}")
+                               if flags["dropout_mask"] != "auto" else decide_dropout(device, facts.cpu_vendor))
     return RunPlan(
-        device=device, precision=precision, precision_reason=reason,
+        dropout_mask=dropout, dropout_reason=dropout_reason, device=device, precision=precision, precision_reason=reason,
         tf32=flags["speed_defaults"] and ampere and flags["precision"] != "fp32" if flags["tf32"] is None
         else flags["tf32"],
         threads=threads, threads_reason=threads_reason, dataloader_num_workers=workers,
@@ -156,6 +163,13 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
         logging_dir=flags["logging_dir"], gpu_name=facts.gpu_name if device == "cuda" else None,
         profile_dir=(flags["profile_dir"] or f"{flags['output_dir']}/profiler") if flags["profile"] else None,
     )
+
+
+def decide_dropout(device: str, cpu_vendor: str) -> tuple[str, str]:
+    """Under auto: bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs only)."""
+    if device == "cpu" and cpu_vendor != "GenuineIntel":
+        return "bulk", f"auto: {cpu_vendor} CPU, where torch draws masks one element at a time"
+    return "torch", "auto: " + ("GPU" if device == "cuda" else "Intel CPU, where torch draws masks in parallel")
 
 
 def require_visible_gpu(facts: DeviceFacts) -> None:
@@ -224,6 +238,7 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
         accelerate_mixed_precision=precision.strip().lower() if precision else None,
         gpus_requested=", ".join(asked) or None, torch_version=torch.__version__, torch_cuda=torch.version.cuda,
         cpu_bf16=next((name for name in CPU_BF16_FEATURES if torch.cpu.get_capabilities().get(name)), None),
+        cpu_vendor=str(machine()["cpu_vendor"]),
     )
 
 
@@ -247,6 +262,7 @@ class Effective:
     attn_implementation: str
     torch_compile: bool
     postprocess: str
+    dropout_mask: str
 
     @classmethod
     def read(cls, trainer: Trainer, postprocess: str) -> Effective:
@@ -261,6 +277,7 @@ class Effective:
             device_name=device_name(args.device), optim=str(getattr(args.optim, "value", args.optim)),
             attn_implementation=str(getattr(trainer.model.config, "_attn_implementation", None) or "default"),
             torch_compile=bool(args.torch_compile), postprocess=postprocess,
+            dropout_mask="bulk" if any(isinstance(m, BulkDropout) for m in trainer.model.modules()) else "torch",
         )
 
     def log_line(self, rank: int) -> str:

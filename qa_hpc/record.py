@@ -39,15 +39,28 @@ CPU_FLAGS = ("avx2", "fma3", "avx512_f", "avx512_bw", "avx512_vl", "avx512_vnni"
 MEMORY_KEYS = ("measured_peak_mb", "measured_source", "max_over_ranks", "estimate_over_measured", "note")
 
 
+def _nvidia_driver() -> str | None:
+    """The NVIDIA driver version as nvidia-smi shows it, through NVML (None where NVML cannot be loaded)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return str(pynvml.nvmlSystemGetDriverVersion())
+    except Exception:  # noqa: BLE001 - a driver library missing or refusing: the record says "not recorded"
+        return None
+
+
 def environment() -> dict[str, Any]:
     """Hardware and software of this process's machine, and the Slurm job it ran in."""
+    import datasets
     import torch  # here, not at the top: the collector reads SUMMARY_FILE without loading torch
     import transformers
 
     gpu, env = torch.cuda.is_available(), os.environ.get
     return {
         "hostname": platform.node(), "python": sys.version.split()[0], "torch_version": torch.__version__,
-        "transformers_version": transformers.__version__, "gpu_available": gpu,
+        "transformers_version": transformers.__version__, "datasets_version": datasets.__version__,
+        "gpu_available": gpu, "driver_version": _nvidia_driver() if gpu else None,
         "gpu_count": torch.cuda.device_count() if gpu else 0,
         "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
         "cuda_version": torch.version.cuda, "cpu_count": os.cpu_count(), **machine(),
@@ -70,7 +83,8 @@ def machine() -> dict[str, str | list[str]]:
         first_cpu = []
     info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}
     model = f"{info.get('model name', platform.machine())} (family {info.get('cpu family', '?')} model {info.get('model', '?')})"
-    return {"cpu_model": model, "cpu_flags": [name for name in CPU_FLAGS if torch.cpu.get_capabilities().get(name)]}
+    return {"cpu_model": model, "cpu_vendor": info.get("vendor_id", "unknown"),
+            "cpu_flags": [name for name in CPU_FLAGS if torch.cpu.get_capabilities().get(name)]}
 
 
 def run_params(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: TrainingArguments,

@@ -56,6 +56,15 @@ def decided(request: FlagValues, device_facts: DeviceFacts, want: str):
     return None
 
 
+@pytest.mark.parametrize("device, vendor, asked, want", [
+    ("CPU", "AuthenticAMD", "auto", "bulk"), ("AVX512BF16", "AuthenticAMD", "auto", "bulk"),
+    ("CPU", "GenuineIntel", "auto", "torch"), ("A100", "AuthenticAMD", "auto", "torch"),
+    ("CPU", "AuthenticAMD", "torch", "torch"), ("CPU", "GenuineIntel", "bulk", "bulk")])
+def test_dropout_mask_for_every_device(device: str, vendor: str, asked: str, want: str) -> None:
+    plan = decide(ask(dropout_mask=asked), dataclasses.replace(facts(device), cpu_vendor=vendor))
+    assert plan.dropout_mask == want and f" dropout_mask={want} (" in plan.log_line()
+
+
 # device | --precision | HF flag | accelerate mixed_precision | expected precision, or "!" + words of the refusal
 PRECISION_TABLE = """
 A100,H100,AVX512BF16,AMX auto - - bf16
@@ -241,7 +250,8 @@ def test_every_difference_is_named_and_stops_the_run(tmp_path):
                               "--precision", "fp32"])
     same = Effective(precision="fp32", tf32=False, param_dtype="float32", threads=2, dataloader_num_workers=0,
                      world_size=1, device="cpu", device_name="cpu", optim="adamw_torch_fused",
-                     attn_implementation="sdpa", torch_compile=False, postprocess="vectorized")
+                     attn_implementation="sdpa", torch_compile=False, postprocess="vectorized",
+                     dropout_mask=plan.dropout_mask)
     same.check(plan)  # equal: no error
     wrong = dataclasses.replace(same, precision="bf16", param_dtype="float16", threads=8)
     with pytest.raises(RuntimeError) as err:

@@ -1,0 +1,42 @@
+"""The bulk dropout mask: torch's drop probability and scaling, the same mask forward and backward, reproducible
+under the seed, and a model whose eval outputs do not change when it is installed."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from transformers import BertConfig, BertForQuestionAnswering
+
+from qa_hpc.dropout import ATTENTION_NAME, BulkDropout, bulk_dropout, install
+
+
+def test_drops_p_of_the_elements_scales_the_rest_and_masks_the_gradient() -> None:
+    torch.manual_seed(0)
+    x = torch.full((1000, 1000), 2.0, requires_grad=True)
+    y = bulk_dropout(x, 0.1, training=True)
+    dropped = (y == 0).float().mean().item()
+    assert abs(dropped - 0.1) < 4 * math.sqrt(0.1 * 0.9 / x.numel())  # within 4 standard deviations
+    assert torch.equal(y[y != 0], torch.full_like(y[y != 0], 2.0 / 0.9))
+    y.sum().backward()
+    assert torch.equal(x.grad == 0, y == 0) and torch.allclose(x.grad[x.grad != 0], torch.tensor(1 / 0.9))
+    assert bulk_dropout(x, 0.1, training=False) is x and bulk_dropout(x, 0.0, training=True) is x
+
+
+def test_same_seed_same_masks_and_eval_outputs_unchanged() -> None:
+    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                        vocab_size=100, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(config).eval()
+    ids = torch.randint(0, 100, (3, 17))
+    before = model(input_ids=ids).start_logits
+    swapped = install(model)
+    assert swapped == sum(isinstance(m, BulkDropout) for m in model.modules()) == 1 + 3 * 2  # embeddings + 3 a layer (attention, its output, the FFN output)
+    assert model.config._attn_implementation == ATTENTION_NAME
+    assert torch.equal(model(input_ids=ids).start_logits, before)
+    model.train()
+    runs = []
+    for seed in (1, 1, 2):
+        torch.manual_seed(seed)
+        runs.append(model(input_ids=ids).start_logits)
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
