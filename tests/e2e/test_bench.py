@@ -103,8 +103,8 @@ def test_scripts_name_the_missing_gpu_or_data(script: str, tmp_path: Path):
     nowhere = tmp_path / "nowhere"
     out_arg = [str(tmp_path / "out")] if script == "accuracy_full.sh" else []
     proc = subprocess.run(["bash", str(REPO / "bench" / script), *out_arg], capture_output=True, text=True, cwd=REPO,
-                          timeout=120, env=offline_env(CUDA_VISIBLE_DEVICES="", QA_VENV=str(Path(PYTHON).parents[1]),
-                                                       SQUAD_DIR=str(nowhere)))
+                          timeout=120, env=offline_env(CUDA_VISIBLE_DEVICES="", SQUAD_DIR=str(nowhere), PY=PYTHON,
+                                                       QA_VENV=str(Path(PYTHON).parents[1])))  # this interpreter
     assert proc.returncode == 2, proc.stdout + proc.stderr
     if script == "gpu_smoke.sh":
         assert "GPU_SMOKE=not_run: no GPU here (torch sees none)" in proc.stderr
