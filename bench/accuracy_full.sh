@@ -12,7 +12,8 @@
 #   TRAIN_Q=48 EVAL_Q=24 bash bench/accuracy_full.sh /tmp/acc_tiny        # a smoke run (a minute)
 #   nohup nice -n 10 bash bench/accuracy_full.sh /tmp/acc > /tmp/accuracy_full.log 2>&1 &
 #
-# Env: TRAIN_Q / EVAL_Q (default: all questions), EPOCHS (1), LR (5e-5), BATCH (16), WARMUP (0.1 of the
+# Env: TRAIN_Q / EVAL_Q (default: all questions), PRECISION (auto; the published fp32 figure: PRECISION=fp32),
+# EPOCHS (1), LR (5e-5), BATCH (16), WARMUP (0.1 of the
 # steps), LOG_STEPS (10), MAX_DIFF (0.05), SQUAD_DIR, HF_DIR, PY. A step whose results are already in OUT
 # with the same settings is not run again (a crash in step 2 does not cost the hour of step 1).
 # Closing lines: ACCURACY_OURS em= f1=, ACCURACY_HF em= f1=, AGREEMENT ... ok=0|1, LEARNING_CURVE png=.
@@ -36,6 +37,7 @@ main() {
 	LR=${LR:-5e-5}
 	BATCH=${BATCH:-16}
 	WARMUP=${WARMUP:-0.1}
+	PRECISION=${PRECISION:-auto}
 	LOG_STEPS=${LOG_STEPS:-10}
 	MAX_DIFF=${MAX_DIFF:-0.05}
 	PY=${PY:-$REPO/.venv/bin/python}
@@ -51,7 +53,7 @@ main() {
 	case $OUT in "$REPO"/*) die "OUT=$OUT is inside the checkout: give a folder outside it (e.g. /tmp/...)" ;; esac
 	mkdir -p "$OUT/data"
 
-	SETTINGS="model=$MODEL train_q=${TRAIN_Q:-all} eval_q=${EVAL_Q:-all} epochs=$EPOCHS lr=$LR batch=$BATCH warmup=$WARMUP weight_decay=0.01 seq=384 stride=128 seed=42"
+	SETTINGS="model=$MODEL train_q=${TRAIN_Q:-all} eval_q=${EVAL_Q:-all} epochs=$EPOCHS lr=$LR batch=$BATCH warmup=$WARMUP weight_decay=0.01 seq=384 stride=128 seed=42 precision=$PRECISION"
 	echo "# accuracy_full: $SETTINGS"
 	echo "# machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ); out=$OUT"
 
@@ -71,6 +73,7 @@ main() {
 			--do_train --do_eval --num_train_epochs "$EPOCHS" --learning_rate "$LR" --per_device_train_batch_size "$BATCH" \
 			--per_device_eval_batch_size 64 --warmup_steps "$WARMUP" --weight_decay 0.01 --logging_steps "$LOG_STEPS" \
 			--save_strategy no --max_seq_length 384 --doc_stride 128 --seed 42 --report_to none --disable_tqdm true \
+			--precision "$PRECISION" \
 			--overwrite_output_dir --output_dir "$FT" >"$OUT/finetuned.log" 2>&1 \
 			|| die "our run_qa.py failed (exit $?): see $OUT/finetuned.log"
 		grep -E '^[A-Za-z0-9_]+=' "$OUT/finetuned.log" || true
