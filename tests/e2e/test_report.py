@@ -74,7 +74,8 @@ def test_every_number_is_the_records(report, name, request):
     assert (params["batch per device"], params["world size"], params["global batch"]) == (str(batch), str(world), "8")
     assert env["host"] == record["hostname"] and env["torch"] == record["torch_version"]
     assert env["CPU model"] == record["cpu_model"] and env["CPU flags"] == ", ".join(record["cpu_flags"])
-    assert env["driver"] == "not recorded" and env["GPU"] == "n/a" and env["processes"] == str(world)  # absent, null
+    assert env["datasets"] == record["datasets_version"] and env["driver"] == env["GPU"] == "n/a"  # null on a CPU
+    assert env["processes"] == str(world)
     assert f"**ok**, exit code 0, wall clock {record['wall_clock_seconds']:,.2f} s" in md
     summary = (run.out / "profiler" / "profiler_summary.txt").read_text(encoding="utf-8").splitlines()
     first_op = summary[summary.index(next(ln for ln in summary if ln.startswith("---"))) + 3]
@@ -140,12 +141,13 @@ def test_a_run_without_events_or_profile_says_so(plain, tmp_path, capsys):
     run = shutil.copytree(plain.ok().out, tmp_path / "run", ignore=shutil.ignore_patterns("runs", "profiler"))
     record = read(run / "run_summary.json")  # as if it had run there: its profile went to <run>/profiler
     record["plan"]["profile_dir"] = str(run / "profiler")
+    del record["driver_version"]  # a record from before the field existed
     (run / "run_summary.json").write_text(json.dumps(record), encoding="utf-8")
     assert main([str(run), "--out", str(tmp_path / "report")]) == 0, capsys.readouterr().err
     md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     assert f"No TensorBoard events in `{run / 'runs'}`: no training curves." in md
     assert f"Profiled, but there is no `{run / 'profiler' / 'profiler_summary.txt'}`." in md
-    assert "## Comparison" not in md and "| exact match |" in md
+    assert "## Comparison" not in md and "| exact match |" in md and "| driver | not recorded |" in md
 
 
 def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
