@@ -75,8 +75,11 @@ def attention_with_bulk_dropout(module: nn.Module, query: torch.Tensor, key: tor
 def install(model: nn.Module) -> int:
     """Swap the model's dropouts for bulk ones; returns how many modules were swapped."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
     AttentionInterface.register(ATTENTION_NAME, attention_with_bulk_dropout)
+    # a name transformers does not know gets no padding mask at all: ask for the additive one eager attention gets
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, eager_mask)
     swapped = 0
     for parent in list(model.modules()):
         for name, child in parent.named_children():

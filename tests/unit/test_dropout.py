@@ -3,6 +3,7 @@ under the seed, and a model whose eval outputs do not change when it is installe
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -40,3 +41,17 @@ def test_same_seed_same_masks_and_eval_outputs_unchanged() -> None:
         torch.manual_seed(seed)
         runs.append(model(input_ids=ids).start_logits)
     assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
+
+
+def test_padding_stays_masked_in_training() -> None:
+    """The explicit attention path (training) must mask padded keys as SDPA does: same logits when nothing drops."""
+    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                        vocab_size=100, attn_implementation="sdpa", hidden_dropout_prob=1e-9,
+                        attention_probs_dropout_prob=1e-9)  # > 0: dropout runs, but p * 65536 rounds to 0
+    torch.manual_seed(0)
+    torch_model, bulk_model = (BertForQuestionAnswering(copy.deepcopy(config)).train() for _ in range(2))  # own configs
+    bulk_model.load_state_dict(torch_model.state_dict())
+    install(bulk_model)
+    ids, mask = torch.randint(0, 100, (2, 9)), torch.tensor([[1] * 9, [1] * 5 + [0] * 4])
+    want, got = (m(input_ids=ids, attention_mask=mask).start_logits for m in (torch_model, bulk_model))
+    assert torch.allclose(got[mask.bool()], want[mask.bool()], atol=1e-5)
