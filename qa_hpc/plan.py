@@ -225,7 +225,7 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
     asked = [f"{name}={env[name].strip()}" for name in GPU_REQUEST_VARS
              if env.get(name, "").strip() not in ("", "-1", "none", "NoDevFiles")
              and not (name == "SLURM_GPUS_ON_NODE" and env[name].strip() == "0")]
-    precision = env.get("ACCELERATE_MIXED_PRECISION")
+    precision, cpu = env.get("ACCELERATE_MIXED_PRECISION"), machine()  # the CPU's name, vendor and flags, read once
     return DeviceFacts(
         cuda_available=cuda, gpu_count=count,
         capability=tuple(torch.cuda.get_device_capability(index)) if index is not None else None,
@@ -237,8 +237,8 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
         omp_num_threads=int(omp) if omp.isdigit() else None,
         accelerate_mixed_precision=precision.strip().lower() if precision else None,
         gpus_requested=", ".join(asked) or None, torch_version=torch.__version__, torch_cuda=torch.version.cuda,
-        cpu_bf16=next((name for name in CPU_BF16_FEATURES if torch.cpu.get_capabilities().get(name)), None),
-        cpu_vendor=str(machine()["cpu_vendor"]),
+        cpu_bf16=next((name for name in CPU_BF16_FEATURES if name in cpu["cpu_flags"]), None),
+        cpu_vendor=str(cpu["cpu_vendor"]),
     )
 
 
