@@ -42,8 +42,8 @@ TRAIN_N=${TRAIN_N:-300}
 EVAL_N=${EVAL_N:-200}
 REPEATS=${REPEATS:-2}
 WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/reference_${TRAIN_N}_${EVAL_N}}")
-CPU_BF16=$("$PY" -c 'import torch; c = torch.cpu.get_capabilities(); print(int(any(c.get(f) for f in ("amx_bf16", "avx512_bf16"))))')
-COMMANDS=${COMMANDS:-ours hf_defaults hf_no_pad hf_grouped$([ "$CPU_BF16" = 1 ] && echo " hf_no_pad_bf16 hf_grouped_bf16")}
+MACHINE=$("$PY" -m qa_hpc.plan --machine)   # the CPU's flags as the plan reads them: bf16 rows where auto picks bf16
+COMMANDS=${COMMANDS:-ours hf_defaults hf_no_pad hf_grouped$(grep -qwE 'avx512_bf16|amx_bf16' <<<"$MACHINE" && echo " hf_no_pad_bf16 hf_grouped_bf16")}
 
 require_squad
 mkdir -p "$WORKDIR/data"
