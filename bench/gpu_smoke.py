@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from itertools import pairwise
@@ -84,15 +83,6 @@ def steady_state(step_seconds: list[float], warmup: int) -> dict[str, float | in
             "mean_step_seconds": statistics.fmean(steady), "warmup_seconds": sum(step_seconds[:warmup])}
 
 
-def versions() -> dict[str, str | None]:
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30).stdout.split("\n")[0].strip() or None
-    except OSError:
-        driver = None
-    return {"driver": driver, "cuda": torch.version.cuda, "torch": torch.__version__}
-
-
 def record(out_dir: str, label: str, warmup: int, min_f1: float) -> dict[str, Any]:
     """One run's smoke record: steady-state speed, memory, accuracy, versions."""
     with open(os.path.join(out_dir, "run_summary.json"), encoding="utf-8") as fh:
@@ -108,7 +98,8 @@ def record(out_dir: str, label: str, warmup: int, min_f1: float) -> dict[str, An
     f1 = r.get("eval_f1")
     return {
         "label": label, "status": summary["status"], "device": e["device_name"], "gpus": e["world_size"],
-        "precision": e["precision"], "tf32": e["tf32"], **versions(), "global_batch": batch, **state,
+        "precision": e["precision"], "tf32": e["tf32"], "driver": summary.get("driver_version"),
+        "cuda": summary.get("cuda_version"), "torch": summary.get("torch_version"), "global_batch": batch, **state,
         "whole_run_step_seconds": r["train_runtime"] / len(steps),
         "samples_per_second": per_second, "real_tokens_per_second": per_second * r["train_real_tokens"] / samples,
         "achieved_tflops": tflops, "mfu": tflops / r["train_peak_tflops"] if r.get("train_peak_tflops") else None,
