@@ -1,8 +1,12 @@
-"""Features: dynamic padding and length-ordered evaluation change no answer; datasets' cache serves them again.
+"""Features: window labels and offsets; dynamic padding; evaluation whose gathered logits stay each feature's own;
+datasets' cache serves the features again.
 
+- every window that holds the whole answer labels it exactly, the others point at CLS; validation features keep
+  offsets only for context tokens; a question too long for a window names its record;
 - train batches are padded to their own longest feature, a multiple of 8, so widths differ; with
   --pad_to_max_length every batch is max_seq_length wide (the HF behaviour); the TOKENS line counts both;
-- evaluating longest-first and restoring the order gives the same answers and logits as in dataset order;
+- QuestionAnsweringTrainer evaluates longest-first (and keeps group_by_length's eval sampler sequential), and every
+  feature still gets its own logits, checked against a direct forward pass;
 - a second build with the same file, tokenizer and settings reuses the cached features; a change recomputes.
 """
 
@@ -13,16 +17,126 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import datasets
 import numpy as np
 import pytest
-from transformers import DataCollatorWithPadding, default_data_collator
+import torch
+from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, default_data_collator
 
-from qa_hpc.features import build_data
+from qa_hpc.features import (FeatureConfig, FeatureError, build_data, prepare_train_features,
+                             prepare_validation_features)
 from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from qa_hpc.metric.squad import make_score
 from qa_hpc.model import load_config, load_model, load_tokenizer
 from qa_hpc.postprocess import make_postprocess
+from qa_hpc.squad_io import load_qa_records
 from trainer_qa import QuestionAnsweringTrainer, length_order
+
+QUESTION = "What is the capital of the region?"
+
+
+def long_example(qid: str, answer: str, position: str) -> dict:
+    """A context of ~600 tokens with the answer early, in the middle or late."""
+    filler = " ".join(f"sentence number {i} talks about nothing in particular." for i in range(80))
+    cut = {"early": 0, "middle": filler.index(" ", len(filler) // 2), "late": len(filler)}[position]
+    context = f"{filler[:cut]} The capital of the region is {answer}. {filler[cut:]}".strip()
+    return {"id": qid, "question": QUESTION, "context": context,
+            "answers": {"text": [answer], "answer_start": [context.index(answer)]}}
+
+
+def batch(examples: list[dict]) -> dict[str, list]:
+    return {k: [e[k] for e in examples] for k in examples[0]}
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_train_labels_recover_gold_span_in_every_window_that_holds_it(tokenizer, pad):
+    examples = batch([long_example("a", "Velmora Tusk", "early"), long_example("b", "Quillen Bay", "middle"),
+                      long_example("c", "Ardent Hollow", "late")])
+    feats = prepare_train_features(examples, tokenizer, FeatureConfig(max_seq_length=128, doc_stride=32,
+                                                                     pad_to_max_length=pad))
+    # the tokenizer's own windows and offsets, to map the labels back to characters independently
+    enc = tokenizer(examples["question"], examples["context"], truncation="only_second", max_length=128, stride=32,
+                    return_overflowing_tokens=True, return_offsets_mapping=True,
+                    padding="max_length" if pad else False)
+    windows: dict[int, list[bool]] = {0: [], 1: [], 2: []}  # per example: does each window hold the answer?
+    for i, (s, e) in enumerate(zip(feats["start_positions"], feats["end_positions"])):
+        ex, offsets = enc["overflow_to_sample_mapping"][i], enc["offset_mapping"][i]
+        context_tokens = [k for k, sid in enumerate(enc.sequence_ids(i)) if sid == 1]
+        a_start = examples["answers"][ex]["answer_start"][0]
+        a_end = a_start + len(examples["answers"][ex]["text"][0])
+        windows[ex].append(offsets[context_tokens[0]][0] <= a_start and offsets[context_tokens[-1]][1] >= a_end)
+        if windows[ex][-1]:
+            assert examples["context"][ex][offsets[s][0]:offsets[e][1]] == examples["answers"][ex]["text"][0]
+        else:
+            assert s == 0 and e == 0, "windows without the whole answer point at CLS"
+        assert not pad or len(feats["input_ids"][i]) == 128
+    assert all(len(w) >= 4 for w in windows.values()), windows
+    first = [w.index(True) for w in windows.values()]  # the early answer in the first window, the late in a third+
+    assert first[0] == 0 and first[1] >= 1 and first[2] >= 2, windows
+
+
+@pytest.mark.parametrize(("answers", "decoded"), [({"text": ["Bob"], "answer_start": [8]}, "bob"),
+                                                  ({"text": [], "answer_start": []}, "[CLS]")])  # unanswerable
+def test_short_features_are_not_padded_and_point_at_the_answer(tokenizer, answers, decoded):
+    ex = {"id": "x", "question": "Who?", "context": "Ann met Bob.", "answers": answers}
+    feats = prepare_train_features(batch([ex]), tokenizer, FeatureConfig(max_seq_length=64, doc_stride=16))
+    s, e = feats["start_positions"][0], feats["end_positions"][0]
+    assert len(feats["input_ids"][0]) < 64 and tokenizer.decode(feats["input_ids"][0][s:e + 1]) == decoded
+
+
+def test_validation_features_keep_offsets_only_in_context(tokenizer):
+    feats = prepare_validation_features(batch([long_example("a", "Velmora Tusk", "late")]), tokenizer,
+                                        FeatureConfig(max_seq_length=128, doc_stride=32))
+    assert set(feats["example_id"]) == {"a"} and len(feats["example_id"]) >= 4
+    q_len = len(tokenizer(QUESTION, add_special_tokens=False)["input_ids"])
+    for ids, offsets in zip(feats["input_ids"], feats["offset_mapping"]):
+        assert all(o is None for o in offsets[: q_len + 2]) and offsets[-1] is None  # CLS, question, SEP; last SEP
+        assert all(o is not None for o in offsets[q_len + 2 : len(ids) - 1])
+
+
+def test_question_too_long_names_record_and_field(tokenizer):
+    ex = {"id": "q-long", "question": "why " * 120, "context": "Ann met Bob.",
+          "answers": {"text": ["Bob"], "answer_start": [8]}}
+    with pytest.raises(FeatureError, match=r"train.json: record id='q-long': field 'question' has 120 tokens"):
+        prepare_train_features(batch([ex]), tokenizer,
+                               FeatureConfig(max_seq_length=128, doc_stride=32, source="train.json"))
+
+
+@pytest.fixture(scope="module")
+def eval_setup(tiny_bert, tokenizer, demo_files):
+    examples = datasets.Dataset.from_list(load_qa_records(demo_files["validation"], split="validation")[0][:4])
+    features = examples.map(prepare_validation_features, batched=True, remove_columns=examples.column_names,
+                            fn_kwargs={"tokenizer": tokenizer, "cfg": FeatureConfig(128, 32)})
+    order = length_order(features)  # several windows per example, the last one shorter
+    assert order is not None and (order != np.arange(len(order))).any(), "eval data must need sorting"
+    return features, AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).eval()
+
+
+# group_by_length: transformers hands eval a shuffled sampler unless the trainer keeps it sequential;
+# sort_eval: the longest-first order must be undone after the gather
+@pytest.mark.parametrize(("strategy", "sort_eval"), [("group_by_length", False), ("random", True)])
+def test_gathered_logits_belong_to_their_feature(eval_setup, tokenizer, tmp_path, strategy, sort_eval):
+    features, model = eval_setup
+    args = QATrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=7, report_to="none",
+                               train_sampling_strategy=strategy)
+    trainer = QuestionAnsweringTrainer(model=model, args=args, eval_dataset=features, processing_class=tokenizer,
+                                       sort_eval_by_length=sort_eval,
+                                       data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8))
+    (start, end), _, n = trainer._gather_logits(features, "Evaluation", None, "eval")
+    assert n == len(features) == len(start)
+    with torch.no_grad():  # one feature at a time, no padding, no Trainer: the ground truth
+        for i, (ids, mask, types) in enumerate(zip(features["input_ids"], features["attention_mask"],
+                                                   features["token_type_ids"])):
+            out = model(input_ids=torch.tensor([ids]), attention_mask=torch.tensor([mask]),
+                        token_type_ids=torch.tensor([types]))
+            np.testing.assert_allclose(start[i][: len(ids)], out.start_logits[0], atol=1e-4, err_msg=f"feature {i}")
+            np.testing.assert_allclose(end[i][: len(ids)], out.end_logits[0], atol=1e-4, err_msg=f"feature {i}")
+
+
+def test_length_order_is_longest_first_and_none_when_uniform():
+    ds = datasets.Dataset.from_dict({"input_ids": [[1] * 3, [1] * 9, [1] * 5, [1] * 9]})
+    assert length_order(ds).tolist() == [1, 3, 2, 0]
+    assert length_order(datasets.Dataset.from_dict({"input_ids": [[1] * 4, [1] * 4]})) is None
 
 
 def _build(tiny_bert, files, tmp_path, caplog, padding_side: str = "right", strategy: str = "random", **data):
@@ -76,32 +190,6 @@ def test_batch_widths_and_token_counts(tiny_bert, demo_files, tmp_path, caplog, 
         assert set(widths) == {128}
     else:  # multiples of 8, and not all alike: padding is dynamic
         assert all(w % 8 == 0 for w in widths) and len(set(widths)) > 1 and max(widths) <= 128
-
-
-def test_length_sorted_eval_restores_order(tiny_bert, demo_files, tmp_path, caplog):
-    import torch
-
-    b = _build(tiny_bert, demo_files, tmp_path, caplog, strategy="group_by_length")
-    model = load_model(b.model_args, load_config(b.model_args))
-    # a random tiny BERT gives nearly equal logits everywhere, so rounding noise would pick answers;
-    # a larger QA head spreads them so that answers are decided by the model, not by the noise
-    torch.manual_seed(0)
-    with torch.no_grad():
-        model.qa_outputs.weight.normal_(0.0, 5.0)
-    order = length_order(b.data.eval_features)
-    assert order is not None and not np.array_equal(order, np.arange(len(order))), "eval data must need sorting"
-    outputs = {}
-    for sort in (True, False):
-        trainer = _trainer(b, sort, model)
-        logits, _, _ = trainer._gather_logits(b.data.eval_features, "Evaluation", None, "eval")
-        outputs[sort] = logits, trainer.post_process_function(b.data.eval_examples, b.data.eval_features, logits,
-                                                              f"eval_sort{sort}")
-    (ls, ps), (lu, pu) = outputs[True], outputs[False]
-    assert ps.answers == pu.answers
-    assert [[e["text"] for e in v] for v in ps.nbest.values()] == [[e["text"] for e in v] for v in pu.nbest.values()]
-    for a, c in zip(ls, lu):
-        real = (a > -100) & (c > -100)  # columns past a batch's width hold the Trainer's -100 padding
-        np.testing.assert_allclose(a[real], c[real], rtol=1e-5, atol=1e-4)
 
 
 def test_features_cache_reused_until_file_tokenizer_or_settings_change(tiny_bert, demo_files, tmp_path, caplog):
