@@ -1,4 +1,5 @@
-"""The settings plan for every device, decided on a CPU from made-up device facts; the read-back check.
+"""The settings plan for every device, decided on a CPU from made-up device facts; the read-back check; --precision
+reaching evaluation.
 
 Each table row is one combination with its expected outcome, written from the rules in README ("How precision,
 threads and devices are chosen") and qa_hpc/plan.py's docstring.
@@ -9,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import types
 
+import datasets
 import pytest
 import torch
+from transformers import AutoModelForQuestionAnswering, Trainer
 
 from fixtures.settings import plan_and_flags
 from qa_hpc.flags import batch_lines, build_flags, read_flags
@@ -175,20 +178,16 @@ def test_workers_as_asked_without_speed_defaults():
     assert decide(ask(speed_defaults=False), facts("A100")).dataloader_num_workers == 0
 
 
-def test_a_gpu_job_whose_torch_sees_no_gpu_is_refused():
+@pytest.mark.parametrize("device_facts, words", [  # a GPU job whose torch sees no GPU; one process on several GPUs
+    (facts("CPU", asked="CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0"), ["asked for a GPU (CUDA_VISIBLE_DEVICES=0, "
+     "SLURM_JOB_GPUS=0)", "torch 2.13.0", "CPU-only build", "torch.cuda.is_available()=False", "--use_cpu"]),
+    (facts("A100", gpus_visible=4), ["torchrun --nproc_per_node=4"])])
+def test_a_gpu_setup_that_cannot_run_is_refused_unless_the_cpu_is_asked_for(device_facts, words):
     with pytest.raises(PlanError) as err:
-        decide(ask(), facts("CPU", asked="CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0"))
-    for words in ("asked for a GPU (CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0)", "torch 2.13.0",
-                  "CPU-only build", "torch.cuda.is_available()=False", "--use_cpu"):
-        assert words in str(err.value)
-    assert decide(ask(use_cpu=True), facts("CPU", asked="CUDA_VISIBLE_DEVICES=0")).device == "cpu"  # on purpose
-
-
-def test_one_process_on_several_gpus_is_refused_naming_torchrun():
-    with pytest.raises(PlanError, match=r"torchrun --nproc_per_node=4"):
-        decide(ask(), facts("A100", gpus_visible=4))
-    assert decide(ask(), facts("A100", ranks=4, gpus_visible=4)).world_size == 4
-    assert decide(ask(use_cpu=True), facts("A100", gpus_visible=4)).device == "cpu"
+        decide(ask(), device_facts)
+    assert all(w in str(err.value) for w in words), err.value
+    assert decide(ask(use_cpu=True), device_facts).device == "cpu"  # on purpose
+    assert decide(ask(), facts("A100", ranks=4, gpus_visible=4)).world_size == 4  # one process per GPU
 
 
 def test_reporting_tensorboard_is_ours_and_profile_dir():
@@ -282,3 +281,14 @@ def test_training_args_given_to_the_trainer_are_the_parsed_ones_plus_the_plan(ti
     expected["dataloader_pin_memory"] = False  # TrainingArguments itself turns pinned memory off on the CPU
     assert run.trainer.args.to_dict() == expected
     run.effective.check(plan)
+
+
+@pytest.mark.parametrize("precision, want", [("bf16", "bfloat16"), ("fp32", "float32")])
+def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
+    """bf16 is autocast in the eval forward too (its matmuls run in bf16); fp32 stays fp32."""
+    _, flags = plan_and_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision", precision])
+    model, seen = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)), []
+    model.bert.encoder.layer[0].attention.self.query.register_forward_hook(lambda m, i, o: seen.append(str(o.dtype)))
+    Trainer(model=model, args=flags.training).predict(
+        datasets.Dataset.from_dict({"input_ids": [[101, 2000, 102] * 4], "attention_mask": [[1] * 12]}))
+    assert seen == [f"torch.{want}"]
