@@ -118,24 +118,19 @@ def test_a_repeated_id_keeps_its_first_place_and_its_last_list(v2, tmp_path):
     assert list(preds.answers) == ["a", "b"] and preds.answers["a"] == "uvw"  # the last context
 
 
-@pytest.mark.parametrize("postprocess", [postprocess_qa_predictions_loop, postprocess_qa_predictions])
-@pytest.mark.parametrize(("feature_ids", "message"), [
-    (["zzz"], "feature 0 belongs to unknown example id 'zzz'"), (["a", "a"], "got 1 logit rows for 2 features")])
-def test_bad_features_are_named(postprocess, feature_ids, message):
-    logits = (np.zeros((1, 1), np.float32),) * 2
-    with pytest.raises(ValueError, match=message):
-        postprocess({"id": ["a"], "context": ["abc"]}, {"example_id": feature_ids,
-                                                        "offset_mapping": [[(0, 1)]] * len(feature_ids)},
-                    logits, PostprocessConfig())
+LOOP_TOO = [postprocess_qa_predictions_loop, postprocess_qa_predictions]
 
 
-@pytest.mark.parametrize("offsets", [[[(1, 2, 3)], [(4,)]], [[(1, 2, 3)], [(4, 5)]], [[(0, 3), (4, None)]]])
-def test_offsets_that_are_not_pairs_are_refused(offsets):
-    logits = (np.zeros((len(offsets), 2), np.float32),) * 2
-    with pytest.raises(ValueError, match="pairs"):
-        postprocess_qa_predictions({"id": ["a"], "context": ["abcdef"]},
-                                   {"example_id": ["a"] * len(offsets), "offset_mapping": offsets}, logits,
-                                   PostprocessConfig())
+@pytest.mark.parametrize(("paths", "feature_ids", "offsets", "rows", "message"), [
+    (LOOP_TOO, ["zzz"], [[(0, 1)]], 1, "feature 0 belongs to unknown example id 'zzz'"),
+    (LOOP_TOO, ["a", "a"], [[(0, 1)]] * 2, 1, "got 1 logit rows for 2 features"),
+    *[([postprocess_qa_predictions], ["a"] * len(o), o, len(o), "pairs") for o in (
+        [[(1, 2, 3)], [(4,)]], [[(1, 2, 3)], [(4, 5)]], [[(0, 3), (4, None)]])]])  # offsets that are not pairs
+def test_bad_features_are_named(paths, feature_ids, offsets, rows, message):
+    for postprocess in paths:
+        with pytest.raises(ValueError, match=message):
+            postprocess({"id": ["a"], "context": ["abcdef"]}, {"example_id": feature_ids, "offset_mapping": offsets},
+                        (np.zeros((rows, 2), np.float32),) * 2, PostprocessConfig())
 
 
 @pytest.mark.slow

@@ -46,7 +46,7 @@ def _trainer(out: Path, main: bool = True) -> types.SimpleNamespace:
                                  log_metrics=lambda split, metrics: None)
 
 
-def test_results_files_add_each_split_to_all_results(tmp_path: Path) -> None:
+def test_results_files_add_each_split_to_all_results_and_the_trainer_state_is_hfs(tmp_path: Path) -> None:
     save_results(_trainer(tmp_path), "train", {"train_runtime": 2.0})
     save_results(_trainer(tmp_path), "eval", {"eval_f1": 50.0, "train_runtime": 3.0})
     assert json.loads((tmp_path / "eval_results.json").read_text()) == {"eval_f1": 50.0, "train_runtime": 3.0}
@@ -55,10 +55,6 @@ def test_results_files_add_each_split_to_all_results(tmp_path: Path) -> None:
     save_results(_trainer(tmp_path / "other", main=False), "eval", {"eval_f1": 1.0})
     save_trainer_state(_trainer(tmp_path / "other", main=False))
     assert not (tmp_path / "other").exists()  # only the main process writes
-
-
-def test_trainer_state_has_the_text_trainer_save_state_writes(tmp_path: Path) -> None:
-    trainer = _trainer(tmp_path)
-    save_trainer_state(trainer)
+    save_trainer_state(trainer := _trainer(tmp_path))  # the text Trainer.save_state writes
     trainer.state.save_to_json(str(tmp_path / "hf.json"))
     assert (tmp_path / "trainer_state.json").read_text() == (tmp_path / "hf.json").read_text()

@@ -17,7 +17,7 @@ import torch
 
 from fixtures.outputs import temp_files
 from qa_hpc.atomic_io import write_json_atomic
-from qa_hpc.errors import EXIT_OOM, BatchContext, OutOfMemory, OutputError, check_writable_dir, guarded, write_failure
+from qa_hpc.errors import EXIT_OOM, BatchContext, OutputError, check_writable_dir, guarded, write_failure
 from qa_hpc.preemption import StopRequest, last_complete_checkpoint
 
 CTX = BatchContext(train_batch_size=32, eval_batch_size=64, gradient_accumulation_steps=1, max_seq_length=384,
@@ -98,32 +98,22 @@ def test_write_failure_names_the_reason_from_rust_and_torch_errors(tmp_path: Pat
     assert str(err).startswith(f"cannot write {target}: File too large") and "ulimit -f" in str(err)
 
 
-def _allocate_too_much() -> None:
-    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
-
-
 @pytest.mark.parametrize("phase, expected", [
-    ("train", ["out of memory on cuda:0 during train", "--per_device_train_batch_size 32",
+    ("train", ["ERROR: out of memory on cuda:0 during train", "--per_device_train_batch_size 32",
                "--per_device_train_batch_size 16 --gradient_accumulation_steps 2"]),  # same effective batch
-    ("eval", ["during eval with --per_device_eval_batch_size 64", "try --per_device_eval_batch_size 32"]),
+    ("eval", ["ERROR: out of memory on cuda:0 during eval with --per_device_eval_batch_size 64",
+              "try --per_device_eval_batch_size 32"]),
 ])
-def test_out_of_memory_names_the_batch_size_and_what_to_lower(phase: str, expected: list[str]) -> None:
-    with pytest.raises(OutOfMemory) as info:
-        with guarded(phase, "out", CTX):
-            _allocate_too_much()
-    assert all(part in str(info.value) for part in expected + ["Tried to allocate 2.00 GiB"]), str(info.value)
-    assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
-
-
-def test_cli_turns_out_of_memory_into_exit_3(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(phase: str, expected: list[str], capsys,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     import run_qa
 
     def main() -> int:
-        with guarded("train", "out", CTX):
-            _allocate_too_much()
-        return 0
+        with guarded(phase, "out", CTX):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
 
     monkeypatch.setattr(run_qa, "main", main)
     assert run_qa.cli() == EXIT_OOM
     err = capsys.readouterr().err
-    assert err.startswith("ERROR: out of memory on cuda:0 during train") and "Traceback" not in err
+    assert err.startswith(expected[0]) and "Traceback" not in err, err
+    assert all(part in err for part in expected + ["Tried to allocate 2.00 GiB"]), err
