@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from qa_hpc.features import FeatureConfig, prepare_validation_features
 from qa_hpc.postprocess import (NBestLists, QAPredictions, by_example_then_score, mask_padding,
-                                postprocess_qa_predictions, top_k_with_values, write_prediction_files)
+                                postprocess_qa_predictions, write_prediction_files)
 from qa_hpc.postprocess_loop import PostprocessConfig, postprocess_qa_predictions_loop
 
 
@@ -62,18 +62,6 @@ def test_array_path_equals_loop_on_generated_logits(seed, n_examples, width, tie
             start[f, len(row):] = end[f, len(row):] = -100.0
     both({"id": ids, "context": contexts}, {"example_id": feature_ids, "offset_mapping": offsets},
          (start.astype(dtype), end.astype(dtype)), PostprocessConfig(v2, n_best, max_answer_length, threshold))
-
-
-@pytest.mark.parametrize("step", [0.0, 0.5, 2.0])
-def test_top_k_ranks_like_argsort_even_with_ties(step):
-    logits = np.random.default_rng(3).normal(size=(300, 40)).astype(np.float32)
-    logits = np.round(logits / step) * step if step else logits
-    logits[::7, 20:] = -100.0  # long runs of equal padding
-    for k in (1, 5, 20, 40, 60):
-        got, values = top_k_with_values(logits, k)
-        want = np.stack([np.argsort(row)[-1: -k - 1: -1] for row in logits])
-        np.testing.assert_array_equal(got, want)
-        np.testing.assert_array_equal(values, np.take_along_axis(logits, want, axis=1))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
