@@ -117,8 +117,7 @@ TIE_REFS, TIE_PREDS = {"y": ["cat"], "z": []}, {"y": "cat", "z": "dog"}
     # without na_probs P(no answer) is 0.0 officially: 0.0 > -1 for all: a 0, c 1 -> 50
     ({"a": ["Paris"], "c": []}, {"a": "Paris", "c": "x"}, None, -1.0, {"exact": 50.0}),
 ])
-def test_score_v2_thresholds_and_quirks(refs: dict, preds: dict, na: dict | None, thresh: float,
-                                        expected: dict) -> None:
+def test_score_v2_thresholds_and_quirks(refs: dict, preds: dict, na: dict | None, thresh: float, expected: dict):
     assert_scores(sm.score_v2(refs, preds, na, thresh), expected, every_key=False)
 
 
@@ -189,8 +188,6 @@ def squad_files(tmp_path: Path, v2: bool, changes: dict | None = None) -> dict[s
     ({"na": V2_NA}, ["--version_2_with_negative", "--na_prob_thresh", "0.5"], V2_EXPECTED, []),
     ({"preds": {**V1_PREDS, "zz1": "x"}}, ["--ignore_unknown_ids"], V1_EXPECTED, ["warning", "'zz1'"]),
     ({"preds": b"\xef\xbb\xbf" + json.dumps(V1_PREDS).encode()}, [], V1_EXPECTED, ["'q4'"]),  # a UTF-8 BOM
-    ({"data": "".join(json.dumps({"id": q, "answers": {"text": g, "answer_start": [0] * len(g)}}) + "\n"
-                      for q, g in V1_REFS.items())}, [], V1_EXPECTED, ["'q4'"]),  # JSON Lines, as run_qa.py reads
 ])
 def test_cli_scores(tmp_path: Path, capsys, changes: dict, args: list, expected: dict, err_has: list) -> None:
     paths, out_file = squad_files(tmp_path, "--version_2_with_negative" in args, changes), tmp_path / "s" / "e.json"

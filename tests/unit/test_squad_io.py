@@ -313,7 +313,6 @@ def test_answer_check_fix_and_skip_are_counted(tmp_path, mode, starts, counts):
     assert [r["answers"]["answer_start"] for r in recs] == starts
     assert all(r["context"][s:s + len(t)] == t for r in recs for t, s in zip(*r["answers"].values()))
     assert rep.summary() == f"DATA_LOADED file={tmp_path / 'fix.json'} format=json {counts}"
-    assert "does occur at 16" in _error(tmp_path, "fix.json", FIXABLE)  # answer_check="error", the default
 
 
 @pytest.mark.parametrize("name,split,n,titles", [("dev-v1.1.json", "validation", 10570, 48),
@@ -342,4 +341,3 @@ def test_references_need_only_ids_and_texts(tmp_path):
         (tmp_path / name).write_bytes(content)
     assert load_references(tmp_path / "dev.json") == {"a": ["Paris", "", "Paris"], "b": ["Seine"], "c": []}
     assert load_references(tmp_path / "f.jsonl") == load_references(tmp_path / "pair.csv") == {"q1": ["P"], "q2": []}
-    assert "field 'context'" in _error(tmp_path, "dev.json", data, split="validation")  # training needs every field

@@ -119,10 +119,7 @@ def rows_of(capsys, root: Path, *args: str) -> dict[str, dict]:
 def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fields) -> dict:
     """A record as run_qa.py writes one, through the real writer, under (job name, job id) or outside Slurm."""
     for key, value in zip(("SLURM_JOB_NAME", "SLURM_JOB_ID"), job or (None, None)):
-        if value:
-            monkeypatch.setenv(key, value)
-        else:
-            monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, value) if value else monkeypatch.delenv(key, raising=False)
     out_dir.mkdir(parents=True)
     world, per_node = fields.pop("layout", (1, 1))
     return write_run_summary(
