@@ -111,6 +111,9 @@ def test_precision_for_every_device(device, precision, hf, accelerate, want, ran
         assert plan.precision == want
         fields = plan.training_fields(None)
         assert (fields["bf16"], fields["fp16"]) == (want == "bf16", want == "fp16")
+        # TrainingArguments reads ACCELERATE_MIXED_PRECISION when --bf16/--fp16 are off: it must say the plan's
+        env = {} if accelerate == "-" else {"ACCELERATE_MIXED_PRECISION": accelerate}
+        assert plan.environment(env) == {k: {"fp32": "no"}.get(want, want) for k in env}
 
 
 # device | --tf32 | --speed_defaults | --precision | expected TF32, or "!" + refusal
@@ -229,18 +232,6 @@ def test_batch_lines_say_the_global_batch_steps_and_how_to_keep_the_1_device_rec
                                  gradient_accumulation_steps=accumulation, num_train_epochs=2.0, max_steps=max_steps)
     lines = batch_lines(args, 88_524)
     assert len(lines) == len(want) and all(part in line for line, part in zip(lines, want))
-
-
-@pytest.mark.parametrize("precision, accelerate_env, want", [
-    ("fp32", "bf16", {"ACCELERATE_MIXED_PRECISION": "no"}),
-    ("auto", "fp16", {"ACCELERATE_MIXED_PRECISION": "fp16"}),
-    ("bf16", "no", {"ACCELERATE_MIXED_PRECISION": "bf16"}),
-    ("auto", None, {}),  # not under accelerate: nothing to align
-])
-def test_accelerates_variable_is_aligned_with_the_plan(precision, accelerate_env, want):
-    """TrainingArguments reads ACCELERATE_MIXED_PRECISION when --bf16/--fp16 are off: it must say the plan's precision."""
-    plan = decide(ask(precision=precision), facts("A100", accelerate=accelerate_env))
-    assert plan.environment({} if accelerate_env is None else {"ACCELERATE_MIXED_PRECISION": accelerate_env}) == want
 
 
 # --- what really runs, read back and checked against the plan --------------------------------------------------
