@@ -133,13 +133,15 @@ CPU            false true  auto off
 
 @pytest.mark.parametrize("device, tf32, defaults, precision, want", rows(TF32_TABLE, 5))
 def test_tf32_for_every_device(device, tf32, defaults, precision, want):
-    """--precision fp32 is true fp32: TF32 off (and the MFU against the fp32 peak, which reads plan.tf32)."""
+    """--precision fp32 is true fp32: TF32 off (and the MFU against the fp32 peak, which reads plan.tf32).
+    Without --speed_defaults the dataloader workers are as asked (0) too."""
     given = None if tf32 == "-" else tf32 == "true"
     plan = decided(ask(tf32=given, speed_defaults=defaults == "true", precision=precision), facts(device), want)
     if plan is not None:
         assert plan.tf32 == (want == "on")
         # TrainingArguments gets tf32 only where it means something (it refuses True off Ampere)
         assert plan.training_fields(given)["tf32"] == (plan.tf32 if device != "CPU" else given)
+        assert defaults == "true" or plan.dataloader_num_workers == 0
 
 
 # device | CPUs | processes on the node | OMP_NUM_THREADS | launcher | --num_threads | --dataloader_num_workers |
@@ -175,10 +177,6 @@ def test_threads_and_workers(device, cpus, ranks, omp, launcher, asked, given_wo
                   facts(device, ranks=int(ranks), cpus=int(cpus), omp=None if omp == "-" else int(omp),
                         launcher=launcher))
     assert (plan.threads, plan.dataloader_num_workers) == (int(threads), int(workers))
-
-
-def test_workers_as_asked_without_speed_defaults():
-    assert decide(ask(speed_defaults=False), facts("A100")).dataloader_num_workers == 0
 
 
 @pytest.mark.parametrize("device_facts, words", [  # a GPU job whose torch sees no GPU; one process on several GPUs
