@@ -133,35 +133,35 @@ def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fiel
 def jobs(tmp_path, monkeypatch, capsys) -> dict:
     """A checkout's logs/ and outputs/ after Slurm jobs that failed, were preempted or killed, and local runs."""
     logs, outputs = tmp_path / "logs", tmp_path / "outputs"
-    logs.mkdir()
     oom = write_record(outputs / "bert_squad_ddp", monkeypatch, ("bert_squad_ddp", "77"), status="failed",
                        exit_code=3, wall_clock_seconds=180.0, results={}, layout=(8, 4),
                        error="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
-    (logs / "bert_squad_ddp-77.out").write_text(
-        "[qa-hpc 10:00:00] JOB name=bert_squad_ddp id=77 nodes=gpu[01-02] restart_count=0\n"
-        "ERROR: rank 3 (pid 99) failed: RuntimeError: a peer went away\n", encoding="utf-8")
-    # an earlier job of the same name: the job scripts reuse outputs/<job name>, so its record is gone
-    (logs / "bert_squad_ddp-76.out").write_text("[qa-hpc 09:00:00] JOB name=bert_squad_ddp id=76\n", encoding="utf-8")
     stopped = {"signal": "SIGUSR1", "global_step": 40, "checkpoint": "outputs/bert_squad_ft3/checkpoint-40"}
     write_record(outputs / "bert_squad_ft3", monkeypatch, ("bert_squad_ft3", "78"), status="preempted",
                  exit_code=75, wall_clock_seconds=3500.0, results={}, stopped=stopped)
-    # killed by the cgroup OOM killer before it could write a record: no ERROR line either
-    (logs / "bert_squad_ft3-79.out").write_text(
-        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=79.batch.\n", encoding="utf-8")
-    # stopped by the job script itself (bad QA_PRECISION) after run_qa.py's own complaint
-    (logs / "bert_squad_cpu-80.out").write_text(
-        "ERROR: --per_device_train_batch_size must be >= 1\n"
-        "[qa-hpc 10:00:02] ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32\n", encoding="utf-8")
-    # `bash job_cpu.sh` twice outside Slurm: the newer log belongs to the record in outputs/bert_squad_cpu
     local = write_record(outputs / "bert_squad_cpu", monkeypatch, None, status="ok", exit_code=0,
                          wall_clock_seconds=95.5, results={"train_runtime": 80.25, "eval_f1": 12.5})
-    for stamp in ("20260101-090000", "20260102-090000"):
-        (logs / f"bert_squad_cpu-local-{stamp}.out").write_text("[qa-hpc 09:00:00] JOB name=local\n", encoding="utf-8")
-    # outside Slurm, the demo's dir of a killed run (no record), run again with a bad flag: the log says why
+    # outside Slurm, the demo's dir of a killed run (no record)
     (outputs / "offline_demo-bert_squad_gpu").mkdir()
     (outputs / "offline_demo-bert_squad_gpu" / "trainer_state.json").write_text('{"log_history": []}', encoding="utf-8")
-    (logs / "bert_squad_gpu-local-20260103-090000.out").write_text("ERROR: --num_train_epochs must be > 0\n",
-                                                                   encoding="utf-8")
+    logs.mkdir()
+    for name, text in {
+        "bert_squad_ddp-77": "[qa-hpc 10:00:00] JOB name=bert_squad_ddp id=77 nodes=gpu[01-02] restart_count=0\n"
+                             "ERROR: rank 3 (pid 99) failed: RuntimeError: a peer went away\n",
+        # an earlier job of the same name: the job scripts reuse outputs/<job name>, so its record is gone
+        "bert_squad_ddp-76": "[qa-hpc 09:00:00] JOB name=bert_squad_ddp id=76\n",
+        # killed by the cgroup OOM killer before it could write a record: no ERROR line either
+        "bert_squad_ft3-79": "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=79.batch.\n",
+        # stopped by the job script itself (bad QA_PRECISION) after run_qa.py's own complaint
+        "bert_squad_cpu-80": "ERROR: --per_device_train_batch_size must be >= 1\n"
+                             "[qa-hpc 10:00:02] ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32\n",
+        # `bash job_cpu.sh` twice outside Slurm: the newer log belongs to the record in outputs/bert_squad_cpu
+        "bert_squad_cpu-local-20260101-090000": "[qa-hpc 09:00:00] JOB name=local\n",
+        "bert_squad_cpu-local-20260102-090000": "[qa-hpc 09:00:00] JOB name=local\n",
+        # the killed demo run above, run again with a bad flag: the log says why
+        "bert_squad_gpu-local-20260103-090000": "ERROR: --num_train_epochs must be > 0\n",
+    }.items():
+        (logs / f"{name}.out").write_text(text, encoding="utf-8")
     return {"root": tmp_path, "logs": logs.resolve(), "outputs": outputs.resolve(), "oom": oom, "stopped": stopped,
             "local": local, "rows": rows_of(capsys, tmp_path, "logs", "outputs")}
 
