@@ -26,9 +26,7 @@ from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding,
 from qa_hpc.features import (FeatureConfig, FeatureError, build_data, prepare_train_features,
                              prepare_validation_features)
 from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
-from qa_hpc.metric.squad import make_score
 from qa_hpc.model import load_config, load_model, load_tokenizer
-from qa_hpc.postprocess import make_postprocess
 from qa_hpc.squad_io import load_qa_records
 from trainer_qa import QuestionAnsweringTrainer, length_order
 
@@ -161,15 +159,14 @@ def _build(tiny_bert, files, tmp_path, caplog, padding_side: str = "right", stra
                            tokenizer=tokenizer, data=data, lines=lines)
 
 
-def _trainer(b: SimpleNamespace, sort_eval: bool, model=None) -> QuestionAnsweringTrainer:
+def _train_batches(b: SimpleNamespace):
+    """The train batches of the Trainer as run_qa.py builds it (its collator)."""
     pad = b.data_args.pad_to_max_length
     return QuestionAnsweringTrainer(
-        model=model or load_model(b.model_args, load_config(b.model_args)), args=b.training_args,
-        train_dataset=b.data.train, eval_dataset=b.data.eval_features, eval_examples=b.data.eval_examples,
-        processing_class=b.tokenizer, sort_eval_by_length=sort_eval,
+        model=load_model(b.model_args, load_config(b.model_args)), args=b.training_args, train_dataset=b.data.train,
+        processing_class=b.tokenizer,
         data_collator=default_data_collator if pad else DataCollatorWithPadding(b.tokenizer, pad_to_multiple_of=8),
-        post_process_function=make_postprocess(b.data_args, b.training_args.output_dir),
-        score_function=make_score(b.data_args.version_2_with_negative, b.data_args.null_score_diff_threshold))
+    ).get_train_dataloader()
 
 
 @pytest.mark.parametrize("pad", [False, True], ids=["dynamic", "pad_to_max_length"])
@@ -180,7 +177,7 @@ def test_batch_widths_and_token_counts(tiny_bert, demo_files, tmp_path, caplog, 
     real, at_max = sum(sum(m) for m in b.data.train["attention_mask"]), len(b.data.train) * 128
     assert (int(fields["real_tokens"]), int(fields["tokens_at_max_length"])) == (real, at_max) and real < at_max
     widths, seen = [], 0
-    for batch in _trainer(b, not pad).get_train_dataloader():
+    for batch in _train_batches(b):
         widths.append(batch["input_ids"].shape[1])
         longest = int(batch["attention_mask"].sum(dim=1).max())
         assert pad or longest <= widths[-1] < longest + 8, "padded to the batch's own longest feature"
