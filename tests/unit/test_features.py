@@ -24,7 +24,7 @@ import torch
 from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, default_data_collator
 
 from qa_hpc.features import (FeatureConfig, FeatureError, build_data, prepare_train_features,
-                             prepare_validation_features)
+                             prepare_validation_features, real_lengths)
 from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from qa_hpc.model import load_config, load_model, load_tokenizer
 from qa_hpc.squad_io import load_qa_records
@@ -129,6 +129,13 @@ def test_gathered_logits_belong_to_their_feature(eval_setup, tokenizer, tmp_path
                         token_type_ids=torch.tensor([types]))
             np.testing.assert_allclose(start[i][: len(ids)], out.start_logits[0], atol=1e-4, err_msg=f"feature {i}")
             np.testing.assert_allclose(end[i][: len(ids)], out.end_logits[0], atol=1e-4, err_msg=f"feature {i}")
+
+
+def test_real_lengths_from_arrow_and_lists_count_mask_ones():  # the real tokens of the efficiency figures
+    masks = [[1] * 5 + [0] * 3, [1] * 8, [1, 1], [1] * 3 + [0] * 5]
+    ds = datasets.Dataset.from_dict({"attention_mask": masks})
+    assert real_lengths(ds).tolist() == real_lengths({"attention_mask": masks}).tolist() == [5, 8, 2, 3]
+    assert real_lengths(ds.select([3, 0])).tolist() == [3, 5]
 
 
 def test_length_order_is_longest_first_and_none_when_uniform():

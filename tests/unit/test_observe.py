@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 
-import datasets
 import numpy as np
 import pytest
 import torch
@@ -19,7 +18,6 @@ from transformers.integrations import TensorBoardCallback
 from fixtures.outputs import profiler_steps
 from fixtures.settings import plan_and_flags
 from qa_hpc.errors import UsageError
-from qa_hpc.features import real_lengths
 from qa_hpc.model import ModelShape
 from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import efficiency_lines, peak_tflops, train_efficiency, train_flops_per_sequence
@@ -46,13 +44,6 @@ def _base_shape() -> ModelShape:
 ])
 def test_peak_table(name, precision, tf32, want):
     assert peak_tflops(name, precision, tf32) == want
-
-
-def test_real_lengths_from_arrow_and_lists_count_mask_ones():
-    masks = [[1] * 5 + [0] * 3, [1] * 8, [1, 1], [1] * 3 + [0] * 5]
-    ds = datasets.Dataset.from_dict({"attention_mask": masks})
-    assert real_lengths(ds).tolist() == real_lengths({"attention_mask": masks}).tolist() == [5, 8, 2, 3]
-    assert real_lengths(ds.select([3, 0])).tolist() == [3, 5]
 
 
 def test_train_efficiency_arithmetic():
