@@ -89,10 +89,7 @@ class RecordChecker:
             raise self.fail(loc, f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}", rid=rid,
                             fld="id")
         self.seen[rid] = loc
-
-        def err(msg: str, f: str) -> DataError:
-            return self.fail(loc, msg, rid=rid, fld=f)
-
+        err: FieldError = lambda msg, f: self.fail(loc, msg, rid=rid, fld=f)  # noqa: E731 - this record's errors
         if not present and (self.scoring or self.split != "test"):
             why = "scoring needs the gold answers" if self.scoring else "answers may be left out only for split='test'"
             raise err(f"missing (record has keys {keys_of(raw)}); {why}", fld)
