@@ -34,6 +34,7 @@ CPU_BF16_FEATURES = ("amx_bf16", "avx512_bf16")  # torch.cpu.get_capabilities() 
 MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
+ON = {True: "on", False: "off"}  # a switch in log lines
 LOG_NAMES = {"dataloader_num_workers": "dataloader_workers", "attn_implementation": "attn"}  # short keys in log lines
 # Variables that say a GPU was asked for (a Slurm --gres=gpu job, or an explicit choice).
 GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
@@ -102,15 +103,11 @@ class RunPlan:
 
     def log_line(self) -> str:
         return (f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
-                f"({self.precision_reason}) tf32={_on(self.tf32)} threads={self.threads} ({self.threads_reason}) "
+                f"({self.precision_reason}) tf32={ON[self.tf32]} threads={self.threads} ({self.threads_reason}) "
                 f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} local_world_size="
                 f"{self.local_world_size} launcher={self.launcher} stop_vote_every={self.stop_vote_every} "
-                f"tensorboard={_on(self.tensorboard)} profile={_on(self.profile_dir is not None)} "
+                f"tensorboard={ON[self.tensorboard]} profile={ON[self.profile_dir is not None]} "
                 f"dropout_mask={self.dropout_mask} ({self.dropout_reason})")
-
-
-def _on(flag: bool) -> str:
-    return "on" if flag else "off"
 
 
 def _sm(capability: tuple[int, int] | None) -> str:
@@ -271,7 +268,7 @@ class Effective:
 
     def log_line(self, rank: int) -> str:
         """One line per rank (threads and devices can differ between nodes): every field, in order."""
-        shown = {**asdict(self), "tf32": _on(self.tf32), "device_name": self.device_name.replace(" ", "_")}
+        shown = {**asdict(self), "tf32": ON[self.tf32], "device_name": self.device_name.replace(" ", "_")}
         return " ".join([f"EFFECTIVE rank={rank}", *(f"{LOG_NAMES.get(k, k)}={v}" for k, v in shown.items())])
 
     def check(self, plan: RunPlan) -> None:
