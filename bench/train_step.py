@@ -144,7 +144,7 @@ def main() -> None:
         for v, batches, times in variants if r % 2 == 0 else variants[::-1]:
             times.extend(timed(v, batches))
 
-    name = torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else torch.device(device).type
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     rows = []
     base = None
     for v, batches, times in variants:
