@@ -259,7 +259,6 @@ class Effective:
             param_dtype=str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
             threads=torch.get_num_threads(), dataloader_num_workers=int(args.dataloader_num_workers),
             world_size=int(trainer.accelerator.num_processes), device=args.device.type, optim=str(args.optim.value),
-            # the driver's name ("NVIDIA H100 80GB HBM3"), or the device type ("cpu")
             device_name=torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else args.device.type,
             attn_implementation=str(getattr(trainer.model.config, "_attn_implementation", None) or "default"),
             torch_compile=bool(args.torch_compile), postprocess=postprocess,
