@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from accelerate.utils import broadcast_object_list
 from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, speed_metrics
 
-from qa_hpc.dist import broadcast_from_main
 from qa_hpc.metric.squad import ScoreFunction
 from qa_hpc.postprocess_loop import QAPredictions
 
@@ -116,7 +116,7 @@ class QuestionAnsweringTrainer(Trainer):
             if self.score_function is not None and has_answers(examples):
                 scores = self.score_function(preds, examples)
                 metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
-        metrics = broadcast_from_main(metrics)
+        metrics = broadcast_object_list([metrics])[0]  # the main process's, on every rank
         return preds, metrics
 
     def _answer(

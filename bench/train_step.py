@@ -29,7 +29,6 @@ import torch
 
 from qa_hpc.model import ModelShape
 from qa_hpc.observe.efficiency import peak_tflops, train_flops_per_sequence
-from qa_hpc.plan import device_name
 
 VARIANT_PARTS = {"fp32", "tf32", "bf16", "fp16", "compile", "fused", "eager_attn", "nodrop", "bulkdrop"}
 
@@ -145,7 +144,7 @@ def main() -> None:
         for v, batches, times in variants if r % 2 == 0 else variants[::-1]:
             times.extend(timed(v, batches))
 
-    name = device_name(torch.device(device) if isinstance(device, str) else device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     rows = []
     base = None
     for v, batches, times in variants:

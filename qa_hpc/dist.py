@@ -12,13 +12,10 @@ import gc
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
-
-T = TypeVar("T")
-
 
 Launch = NamedTuple("Launch", [("rank", int), ("local_rank", int), ("world_size", int), ("local_world_size", int)])
 
@@ -30,20 +27,9 @@ def launch_env(env: Mapping[str, str] = os.environ) -> Launch:
     return Launch(number("RANK", 0), number("LOCAL_RANK", 0), number("WORLD_SIZE", 1), number("LOCAL_WORLD_SIZE", 1))
 
 
-def _ranks() -> int:  # of the running process group, however it was started
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def broadcast_from_main(obj: T) -> T:
-    box = [obj]
-    if _ranks() > 1:
-        dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def any_rank(flag: bool, device: torch.device) -> bool:
     """True on every rank when it is on any rank (one all_reduce; no device sync in one process)."""
-    if _ranks() == 1:
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return flag
     box = torch.tensor([int(flag)], dtype=torch.int64, device=device)
     dist.all_reduce(box, op=dist.ReduceOp.MAX)

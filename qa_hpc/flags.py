@@ -163,13 +163,6 @@ class ObservabilityArguments:
         if self.profile_active < 1:
             raise ValueError("--profile_active must be at least 1 (the number of steps kept per cycle)")
 
-    @property
-    def profile_steps_needed(self) -> int | None:
-        """Training steps the whole schedule spans (None: repeat=0 cycles until training ends)."""
-        if not self.profile_repeat:
-            return None
-        return (self.profile_wait + self.profile_warmup + self.profile_active) * self.profile_repeat
-
 
 class Flags(NamedTuple):
     """All flags of one run, one dataclass per group, each built once."""

@@ -5,11 +5,8 @@ ranks a node; accelerate or torchrun) is tested on a CPU with made-up `DeviceFac
 (PLAN line), saved in run_summary.json and gives the TrainingArguments fields it owns. `Effective.read` reads back
 what the Trainer's objects really use (EFFECTIVE line) and `check` stops the run where that differs.
 
-Precision, highest priority first: 1. `--precision fp32|bf16|fp16`, or HF's `--bf16`/`--fp16` (both given: they
-must agree); 2. accelerate's mixed precision (ACCELERATE_MIXED_PRECISION, from its config or `--mixed_precision`;
-`no` = fp32); 3. `auto`: bf16 on GPUs of compute capability >= 8.0 and on CPUs with AVX512-BF16 or AMX, fp16 on
-older GPUs, fp32 on other CPUs (torch emulates bf16 there, ~15x slower). Refused: fp16 on a CPU, bf16 on a GPU
-below 8.0. TF32 (Ampere+): `--tf32`, else on under --speed_defaults unless `--precision fp32` asks for true fp32.
+The rules (precision, TF32, threads, workers) and the log lines they give: docs/REFERENCE.md, "Precision, TF32,
+threads and the batch across processes".
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ CPU_BF16_FEATURES = ("amx_bf16", "avx512_bf16")  # torch.cpu.get_capabilities() 
 MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
+ON = {True: "on", False: "off"}  # a switch in log lines
 LOG_NAMES = {"dataloader_num_workers": "dataloader_workers", "attn_implementation": "attn"}  # short keys in log lines
 # Variables that say a GPU was asked for (a Slurm --gres=gpu job, or an explicit choice).
 GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
@@ -100,20 +98,16 @@ class RunPlan:
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """The launcher's variables that must say the plan's precision before TrainingArguments is built: it takes
         ACCELERATE_MIXED_PRECISION as the precision when --bf16/--fp16 are off (fp32 under accelerate's bf16: bf16)."""
-        names = {ours: theirs for theirs, ours in ACCELERATE_PRECISION.items()}
-        return {"ACCELERATE_MIXED_PRECISION": names[self.precision]} if "ACCELERATE_MIXED_PRECISION" in env else {}
+        wanted = "no" if self.precision == "fp32" else self.precision  # ACCELERATE_PRECISION backwards
+        return {"ACCELERATE_MIXED_PRECISION": wanted} if "ACCELERATE_MIXED_PRECISION" in env else {}
 
     def log_line(self) -> str:
         return (f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
-                f"({self.precision_reason}) tf32={_on(self.tf32)} threads={self.threads} ({self.threads_reason}) "
+                f"({self.precision_reason}) tf32={ON[self.tf32]} threads={self.threads} ({self.threads_reason}) "
                 f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} local_world_size="
                 f"{self.local_world_size} launcher={self.launcher} stop_vote_every={self.stop_vote_every} "
-                f"tensorboard={_on(self.tensorboard)} profile={_on(self.profile_dir is not None)} "
+                f"tensorboard={ON[self.tensorboard]} profile={ON[self.profile_dir is not None]} "
                 f"dropout_mask={self.dropout_mask} ({self.dropout_reason})")
-
-
-def _on(flag: bool) -> str:
-    return "on" if flag else "off"
 
 
 def _sm(capability: tuple[int, int] | None) -> str:
@@ -150,8 +144,12 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
-    dropout, dropout_reason = ((flags["dropout_mask"], f"--dropout_mask {flags['dropout_mask']}")
-                               if flags["dropout_mask"] != "auto" else decide_dropout(device, facts.cpu_vendor))
+    # under auto, bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs only)
+    dropout, dropout_reason = (
+        (flags["dropout_mask"], f"--dropout_mask {flags['dropout_mask']}") if flags["dropout_mask"] != "auto"
+        else ("bulk", f"auto: {facts.cpu_vendor} CPU, where torch draws masks one element at a time")
+        if device == "cpu" and facts.cpu_vendor != "GenuineIntel"
+        else ("torch", "auto: " + ("GPU" if device == "cuda" else "Intel CPU, where torch draws masks in parallel")))
     return RunPlan(
         dropout_mask=dropout, dropout_reason=dropout_reason, device=device, precision=precision, precision_reason=reason,
         tf32=flags["speed_defaults"] and ampere and flags["precision"] != "fp32" if flags["tf32"] is None
@@ -165,13 +163,6 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     )
 
 
-def decide_dropout(device: str, cpu_vendor: str) -> tuple[str, str]:
-    """Under auto: bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs only)."""
-    if device == "cpu" and cpu_vendor != "GenuineIntel":
-        return "bulk", f"auto: {cpu_vendor} CPU, where torch draws masks one element at a time"
-    return "torch", "auto: " + ("GPU" if device == "cuda" else "Intel CPU, where torch draws masks in parallel")
-
-
 def require_visible_gpu(facts: DeviceFacts) -> None:
     """Refuse a job that asked for a GPU whose torch sees none: on the CPU it would take days, logged as a GPU run."""
     if facts.gpus_requested and not facts.cuda_available:
@@ -182,10 +173,9 @@ def require_visible_gpu(facts: DeviceFacts) -> None:
 
 
 def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere: bool) -> tuple[str, str]:
-    """(precision, why) by the rules in the module docstring; `ampere`: a GPU of compute capability >= 8.0."""
+    """(precision, why), first match wins: --precision or HF's --bf16/--fp16 (both given: they must agree),
+    accelerate's mixed precision (`no` = fp32), auto; `ampere`: a GPU of compute capability >= 8.0."""
     asked, hf, mixed = flags["precision"], [n for n in ("bf16", "fp16") if flags[n]], facts.accelerate_mixed_precision
-    if asked not in PRECISIONS:
-        raise PlanError(f"--precision {asked!r}: choose one of {', '.join(PRECISIONS)}")
     if len(hf) > 1:
         raise PlanError("--bf16 and --fp16 contradict each other; give one of them")
     if asked != "auto" and hf and hf[0] != asked:
@@ -242,11 +232,6 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
     )
 
 
-def device_name(device: torch.device) -> str:
-    """A CUDA device's name as the driver reports it ("NVIDIA H100 80GB HBM3"), else the device type ("cpu")."""
-    return torch.cuda.get_device_name(device) if device.type == "cuda" and torch.cuda.is_available() else device.type
-
-
 # --- what the objects really use ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Effective:
@@ -273,8 +258,8 @@ class Effective:
             tf32=torch.backends.cuda.matmul.fp32_precision == "tf32",
             param_dtype=str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
             threads=torch.get_num_threads(), dataloader_num_workers=int(args.dataloader_num_workers),
-            world_size=int(trainer.accelerator.num_processes), device=args.device.type,
-            device_name=device_name(args.device), optim=str(getattr(args.optim, "value", args.optim)),
+            world_size=int(trainer.accelerator.num_processes), device=args.device.type, optim=str(args.optim.value),
+            device_name=torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else args.device.type,
             attn_implementation=str(getattr(trainer.model.config, "_attn_implementation", None) or "default"),
             torch_compile=bool(args.torch_compile), postprocess=postprocess,
             dropout_mask="bulk" if any(isinstance(m, BulkDropout) for m in trainer.model.modules()) else "torch",
@@ -282,7 +267,7 @@ class Effective:
 
     def log_line(self, rank: int) -> str:
         """One line per rank (threads and devices can differ between nodes): every field, in order."""
-        shown = {**asdict(self), "tf32": _on(self.tf32), "device_name": self.device_name.replace(" ", "_")}
+        shown = {**asdict(self), "tf32": ON[self.tf32], "device_name": self.device_name.replace(" ", "_")}
         return " ".join([f"EFFECTIVE rank={rank}", *(f"{LOG_NAMES.get(k, k)}={v}" for k, v in shown.items())])
 
     def check(self, plan: RunPlan) -> None:

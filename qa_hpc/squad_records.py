@@ -89,10 +89,7 @@ class RecordChecker:
             raise self.fail(loc, f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}", rid=rid,
                             fld="id")
         self.seen[rid] = loc
-
-        def err(msg: str, f: str) -> DataError:
-            return self.fail(loc, msg, rid=rid, fld=f)
-
+        err: FieldError = lambda msg, f: self.fail(loc, msg, rid=rid, fld=f)  # noqa: E731 - this record's errors
         if not present and (self.scoring or self.split != "test"):
             why = "scoring needs the gold answers" if self.scoring else "answers may be left out only for split='test'"
             raise err(f"missing (record has keys {keys_of(raw)}); {why}", fld)
@@ -158,8 +155,16 @@ def _answers(answers: Any, fld: str, err: FieldError, scoring: bool, cell: bool,
     and an empty text is kept (v2 scoring ignores golds that normalize to nothing).
     """
     keys = ("text",) if scoring else ("text", "answer_start")
-    if pair:  # named by its columns, not by a JSON path
-        return [_answer(text, start, PAIR, err, scoring) for text, start in _pair(answers, err, scoring)]
+    if pair:  # named by its columns, not by a JSON path; no answer when both cells are empty
+        text, start = answers[PAIR[0]], answers[PAIR[1]]
+        start = start.strip() if isinstance(start, str) else start
+        has_text = not (text is None or isinstance(text, str) and not text.strip())
+        if not scoring and has_text == (start in (None, "")):
+            empty, other = PAIR[::-1] if has_text else PAIR
+            raise err(f"is empty but {other} is set", empty)
+        with contextlib.suppress(ValueError):
+            start = int(start) if isinstance(start, str) else start  # a bad one is reported by _answer
+        return [_answer(text, start, PAIR, err, scoring)] if has_text else []
     if cell and isinstance(answers, str):  # a CSV/Parquet cell; empty means no answer
         try:
             answers = json.loads(answers) if answers.strip() else None
@@ -190,19 +195,6 @@ def _answers(answers: Any, fld: str, err: FieldError, scoring: bool, cell: bool,
                   f'{{"text": [...], "answer_start": [...]}}, got {type(answers).__name__}', fld)
     return [_answer(text, start, (f"{fld}[{i}].text", f"{fld}[{i}].answer_start"), err, scoring)
             for i, (text, start) in enumerate(pairs)]
-
-
-def _pair(row: dict, err: FieldError, scoring: bool) -> list[tuple[Any, Any]]:
-    """The row's answer (none when both cells are empty); answer_start a number where it reads as one."""
-    text, start = row.get(PAIR[0]), row.get(PAIR[1])
-    start = start.strip() if isinstance(start, str) else start
-    has_text = not (text is None or isinstance(text, str) and not text.strip())
-    if not scoring and has_text == (start in (None, "")):
-        empty, other = PAIR[::-1] if has_text else PAIR
-        raise err(f"is empty but {other} is set", empty)
-    with contextlib.suppress(ValueError):
-        start = int(start) if isinstance(start, str) else start  # a bad one is reported by _answer
-    return [(text, start)] if has_text else []
 
 
 def _answer(text: Any, start: Any, fields: tuple[str, str], err: FieldError, scoring: bool) -> _Answer:

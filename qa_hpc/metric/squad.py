@@ -192,6 +192,19 @@ def metric_features(v2: bool) -> datasets.Features:
     return Features({"predictions": predictions, "references": {"id": Value("string"), "answers": answers}})
 
 
+def metric_info(v2: bool, inputs_description: str) -> evaluate.MetricInfo:
+    """What both `evaluate` modules beside this file say of themselves; only the SQuAD version differs."""
+    import evaluate
+
+    version, paper = ("2.0", 'Rajpurkar, Jia, Liang: "Know What You Don\'t Know: Unanswerable Questions for SQuAD", '
+                      "ACL 2018") if v2 else ("1.1", 'Rajpurkar, Zhang, Lopyrev, Liang: "SQuAD: 100,000+ Questions '
+                                              'for Machine Comprehension of Text", EMNLP 2016')
+    return evaluate.MetricInfo(
+        description=f"SQuAD v{version} exact match and F1, equal to the official evaluate-v{version}.py (qa-hpc).",
+        citation=paper, inputs_description=inputs_description, features=metric_features(v2),
+        reference_urls=["https://rajpurkar.github.io/SQuAD-explorer/"])
+
+
 def score_rows(predictions: Sequence[Mapping], references: Sequence[Mapping],
                no_answer_threshold: float | None = None) -> Scores:
     """The `evaluate` rows scored; a threshold (even 1.0) means v2. A repeated id is an error, not one kept."""

@@ -203,8 +203,6 @@ def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tup
     names = table[["run", "job_name", "job_id"]].astype("string")
     names["dir"] = table["output_dir"].map(lambda d: Path(d).name, na_action="ignore")
     matches = table.index[names.eq(baseline).any(axis=1)]
-    if not len(matches):
-        matches = table.index[table["run"].str.contains(baseline, regex=False)]
     if len(matches) != 1:
         found = ", ".join(table.loc[matches if len(matches) else table.index, "run"])
         return None, f"--baseline {baseline!r} matches {'no run' if not len(matches) else 'several runs'} ({found})"
@@ -241,8 +239,8 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
     name = table.at[base, "run"] if base is not None else None
     notes = [] if base is None else [f"speedup: {metric} of {name} / each run's" if SPEEDUP_ON[metric] == "time"
                                      else f"speedup: each run's {metric} / {name}'s"]
-    notes += ["peak memory: cuda = CUDA peak allocated (max over ranks); rss = CPU peak RSS"]
-    return md_table(cells) + "\n\n" + "\n".join(notes) + "\n"
+    return "\n".join([md_table(cells), "", *notes, "peak memory: cuda = CUDA peak allocated (max over ranks); rss = "
+                      "CPU peak RSS", ""])
 
 
 def md_table(cells: pd.DataFrame) -> str:
@@ -250,12 +248,6 @@ def md_table(cells: pd.DataFrame) -> str:
     cells = cells.astype("string").fillna(NA).map(lambda text: text.replace("|", "/"))  # a | would split the cell
     lines = ["| " + " | ".join(cells.columns) + " |", "|" + "|".join("---" for _ in cells.columns) + "|"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)])
-
-
-def to_csv(table: pd.DataFrame) -> str:
-    """Every column but the loss curve; a run's log files joined by ';'."""
-    flat = table.drop(columns=["loss_curve", "record"]).assign(logs=table["logs"].map(";".join))
-    return flat.to_csv(index=False, lineterminator="")
 
 
 def to_json(table: pd.DataFrame, base: int | None, metric: str) -> str:
@@ -291,10 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
     table = add_speedup(table, base, args.speedup_on)
-    sys.stdout.write(to_markdown(table, base, args.speedup_on) if args.format == "md" else to_csv(table)
-                     if args.format == "csv" else to_json(table, base, args.speedup_on))
+    flat = table.drop(columns=["loss_curve", "record"]).assign(logs=table["logs"].map(";".join))  # csv: logs a;b
+    sys.stdout.write(to_markdown(table, base, args.speedup_on) if args.format == "md" else
+                     flat.to_csv(index=False, lineterminator="") if args.format == "csv" else
+                     to_json(table, base, args.speedup_on))
     if args.plot:  # matplotlib only when a plot is drawn: the table needs none
-        from qa_hpc.tools.report import write_plots
+        from qa_hpc.tools.figures import write_plots
 
         for path in write_plots(table, args.plot):
             print(f"PLOT={path}", file=sys.stderr)

@@ -106,7 +106,7 @@ NUMBERS: dict[str, Callable[[random.Random], str]] = {
     "B": lambda r: f"The {r.choice(BOOK[0])} {r.choice(BOOK[1])}", "H": lambda r: f"{r.randint(800, 4800)} metres",
     "D": lambda r: f"{r.randint(2, 95)} kilometres",
 }
-KIND_WEIGHTS = [("town", 5), ("person", 4), ("river", 2), ("mountain", 2), ("lake", 2)]
+KINDS, KIND_WEIGHTS = ("town", "person", "river", "mountain", "lake"), (5, 4, 2, 2, 2)
 QUESTIONS_PER_PARAGRAPH, PARAGRAPHS_PER_ARTICLE = 6, 5
 Fact = dict[str, Any]  # a candidate question: its text, answer, offsets, kind, paraphrases, slots
 
@@ -160,7 +160,8 @@ class _Paragraph:
 
     def add_block(self) -> None:
         """A few facts about one new entity, in random order, sometimes with a filler sentence."""
-        rng, kind = self.rng, choose_kind(self.rng)
+        rng = self.rng
+        kind = rng.choices(KINDS, KIND_WEIGHTS)[0]
         entity = self.name(kind)
         if kind == "town":
             self.towns.append(entity)
@@ -184,23 +185,6 @@ class _Paragraph:
                                    "paraphrases": paraphrases.split("|"), "slots": slots})
 
 
-def _paragraph(rng: random.Random, context_words: int) -> tuple[str, list[Fact], Callable[[str], str]]:
-    """One context of blocks of facts, its candidate questions, and its namer (names stay unique in it)."""
-    paragraph = _Paragraph(rng)
-    while sum(len(part.split()) for part in paragraph.parts) < context_words:
-        paragraph.add_block()
-    return " ".join(paragraph.parts), paragraph.facts, paragraph.name
-
-
-def choose_kind(rng: random.Random) -> str:
-    x = rng.uniform(0, sum(weight for _, weight in KIND_WEIGHTS))
-    for kind, weight in KIND_WEIGHTS:
-        x -= weight
-        if x <= 0:
-            return kind
-    return KIND_WEIGHTS[-1][0]
-
-
 def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool = False, context_words: int = 450,
                    title_prefix: str = "demo") -> dict[str, Any]:
     """A SQuAD data set in the official nested layout, the same for the same arguments.
@@ -214,9 +198,12 @@ def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool =
     paragraphs: list[dict[str, Any]] = []
     made = 0
     while made < num_questions:
-        context, facts, name = _paragraph(rng, context_words)
+        paragraph = _Paragraph(rng)  # names stay unique in it
+        while sum(len(part.split()) for part in paragraph.parts) < context_words:
+            paragraph.add_block()
+        context, name = " ".join(paragraph.parts), paragraph.name
         by_sentence: dict[int, list[Fact]] = {}  # at most one question per sentence
-        for fact in facts:
+        for fact in paragraph.facts:
             by_sentence.setdefault(fact["sentence"], []).append(fact)
         groups, qas = list(by_sentence.values()), []
         asked = min(QUESTIONS_PER_PARAGRAPH, len(groups), num_questions - made)

@@ -17,22 +17,17 @@ import datetime as dt
 import re
 import sys
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import pandas as pd
 
 from qa_hpc.atomic_io import write_text_atomic
 from qa_hpc.record import SUMMARY_FILE
 from qa_hpc.tools.collect_results import NA, OUTPUT_MARKERS, add_speedup, md_table, pick_baseline, read_runs
-
-if TYPE_CHECKING:  # matplotlib and tensorboard are imported where a figure is drawn
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
+from qa_hpc.tools.figures import curves_figure, write_plots
 
 NEEDED = ("status", "params", "plan", "results")  # a record without them is from an older layout
 PROFILE_TABLE, TOP_OPS = "profiler_summary.txt", 10
-CURVES = (("train/loss", "training loss"), ("train/grad_norm", "gradient norm"),
-          ("train/learning_rate", "learning rate"), ("train/samples_per_second", "train samples/s (all ranks)"))
 # section -> "label=the record's field; ..." (global_batch and loss.final: see field())
 SECTIONS = {title: [tuple(item.split("=")) for item in spec.split("; ")] for title, spec in {
     "Environment": "host=hostname; GPU=gpu_name; GPUs on the node=gpu_count; CPU model=cpu_model; CPU flags=cpu_flags; "
@@ -66,10 +61,6 @@ SAME = ("model", "dataset", "training samples", "epochs", "max steps", "global b
         "max_seq_length", "precision")
 # sections whose rows a run may lack without saying so (v1 has no HasAns, a CPU no MFU)
 OPTIONAL, NOT_RECORDED = {"Training", "Evaluation"}, "not recorded"
-# Figure, not pyplot: no global state, no display on a login node; 700 x 400 px, readable in a README
-SIZE, DPI = (7, 4), 100
-BARS = {"throughput.png": ("train_samples_per_second", "train samples/s (all ranks)"),
-        "wall_time.png": ("wall_clock_seconds", "wall clock seconds")}  # file -> (column, axis label)
 
 
 def field(run: pd.Series, path: str, missing: Any = None) -> Any:
@@ -95,67 +86,6 @@ def number(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:.4g}" if abs(value) < 1 else f"{value:,.2f}"
-
-
-def _axes(fig: Figure | None = None, title: str = "", **labels: str) -> tuple[Figure, Axes]:
-    from matplotlib.figure import Figure
-
-    fig = fig or Figure(figsize=SIZE, dpi=DPI, layout="tight")
-    ax = fig.add_subplot(*labels.pop("at", (1, 1, 1)))
-    ax.set(title=title, **labels)
-    ax.grid(alpha=0.3)
-    return fig, ax
-
-
-def loss_figure(table: pd.DataFrame) -> Figure:
-    """Training loss over optimizer steps (trainer_state.json), one line per run that logged a loss."""
-    fig, ax = _axes(title="Training loss", xlabel="optimizer step", ylabel="training loss")
-    for run, curve in zip(table["run"], table["loss_curve"]):
-        if curve:
-            ax.plot(*zip(*curve), marker="o", markersize=3, label=run)
-    if ax.lines:
-        ax.legend(fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "no loss curves found", ha="center", transform=ax.transAxes)
-    return fig
-
-
-def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
-    """One bar per run (red when it did not end ok), labelled with its value (and status when not ok)."""
-    fig, ax = _axes(title=f"{label} per run", ylabel=label)
-    ok = table["status"].eq("ok")
-    bars = ax.bar(range(len(table)), table[column].fillna(0.0), color=ok.map({True: "tab:blue", False: "tab:red"}))
-    ax.bar_label(bars, fontsize=8, labels=[(NA if pd.isna(value) else f"{value:.3g}") + ("" if good else f" ({status})")
-                                           for value, good, status in zip(table[column], ok, table["status"])])
-    ax.set_xticks(range(len(table)), table["run"], rotation=20, ha="right", fontsize=8)
-    return fig
-
-
-def curves_figure(curves: dict[str, list[tuple[int, float, float]]], run: str) -> Figure:
-    """Loss, gradient norm and learning rate against step, throughput against time, from the event files."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 6.5), dpi=DPI, layout="tight")
-    fig.suptitle(f"{run}: training (TensorBoard events)")
-    for at, (tag, label) in enumerate(CURVES, start=1):
-        points = curves.get(tag, [])
-        over_time = tag.endswith("per_second")
-        _, ax = _axes(fig, label, at=(2, 2, at), xlabel="seconds since the first point" if over_time else "step")
-        if points:
-            steps, times, values = zip(*points)
-            ax.plot([t - times[0] for t in times] if over_time else steps, values, marker=".", label=tag)
-        else:
-            ax.text(0.5, 0.5, f"no {tag} in the events", ha="center", transform=ax.transAxes)
-    return fig
-
-
-def write_plots(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """loss_curves.png, throughput.png and wall_time.png in out_dir; their paths."""
-    figures = {"loss_curves.png": loss_figure(table), **{name: bar_figure(table, *bar) for name, bar in BARS.items()}}
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    for name, fig in figures.items():
-        fig.savefig(Path(out_dir) / name)
-    return [Path(out_dir) / name for name in figures]
 
 
 def beside_output(run: pd.Series, path: str) -> Path:

@@ -125,7 +125,7 @@ def test_markdown_and_csv(tiny_project, capsys):
 def test_plots_draw_the_records_numbers(tiny_project, tmp_path, capsys):
     """--plot's PNGs are tests/e2e/test_report.py's (the same figures); here their numbers are the records'."""
     from qa_hpc.tools.collect_results import read_runs
-    from qa_hpc.tools.report import bar_figure
+    from qa_hpc.tools.figures import bar_figure
 
     root, runs = tiny_project
     proc = collect(capsys, root, "logs", "outputs", "--plot", str(tmp_path))

@@ -104,7 +104,8 @@ def test_figures_are_pngs_holding_every_event(report, plain, ddp, tmp_path):
     import matplotlib.image
     from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
-    from qa_hpc.tools.report import curves_figure, loss_figure, read_curves
+    from qa_hpc.tools.figures import curves_figure, loss_figure
+    from qa_hpc.tools.report import read_curves
     from qa_hpc.tools.collect_results import read_runs
 
     md, out = report

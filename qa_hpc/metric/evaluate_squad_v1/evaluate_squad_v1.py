@@ -13,27 +13,14 @@ from __future__ import annotations
 
 import evaluate
 
-from qa_hpc.metric.squad import Scores, metric_features, score_rows
-
-_CITATION = """\
-@inproceedings{rajpurkar-etal-2016-squad,
-    title = "{SQ}u{AD}: 100,000+ Questions for Machine Comprehension of Text",
-    author = "Rajpurkar, Pranav and Zhang, Jian and Lopyrev, Konstantin and Liang, Percy",
-    booktitle = "Proceedings of EMNLP 2016",
-    year = "2016",
-    pages = "2383--2392",
-}
-"""
+from qa_hpc.metric.squad import Scores, metric_info, score_rows
 
 
 class EvaluateSquadV1(evaluate.Metric):
     """Official SQuAD v1.1 exact match and F1 (qa-hpc)."""
 
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description="SQuAD v1.1 exact match and F1, equal to the official evaluate-v1.1.py (qa-hpc).",
-            citation=_CITATION, inputs_description=__doc__, features=metric_features(v2=False),
-            reference_urls=["https://rajpurkar.github.io/SQuAD-explorer/"])
+        return metric_info(v2=False, inputs_description=__doc__)
 
     def _compute(self, predictions: list[dict], references: list[dict]) -> Scores:
         return score_rows(predictions, references)

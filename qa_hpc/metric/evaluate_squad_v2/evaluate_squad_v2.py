@@ -16,27 +16,14 @@ from __future__ import annotations
 
 import evaluate
 
-from qa_hpc.metric.squad import Scores, metric_features, score_rows
-
-_CITATION = """\
-@inproceedings{rajpurkar-etal-2018-know,
-    title = "Know What You Don{'}t Know: Unanswerable Questions for {SQ}u{AD}",
-    author = "Rajpurkar, Pranav and Jia, Robin and Liang, Percy",
-    booktitle = "Proceedings of ACL 2018 (Volume 2: Short Papers)",
-    year = "2018",
-    pages = "784--789",
-}
-"""
+from qa_hpc.metric.squad import Scores, metric_info, score_rows
 
 
 class EvaluateSquadV2(evaluate.Metric):
     """Official SQuAD v2.0 exact match and F1 with the no-answer threshold search (qa-hpc)."""
 
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description="SQuAD v2.0 exact match and F1, equal to the official evaluate-v2.0.py (qa-hpc).",
-            citation=_CITATION, inputs_description=__doc__, features=metric_features(v2=True),
-            reference_urls=["https://rajpurkar.github.io/SQuAD-explorer/"])
+        return metric_info(v2=True, inputs_description=__doc__)
 
     def _compute(self, predictions: list[dict], references: list[dict],
                  no_answer_threshold: float = 1.0) -> Scores:
