@@ -12,14 +12,13 @@ import json
 import pytest
 
 from conftest import shared_squad_file
-from fixtures.procs import offline_env, output, run_qa
+from fixtures.procs import offline_env, ok, run_qa
 
 pytestmark = pytest.mark.slow
 
 
 def _run(*args: str) -> None:
-    proc = run_qa(list(args), timeout=3600, env=offline_env(OMP_NUM_THREADS=None))  # all cores: minutes
-    assert proc.returncode == 0, output(proc)[-3000:]
+    ok(run_qa(list(args), timeout=3600, env=offline_env(OMP_NUM_THREADS=None)))  # all cores: minutes
 
 
 def test_minilm_learns_real_squad(tmp_path):

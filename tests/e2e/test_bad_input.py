@@ -1,5 +1,6 @@
 """Bad input ends with exit 2 (74 for an output dir that cannot be written), one ERROR line naming the file,
-the record and the field, no traceback and nothing written.
+the record and the field, no traceback and nothing written; code inside a model directory (pickled weights, a
+config's own Python) never runs unasked. (The hub token never printed or written: tests/e2e/test_run_qa.py.)
 
 Each case runs run_qa's command line in-process (run_qa.cli() with the case's argv: the exit code and stderr a
 user would see, without an interpreter start each); the shared failed run (tests/e2e/conftest.py) and the
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ import datasets
 import pytest
 import transformers
 
-from fixtures.procs import offline_env, run_qa, tiny_flags
+from fixtures.procs import error_lines, offline_env, ok, output, run_qa, tiny_flags
 from fixtures.runs import Run
 
 # the libraries' log handlers keep the stderr they were created with: create them now (the session's stderr),
@@ -125,13 +127,13 @@ def _check(argv: list[str], tmp_path: Path, capsys, expect: list[str], code: int
     before = sorted(tmp_path.rglob("*"))  # files and folders
     got, output, stderr = run_qa_cli(argv, capsys)
     assert got == code, f"exit {got}, expected {code}:\n{output[-3000:]}"
-    error_lines = [ln for ln in stderr.splitlines() if ln.startswith("ERROR: ")]
-    assert len(error_lines) == 1, f"expected one ERROR line on stderr:\n{stderr[-3000:]}"
+    errors = error_lines(stderr)
+    assert len(errors) == 1, f"expected one ERROR line on stderr:\n{stderr[-3000:]}"
     for piece in expect:
-        assert piece in error_lines[0], f"{piece!r} not in {error_lines[0]!r}"
+        assert piece in errors[0], f"{piece!r} not in {errors[0]!r}"
     assert "Traceback" not in output
     assert sorted(tmp_path.rglob("*")) == before, "files written despite bad input"
-    return error_lines[0]
+    return errors[0]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -191,8 +193,6 @@ class _RunsACommand:
 
 def test_pickled_weights_are_loaded_weights_only(tiny_bert, demo_files, tmp_path, capsys) -> None:
     """The weights file would create a file in tmp_path if it ran: _check sees that nothing was written."""
-    import shutil
-
     import torch
 
     model = tmp_path / "model_bin"
@@ -210,12 +210,14 @@ def test_pickled_weights_are_loaded_weights_only(tiny_bert, demo_files, tmp_path
 
 
 def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Run) -> None:
-    """The shared failed run: a train file whose first answer_start is 3 characters off its text."""
-    errors = [ln for ln in failed.text.splitlines() if ln.startswith("ERROR: ")]
+    """The shared failed run: a train file whose first answer_start is 3 characters off its text. It stops before
+    the model loads and writes nothing (its row in collect_results can only come from its log)."""
+    errors = error_lines(failed.text)
     assert failed.returncode == 2 and len(errors) == 1, failed.text[-3000:]
     for piece in ("broken_train.json", "data[0].paragraphs[0].qas[0]", "answers[0].text", "not found at answer_start"):
         assert piece in errors[0], (piece, errors[0])
     assert "Traceback" not in failed.text and "WALL_CLOCK_SECONDS" not in failed.text and not failed.out.exists()
+    assert "Loading weights" not in failed.text
 
 
 @pytest.mark.parametrize("offline", [True, False])
@@ -236,8 +238,31 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
          f"dataset 'squad' is not a local path and not in the Hugging Face cache ({cache}/datasets)",
          "--train_file/--validation_file/--test_file"),
     ):
-        proc = run_qa(["--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env=env)
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR: ")]
-        assert proc.returncode == 2, proc.stderr[-3000:]
+        log = ok(run_qa(["--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env=env), 2)
+        errors = error_lines(log)
         assert len(errors) == 1 and errors[0].startswith(f"ERROR: {what}, and {why}: get it with 'bash setup_bert.sh'")
-        assert alternative in errors[0] and "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+        assert alternative in errors[0] and "Traceback" not in log and not (tmp_path / "out").exists()
+
+
+def test_remote_code_runs_only_with_the_flag(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
+    """A local model directory whose config asks to run its own Python code, which would create `marker`."""
+    model, marker = tmp_path / "model_with_code", tmp_path / "REMOTE_CODE_RAN"
+    shutil.copytree(tiny_bert, model)
+    (model / "custom_bert.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+        "from transformers import BertConfig, BertForQuestionAnswering\n"
+        "class CustomConfig(BertConfig):\n    model_type = 'bert'\n"
+        "class CustomQA(BertForQuestionAnswering):\n    config_class = CustomConfig\n")
+    config = json.loads((model / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "custom_bert.CustomConfig",
+                          "AutoModelForQuestionAnswering": "custom_bert.CustomQA"}
+    (model / "config.json").write_text(json.dumps(config))
+    env = offline_env(HF_HOME=str(tmp_path / "hf_home"))
+    base = tiny_flags(model, tmp_path / "out", "--do_eval", "--validation_file", str(demo_files["validation"]),
+                      "--max_eval_samples", "2")
+    proc = run_qa(base, env=env)
+    assert not marker.exists(), "model code ran without --trust_remote_code"
+    ok(proc)  # the built-in BERT code is used
+    # the control: asked for, the same directory's code does run (so the check above can see it)
+    proc = run_qa([*base, "--trust_remote_code", "true", "--output_dir", str(tmp_path / "out2")], env=env)
+    assert marker.exists(), output(proc)[-3000:]

@@ -1,31 +1,30 @@
 """The bench/ tools as a user runs them (smoke tests, no timing asserted): the postprocessing bench checks
 identity and reports every comparison, the train-step bench its variants, side_by_side reads HF's result files,
-cpu_peak prints a figure; gpu_smoke.sh and the reference scripts refuse clearly when their GPU or data is missing.
+cpu_peak prints a figure, gpu_smoke's timing leaves a slow first step out (on the CPU); gpu_smoke.sh and the
+reference scripts refuse clearly when their GPU or data is missing.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
 from bench import side_by_side
-from fixtures.procs import PYTHON, REPO, offline_env
+from fixtures.procs import PYTHON, REPO, offline_env, ok, run
+from fixtures.runs import plain_flags, read
 
 
 def test_postprocess_bench_reports_identical_outputs(demo_files, tmp_path):
     out = tmp_path / "bench.json"
     for v2 in ([], ["--version_2_with_negative"]):
-        proc = subprocess.run(
-            [PYTHON, "-m", "bench.postprocess_bench", "--validation_file",
-             str(demo_files["validation"]), "--random_logits", "--cache_dir", str(tmp_path / "cache"),
-             "--repeats", "1", "--sizes", "5,16", "--json_out", str(out), *v2],
-            capture_output=True, text=True, timeout=600, cwd=REPO,
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        proc = run([PYTHON, "-m", "bench.postprocess_bench", "--validation_file", demo_files["validation"],
+                    "--random_logits", "--cache_dir", tmp_path / "cache", "--repeats", "1", "--sizes", "5,16",
+                    "--json_out", out, *v2])
+        ok(proc)
         lines = proc.stdout.splitlines()
         for key in ("POSTPROCESS ", "POSTPROCESS_DATASET ", "POSTPROCESS_WRITE "):
             rows = [line for line in lines if line.startswith(key)]
@@ -36,9 +35,8 @@ def test_postprocess_bench_reports_identical_outputs(demo_files, tmp_path):
         assert all(r["nbest_file_bytes"] > 0 and r["v2"] == bool(v2) for r in report["rows"])
 
 
-def _train_step(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "bench.train_step", *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO)
+def _train_step(*args: str):
+    return run([PYTHON, "-m", "bench.train_step", *args], timeout=300)
 
 
 def test_variants_report_steps_and_json(tiny_bert: Path, tmp_path: Path) -> None:
@@ -46,7 +44,7 @@ def test_variants_report_steps_and_json(tiny_bert: Path, tmp_path: Path) -> None
     proc = _train_step("--model", str(tiny_bert), "--variants", "fp32,fp32+fused,fp32+eager_attn", "--batch", "2",
                        "--widths", "16,24", "--steps", "2", "--warmup", "1", "--rounds", "2", "--device", "cpu",
                        "--json_out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    ok(proc)
     step_lines = [line for line in proc.stdout.splitlines() if line.startswith("STEP ")]
     assert [line.split()[1] for line in step_lines] == ["variant=fp32", "variant=fp32+fused", "variant=fp32+eager_attn"]
     assert all("mfu=n/a" in line for line in step_lines), "no peak on a CPU"
@@ -84,10 +82,9 @@ def test_side_by_side_reads_hf_result_files_and_reports_fraction_of_peak(tmp_pat
 
 
 def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
-    proc = subprocess.run([PYTHON, "-m", "bench.cpu_peak", "--size", "128", "--repeats", "2", "--warmup", "1",
-                           "--json_out", str(tmp_path / "peak.json")], capture_output=True, text=True, cwd=REPO,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = run([PYTHON, "-m", "bench.cpu_peak", "--size", "128", "--repeats", "2", "--warmup", "1", "--json_out",
+                tmp_path / "peak.json"], timeout=120)
+    ok(proc)
     line = [x for x in proc.stdout.splitlines() if x.startswith("CPU_PEAK_TFLOPS=")]
     assert line and float(line[0].split("=")[1]) > 0
     peak = json.loads((tmp_path / "peak.json").read_text())
@@ -102,11 +99,43 @@ def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
 def test_scripts_name_the_missing_gpu_or_data(script: str, tmp_path: Path):
     nowhere = tmp_path / "nowhere"
     out_arg = [str(tmp_path / "out")] if script == "accuracy_full.sh" else []
-    proc = subprocess.run(["bash", str(REPO / "bench" / script), *out_arg], capture_output=True, text=True, cwd=REPO,
-                          timeout=120, env=offline_env(CUDA_VISIBLE_DEVICES="", SQUAD_DIR=str(nowhere), PY=PYTHON,
-                                                       QA_VENV=str(Path(PYTHON).parents[1])))  # this interpreter
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    if script == "gpu_smoke.sh":
-        assert "GPU_SMOKE=not_run: no GPU here (torch sees none)" in proc.stderr
+    proc = run(["bash", REPO / "bench" / script, *out_arg], timeout=120, env=offline_env(
+        CUDA_VISIBLE_DEVICES="", SQUAD_DIR=str(nowhere), PY=PYTHON, QA_VENV=str(Path(PYTHON).parents[1])))  # this python
+    ok(proc, 2)
+    if script == "gpu_smoke.sh":  # one line, on stderr
+        assert proc.stdout == "" and proc.stderr.strip().splitlines() == [
+            "GPU_SMOKE=not_run: no GPU here (torch sees none); run bench/gpu_smoke.sh on a GPU node"], proc.stderr
     else:
         assert f"ERROR: no {nowhere}/" in proc.stderr and "../shared/data/squad-v1.1" in proc.stderr
+
+
+SLOW_FIRST_STEP = """import sys, time
+from transformers import TrainerCallback
+sys.path.insert(0, "bench")
+import gpu_smoke
+
+class SlowFirstStep(TrainerCallback):  # as CUDA/cuBLAS start-up and the first batch make step 1 slow on a GPU
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            time.sleep(3.0)
+
+sys.exit(gpu_smoke.train(sys.argv[1:], (SlowFirstStep(),)))
+"""
+
+
+def test_gpu_smoke_steady_state_leaves_the_slow_first_step_out(tiny_bert: Path, demo_files: dict, tmp_path: Path):
+    out, results = tmp_path / "out", tmp_path / "results"
+    train = [*plain_flags(tiny_bert, demo_files, out), "--report_to", "none", "--max_steps", "8",
+             "--per_device_train_batch_size", "4"]
+    ok(run([PYTHON, "-c", SLOW_FIRST_STEP, *train]))
+    log = ok(run([PYTHON, "bench/gpu_smoke.py", "record", out, "--label", "cpu", "--warmup", "1",
+                  "--results_dir", results]))
+    assert re.search(r"^SMOKE label=cpu device=cpu gpus=1 precision=fp32 median_step_seconds=", log, re.M)
+    steps = read(out / "step_times.json")["step_seconds"]
+    (record,) = [read(p) for p in results.glob("gpu_smoke_*_cpu.json")]
+    assert len(steps) == 8 and steps[0] >= 3.0 and max(steps[1:]) < 3.0
+    assert record["median_step_seconds"] == pytest.approx(sorted(steps[1:])[3]) and record["steps_timed"] == 7
+    assert record["whole_run_step_seconds"] > record["median_step_seconds"] + 3.0 / 8  # the whole run holds it
+    assert record["samples_per_second"] == pytest.approx(4 / record["median_step_seconds"])
+    assert record["projected_2_epochs_seconds"] == pytest.approx(2 * 88524 / record["samples_per_second"])
+    assert record["learned"] is True and record["mfu"] is None and record["torch"]

@@ -6,13 +6,12 @@ scripts. Under CI=true it fails when the local Slurm does not start or it is not
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
-from fixtures.procs import offline_env
+from fixtures.procs import offline_env, run
 
 
 def _ci_copy(tmp_path: Path, slurm_rc: int, uid: int) -> tuple[Path, Path, dict[str, str]]:
@@ -57,7 +56,6 @@ APT, START, PYTEST, STOP = ("apt-get install -y -q libjemalloc2 libtcmalloc-mini
 ], ids=["ci-no-slurm", "local-no-slurm", "ci-slurm", "ci-not-root", "local-not-root"])
 def test_ci_run_needs_root_and_slurm_under_ci_only(ci, slurm_rc, uid, code, says, then, tmp_path: Path) -> None:
     root, calls, env = _ci_copy(tmp_path, slurm_rc, uid)
-    proc = subprocess.run(["bash", str(root / ".ci" / "run")], cwd=root, env=env | ({"CI": ci} if ci else {}),
-                          capture_output=True, text=True, timeout=60)
+    proc = run(["bash", root / ".ci" / "run"], cwd=root, env=env | ({"CI": ci} if ci else {}), timeout=60)
     assert proc.returncode == code and says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert calls.read_text().splitlines() == SETUP + then

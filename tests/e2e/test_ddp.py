@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import load_file
 
 from fixtures.outputs import losses
-from fixtures.procs import REPO, RUN_QA, LoggedProcess, free_port, offline_env, run_qa, tiny_flags, torchrun
+from fixtures.procs import REPO, RUN_QA, LoggedProcess, free_port, offline_env, ok, run, run_qa, tiny_flags, torchrun
 from fixtures.runs import (
     DDP_BATCH, DDP_EVAL_STEPS, PROBE, TIMEOUT, Run, assert_closing_line_is_wall_clock_and_bounded, ddp_full_flags,
     ddp_side_dirs, ddp_train_flags, flat, rank_stdout, read, windows,
@@ -149,9 +149,8 @@ def test_best_checkpoint_is_loaded_on_every_rank_and_scores_like_one_process(ddp
     # one process with the saved (best) model: the same answers and scores as the 2 ranks (rank 1's share
     # of the logits came from its own copy of the model, so it had loaded the same checkpoint)
     one = tmp_path / "one"
-    proc = run_qa(tiny_flags(out, one, "--do_eval", "--validation_file", str(ddp_data["validation"]), "--do_predict",
-                             "--test_file", str(ddp_data["test"]), "--per_device_eval_batch_size", "3"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ok(run_qa(tiny_flags(out, one, "--do_eval", "--validation_file", str(ddp_data["validation"]), "--do_predict",
+                         "--test_file", str(ddp_data["test"]), "--per_device_eval_batch_size", "3")))
     assert len(read(out / "predict_predictions.json")) == 7
     for name in ("eval_predictions.json", "predict_predictions.json"):
         assert read(one / name) == read(out / name), name
@@ -193,11 +192,10 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(ddp: Run, tiny
     stopped = (record["status"], record["exit_code"], record["stopped"]["global_step"])
     assert stopped == ("preempted", EXIT_PREEMPTED, step), record
 
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, cwd=str(REPO), env=env)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert f"RESUME_FROM={checkpoint} " in again.stdout + again.stderr
+    again = ok(run(cmd, env=env))
+    assert f"RESUME_FROM={checkpoint} " in again
     # rank 0 logs each step it trains (--logging_steps 1): the first run steps 1..step, the rerun the rest only
-    assert log.count("{'loss'") == step and again.stdout.count("{'loss'") == steps - step, again.stdout[-3000:]
+    assert log.count("{'loss'") == step and again.count("{'loss'") == steps - step, again[-3000:]
 
     resumed, reference = read(out / "trainer_state.json"), read(ddp.out / "trainer_state.json")
     assert sorted(losses(resumed)) == list(range(1, steps + 1))  # every step trained once
@@ -226,17 +224,17 @@ def test_a_killed_or_frozen_rank_ends_the_job_in_bounded_time_named(sig, flags, 
                                        str(demo_files["train"]), "--max_train_samples", "8", "--num_train_epochs",
                                        "200", "--per_device_train_batch_size", "4", "--logging_steps", "1",
                                        "--save_strategy", "no", *flags))
-    run, pids = LoggedProcess(cmd, tmp_path / "torchrun.log"), {}
+    job, pids = LoggedProcess(cmd, tmp_path / "torchrun.log"), {}
     try:
-        run.wait_for(r"\{'loss'", count=2)  # both ranks are in the training loop
-        pids = run.pids()
+        job.wait_for(r"\{'loss'", count=2)  # both ranks are in the training loop
+        pids = job.pids()
         os.kill(pids[1], sig)
         started = time.monotonic()
-        code = run.wait(timeout=within + 60)
+        code = job.wait(timeout=within + 60)
         elapsed = time.monotonic() - started
     finally:
-        run.kill_all(*pids.values())  # workers may live in their own sessions
-    log = run.text()
+        job.kill_all(*pids.values())  # workers may live in their own sessions
+    log = job.text()
     assert code != 0 and elapsed < within, f"exit {code} after {elapsed:.0f} s:\n{log[-4000:]}"
     for pattern in named:
         assert re.search(pattern.format(pids[0], pids[1]), log), (pattern, log[-4000:])
@@ -246,10 +244,8 @@ def test_ranks_vote_only_every_n_steps_and_stop_together() -> None:
     """On GPUs a vote syncs host and device, so the plan votes every 10 steps there: all ranks still stop together.
     Rank 1 alone is asked to stop at step 4; voting every 1, 3 and 10 steps, both ranks stop at 4, 6 and 10."""
     cmd = torchrun(REPO / "tests" / "fixtures" / "vote_ranks.py", "20", "1:4", "3:4", "10:4")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO,
-                          env=offline_env(PYTHONPATH=str(REPO)))
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    stopped = sorted(re.findall(r"STOPPED every=(\d+) rank=(\d) step=(\d+) votes=(\d+)", proc.stdout))
+    log = ok(run(cmd, timeout=120, env=offline_env(PYTHONPATH=str(REPO))))
+    stopped = sorted(re.findall(r"STOPPED every=(\d+) rank=(\d) step=(\d+) votes=(\d+)", log))
     want = [(str(every), str(r), str(step), str(step // every)) for every, step in ((1, 4), (10, 10), (3, 6))
             for r in (0, 1)]
-    assert stopped == sorted(want), proc.stdout
+    assert stopped == sorted(want), log

@@ -16,10 +16,9 @@ import re
 import psutil
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from fixtures.outputs import profiler_steps
+from fixtures.outputs import profiler_steps, scalars, tensorboard_events
 from fixtures.runs import DDP_BATCH, Run, read
 
 CUDA = torch.cuda.is_available()
@@ -28,29 +27,17 @@ TRAIN_TAGS = ["train/loss", "train/learning_rate", "train/grad_norm", "train/ste
 GPU_TAGS = ["train/gpu_memory_allocated_mb", "train/gpu_memory_reserved_mb"]
 
 
-def _accumulator(run: Run) -> EventAccumulator:
-    (tb_dir,) = [p for p in (run.out / "runs").iterdir() if p.is_dir()]
-    assert len(list(tb_dir.glob("events.out.tfevents.*"))) == 1, "one writer (rank 0) expected"
-    acc = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0, "tensors": 0})
-    acc.Reload()
-    return acc
-
-
-def _series(acc: EventAccumulator, tag: str) -> list[tuple[int, float]]:
-    return [(e.step, e.value) for e in acc.Scalars(tag)]
-
-
 def _train_token_counts(run: Run) -> tuple[int, int]:
     """features and real tokens of the train split, as run_qa logged them before training."""
     m = re.search(r"TOKENS split=train features=(\d+) real_tokens=(\d+)", run.text)
     return int(m.group(1)), int(m.group(2))
 
 
-def _interval_totals(acc: EventAccumulator) -> tuple[float, float]:
+def _interval_totals(acc) -> tuple[float, float]:
     """Samples and real tokens summed over the logging intervals (rate x step time x steps)."""
     samples = tokens = 0.0
     previous = 0
-    for (step, step_time), (_, sps), (_, tps) in zip(*(_series(acc, f"train/{name}") for name in (
+    for (step, step_time), (_, sps), (_, tps) in zip(*(scalars(acc, f"train/{name}") for name in (
             "step_time_seconds", "samples_per_second", "tokens_per_second"))):
         elapsed, previous = step_time * (step - previous), step
         samples, tokens = samples + sps * elapsed, tokens + tps * elapsed
@@ -58,36 +45,36 @@ def _interval_totals(acc: EventAccumulator) -> tuple[float, float]:
 
 
 def test_every_scalar_is_written_at_the_logging_steps_and_adds_up(plain: Run):
-    acc = _accumulator(plain.ok())
+    acc = tensorboard_events(plain.ok().out)
     tags = set(acc.Tags()["scalars"])
     missing = set(TRAIN_TAGS + ["eval/exact_match", "eval/f1"] + (GPU_TAGS if CUDA else [])) - tags
     assert not missing and (CUDA or not any(t.startswith("train/gpu_memory") for t in tags)), (missing, tags)
     for tag in TRAIN_TAGS:
-        assert [s for s, _ in _series(acc, tag)] == list(range(1, 19)), tag  # --logging_steps 1, 18 steps
+        assert [s for s, _ in scalars(acc, tag)] == list(range(1, 19)), tag  # --logging_steps 1, 18 steps
     # loss, learning rate and grad norm are the Trainer's own numbers
     logged = [e for e in read(plain.out / "trainer_state.json")["log_history"] if "loss" in e]
     for key in ("loss", "learning_rate", "grad_norm"):
-        assert [v for _, v in _series(acc, f"train/{key}")] == pytest.approx([e[key] for e in logged], rel=1e-6), key
+        assert [v for _, v in scalars(acc, f"train/{key}")] == pytest.approx([e[key] for e in logged], rel=1e-6), key
     eval_results = read(plain.out / "eval_results.json")
     for key in ("exact_match", "f1"):
-        assert _series(acc, f"eval/{key}")[-1][1] == pytest.approx(eval_results[f"eval_{key}"])
+        assert scalars(acc, f"eval/{key}")[-1][1] == pytest.approx(eval_results[f"eval_{key}"])
     # two epochs, every step inside a logged interval: each feature and each real token exactly twice
     features, real_tokens = _train_token_counts(plain)
     assert _interval_totals(acc) == pytest.approx((2 * features, 2 * real_tokens), rel=1e-6)
-    assert all(0.5 < fraction <= 1.0 for _, fraction in _series(acc, "train/real_token_fraction"))
-    assert all(0 < step_time < 60 for _, step_time in _series(acc, "train/step_time_seconds"))
+    assert all(0.5 < fraction <= 1.0 for _, fraction in scalars(acc, "train/real_token_fraction"))
+    assert all(0 < step_time < 60 for _, step_time in scalars(acc, "train/step_time_seconds"))
 
 
 def test_run_totals_as_hparams_and_text(plain: Run):
-    acc, kv = _accumulator(plain.ok()), plain.kv()
+    acc, kv = tensorboard_events(plain.ok().out), plain.kv()
     content = acc.PluginTagToContent("hparams")
     start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
     hparams = {k: v.ListFields()[0][1] for k, v in start.hparams.items()}
     assert {k: hparams[k] for k in ("world_size", "precision", "per_device_train_batch_size", "epochs")} == {
         "world_size": 1, "precision": "fp32", "per_device_train_batch_size": 8, "epochs": 2}
-    assert abs(_series(acc, "hparam/wall_clock_seconds")[0][1] - float(kv["WALL_CLOCK_SECONDS"])) <= 1.0
-    assert _series(acc, "hparam/final_loss")[0][1] == pytest.approx(_series(acc, "train/loss")[-1][1])
-    assert _series(acc, "hparam/eval_f1")[0][1] == pytest.approx(float(kv["eval_f1"]), abs=1e-4)
+    assert abs(scalars(acc, "hparam/wall_clock_seconds")[0][1] - float(kv["WALL_CLOCK_SECONDS"])) <= 1.0
+    assert scalars(acc, "hparam/final_loss")[0][1] == pytest.approx(scalars(acc, "train/loss")[-1][1])
+    assert scalars(acc, "hparam/eval_f1")[0][1] == pytest.approx(float(kv["eval_f1"]), abs=1e-4)
     text = acc.Tensors("run_summary/text_summary")[0].tensor_proto.string_val[0].decode()
     for key in ("wall_clock_seconds", "final_loss", "per_device_train_batch_size", "epochs", "world_size", "precision"):
         assert f"| {key} |" in text, key
@@ -173,9 +160,9 @@ def test_memory_report_lines_and_estimate(plain: Run):
 
 
 def test_ddp_counts_every_rank_rank0_alone_writes_scalars_each_rank_its_trace(ddp: Run):
-    acc = _accumulator(ddp.ok())  # asserts a single event file
+    acc = tensorboard_events(ddp.ok().out)  # asserts a single event file
     steps = read(ddp.out / "trainer_state.json")["global_step"]
-    assert [s for s, _ in _series(acc, "train/loss")] == list(range(1, steps + 1))
+    assert [s for s, _ in scalars(acc, "train/loss")] == list(range(1, steps + 1))
     features, real_tokens = _train_token_counts(ddp)
     samples, tokens = _interval_totals(acc)
     # both ranks ran `steps` full batches (accelerate fills the last batch with wrapped-around

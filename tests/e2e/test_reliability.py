@@ -17,14 +17,15 @@ import os
 import re
 import resource
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
 from fixtures.outputs import losses, temp_files
-from fixtures.procs import PYTHON, REPO, RUN_QA, LoggedProcess, files_under, offline_env, output, run_qa, tiny_flags
+from fixtures.procs import (
+    PYTHON, REPO, RUN_QA, LoggedProcess, error_lines, files_under, offline_env, ok, run, run_qa, tiny_flags,
+)
 from fixtures.runs import Run, plain_flags, read
 from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.errors import EXIT_IOERR, EXIT_OOM, EXIT_PREEMPTED
@@ -36,14 +37,14 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(plain: Run, tiny_bert:
     per-step losses and final weights (optimizer, scheduler, RNG and data order restored)."""
     uninterrupted, out = plain.ok().out, tmp_path / "run"
     args = [*plain_flags(tiny_bert, demo_files, out), "--report_to", "none"]
-    run = LoggedProcess([PYTHON, RUN_QA, *args], tmp_path / "first.log")
+    first = LoggedProcess([PYTHON, RUN_QA, *args], tmp_path / "first.log")
     try:
-        run.wait_for(r"\{'loss'", count=2)  # it is training
-        os.kill(run.proc.pid, signal.SIGTERM)
-        code = run.wait(timeout=300)
+        first.wait_for(r"\{'loss'", count=2)  # it is training
+        os.kill(first.proc.pid, signal.SIGTERM)
+        code = first.wait(timeout=300)
     finally:
-        run.kill_all()
-    log = run.text()
+        first.kill_all()
+    log = first.text()
     stopped = re.search(r"PREEMPTED signal=SIGTERM global_step=(\d+) checkpoint=(\S+)", log)
     assert code == EXIT_PREEMPTED and stopped, log[-3000:]
     step, total = int(stopped.group(1)), read(uninterrupted / "trainer_state.json")["global_step"]
@@ -57,11 +58,11 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(plain: Run, tiny_bert:
     assert (record["status"], record["exit_code"]) == ("preempted", EXIT_PREEMPTED)
     assert record["stopped"] == {"signal": "SIGTERM", "global_step": step, "checkpoint": str(checkpoint)}
 
-    again = run_qa(args)  # the same command
-    assert again.returncode == 0 and f"RESUME_FROM={checkpoint}" in output(again), output(again)[-3000:]
+    again = ok(run_qa(args))  # the same command
+    assert f"RESUME_FROM={checkpoint}" in again, again[-3000:]
     # each trained step logs its loss (--logging_steps 1): the rerun trains the remaining steps only
     # (a rerun from scratch would also end with the uninterrupted run's losses and weights)
-    assert log.count("{'loss'") == step and again.stdout.count("{'loss'") == total - step, again.stdout[-3000:]
+    assert log.count("{'loss'") == step and again.count("{'loss'") == total - step, again[-3000:]
     resumed, reference = read(out / "trainer_state.json"), read(uninterrupted / "trainer_state.json")
     # log_history continues: every step logged once, in order, with the uninterrupted run's losses
     assert sorted(losses(resumed)) == list(range(1, total + 1))
@@ -117,12 +118,11 @@ def test_a_writer_stopped_mid_write_leaves_whole_files_old_or_new(what, on_limit
                                                                   tmp_path: Path) -> None:
     for name, content in before.items():
         (tmp_path / name).write_text(json.dumps(content))
-    proc = subprocess.run([PYTHON, "-c", WRITER, str(tmp_path), what, str(limit), on_limit], capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
+    proc = run([PYTHON, "-c", WRITER, tmp_path, what, limit, on_limit], timeout=300)
     assert {name: read(tmp_path / name) for name in before} == {**before, **written}
     left = temp_files(tmp_path)
     if cut is None:
-        assert proc.returncode == 74, output(proc)
+        ok(proc, 74)
         assert f"cannot write {tmp_path / next(iter(before))}: File too large" in proc.stdout and left == []
         return
     assert proc.returncode == -signal.SIGXFSZ, proc.stderr[-3000:]  # killed by the kernel mid-write
@@ -144,11 +144,10 @@ def test_disk_full_while_saving_a_checkpoint(tiny_bert: Path, demo_files: dict[s
                       "--validation_file", str(demo_files["validation"]), "--max_train_samples", "4",
                       "--max_eval_samples", "4", "--max_steps", "2", "--per_device_train_batch_size", "4")
     # the tiny model's weights are ~8 MB: the checkpoint cannot be written under a 4 MiB limit
-    proc = run_qa(args, preexec_fn=_limit(resource.RLIMIT_FSIZE, 4 << 20))
-    assert proc.returncode == EXIT_IOERR, output(proc)[-3000:]
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR: ")]
-    assert errors and errors[0].startswith(f"ERROR: cannot write {out}/checkpoint-2: File too large"), proc.stderr
-    assert "Traceback" not in proc.stderr
+    log = ok(run_qa(args, preexec_fn=_limit(resource.RLIMIT_FSIZE, 4 << 20)), EXIT_IOERR)
+    errors = error_lines(log)
+    assert errors and errors[0].startswith(f"ERROR: cannot write {out}/checkpoint-2: File too large"), log[-3000:]
+    assert "Traceback" not in log
     # training had finished its steps; nothing claims success and no JSON is truncated: the run's record
     # says it failed, with the exit code and the reason
     assert not any(f.endswith("results.json") for f in files_under(out))
@@ -187,21 +186,19 @@ def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tin
     # `python run_qa.py` has it (the wrapper runs the script by path)
     env = offline_env(MALLOC_ARENA_MAX="2", PYTHONPATH=str(REPO))
 
-    def run(batch: int, out: str, limit: int | None = None) -> subprocess.CompletedProcess:
+    def fit(batch: int, out: str, limit: int | None = None):
         args = tiny_flags(tiny_bert, tmp_path / out, "--train_file", str(train), "--do_train", "--max_seq_length",
                           "512", "--doc_stride", "128", "--pad_to_max_length", "--attn_implementation", "eager",
                           "--max_steps", "1", "--per_device_train_batch_size", str(batch), "--save_strategy", "no",
                           "--features_cache_dir", str(tmp_path / "cache"))  # 512/128 win over tiny_flags' 128/32
-        return subprocess.run([PYTHON, "-c", VMPEAK_WRAPPER, RUN_QA, *args], capture_output=True, text=True,
-                              timeout=300, env=env, cwd=str(tmp_path),
-                              preexec_fn=_limit(resource.RLIMIT_AS, limit) if limit else None)
+        return run([PYTHON, "-c", VMPEAK_WRAPPER, RUN_QA, *args], timeout=300, env=env, cwd=str(tmp_path),
+                   preexec_fn=_limit(resource.RLIMIT_AS, limit) if limit else None)
 
-    small = run(2, "small")
-    assert small.returncode == 0, output(small)[-3000:]
-    assert "TOKENS split=train features=160 " in output(small)
-    peak = int(re.search(r"^VMPEAK_KB=(\d+)$", small.stderr, re.M).group(1)) * 1024
-    big = run(160, "big", peak + MARGIN)
-    errors = [ln for ln in big.stderr.splitlines() if ln.startswith("ERROR: ")]
+    small = ok(fit(2, "small"))
+    assert "TOKENS split=train features=160 " in small
+    peak = int(re.search(r"^VMPEAK_KB=(\d+)$", small, re.M).group(1)) * 1024
+    big = fit(160, "big", peak + MARGIN)
+    errors = error_lines(big.stderr)
     assert big.returncode == EXIT_OOM, f"exit {big.returncode}, small-batch peak {peak >> 20} MiB\n{big.stderr[-3000:]}"
     assert len(errors) == 1 and "Traceback" not in big.stderr, big.stderr[-3000:]
     assert errors[0].startswith(

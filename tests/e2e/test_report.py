@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import shutil
 from datetime import datetime
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from fixtures.outputs import scalars, tensorboard_events
+from fixtures.procs import PYTHON, ok, run
 from fixtures.runs import Run, read
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -40,9 +40,9 @@ def num(cell: str) -> float:
 def report(plain: Run, ddp: Run, tmp_path_factory) -> tuple[str, Path]:
     """python -m qa_hpc.tools.report PLAIN DDP --out DIR, as users type it."""
     out = tmp_path_factory.mktemp("report")
-    proc = subprocess.run([sys.executable, "-m", "qa_hpc.tools.report", str(plain.ok().out), str(ddp.ok().out),
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and f"REPORT={out / 'report.md'}" in proc.stderr, proc.stderr
+    proc = run([PYTHON, "-m", "qa_hpc.tools.report", plain.ok().out, ddp.ok().out, "--out", out], timeout=300)
+    ok(proc)
+    assert f"REPORT={out / 'report.md'}" in proc.stderr, proc.stderr
     return (out / "report.md").read_text(encoding="utf-8"), out
 
 
@@ -102,8 +102,6 @@ def test_the_comparison_is_computed_by_hand(report, plain, ddp):
 
 def test_figures_are_pngs_holding_every_event(report, plain, ddp, tmp_path):
     import matplotlib.image
-    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
-
     from qa_hpc.tools.figures import curves_figure, loss_figure
     from qa_hpc.tools.report import read_curves
     from qa_hpc.tools.collect_results import read_runs
@@ -113,13 +111,11 @@ def test_figures_are_pngs_holding_every_event(report, plain, ddp, tmp_path):
         assert f"({png})" in md and (out / png).read_bytes()[:8] == PNG_MAGIC
         assert matplotlib.image.imread(str(out / png)).std() > 0.05, png  # not blank
     for run in (plain, ddp):
-        (events,) = (run.out / "runs").rglob("events.out.tfevents.*")  # one launch: one file
-        accumulator = EventAccumulator(str(events), size_guidance={SCALARS: 0})
-        accumulator.Reload()
+        events = tensorboard_events(run.out)
         axes = curves_figure(read_curves(run.out / "runs"), "run").axes
         for ax, tag in zip(axes, ("train/loss", "train/grad_norm", "train/learning_rate", "train/samples_per_second")):
             (line,) = ax.get_lines()
-            assert list(line.get_ydata()) == pytest.approx([e.value for e in accumulator.Scalars(tag)]), tag
+            assert list(line.get_ydata()) == pytest.approx([value for _, value in scalars(events, tag)]), tag
     # the job scripts' runs/<job name> holds every run of that name: an earlier other run's launch is not this one's
     (own,) = (plain.out / "runs").rglob("events.out.tfevents.*")
     (other,) = (ddp.out / "runs").rglob("events.out.tfevents.*")

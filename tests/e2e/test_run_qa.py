@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from safetensors.torch import load_file
 
 from conftest import build_tiny_bert
 from fixtures.outputs import temp_files
-from fixtures.procs import PYTHON, REPO, files_under, offline_env, output, run_qa, tiny_flags
+from fixtures.procs import PYTHON, REPO, files_under, offline_env, ok, run, run_qa, tiny_flags
 from fixtures.runs import SECRET, Run, assert_closing_line_is_wall_clock_and_bounded, flat, plain_flags, read, windows
 
 EPOCHS, TRAIN_QUESTIONS = 2, 8  # the plain run's --num_train_epochs and --max_train_samples
@@ -32,9 +31,8 @@ OUTPUTS = {"train_results.json", "eval_results.json", "predict_results.json", "a
 
 
 def score_squad(*args: str) -> dict:
-    proc = subprocess.run([PYTHON, str(REPO / "score_squad.py"), *args], capture_output=True, text=True, timeout=120,
-                          env=offline_env())
-    assert proc.returncode == 0, proc.stderr
+    proc = run([PYTHON, REPO / "score_squad.py", *args], timeout=120)
+    ok(proc)
     return json.loads(proc.stdout)
 
 
@@ -127,9 +125,8 @@ def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives
               "per_device_eval_batch_size": 16, "report_to": "none", "postprocess": "loop",
               "features_cache_dir": str(features_cache), "precision": "fp32"}  # as the plain run
     (tmp_path / "args.json").write_text(json.dumps(config))
-    proc = run_qa([str(tmp_path / "args.json")], env=offline_env(HF_HOME=str(hf_home)), cwd=str(cwd))
-    assert proc.returncode == 0, output(proc)[-3000:]
-    assert "FEATURES_CACHE split=eval reused" in output(proc) and "postprocess=loop" in output(proc)
+    log = ok(run_qa([str(tmp_path / "args.json")], env=offline_env(HF_HOME=str(hf_home)), cwd=str(cwd)))
+    assert "FEATURES_CACHE split=eval reused" in log and "postprocess=loop" in log
     for name in ("eval_predictions.json", "eval_nbest_predictions.json"):
         assert (out / name).read_bytes() == (plain.out / name).read_bytes(), name
     copies = [p for p in files_under(hf_home / "modules") if p.endswith("evaluate_squad_v1.py")]
@@ -160,10 +157,9 @@ def test_rerun_resumes_trains_no_step_twice_and_replaces_its_files(
     checkpoint = out / f"checkpoint-{before['global_step']}"
     assert (checkpoint / "trainer_state.json").is_file(), sorted(p.name for p in out.iterdir())
     weights = load_file(out / "model.safetensors")
-    proc = run_qa([*plain_flags(tiny_bert, demo_files, out), "--report_to", "none"])
-    assert proc.returncode == 0, output(proc)[-3000:]
-    assert f"RESUME_FROM={checkpoint} " in output(proc)
-    assert "'loss'" not in output(proc), "a step was trained again:\n" + output(proc)[-3000:]
+    log = ok(run_qa([*plain_flags(tiny_bert, demo_files, out), "--report_to", "none"]))
+    assert f"RESUME_FROM={checkpoint} " in log
+    assert "'loss'" not in log, "a step was trained again:\n" + log[-3000:]
     trained_steps = lambda state: [h for h in state["log_history"] if "train_runtime" not in h]  # noqa: E731
     assert trained_steps(read(out / "trainer_state.json")) == trained_steps(before)
     again = load_file(out / "model.safetensors")
@@ -226,12 +222,10 @@ def test_version_2_with_negative_abstains_and_answers(tokenizer, demo_files_v2: 
     assert impossible & expected_empty and impossible - expected_empty, "want right and wrong abstentions"
 
     model, out = build_null_biased_bert(tmp_path / "model", first_null), tmp_path / "v2"
-    proc = run_qa(tiny_flags(model, out, "--train_file", str(demo_files_v2["train"]), "--validation_file",
-                             str(demo_files_v2["validation"]), "--version_2_with_negative",
-                             "--null_score_diff_threshold", THRESHOLD, "--max_train_samples", "16", "--do_train",
-                             "--do_eval", "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--seed",
-                             "7"))
-    assert proc.returncode == 0, output(proc)[-3000:]
+    ok(run_qa(tiny_flags(model, out, "--train_file", str(demo_files_v2["train"]), "--validation_file",
+                         str(demo_files_v2["validation"]), "--version_2_with_negative", "--null_score_diff_threshold",
+                         THRESHOLD, "--max_train_samples", "16", "--do_train", "--do_eval",
+                         "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--seed", "7")))
     preds, odds = read(out / "eval_predictions.json"), read(out / "eval_null_odds.json")
     assert set(preds) == set(odds) == set(questions)
     for qid in questions:  # both directions, every question
@@ -262,8 +256,7 @@ def test_fp16_checkpoint_trains_with_fp32_weights_as_planned(tiny_bert, demo_fil
     AutoTokenizer.from_pretrained(str(tiny_bert)).save_pretrained(half)
     assert AutoModelForQuestionAnswering.from_pretrained(str(half)).dtype == torch.float16  # what "auto" would give
     out = tmp_path / "out"
-    proc = run_qa(tiny_flags(half, out, "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "2"))
-    assert proc.returncode == 0, output(proc)[-3000:]
-    assert re.search(r"^EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32 ", proc.stdout, re.M)
+    log = ok(run_qa(tiny_flags(half, out, "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "2")))
+    assert re.search(r"^EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32 ", log, re.M)
     assert_effective_is_the_plan(read(out / "run_summary.json"))
     assert load_file(out / "model.safetensors")["qa_outputs.weight"].dtype == torch.float32

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from fixtures.procs import PYTHON, REPO, offline_env
+from fixtures.procs import PYTHON, REPO, offline_env, ok, run
 
 
 def score(tmp_path: Path, golds: dict[str, list[str]], preds: dict[str, object], *args: str):
@@ -23,15 +22,14 @@ def score(tmp_path: Path, golds: dict[str, list[str]], preds: dict[str, object],
     files = [tmp_path / "dev.json", tmp_path / "preds.json"]
     for path, content in zip(files, (data, preds)):
         path.write_text(json.dumps(content, ensure_ascii=False), encoding="utf-8")
-    return subprocess.run([PYTHON, str(REPO / "score_squad.py"), *map(str, files), *args], capture_output=True,
-                          text=True, encoding="utf-8", timeout=60)
+    return run([PYTHON, REPO / "score_squad.py", *files, *args], timeout=60, encoding="utf-8")
 
 
 def test_v1_scores_and_warns_about_missing(tmp_path: Path) -> None:
     golds = {"q1": ["Denver Broncos", "the Broncos"], "q2": ["Santa Clara, California", "Levi's Stadium"],
              "q3": ["1914—1918"], "q4": ["Paris"]}
     proc = score(tmp_path, golds, {"q1": "Broncos", "q2": "Levi's Stadium in Santa Clara", "q3": "1914-1918"})
-    assert proc.returncode == 0, proc.stderr
+    ok(proc)
     (line,) = proc.stdout.splitlines()
     result = json.loads(line)
     assert list(result) == ["exact_match", "f1"]
@@ -57,7 +55,6 @@ def test_a_hub_metric_cached_earlier_loads_offline(tmp_path: Path) -> None:
     cached.mkdir(parents=True)
     shutil.copy(LOCAL_MODULES[False] / "evaluate_squad_v1.py", cached / "squad.py")
     code = "from qa_hpc.metric.squad import load_squad_metric; print(load_squad_metric('squad', False).name)"
-    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO,
-                          env=offline_env(HF_HOME=str(hf_home)))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run([PYTHON, "-c", code], timeout=300, env=offline_env(HF_HOME=str(hf_home)))
+    ok(proc)
     assert proc.stdout.strip().splitlines()[-1] == "evaluate_squad_v1"

@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, skip_or_fail
-from e2e.test_launchers import demo_env
-from fixtures.procs import free_port
+from fixtures.procs import demo_job_env, free_port, rank_pids, run
 
 pytestmark = pytest.mark.slurm
 
@@ -34,7 +33,7 @@ MAX_STEPS = 200
 
 
 def _sh(*cmd: str, timeout: int = 20) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+    return run(list(cmd), timeout=timeout)
 
 
 def slurm_running() -> bool:
@@ -55,18 +54,17 @@ def slurm() -> dict[str, bool]:
                          "(ci/slurm/start-local-slurm.sh; .ci/run does it)")
         if not shutil.which("slurmctld") and not shutil.which("apt-get"):
             skip_or_fail("no SLURM running or installed, and no apt-get to install one")
-        proc = subprocess.run(["bash", str(SLURM_DIR / "start-local-slurm.sh")], env=dict(os.environ, SLURM_CI_GPUS="1"),
-                              capture_output=True, text=True, timeout=600)
+        proc = run(["bash", SLURM_DIR / "start-local-slurm.sh"], env=dict(os.environ, SLURM_CI_GPUS="1"))
         if proc.returncode != 0:
             skip_or_fail(f"could not start a local SLURM: {(proc.stdout + proc.stderr)[-1500:]}")
     yield {"gpu_gres": "gpu" in _sh("sinfo", "-h", "-o", "%G").stdout}
     if started:
-        subprocess.run(["bash", str(SLURM_DIR / "stop-local-slurm.sh"), "--quiet"], timeout=120)
+        run(["bash", SLURM_DIR / "stop-local-slurm.sh", "--quiet"], timeout=120)
 
 
 def job_env(tiny_bert: Path, tmp: Path, **extra: str) -> dict[str, str]:
     """The launchers' demo overrides, and a rendezvous port of the test's own (sbatch passes them to the job)."""
-    return demo_env(tiny_bert, tmp, QA_RDZV_PORT=str(free_port()), OMP_NUM_THREADS=None, **extra)  # nproc reads it
+    return demo_job_env(tiny_bert, tmp, QA_RDZV_PORT=str(free_port()), OMP_NUM_THREADS=None, **extra)  # nproc reads it
 
 
 def sbatch_cmd(script: str, tmp: Path, *extra: str, name: str) -> list[str]:
@@ -204,8 +202,8 @@ def test_failing_job_stops_at_once_and_exits_2(slurm, tiny_bert: Path, tmp_path:
                                                args: tuple[str, ...], what: str):
     if gres != "--gres=none" and not slurm["gpu_gres"]:
         pytest.fail("the CI cluster has no gres/gpu: start it with SLURM_CI_GPUS=1 (.ci/run does)")
-    proc = subprocess.run(sbatch_cmd("job_ft3.sh", tmp_path, gres, name="failtest") + list(args), cwd=REPO,
-                          env=job_env(tiny_bert, tmp_path), capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    proc = run(sbatch_cmd("job_ft3.sh", tmp_path, gres, name="failtest") + list(args), env=job_env(tiny_bert, tmp_path),
+               timeout=JOB_TIMEOUT)
     log = next(tmp_path.glob("failtest-*.out")).read_text(errors="replace")
     assert proc.returncode == 2, log[-3000:]
     assert what in log and "JOB_EXIT_CODE=2" in log and "REQUEUE" not in log and "'loss'" not in log
@@ -216,10 +214,6 @@ def test_steps_see_only_the_cpus_they_were_given(slurm):
     """The CI cluster binds tasks to their CPUs (TaskPlugin=task/affinity), as real clusters do."""
     proc = _sh("srun", "--nodes=1", "--cpus-per-task=1", "nproc", timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stdout + proc.stderr
-
-
-def _rank_pids(log: str) -> dict[int, int]:
-    return {int(r): int(p) for r, p in re.findall(r"RANK_PID rank=(\d+) local_rank=\d+ pid=(\d+)", log)}
 
 
 def _parent(pid: int) -> int:
@@ -238,13 +232,13 @@ def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(slurm, t
     text = lambda: log_file.read_text(errors="replace")  # noqa: E731
     stopped: list[int] = []
     try:
-        wait_for(lambda: len(_rank_pids(text())) == 4, 60, "every rank's pid", log_file)
+        wait_for(lambda: len(rank_pids(text())) == 4, 60, "every rank's pid", log_file)
         log = text()
         assert sorted(re.findall(r"STEP_CPUS node=(node\d) cpus=(\d+)", log)) == [("node1", "2"), ("node2", "2")]
         effective = re.findall(r"^EFFECTIVE rank=(\d) .*threads=(\d+) ", log, re.M)
         assert sorted(effective) == [("0", "1"), ("1", "1"), ("2", "1"), ("3", "1")], log[-4000:]
         assert "threads=1 (2 CPUs / 2 process(es) on this node)" in log
-        pids = _rank_pids(log)
+        pids = rank_pids(log)
         dying_node = _parent(pids[0])
         stopped = [pid for pid in pids.values() if _parent(pid) != dying_node]
         for pid in stopped:
