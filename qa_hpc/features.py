@@ -59,8 +59,10 @@ class FeatureConfig:
     source: str = "data"  # file name or dataset name, for error messages
 
 
-def _tokenize(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase, cfg: FeatureConfig) -> Any:
-    """Windows of question + context (context + question for left-padding tokenizers)."""
+def _tokenize(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase,
+              cfg: FeatureConfig) -> tuple[Any, list[int], int]:
+    """Windows of question + context (context + question for left-padding tokenizers), each window's example
+    index, and the sequence id of the context."""
     special = tokenizer.num_special_tokens_to_add(pair=True)
     for qid, ids in zip(examples["id"], tokenizer(examples["question"], add_special_tokens=False)["input_ids"]):
         room = cfg.max_seq_length - len(ids) - special  # the fast tokenizer would fail with an opaque Rust error
@@ -71,18 +73,17 @@ def _tokenize(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase, 
                 f"{cfg.doc_stride}); shorten the question, raise --max_seq_length or lower --doc_stride")
     questions = [q.lstrip() for q in examples["question"]]
     right = tokenizer.padding_side == "right"  # BERT-style: question first, context truncated
-    return tokenizer(questions if right else examples["context"], examples["context"] if right else questions,
-                     truncation="only_second" if right else "only_first", max_length=cfg.max_seq_length,
-                     stride=cfg.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True,
-                     padding="max_length" if cfg.pad_to_max_length else False)
+    tokenized = tokenizer(questions if right else examples["context"], examples["context"] if right else questions,
+                          truncation="only_second" if right else "only_first", max_length=cfg.max_seq_length,
+                          stride=cfg.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True,
+                          padding="max_length" if cfg.pad_to_max_length else False)
+    return tokenized, tokenized.pop("overflow_to_sample_mapping"), 1 if right else 0
 
 
 def prepare_train_features(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase,
                            cfg: FeatureConfig) -> dict[str, list]:
     """Tokenize a batch of examples into labelled training windows."""
-    tokenized = _tokenize(examples, tokenizer, cfg)
-    sample_map = tokenized.pop("overflow_to_sample_mapping")
-    context_index = 1 if tokenizer.padding_side == "right" else 0
+    tokenized, sample_map, context_index = _tokenize(examples, tokenizer, cfg)
     starts: list[int] = []
     ends: list[int] = []
     for i, offsets in enumerate(tokenized.pop("offset_mapping")):
@@ -112,15 +113,11 @@ def prepare_train_features(examples: Mapping[str, list], tokenizer: PreTrainedTo
 def prepare_validation_features(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase,
                                 cfg: FeatureConfig) -> dict[str, list]:
     """Tokenize a batch of examples into eval windows that remember offsets and their example."""
-    tokenized = _tokenize(examples, tokenizer, cfg)
-    sample_map = tokenized.pop("overflow_to_sample_mapping")
-    context_index = 1 if tokenizer.padding_side == "right" else 0
-    offsets_out = []
-    for i, offsets in enumerate(tokenized["offset_mapping"]):  # None outside the context: no answer there
-        sequence_ids = tokenized.sequence_ids(i)
-        offsets_out.append([o if sequence_ids[k] == context_index else None for k, o in enumerate(offsets)])
+    tokenized, sample_map, context_index = _tokenize(examples, tokenizer, cfg)
     tokenized["example_id"] = [examples["id"][s] for s in sample_map]
-    tokenized["offset_mapping"] = offsets_out
+    tokenized["offset_mapping"] = [  # None outside the context: no answer there
+        [o if sequence_id == context_index else None for o, sequence_id in zip(offsets, tokenized.sequence_ids(i))]
+        for i, offsets in enumerate(tokenized["offset_mapping"])]
     return dict(tokenized)
 
 
@@ -155,7 +152,6 @@ def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, tra
         ("test", prepare_validation_features, data_args.max_predict_samples, training_args.do_predict)) if on]
     read = _read_splits(data_args, model_args, [split for split, _, _ in wanted])  # every bad input first
     cache_dir = data_args.features_cache_dir or os.path.join(datasets.config.HF_DATASETS_CACHE, "qa_hpc_features")
-    tok_key = _tokenizer_key(tokenizer)
     examples, features = {}, {}
     for split, fn, limit in wanted:
         with first_on_each_filesystem():
@@ -169,8 +165,7 @@ def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, tra
             source = getattr(data_args, SPLIT_FLAGS[split]) or data_args.dataset_name
             cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length,
                                 str(source))
-            features[split] = _featurize(examples[split], fn, tok_key, tokenizer, cfg, data_args, LOG_NAMES[split],
-                                         cache_dir)
+            features[split] = _featurize(examples[split], fn, tokenizer, cfg, data_args, LOG_NAMES[split], cache_dir)
     return QAData(features.get("train"), examples.get("validation"), features.get("validation"),
                   examples.get("test"), features.get("test"))
 
@@ -209,11 +204,11 @@ def _tokenizer_key(tokenizer: PreTrainedTokenizerBase) -> str:
                         {k: v for k, v in spec.items() if k not in ("truncation", "padding")}])
 
 
-def _featurize(examples: datasets.Dataset, fn: Callable, tok_key: str, tokenizer: PreTrainedTokenizerBase,
-               cfg: FeatureConfig, data_args: DataTrainingArguments, name: str, cache_dir: str) -> datasets.Dataset:
+def _featurize(examples: datasets.Dataset, fn: Callable, tokenizer: PreTrainedTokenizerBase, cfg: FeatureConfig,
+               data_args: DataTrainingArguments, name: str, cache_dir: str) -> datasets.Dataset:
     """examples.map(fn) into a cache file named by the examples' fingerprint, the tokenizer and the settings."""
-    key = Hasher.hash([examples._fingerprint, fn.__name__, tok_key, cfg.max_seq_length, cfg.doc_stride,
-                       cfg.pad_to_max_length])
+    key = Hasher.hash([examples._fingerprint, fn.__name__, _tokenizer_key(tokenizer), cfg.max_seq_length,
+                       cfg.doc_stride, cfg.pad_to_max_length])
     folder = os.path.join(cache_dir, f"{name}-{key}")
     os.makedirs(folder, exist_ok=True)
     before, t0 = set(os.listdir(folder)), time.time()

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import random
 import string
 import sys
 from collections.abc import Callable
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -202,10 +204,9 @@ def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool =
         while sum(len(part.split()) for part in paragraph.parts) < context_words:
             paragraph.add_block()
         context, name = " ".join(paragraph.parts), paragraph.name
-        by_sentence: dict[int, list[Fact]] = {}  # at most one question per sentence
-        for fact in paragraph.facts:
-            by_sentence.setdefault(fact["sentence"], []).append(fact)
-        groups, qas = list(by_sentence.values()), []
+        # at most one question per sentence (a sentence's facts are adjacent)
+        groups = [list(facts) for _, facts in itertools.groupby(paragraph.facts, key=itemgetter("sentence"))]
+        qas: list[dict[str, Any]] = []
         asked = min(QUESTIONS_PER_PARAGRAPH, len(groups), num_questions - made)
         for index in sorted(rng.sample(range(len(groups)), asked)):
             fact = rng.choice(groups[index])

@@ -17,19 +17,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import urllib.request
 
 MODEL_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "model.safetensors")
 
 
 def hub_reachable(model: str, timeout: float = 5.0) -> bool:
-    """True when the hub answers for `model` (an HTTP request, no download)."""
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    """True when the hub (HF_ENDPOINT) answers for `model`: one request for its card, no download, no retry."""
+    from huggingface_hub import model_info
+
     try:
-        with urllib.request.urlopen(f"{endpoint}/api/models/{model}", timeout=timeout) as resp:
-            return resp.status == 200
-    except Exception:  # noqa: BLE001 - any failure means "not reachable" here
+        model_info(model, timeout=timeout)
+    except Exception:  # noqa: BLE001 - any failure (offline mode included) means "not reachable" here
         return False
+    return True
 
 
 def model_in_cache(model: str) -> str | None:
