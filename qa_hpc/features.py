@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # annotations only: postprocessing and utils_qa import this m
 
 logger = logging.getLogger(__name__)
 
-SPLIT_FLAGS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 LOG_NAMES = {"train": "train", "validation": "eval", "test": "predict"}  # split names in log lines and cache folders
 _TEXT = datasets.Value("string")
 RECORD_FEATURES = datasets.Features({  # given, not inferred: a first batch of unanswerable records has no types
@@ -162,9 +161,8 @@ def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, tra
                 ds = datasets.Dataset.from_generator(partial(iter, records), features=RECORD_FEATURES,
                                                      cache_dir=cache_dir, fingerprint=fingerprint)
             examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
-            source = getattr(data_args, SPLIT_FLAGS[split]) or data_args.dataset_name
             cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length,
-                                str(source))
+                                str(getattr(data_args, f"{split}_file") or data_args.dataset_name))
             features[split] = _featurize(examples[split], fn, tokenizer, cfg, data_args, LOG_NAMES[split], cache_dir)
     return QAData(features.get("train"), examples.get("validation"), features.get("validation"),
                   examples.get("test"), features.get("test"))
@@ -176,7 +174,7 @@ def _read_splits(data_args: DataTrainingArguments, model_args: ModelArguments,
     read: dict[str, tuple[list[dict], str] | datasets.Dataset] = {}
     hub = None
     for split in splits:
-        path = getattr(data_args, SPLIT_FLAGS[split])
+        path = getattr(data_args, f"{split}_file")  # --train_file, --validation_file, --test_file
         if path is not None:
             records, report = load_qa_records(path, split=split, answer_check=data_args.answer_check,
                                               version_2_with_negative=data_args.version_2_with_negative)
@@ -184,7 +182,7 @@ def _read_splits(data_args: DataTrainingArguments, model_args: ModelArguments,
             read[split] = (records, report.digest)
             continue
         if not data_args.dataset_name:
-            raise UsageError(f"no --{SPLIT_FLAGS[split]} and no --dataset_name to read the {split} split from")
+            raise UsageError(f"no --{split}_file and no --dataset_name to read the {split} split from")
         if hub is None:  # once for all its splits
             from qa_hpc.model import from_disk_or_hub
 

@@ -52,11 +52,9 @@ def top_k_with_values(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
     equal values and no NaN has one ranking only; any other row (common with bf16 logits or -100 padding) is
     ranked by the loop's own np.argsort call, whose order among equal values is its implementation's.
     """
-    n, width = logits.shape
+    width = logits.shape[1]
     k = min(k, width)
-    if n == 0 or width == 0:
-        return np.zeros((n, k), dtype=np.int64), np.zeros((n, k), dtype=logits.dtype)
-    values, indices = (t.numpy() for t in torch.topk(_tensor(logits), min(k + 1, width), dim=1))
+    values, indices = (t.numpy() for t in torch.topk(_tensor(logits), min(k + 1, width), dim=1))  # empty ok
     ambiguous = np.any(values[:, :-1] == values[:, 1:], axis=1) | np.isnan(values).any(axis=1)
     indices, values = indices[:, :k].copy(), values[:, :k].copy()
     for row in np.flatnonzero(ambiguous).tolist():
@@ -267,9 +265,7 @@ def predictions_from_logits(examples: Any, features: Any, logits: Logits, cfg: P
     """Eval examples + features (datasets or dicts of columns) + logits -> answers and n-best lists."""
     logits = mask_padding(logits, real_lengths(features))
     if method == "loop":  # reads the datasets item by item, as the HF example does
-        return postprocess_qa_predictions_loop(
-            {"id": examples["id"], "context": examples["context"]},
-            {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]}, logits, cfg)
+        return postprocess_qa_predictions_loop(examples, features, logits, cfg)
     if hasattr(examples, "with_format"):  # whole Arrow columns: dataset["col"][i] reads a row, ~50 us an item
         examples = {name: examples.with_format("arrow")[name].to_pylist() for name in ("id", "context")}
     if hasattr(features, "with_format"):
