@@ -195,18 +195,15 @@ def _read_splits(data_args: DataTrainingArguments, model_args: ModelArguments,
     return read
 
 
-def _tokenizer_key(tokenizer: PreTrainedTokenizerBase) -> str:
-    """Vocabulary and rules of the tokenizer, not the folder it came from nor the truncation a call left set."""
-    spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    return Hasher.hash([type(tokenizer).__name__, tokenizer.padding_side,
-                        {k: v for k, v in spec.items() if k not in ("truncation", "padding")}])
-
-
 def _featurize(examples: datasets.Dataset, fn: Callable, tokenizer: PreTrainedTokenizerBase, cfg: FeatureConfig,
                data_args: DataTrainingArguments, name: str, cache_dir: str) -> datasets.Dataset:
     """examples.map(fn) into a cache file named by the examples' fingerprint, the tokenizer and the settings."""
-    key = Hasher.hash([examples._fingerprint, fn.__name__, _tokenizer_key(tokenizer), cfg.max_seq_length,
-                       cfg.doc_stride, cfg.pad_to_max_length])
+    # the tokenizer by its vocabulary and rules, not the folder it came from nor the truncation a call left set
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    tokenizer_key = Hasher.hash([type(tokenizer).__name__, tokenizer.padding_side,
+                                 {k: v for k, v in spec.items() if k not in ("truncation", "padding")}])
+    key = Hasher.hash([examples._fingerprint, fn.__name__, tokenizer_key, cfg.max_seq_length, cfg.doc_stride,
+                       cfg.pad_to_max_length])
     folder = os.path.join(cache_dir, f"{name}-{key}")
     os.makedirs(folder, exist_ok=True)
     before, t0 = set(os.listdir(folder)), time.time()

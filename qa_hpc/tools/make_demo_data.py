@@ -226,13 +226,6 @@ def generate_squad(num_questions: int, *, seed: int = 0, with_impossible: bool =
     return {"version": "2.0" if with_impossible else "1.1", "data": articles}
 
 
-def without_answers(dataset: dict[str, Any]) -> dict[str, Any]:
-    """The shape of an unlabeled test file."""
-    return {**dataset, "data": [{**art, "paragraphs": [
-        {**par, "qas": [{k: v for k, v in qa.items() if k not in ("answers", "is_impossible")} for qa in par["qas"]]}
-        for par in art["paragraphs"]]} for art in dataset["data"]]}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -249,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--num_train and --num_eval must be >= 1, --context_words >= 10")
     common = dict(seed=args.seed, with_impossible=args.version_2_with_negative, context_words=args.context_words)
     val = generate_squad(args.num_eval, title_prefix="demo-validation", **common)
+    test = {**val, "data": [{**art, "paragraphs": [  # the shape of an unlabeled test file
+        {**par, "qas": [{k: v for k, v in qa.items() if k not in ("answers", "is_impossible")} for qa in par["qas"]]}
+        for par in art["paragraphs"]]} for art in val["data"]]}
     files = {"train.json": generate_squad(args.num_train, title_prefix="demo-train", **common),
-             "validation.json": val, "test.json": without_answers(val)}
+             "validation.json": val, "test.json": test}
     for name, dataset in files.items():
         text = json.dumps(dataset, ensure_ascii=False, separators=(",", ":")) + "\n"  # same dict, same bytes
         path, data = Path(args.output_dir) / name, text.encode()

@@ -32,33 +32,23 @@ def hub_reachable(model: str, timeout: float = 5.0) -> bool:
     return True
 
 
-def model_in_cache(model: str) -> str | None:
-    """The cached snapshot directory of `model` when config and weights are there, else None."""
+def report(model: str, dataset: str) -> bool:
+    """Print what the cache holds; True when both are there: the model's config and weights, and the data set
+    loading offline."""
     from huggingface_hub import try_to_load_from_cache
 
     config, weights = (try_to_load_from_cache(model, file) for file in ("config.json", "model.safetensors"))
-    return os.path.dirname(config) if isinstance(config, str) and isinstance(weights, str) else None
-
-
-def dataset_in_cache(name: str) -> dict[str, int] | None:
-    """Split sizes of dataset `name` when it loads offline from the cache, else None."""
+    path = os.path.dirname(config) if isinstance(config, str) and isinstance(weights, str) else None
+    print(f"CACHED model={model} path={path}" if path else f"MISSING model={model}", flush=True)
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     import datasets
 
     datasets.utils.logging.set_verbosity_error()
     try:
-        loaded = datasets.load_dataset(name)
+        splits = {split: len(ds) for split, ds in datasets.load_dataset(dataset).items()}
     except Exception:  # noqa: BLE001 - any failure means "not cached"
-        return None
-    return {split: len(ds) for split, ds in loaded.items()}
-
-
-def report(model: str, dataset: str) -> bool:
-    """Print what the cache holds; True when both are there."""
-    path = model_in_cache(model)
-    print(f"CACHED model={model} path={path}" if path else f"MISSING model={model}", flush=True)
-    splits = dataset_in_cache(dataset)
+        splits = {}
     print(f"CACHED dataset={dataset} " + " ".join(f"{k}={v}" for k, v in splits.items()) if splits
           else f"MISSING dataset={dataset}", flush=True)
     return bool(path and splits)

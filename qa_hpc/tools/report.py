@@ -107,13 +107,12 @@ def read_curves(log_dir: Path, started: float | None = None,
     first in trainer_state.json); a later launch replaces the points from its first step on, as TensorBoard does."""
     from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
-    files = log_dir.rglob("events.out.tfevents.*") if log_dir.is_dir() else []
-    files = sorted(files, key=lambda p: (int(p.name.split(".")[3]), p.name))  # name: ...tfevents.<time>.<host>
+    # a file's name: events.out.tfevents.<time>.<host>...; no files when log_dir is not a dir
+    files = sorted(log_dir.rglob("events.out.tfevents.*"), key=lambda p: (int(p.name.split(".")[3]), p.name))
     own = next((i for i, f in enumerate(files) if started and int(f.name.split(".")[3]) >= started), len(files))
     launches = []
     for file in files[:own + 1]:
-        events = EventAccumulator(str(file), size_guidance={SCALARS: 0})  # 0: every point, not a sample
-        events.Reload()
+        events = EventAccumulator(str(file), size_guidance={SCALARS: 0}).Reload()  # 0: every point, not a sample
         launches.append({tag: [(e.step, e.wall_time, e.value) for e in events.Scalars(tag)]
                          for tag in events.Tags()["scalars"]})
     if launches and first_step is not None and launches[-1].get("train/loss", [(0,)])[0][0] <= first_step:
