@@ -17,19 +17,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import urllib.request
 
 MODEL_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "model.safetensors")
 
 
 def hub_reachable(model: str, timeout: float = 5.0) -> bool:
-    """True when the hub (HF_ENDPOINT) answers for `model`: one request for its card, no download, no retry."""
-    from huggingface_hub import model_info
-
+    """True when the hub answers for `model`: one HTTP request, no download. Not huggingface_hub's model_info: it
+    may first fetch other things (its agent-harness registry), writes caches, and reads offline mode as "no"."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     try:
-        model_info(model, timeout=timeout)
-    except Exception:  # noqa: BLE001 - any failure (offline mode included) means "not reachable" here
+        with urllib.request.urlopen(f"{endpoint}/api/models/{model}", timeout=timeout) as resp:
+            return resp.status == 200
+    except Exception:  # noqa: BLE001 - any failure means "not reachable" here
         return False
-    return True
 
 
 def report(model: str, dataset: str) -> bool:
