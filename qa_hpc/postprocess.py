@@ -264,8 +264,10 @@ def predictions_from_logits(examples: Any, features: Any, logits: Logits, cfg: P
                             method: str = "vectorized") -> QAPredictions:
     """Eval examples + features (datasets or dicts of columns) + logits -> answers and n-best lists."""
     logits = mask_padding(logits, real_lengths(features))
-    if method == "loop":  # reads the datasets item by item, as the HF example does
-        return postprocess_qa_predictions_loop(examples, features, logits, cfg)
+    if method == "loop":  # reads the datasets item by item, as the HF example does (each column looked up once)
+        return postprocess_qa_predictions_loop(
+            {"id": examples["id"], "context": examples["context"]},
+            {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]}, logits, cfg)
     if hasattr(examples, "with_format"):  # whole Arrow columns: dataset["col"][i] reads a row, ~50 us an item
         examples = {name: examples.with_format("arrow")[name].to_pylist() for name in ("id", "context")}
     if hasattr(features, "with_format"):

@@ -5,7 +5,6 @@ This loop is the definition of the answers; qa_hpc.postprocess must return exact
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -68,9 +67,12 @@ def postprocess_qa_predictions_loop(examples: Mapping[str, Sequence], features: 
                 min_null = null_score
             start_idx = np.argsort(s_logits)[-1 : -cfg.n_best_size - 1 : -1]
             end_idx = np.argsort(e_logits)[-1 : -cfg.n_best_size - 1 : -1]
-            for s, e in itertools.product(start_idx, end_idx):
-                in_context = max(s, e) < len(offsets) and offsets[s] is not None and offsets[e] is not None
-                if in_context and s <= e < s + cfg.max_answer_length:
+            for s in start_idx:
+                for e in end_idx:
+                    if s >= len(offsets) or e >= len(offsets) or offsets[s] is None or offsets[e] is None:
+                        continue
+                    if e < s or e - s + 1 > cfg.max_answer_length:
+                        continue
                     prelim.append({"offsets": (offsets[s][0], offsets[e][1]), "score": float(s_logits[s] + e_logits[e]),
                                    "start_logit": float(s_logits[s]), "end_logit": float(e_logits[e])})
         nbest = sorted(prelim, key=lambda p: p["score"], reverse=True)[: cfg.n_best_size]
