@@ -1,10 +1,7 @@
-"""Bad input ends with exit 2 (74 for an output dir that cannot be written), one ERROR line naming the file,
-the record and the field, no traceback and nothing written; code inside a model directory (pickled weights, a
-config's own Python) never runs unasked. (The hub token never printed or written: tests/e2e/test_run_qa.py.)
-
-Each case runs run_qa's command line in-process (run_qa.cli() with the case's argv: the exit code and stderr a
-user would see, without an interpreter start each); the shared failed run (tests/e2e/conftest.py) and the
-missing-model cases below meet bad input in real processes. Inputs are validated before the model is loaded.
+"""Bad input ends with exit 2 (74 for an unwritable output dir), one ERROR line naming the file, the record and the
+field, no traceback and nothing written; code inside a model directory never runs unasked. Most cases run
+run_qa.cli(argv) in-process (the exit code and stderr a user sees, without an interpreter start each); the shared
+failed run and the missing-model cases meet bad input in real processes.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Reliability of real processes: a stop signal checkpoints, exits 75 and the same command resumes exactly;
-a writer killed mid-write never leaves a cut file; a full disk and out-of-memory end with their own exit code.
-
-The killed writer is real: a child process with a file-size limit (RLIMIT_FSIZE) is killed by the kernel
-(SIGXFSZ) in the middle of writing its temp file, through write_json_atomic and through the functions run_qa.py
-saves trainer_state.json and the results files with. The full disk is real: run_qa.py runs under a file-size
-limit (Python ignores SIGXFSZ, so writes past it fail with EFBIG exactly as ENOSPC would), so the Trainer's
-checkpoint save fails inside safetensors / torch.save. The out-of-memory is real too: run_qa.py runs under an
-address-space limit (RLIMIT_AS, `ulimit -v`) just above what the same run needs with a small batch.
-(The same stop under torchrun, 2 ranks and one signalled: tests/e2e/test_ddp.py.)
+"""Reliability of real processes, each failure made real by the kernel: a stop signal checkpoints, exits 75 and the
+same command resumes exactly; a writer killed mid-write (SIGXFSZ under RLIMIT_FSIZE) never leaves a cut file; a full
+disk (EFBIG under a file-size limit, as ENOSPC) and out-of-memory (RLIMIT_AS) end with their own exit code. (The
+same stop under torchrun: tests/e2e/test_ddp.py.)
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""run_qa.py end to end as users run it: real processes, tiny random BERT, generated data.
-
-Most checks read the shared plain run (tests/e2e/conftest.py): the files HF users expect, the record and the
-closing lines, what ran being what was planned, the efficiency figures, the scorer's agreement, the token never
-leaking. Runs of their own: eval-only from a JSON config (feature cache reused, loop postprocessing), the same
-command again (resumes, trains nothing, replaces its files), SQuAD v2 with a model built to abstain, an fp16
-checkpoint.
+"""run_qa.py end to end as users run it (real processes, tiny random BERT, generated data): mostly what the shared
+plain run (tests/e2e/conftest.py) wrote, printed and recorded; runs of their own where a case needs its own
+command (eval-only from a JSON config, a rerun, SQuAD v2, an fp16 checkpoint).
 """
 
 from __future__ import annotations
