@@ -165,13 +165,8 @@ MARGIN = 512 << 20  # address space allowed beyond the small-batch run's peak
 
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmPeak is read from /proc (Linux)")
 def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tiny_bert: Path, tmp_path: Path):
-    """A batch that cannot fit: exit 3, one ERROR line with the batch size and what to lower, no traceback.
-
-    80 generated questions make 160 features at --max_seq_length 512 (padded to it); a batch of 160 holds
-    them all. With eager attention each layer keeps 160 x 2 heads x 512 x 512 fp32 scores for backward:
-    160*2*512*512*4 B = 320 MiB per tensor, and scores, probabilities and dropout output per layer, two
-    layers: about 1.9 GiB, nearly 4x the margin. A batch of 2 needs 1/80 of that (24 MiB), well inside it.
-    """
+    """160 features at --max_seq_length 512 in one batch: eager attention keeps 160 x 2 heads x 512 x 512 fp32
+    scores (320 MiB) x 3 tensors x 2 layers for backward, ~1.9 GiB, nearly 4x the margin; a batch of 2 needs 24 MiB."""
     from qa_hpc.tools.make_demo_data import generate_squad
 
     train = tmp_path / "train.json"

@@ -1,9 +1,5 @@
-"""The settings plan for every device, decided on a CPU from made-up device facts; the read-back check; --precision
-reaching evaluation.
-
-Each table row is one combination with its expected outcome, written from the rules in README ("How precision,
-threads and devices are chosen") and qa_hpc/plan.py's docstring.
-"""
+"""The settings plan for every device, decided on a CPU from made-up device facts (each row's outcome written from
+README's "How precision, threads and devices are chosen"); the read-back check; --precision reaching evaluation."""
 
 from __future__ import annotations
 
