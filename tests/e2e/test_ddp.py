@@ -92,11 +92,8 @@ def test_gradients_are_synchronized_across_ranks(ddp: Run, ddp_data: dict, tiny_
 
 
 def assert_logits_belong_to_their_features(model_dir: Path, records: list[dict], nbest: dict) -> None:
-    """Every n-best start logit of a one-window example is a start logit of THAT example's window.
-
-    Computed here by a plain forward pass of the saved model, outside the Trainer: if the eval loop
-    handed logits to the wrong features (a shuffled sampler, a bad gather), the values would not match.
-    """
+    """Every n-best start logit of a one-window example is one of THAT window's, by a plain forward pass here: a
+    shuffled sampler or a bad gather would hand logits to the wrong features."""
     from transformers import AutoModelForQuestionAnswering
 
     model = AutoModelForQuestionAnswering.from_pretrained(str(model_dir)).eval()

@@ -127,8 +127,7 @@ def test_start_tensorboard_serves_a_runs_scalars(plain: Run, tmp_path: Path):
     event file holds (read here with TensorBoard's own reader), on 127.0.0.1 only."""
     logdir = plain.ok().out / "runs"
     (run_dir,) = [p for p in logdir.iterdir() if p.is_dir()]
-    expected = scalars(tensorboard_events(plain.out), "train/loss")
-    assert [s for s, _ in expected] == list(range(1, 19))
+    expected = scalars(tensorboard_events(plain.out), "train/loss")  # its steps: tests/e2e/test_observe.py
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
