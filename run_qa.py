@@ -156,7 +156,7 @@ def train(run: Run, stop: StopRequest) -> bool:
     checkpoint_dir = lambda: os.path.join(out, f"checkpoint-{trainer.state.global_step}")  # noqa: E731
     with guarded("train", checkpoint_dir, run.batch):
         outcome = trainer.train(resume_from_checkpoint=run.resume)
-    if run.preemption.stopped:
+    if run.preemption.stopped_at_step is not None:
         # no rank leaves before the checkpoint is on disk: a launcher that kills the job on the
         # first exit (srun --kill-on-bad-exit) would otherwise cut the main rank's save short
         trainer.accelerator.wait_for_everyone()

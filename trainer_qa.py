@@ -85,30 +85,24 @@ class QuestionAnsweringTrainer(Trainer):
             start_logits, end_logits = start_logits[inverse], end_logits[inverse]
         return (start_logits, end_logits), dict(output.metrics), output.num_samples
 
-    def _answers_and_metrics(self, examples: Any, features: Any, logits: tuple[np.ndarray, np.ndarray], stage: str,
-                             prefix: str) -> tuple[QAPredictions | None, dict[str, float]]:
-        """Postprocess and score on the main process; every rank gets the metrics."""
-        metrics: dict[str, float] = {}
-        preds: QAPredictions | None = None
-        if self.is_world_process_zero() and self.post_process_function is not None:
-            t0 = time.perf_counter()
-            preds = self.post_process_function(examples, features, logits, stage)
-            metrics[f"{prefix}_postprocess_seconds"] = round(time.perf_counter() - t0, 4)
-            if self.score_function is not None and "answers" in examples.column_names:  # a test set may have none
-                scores = self.score_function(preds, examples)
-                metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
-        metrics = broadcast_object_list([metrics])[0]  # the main process's, on every rank
-        return preds, metrics
-
     def _answer(self, dataset: Any, examples: Any, ignore_keys: list[str] | None, prefix: str,
                 stage: str) -> tuple[QAPredictions | None, dict[str, float]]:
-        """The shared body of evaluate() and predict(): logits -> answers -> metrics, logged, with the callbacks'
-        on_evaluate or on_predict and the Trainer's memory metrics."""
+        """The shared body of evaluate() and predict(): logits -> answers and EM/F1, postprocessed and scored on the
+        main process, whose metrics every rank returns; logged, with the callbacks' on_evaluate or on_predict and
+        the Trainer's memory metrics."""
         self._memory_tracker.start()
         start = time.time()
         description = "Evaluation" if stage == "eval" else "Prediction"
         logits, loop_metrics, num_samples = self._gather_logits(dataset, description, ignore_keys, prefix)
-        preds, metrics = self._answers_and_metrics(examples, dataset, logits, stage, prefix)
+        metrics: dict[str, float] = {}
+        preds: QAPredictions | None = None
+        if self.is_world_process_zero() and self.post_process_function is not None:
+            t0 = time.perf_counter()
+            preds = self.post_process_function(examples, dataset, logits, stage)
+            metrics[f"{prefix}_postprocess_seconds"] = round(time.perf_counter() - t0, 4)
+            if self.score_function is not None and "answers" in examples.column_names:  # a test set may have none
+                metrics.update({f"{prefix}_{k}": v for k, v in self.score_function(preds, examples).items()})
+        metrics = broadcast_object_list([metrics])[0]  # the main process's, on every rank
         metrics.update(self._timing(prefix, start, num_samples, loop_metrics))
         metrics[f"{prefix}_examples"] = len(examples)
         self.log(metrics)
