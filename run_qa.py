@@ -27,7 +27,7 @@ import datasets  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from accelerate import PartialState  # noqa: E402
-from transformers import DataCollatorWithPadding, default_data_collator  # noqa: E402
+from transformers import DataCollatorWithPadding, TrainingArguments, default_data_collator  # noqa: E402
 
 from qa_hpc.dropout import install as install_bulk_dropout  # noqa: E402
 from qa_hpc.dist import end_process_group, launch_env  # noqa: E402
@@ -57,7 +57,7 @@ class Run:
 
     flags: Flags
     plan: RunPlan
-    args: Any  # the finished TrainingArguments: never changed after setup
+    args: TrainingArguments  # the finished ones: never changed after setup
     data: QAData
     shape: ModelShape
     trainer: QuestionAnsweringTrainer
@@ -81,9 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"RANK_PID rank={launch.rank} local_rank={launch.local_rank} pid={os.getpid()}", flush=True)
     stop = StopRequest()
     stop.install()  # SIGTERM / SIGUSR1 only set a flag; acted on at an optimizer step's end
-    values = read_flags(sys.argv[1:] if argv is None else argv)
-    setup_logging(bool(values["log_on_each_node"]))
-    plan, flags = decide_and_build(values)  # every flag dataclass built once, here, with the plan's fields
+    plan, flags = decide_and_build(read_flags(sys.argv[1:] if argv is None else argv))  # every flag dataclass
+    setup_logging(flags.training)  # built once, here, with the plan's fields
     run = setup(flags, plan, stop)
     try:
         if run.args.do_train and not train(run, stop):
@@ -99,12 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-def setup_logging(log_on_each_node: bool) -> None:
-    """Info on the main process (of each node, as HF's --log_on_each_node), warnings elsewhere; the rank in every line."""
-    launch = launch_env()  # before any process group: the launcher's variables
-    main_process = (launch.local_rank if log_on_each_node else launch.rank) == 0
-    level = logging.INFO if main_process else logging.WARNING
-    logging.basicConfig(format=f"%(asctime)s [rank{launch.rank}] %(levelname)s %(name)s: %(message)s",
+def setup_logging(args: TrainingArguments) -> None:
+    """Info on the main process (of each node with --log_on_each_node: the TrainingArguments' should_log), warnings
+    elsewhere; the rank in every line."""
+    level = logging.INFO if args.should_log else logging.WARNING
+    logging.basicConfig(format=f"%(asctime)s [rank{args.process_index}] %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)], level=level, force=True)
     datasets.utils.logging.set_verbosity(level)
@@ -158,7 +156,7 @@ def train(run: Run, stop: StopRequest) -> bool:
     checkpoint_dir = lambda: os.path.join(out, f"checkpoint-{trainer.state.global_step}")  # noqa: E731
     with guarded("train", checkpoint_dir, run.batch):
         outcome = trainer.train(resume_from_checkpoint=run.resume)
-    if run.preemption.stopped:
+    if run.preemption.stopped_at_step is not None:
         # no rank leaves before the checkpoint is on disk: a launcher that kills the job on the
         # first exit (srun --kill-on-bad-exit) would otherwise cut the main rank's save short
         trainer.accelerator.wait_for_everyone()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -44,19 +44,12 @@ def length_order(dataset: Any) -> np.ndarray | None:
 class QuestionAnsweringTrainer(Trainer):
     """Trainer for extractive QA: logits -> answers -> EM/F1, safe under DDP."""
 
-    def __init__(
-        self,
-        *args: Any,
-        eval_examples: Any = None,
-        post_process_function: PostProcessFunction | None = None,
-        score_function: ScoreFunction | None = None,
-        sort_eval_by_length: bool = True,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *args: Any, eval_examples: Any = None, post_process_function: PostProcessFunction | None = None,
+                 score_function: ScoreFunction | None = None, sort_eval_by_length: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.eval_examples = eval_examples
         self.post_process_function = post_process_function
-        self.score_function = score_function
+        self.score_function = score_function  # in place of compute_metrics, which stays None: the loop never scores
         self.sort_eval_by_length = sort_eval_by_length
 
     def _get_eval_sampler(self, eval_dataset: Any) -> torch.utils.data.Sampler | None:
@@ -73,24 +66,13 @@ class QuestionAnsweringTrainer(Trainer):
             return None
         return torch.utils.data.SequentialSampler(eval_dataset)
 
-    def _gather_logits(
-        self, dataset: Any, description: str, ignore_keys: list[str] | None, prefix: str
-    ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, float], int]:
+    def _gather_logits(self, dataset: Any, description: str, ignore_keys: list[str] | None,
+                       prefix: str) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, float], int]:
         """Run the model over `dataset` (length-sorted if asked) and return logits in dataset order."""
         order = length_order(dataset) if self.sort_eval_by_length else None
-        loop_dataset = dataset.select(order) if order is not None else dataset
-        dataloader = self.get_eval_dataloader(loop_dataset)
-        compute_metrics, self.compute_metrics = self.compute_metrics, None
-        try:
-            output = self.evaluation_loop(
-                dataloader,
-                description=description,
-                prediction_loss_only=False,
-                ignore_keys=ignore_keys,
-                metric_key_prefix=prefix,
-            )
-        finally:
-            self.compute_metrics = compute_metrics
+        dataloader = self.get_eval_dataloader(dataset.select(order) if order is not None else dataset)
+        output = self.evaluation_loop(dataloader, description=description, prediction_loss_only=False,
+                                      ignore_keys=ignore_keys, metric_key_prefix=prefix)
         start_logits, end_logits = output.predictions[:2]
         if len(start_logits) != len(dataset):
             raise RuntimeError(
@@ -103,86 +85,54 @@ class QuestionAnsweringTrainer(Trainer):
             start_logits, end_logits = start_logits[inverse], end_logits[inverse]
         return (start_logits, end_logits), dict(output.metrics), output.num_samples
 
-    def _answers_and_metrics(
-        self, examples: Any, features: Any, logits: tuple[np.ndarray, np.ndarray], stage: str, prefix: str
-    ) -> tuple[QAPredictions | None, dict[str, float]]:
-        """Postprocess and score on the main process; every rank gets the metrics."""
+    def _answer(self, dataset: Any, examples: Any, ignore_keys: list[str] | None, prefix: str,
+                stage: str) -> tuple[QAPredictions | None, dict[str, float]]:
+        """The shared body of evaluate() and predict(): logits -> answers and EM/F1, postprocessed and scored on the
+        main process, whose metrics every rank returns; logged, with the callbacks' on_evaluate or on_predict and
+        the Trainer's memory metrics."""
+        self._memory_tracker.start()
+        start = time.time()
+        description = "Evaluation" if stage == "eval" else "Prediction"
+        logits, loop_metrics, num_samples = self._gather_logits(dataset, description, ignore_keys, prefix)
         metrics: dict[str, float] = {}
         preds: QAPredictions | None = None
         if self.is_world_process_zero() and self.post_process_function is not None:
             t0 = time.perf_counter()
-            preds = self.post_process_function(examples, features, logits, stage)
+            preds = self.post_process_function(examples, dataset, logits, stage)
             metrics[f"{prefix}_postprocess_seconds"] = round(time.perf_counter() - t0, 4)
-            if self.score_function is not None and has_answers(examples):
-                scores = self.score_function(preds, examples)
-                metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
+            if self.score_function is not None and "answers" in examples.column_names:  # a test set may have none
+                metrics.update({f"{prefix}_{k}": v for k, v in self.score_function(preds, examples).items()})
         metrics = broadcast_object_list([metrics])[0]  # the main process's, on every rank
-        return preds, metrics
-
-    def _answer(
-        self, dataset: Any, examples: Any, ignore_keys: list[str] | None, prefix: str, stage: str
-    ) -> tuple[QAPredictions | None, dict[str, float]]:
-        """The shared body of evaluate() and predict(): logits -> answers -> metrics, logged."""
-        start = time.time()
-        description = "Evaluation" if stage == "eval" else "Prediction"
-        logits, loop_metrics, num_samples = self._gather_logits(dataset, description, ignore_keys, prefix)
-        preds, metrics = self._answers_and_metrics(examples, dataset, logits, stage, prefix)
         metrics.update(self._timing(prefix, start, num_samples, loop_metrics))
         metrics[f"{prefix}_examples"] = len(examples)
         self.log(metrics)
+        callback = self.callback_handler.on_evaluate if stage == "eval" else self.callback_handler.on_predict
+        self.control = callback(self.args, self.state, self.control, metrics)
+        self._memory_tracker.stop_and_update_metrics(metrics)
         return preds, metrics
 
-    def evaluate(
-        self,
-        eval_dataset: Any = None,
-        eval_examples: Any = None,
-        ignore_keys: list[str] | None = None,
-        metric_key_prefix: str = "eval",
-    ) -> dict[str, float]:
+    def evaluate(self, eval_dataset: Any = None, eval_examples: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
         """Logits over the eval features -> answers -> EM/F1, logged with the `eval_` prefix."""
-        self._memory_tracker.start()
-        _, metrics = self._answer(
-            self.eval_dataset if eval_dataset is None else eval_dataset,
-            self.eval_examples if eval_examples is None else eval_examples,
-            ignore_keys, metric_key_prefix, "eval",
-        )
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-        self._memory_tracker.stop_and_update_metrics(metrics)
-        return metrics
+        return self._answer(self.eval_dataset if eval_dataset is None else eval_dataset,
+                            self.eval_examples if eval_examples is None else eval_examples,
+                            ignore_keys, metric_key_prefix, "eval")[1]
 
-    def predict(
-        self,
-        predict_dataset: Any,
-        predict_examples: Any,
-        ignore_keys: list[str] | None = None,
-        metric_key_prefix: str = "predict",
-    ) -> PredictionOutput:
+    def predict(self, predict_dataset: Any, predict_examples: Any, ignore_keys: list[str] | None = None,
+                metric_key_prefix: str = "predict") -> PredictionOutput:
         """Answers for a test set; scored too when the examples carry answers."""
-        self._memory_tracker.start()
         preds, metrics = self._answer(predict_dataset, predict_examples, ignore_keys, metric_key_prefix, "predict")
-        self.control = self.callback_handler.on_predict(self.args, self.state, self.control, metrics)
-        self._memory_tracker.stop_and_update_metrics(metrics)
         return PredictionOutput(predictions=preds.answers if preds else None, label_ids=None, metrics=metrics)
 
-    def _timing(
-        self, prefix: str, start: float, num_samples: int, loop_metrics: Mapping[str, float]
-    ) -> dict[str, float]:
-        """Speed metrics over the whole evaluation, postprocessing included (what users wait for)."""
+    def _timing(self, prefix: str, start: float, num_samples: int,
+                loop_metrics: Mapping[str, float]) -> dict[str, float]:
+        """Speed metrics over the whole evaluation, postprocessing included (what users wait for), with the loop's
+        model preparation time and its loss when the model computed one (not NaN)."""
         total_batch = self.args.eval_batch_size * self.args.world_size
-        timing = speed_metrics(prefix, start, num_samples=num_samples, num_steps=math.ceil(num_samples / total_batch))
-        prep = loop_metrics.get(f"{prefix}_model_preparation_time")
-        if prep is not None:
-            timing[f"{prefix}_model_preparation_time"] = prep
-        loss = loop_metrics.get(f"{prefix}_loss")
-        if loss is not None and not (isinstance(loss, float) and math.isnan(loss)):
-            timing[f"{prefix}_loss"] = loss
-        return timing
+        kept = {key: value for key, value in loop_metrics.items()
+                if key in (f"{prefix}_model_preparation_time", f"{prefix}_loss") and not math.isnan(value)}
+        return {**speed_metrics(prefix, start, num_samples=num_samples,
+                                num_steps=math.ceil(num_samples / total_batch)), **kept}
 
 
-def has_answers(examples: Any) -> bool:
-    """True when the examples carry gold answers (a test set may not)."""
-    names: Sequence[str] = getattr(examples, "column_names", None) or list(examples.keys())
-    return "answers" in names
-
-
-__all__ = ["QuestionAnsweringTrainer", "has_answers", "length_order"]
+__all__ = ["QuestionAnsweringTrainer", "length_order"]

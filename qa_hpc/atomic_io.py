@@ -7,6 +7,7 @@ its name `.NAME.HOST-PID.*.tmp` carries host and pid, and the next write of that
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -17,33 +18,24 @@ from typing import Any
 from qa_hpc.errors import OutputError
 
 
-def _temp_prefix(path: str) -> str:
-    return f".{os.path.basename(path)}.{socket.gethostname()}-"  # then PID.
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` through a temp file + rename; raise OutputError with a clear reason.
 
-
-def remove_stale_temps(path: str) -> None:
-    """Remove temp files of `path` left by writers on this host that no longer run."""
+    First removes the temp files of `path` left by writers on this host that no longer run.
+    """
     import psutil  # here, not at import: the scorer's command line imports this module
 
-    prefix = _temp_prefix(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    for tmp in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*.tmp")):
-        pid = os.path.basename(tmp)[len(prefix):].split(".", 1)[0]
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:  # another process cleaned it up first
-                pass
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` through a temp file + rename; raise OutputError with a clear reason."""
     path, tmp = os.fspath(path), None
     directory = os.path.dirname(os.path.abspath(path))
+    prefix = f".{os.path.basename(path)}.{socket.gethostname()}-"  # then PID.
     try:
         os.makedirs(directory, exist_ok=True)
-        remove_stale_temps(path)
-        tmp = os.path.join(directory, f"{_temp_prefix(path)}{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        for stale in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*.tmp")):
+            pid = os.path.basename(stale)[len(prefix):].split(".", 1)[0]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                with contextlib.suppress(FileNotFoundError):  # another process cleaned it up first
+                    os.unlink(stale)
+        tmp = os.path.join(directory, f"{prefix}{os.getpid()}.{secrets.token_hex(4)}.tmp")
         with open(tmp, "x", encoding="utf-8") as fh:  # a new file, with the permissions the umask gives
             fh.write(text)
             fh.flush()

@@ -71,25 +71,6 @@ def is_out_of_memory(err: BaseException) -> bool:
         isinstance(err, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(err))
 
 
-def oom_message(err: BaseException, phase: str, ctx: BatchContext) -> str:
-    """What ran out, with which batch size, and which flags to change."""
-    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    if phase == "train":
-        bs, acc = ctx.train_batch_size, ctx.gradient_accumulation_steps
-        half = max(1, bs // 2)
-        flags = f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc}"
-        hint = (f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
-                f"(same effective batch of {bs * acc} per device), or --gradient_checkpointing, --bf16/--fp16, "
-                "or a smaller --max_seq_length")
-    else:
-        bs = ctx.eval_batch_size
-        flags = f"--per_device_eval_batch_size {bs}"
-        hint = (f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the "
-                "results), or --bf16/--fp16 evaluation")
-    return (f"out of memory on {ctx.device} during {phase} with {flags} --max_seq_length {ctx.max_seq_length}; "
-            f"{hint}. ({type(err).__name__}: {first})")
-
-
 def probe_write(directory: str, megabytes: int = 8) -> int | None:
     """Write to an unnamed temp file in directory; the errno if that fails, else None.
 
@@ -132,7 +113,8 @@ def write_failure(err: BaseException, target: str) -> OutputError | None:
 
 @contextmanager
 def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> Iterator[None]:
-    """Turn out-of-memory and failed writes inside a phase into errors with clear messages.
+    """Turn out-of-memory and failed writes inside a phase into errors with clear messages: out of memory says what
+    ran out, with which batch size, and which flags to change.
 
     target: what the phase writes (a callable when only known at failure time, e.g. checkpoint-N).
     """
@@ -141,11 +123,25 @@ def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> I
     except OutputError:
         raise
     except Exception as err:  # noqa: BLE001 - classified below, re-raised unchanged when unknown
-        if is_out_of_memory(err):
-            raise OutOfMemory(oom_message(err, phase, ctx)) from err
-        if (failure := write_failure(err, target() if callable(target) else target)) is None:
-            raise
-        raise failure from err
+        if not is_out_of_memory(err):
+            if (failure := write_failure(err, target() if callable(target) else target)) is None:
+                raise
+            raise failure from err
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        if phase == "train":
+            bs, acc = ctx.train_batch_size, ctx.gradient_accumulation_steps
+            half = max(1, bs // 2)
+            flags = f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc}"
+            hint = (f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
+                    f"(same effective batch of {bs * acc} per device), or --gradient_checkpointing, --bf16/--fp16, "
+                    "or a smaller --max_seq_length")
+        else:
+            bs = ctx.eval_batch_size
+            flags = f"--per_device_eval_batch_size {bs}"
+            hint = (f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the "
+                    "results), or --bf16/--fp16 evaluation")
+        raise OutOfMemory(f"out of memory on {ctx.device} during {phase} with {flags} --max_seq_length "
+                          f"{ctx.max_seq_length}; {hint}. ({type(err).__name__}: {first})") from err
 
 
 def classify(err: BaseException) -> tuple[int, str | None]:

@@ -52,7 +52,7 @@ class PreemptionCallback(TrainerCallback):
 
     def __init__(self, request: StopRequest, vote_every: int = 1) -> None:
         self.request, self.vote_every = request, max(1, vote_every)
-        self.stopped_at_step: int | None = None
+        self.stopped_at_step: int | None = None  # None: training was not stopped by a signal
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: object) -> TrainerControl:
@@ -63,8 +63,6 @@ class PreemptionCallback(TrainerCallback):
             logger.warning("STOP_REQUESTED signal=%s global_step=%d: saving a checkpoint, then exiting with %d",
                            self.request.name, state.global_step, EXIT_PREEMPTED)
         return control
-
-    stopped = property(lambda self: self.stopped_at_step is not None)
 
 
 def last_complete_checkpoint(output_dir: str) -> str | None:

@@ -36,6 +36,11 @@ FINAL_KEYS = (
 CPU_FLAGS = ("avx2", "fma3", "avx512_f", "avx512_bw", "avx512_vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
 # What run_summary.json keeps of the memory report (memory.json holds all of it).
+# What run_summary.json's params keep of the data flags, then of the TrainingArguments, under their own names.
+PARAMS = (("train_file", "validation_file", "test_file", "max_seq_length", "doc_stride", "pad_to_max_length",
+           "version_2_with_negative", "max_train_samples", "max_eval_samples", "squad_metric"),
+          ("max_steps", "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+           "world_size", "ddp_backend", "train_sampling_strategy", "learning_rate", "seed"))
 MEMORY_KEYS = ("measured_peak_mb", "measured_source", "max_over_ranks", "estimate_over_measured", "note")
 
 
@@ -89,24 +94,12 @@ def machine() -> dict[str, str | list[str]]:
 
 def run_params(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: TrainingArguments,
                precision: str) -> dict[str, Any]:
-    """The parameters users compare runs by (never the token)."""
+    """The parameters users compare runs by (never the token): the flags of PARAMS under their own names."""
     ta, da = training_args, data_args
-    return {
-        "model": model_args.model_name_or_path,
-        "dataset": da.train_file or da.validation_file or da.dataset_name,
-        "train_file": da.train_file, "validation_file": da.validation_file, "test_file": da.test_file,
-        "epochs": ta.num_train_epochs, "max_steps": ta.max_steps,
-        "per_device_train_batch_size": ta.per_device_train_batch_size,
-        "per_device_eval_batch_size": ta.per_device_eval_batch_size,
-        "gradient_accumulation_steps": ta.gradient_accumulation_steps,
-        "world_size": ta.world_size, "parallel_mode": str(ta.parallel_mode.value), "ddp_backend": ta.ddp_backend,
-        "device": str(ta.device),
-        "max_seq_length": da.max_seq_length, "doc_stride": da.doc_stride, "pad_to_max_length": da.pad_to_max_length,
-        "train_sampling_strategy": ta.train_sampling_strategy, "learning_rate": ta.learning_rate,
-        "precision": precision, "seed": ta.seed, "version_2_with_negative": da.version_2_with_negative,
-        "max_train_samples": da.max_train_samples, "max_eval_samples": da.max_eval_samples,
-        "squad_metric": da.squad_metric,
-    }
+    return {"model": model_args.model_name_or_path, "dataset": da.train_file or da.validation_file or da.dataset_name,
+            "epochs": ta.num_train_epochs, "parallel_mode": str(ta.parallel_mode.value), "device": str(ta.device),
+            "precision": precision, **{name: getattr(da, name) for name in PARAMS[0]},
+            **{name: getattr(ta, name) for name in PARAMS[1]}}
 
 
 def write_run_summary(path: str, *, status: str, exit_code: int, wall_clock_seconds: float, params: Mapping[str, Any],

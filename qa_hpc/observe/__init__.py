@@ -11,11 +11,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from accelerate.utils import gather_object
 from transformers import Trainer, TrainerCallback
 from transformers.integrations.integration_utils import default_logdir
 
 from qa_hpc.model import ModelShape
-from qa_hpc.observe.memory import anatomy_estimate, memory_report, report_lines
+from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_report, report_lines
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard
 from qa_hpc.flags import Flags
@@ -37,17 +38,17 @@ def observability_callbacks(flags: Flags, plan: RunPlan) -> list[TrainerCallback
 def finish_observability(trainer: Trainer, flags: Flags, plan: RunPlan, shape: ModelShape, results: Mapping[str, Any],
            wall_clock_seconds: float) -> tuple[list[str], dict[str, Any] | None]:
     """Memory report and TensorBoard totals. Call on every rank (gathers); rank 0 gets (KEY=value lines, report)."""
-    args, report = trainer.args, None
-    if flags.observe.memory_report:
-        estimate = anatomy_estimate(  # the anatomy estimate is about training memory
-            shape, plan.precision, args.optim, args.per_device_train_batch_size, flags.data.max_seq_length,
-            gradient_checkpointing=bool(args.gradient_checkpointing)) if args.do_train else None
-        report = memory_report(args, estimate)
+    args, device = trainer.args, plan.gpu_name or "cpu"
+    ranks = gather_object([measure_process(args.process_index, args.device)]) if flags.observe.memory_report else []
     if not trainer.is_world_process_zero():
         return [], None
-    lines = report_lines(report) + [f"RUN_NODES={len({r['host'] for r in report['ranks']})}"] if report else []
-    lines += [f"RUN_WORLD_SIZE={plan.world_size}", f"RUN_DEVICE={plan.gpu_name or 'cpu'}",
-              f"RUN_PRECISION={plan.precision}", f"OUTPUT_DIR={os.path.abspath(args.output_dir)}"]
+    estimate = anatomy_estimate(  # the anatomy estimate is about training memory
+        shape, plan.precision, args.optim, args.per_device_train_batch_size, flags.data.max_seq_length,
+        gradient_checkpointing=bool(args.gradient_checkpointing)) if args.do_train else None
+    report = memory_report(ranks, estimate, args.output_dir) if ranks else None
+    lines = report_lines(report) + [f"RUN_NODES={len({r['host'] for r in ranks})}"] if report else []
+    lines += [f"RUN_WORLD_SIZE={plan.world_size}", f"RUN_DEVICE={device}", f"RUN_PRECISION={plan.precision}",
+              f"OUTPUT_DIR={os.path.abspath(args.output_dir)}"]
     tensorboard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, TensorBoard)), None)
     if tensorboard is not None:
         hparams = {
@@ -56,7 +57,7 @@ def finish_observability(trainer: Trainer, flags: Flags, plan: RunPlan, shape: M
             * args.gradient_accumulation_steps,
             "epochs": float(args.num_train_epochs), "world_size": plan.world_size, "precision": plan.precision,
             "learning_rate": args.learning_rate, "max_seq_length": flags.data.max_seq_length,
-            "device": plan.gpu_name or "cpu",
+            "device": device,
         }
         losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
         totals = {"wall_clock_seconds": wall_clock_seconds, "final_loss": losses[-1] if losses else None,

@@ -17,8 +17,6 @@ from typing import Any
 
 import psutil
 import torch
-from accelerate.utils import gather_object
-from transformers import TrainingArguments
 
 from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.model import ModelShape
@@ -87,14 +85,9 @@ def measure_process(rank: int, device: torch.device | None = None) -> dict[str, 
     return {"rank": rank, "host": platform.node(), "cuda": cuda, "nvml": nvml, "nvml_note": note, "cpu": cpu}
 
 
-def memory_report(args: TrainingArguments, estimate: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Every rank measures (a collective); rank 0 gets memory.json's content and writes it, the others None.
-
-    memory.json: rank 0's figures at the top, the max over ranks, every rank, and the estimate beside the peak.
-    """
-    ranks = gather_object([measure_process(args.process_index, args.device)])
-    if args.process_index != 0:
-        return None
+def memory_report(ranks: list[dict[str, Any]], estimate: Mapping[str, Any] | None, output_dir: str) -> dict[str, Any]:
+    """memory.json's content from every rank's measure_process() figures, written there: rank 0's figures at the
+    top, the max over ranks, every rank, and the estimate beside the peak."""
     main, gpus = ranks[0], [r["cuda"] for r in ranks if r["cuda"]]
     peaks = {"cuda_peak_allocated_mb": max((g["peak_allocated_mb"] for g in gpus), default=None),
              "cuda_peak_reserved_mb": max((g["peak_reserved_mb"] for g in gpus), default=None),
@@ -107,7 +100,7 @@ def memory_report(args: TrainingArguments, estimate: Mapping[str, Any] | None) -
         report.update(measured_peak_mb=measured, measured_source="cuda peak allocated (max over ranks)" if gpus else
                       "cpu peak RSS (max over ranks; includes the Python runtime and libraries)",
                       estimate_over_measured=round(estimate["total_mb"] / measured, 3) if measured else None)
-    write_json_atomic(os.path.join(args.output_dir, "memory.json"), report)
+    write_json_atomic(os.path.join(output_dir, "memory.json"), report)
     return report
 
 
@@ -116,7 +109,7 @@ def report_lines(report: Mapping[str, Any]) -> list[str]:
     peaks, estimate = report["max_over_ranks"], report.get("estimate")
     lines = [f"MEMORY_CUDA_PEAK_ALLOCATED_MB={peaks['cuda_peak_allocated_mb']:.1f}",
              f"MEMORY_CUDA_PEAK_RESERVED_MB={peaks['cuda_peak_reserved_mb']:.1f}"] if report["cuda"] else [
-             "MEMORY_CUDA=none (no CUDA device)"]
+             f"MEMORY_CUDA=none ({NO_CUDA_NOTE})"]
     if report["cuda"] and report["nvml"]:
         lines.append(f"MEMORY_NVML_USED_MB={report['nvml']['used_mb']:.1f}")
     lines.append(f"MEMORY_CPU_PEAK_RSS_MB={peaks['cpu_peak_rss_mb']:.1f}")

@@ -37,37 +37,21 @@ def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-class TokenCounter:
-    """Counts samples, fed tokens (host ints: shapes need no sync) and real tokens (on the device) of training."""
-
-    def __init__(self) -> None:
-        self.samples, self.tokens, self.real, self.handle = 0, 0, 0, None
-
-    def attach(self, model: torch.nn.Module) -> None:
-        self.handle = self.handle or model.register_forward_pre_hook(self._hook, with_kwargs=True)
-
-    def _hook(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        ids, mask = kwargs.get("input_ids", args[0] if args else None), kwargs.get("attention_mask")
-        if module.training and isinstance(ids, torch.Tensor):  # evaluation forwards are not training throughput
-            self.samples, self.tokens = self.samples + ids.shape[0], self.tokens + ids.numel()
-            self.real = self.real + (mask.sum() if isinstance(mask, torch.Tensor) else ids.numel())
-
-    def take(self, device: torch.device) -> tuple[int, int, int]:
-        """(samples, tokens, real tokens) since the last call, summed over ranks (a collective under DDP)."""
-        counts = torch.tensor([self.samples, self.tokens, 0], dtype=torch.int64, device=device)
-        counts[2] += self.real.to(device) if isinstance(self.real, torch.Tensor) else self.real
-        self.samples = self.tokens = self.real = 0
-        return tuple(int(x) for x in reduce(counts, reduction="sum").tolist())
-
-
 class TensorBoard(TensorBoardCallback):
-    """Rank 0 writes; every rank counts tokens and joins the reduction at each logging step."""
+    """Rank 0 writes; every rank counts the samples, fed tokens (host ints: shapes need no sync) and real tokens (on
+    the device) of training, and joins their reduction at each logging step."""
 
     def __init__(self, log_dir: str) -> None:
         super().__init__()
         self.logging_dir = log_dir  # also for an evaluation-only run, which never calls on_train_begin
-        self.counter = TokenCounter()
+        self.samples, self.tokens, self.real, self.hook = 0, 0, 0, None
         self.interval_start, self.interval_step = time.perf_counter(), 0
+
+    def _count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        ids, mask = kwargs.get("input_ids", args[0] if args else None), kwargs.get("attention_mask")
+        if module.training and isinstance(ids, torch.Tensor):  # evaluation forwards are not training throughput
+            self.samples, self.tokens = self.samples + ids.shape[0], self.tokens + ids.numel()
+            self.real = self.real + (mask.sum() if isinstance(mask, torch.Tensor) else ids.numel())
 
     def _init_summary_writer(self, args: TrainingArguments | None) -> None:
         super()._init_summary_writer(args)
@@ -75,8 +59,8 @@ class TensorBoard(TensorBoardCallback):
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: torch.nn.Module | None = None, **kwargs: object) -> None:
-        if model is not None:
-            self.counter.attach(model)
+        if model is not None and self.hook is None:
+            self.hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
         self.on_evaluate(args, state, control)
         super().on_train_begin(args, state, control, model=model, **kwargs)
 
@@ -104,13 +88,16 @@ class TensorBoard(TensorBoardCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: object) -> None:
-        if self.counter.handle is not None:  # the writer stays open for the evaluation after training
-            self.counter.handle.remove()
-            self.counter.handle = None
+        if self.hook is not None:  # the writer stays open for the evaluation after training
+            self.hook.remove()
+            self.hook = None
 
     def _interval(self, args: TrainingArguments, state: TrainerState) -> dict[str, Scalar]:
         """This interval's speed, padding and memory, under keys the parent files as train/<key>."""
-        samples, tokens, real = self.counter.take(args.device)
+        counts = torch.tensor([self.samples, self.tokens, 0], dtype=torch.int64, device=args.device)
+        counts[2] += self.real.to(args.device) if isinstance(self.real, torch.Tensor) else self.real
+        self.samples = self.tokens = self.real = 0
+        samples, tokens, real = (int(x) for x in reduce(counts, reduction="sum").tolist())  # a collective under DDP
         elapsed, steps = time.perf_counter() - self.interval_start, state.global_step - self.interval_step
         self.on_evaluate(args, state, None)
         values: dict[str, Scalar] = {}

@@ -1,15 +1,7 @@
-"""Real runs of run_qa.py shared by the end-to-end tests: each trains once per session, many tests read it.
-
-A "project" folder holds what a cluster user would have: logs/<job name>-<job id>.out (the run's output, as
-Slurm writes it) and outputs/<job name>/; the Slurm job name and id come through the variables Slurm sets, so
-run_summary.json records them as under Slurm.
-
-- plain:  one process, train (2 epochs, 18 steps, a loss logged each step) + eval + predict, the profiler
-          keeping global steps 3-4, TensorBoard on, a hub token given, debug logging
-- ddp:    torchrun with 2 ranks (gloo) through tests/fixtures/run_qa_probe.py (each rank's parameters saved):
-          eval every 2 steps, the best checkpoint by F1 loaded at the end, eval and predict, the profiler
-          keeping step 2; each rank's output in its own file
-- failed: a train file with a wrong answer_start: the run stops with exit code 2
+"""Real runs of run_qa.py shared by the end-to-end tests, each trained once per session and read by many tests:
+plain (one process), ddp (torchrun, 2 gloo ranks, through tests/fixtures/run_qa_probe.py) and failed (bad data,
+exit 2). Each lives in a "project" folder as a cluster user has it (logs/<job name>-<job id>.out, outputs/<job
+name>/), with the Slurm job name and id in the variables Slurm sets, so run_summary.json records them as under Slurm.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Bad input ends with exit 2 (74 for an output dir that cannot be written), one ERROR line naming the file,
-the record and the field, no traceback and nothing written; code inside a model directory (pickled weights, a
-config's own Python) never runs unasked. (The hub token never printed or written: tests/e2e/test_run_qa.py.)
-
-Each case runs run_qa's command line in-process (run_qa.cli() with the case's argv: the exit code and stderr a
-user would see, without an interpreter start each); the shared failed run (tests/e2e/conftest.py) and the
-missing-model cases below meet bad input in real processes. Inputs are validated before the model is loaded.
+"""Bad input ends with exit 2 (74 for an unwritable output dir), one ERROR line naming the file, the record and the
+field, no traceback and nothing written; code inside a model directory never runs unasked (pickled weights:
+tests/unit/test_model.py). Most cases run run_qa.cli(argv) in-process (the exit code and stderr a user sees); the
+shared failed run and the missing-model cases meet bad input in real processes.
 """
 
 from __future__ import annotations
@@ -181,37 +178,11 @@ def test_settings_that_cannot_work_are_refused_before_the_model_loads(flags, exp
     _check(argv, tmp_path, capsys, expect, code)
 
 
-class _RunsACommand:
-    """Unpickling this runs a shell command: what a malicious .bin checkpoint does."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
-
-
-def test_pickled_weights_are_loaded_weights_only(tiny_bert, demo_files, tmp_path, capsys) -> None:
-    """The weights file would create a file in tmp_path if it ran: _check sees that nothing was written."""
-    import torch
-
-    model = tmp_path / "model_bin"
-    model.mkdir()
-    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tiny_bert / name, model / name)
-    torch.save({"bert.pooler.dense.bias": _RunsACommand(tmp_path / "PICKLE_CODE_RAN")}, model / "pytorch_model.bin")
-    (tmp_path / "out").mkdir()  # the model loads after --output_dir is made and checked writable
-    argv = tiny_flags(model, tmp_path / "out", "--do_eval", "--validation_file", str(demo_files["validation"]),
-                      "--max_eval_samples", "2")
-    _check(argv, tmp_path, capsys, [f"{model}: refusing to load the pickled weights file", "posix.system"])
-
-
 # ----------------------------------------------------------------- real processes
 
 
 def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Run) -> None:
-    """The shared failed run: a train file whose first answer_start is 3 characters off its text. It stops before
-    the model loads and writes nothing (its row in collect_results can only come from its log)."""
+    """The shared failed run: its first answer_start is 3 characters off; it stops before the model loads."""
     errors = error_lines(failed.text)
     assert failed.returncode == 2 and len(errors) == 1, failed.text[-3000:]
     for piece in ("broken_train.json", "data[0].paragraphs[0].qas[0]", "answers[0].text", "not found at answer_start"):
@@ -222,11 +193,8 @@ def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Ru
 
 @pytest.mark.parametrize("offline", [True, False])
 def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: Path, offline: bool) -> None:
-    """A compute node where setup_bert.sh never ran (or a typo): one ERROR line, exit 2, nothing written.
-
-    offline=False: the hub is asked and cannot be reached (this machine has no internet). Real processes:
-    the hub's settings (offline mode, cache path) are read once per process.
-    """
+    """A compute node where setup_bert.sh never ran; offline=False: the hub is asked and cannot be reached. Real
+    processes: the hub's settings are read once per process."""
     cache = tmp_path / "empty_cache"
     env = offline_env(HF_HOME=str(cache), **({} if offline else dict.fromkeys(
         ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))))

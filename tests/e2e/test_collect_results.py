@@ -1,10 +1,6 @@
-"""collect_results on the logs and output dirs of real tiny runs (the shared plain, 2-rank and failed runs).
-
-Each figure in the table is compared with the files the run wrote, read here: its record (run_summary.json),
-train_results.json, eval_results.json, memory.json, trainer_state.json; the speedup is recomputed here. The
-failed run (no record: it stopped while checking its data) is a row from its log's last ERROR line; an empty
-log and a cut-off results file are rows, not crashes; the plots hold the records' numbers. The collector runs
-in-process (main(argv)), and once as users type it.
+"""collect_results on the logs and output dirs of real tiny runs (the shared plain, 2-rank and failed runs): each
+figure in the table equals the file the run wrote (read here), a failed, empty or cut-off run is a row and not a
+crash, and the plots hold the records' numbers. In-process (main(argv)), and once as users type it.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""Real multi-process DDP on CPU (gloo): what every rank holds and sees, not rank 0 alone.
-
-The shared 2-rank run (tests/e2e/conftest.py) trains through tests/fixtures/run_qa_probe.py (run_qa.py plus a
-callback that saves each rank's parameters after the last optimizer step), evaluates every 2 steps, keeps the
-best checkpoint by F1 (so every rank needs eval_f1, which rank 0 alone computes), loads it, evaluates and
-predicts. From it, with numbers read back from the runs' own files:
-
-- the ranks split the training data (half the steps of one process) and evaluate every question once, with an
-  odd number of eval features (duplicates padded in by the distributed sampler would show); rank 0 alone
-  prints the metrics and closes with WALL_CLOCK_SECONDS;
-- gradients are synchronized: both ranks end with bitwise identical parameters, which differ from a run of
-  the same training in which DDP never all-reduces gradients (two torchrun agents as two nodes meeting over
-  c10d on 127.0.0.1: each rank then trains alone on its shard, and the two ranks end apart);
-- the best checkpoint is loaded on every rank: one process evaluating and predicting with the saved model
-  gives the same answers and scores as the 2 ranks did, and the logits belong to their own features;
-- the same command interrupted (SIGUSR1 to rank 1 only: both ranks stop after the same step, checkpoint,
-  exit 75) and run again ends exactly like it.
-And: a killed or frozen rank ends the job in bounded time, naming it; the stop vote every N steps.
+"""Real multi-process DDP on CPU (gloo): what every rank holds and sees, not rank 0 alone. The shared 2-rank run
+(tests/e2e/conftest.py) trains through tests/fixtures/run_qa_probe.py, which saves each rank's parameters after the
+last step, so split data, synchronized gradients, the best checkpoint loaded everywhere and an exact resume after a
+stop are read back from files; killed, frozen and voting ranks run under torchrun of their own.
 """
 
 from __future__ import annotations
@@ -106,11 +92,8 @@ def test_gradients_are_synchronized_across_ranks(ddp: Run, ddp_data: dict, tiny_
 
 
 def assert_logits_belong_to_their_features(model_dir: Path, records: list[dict], nbest: dict) -> None:
-    """Every n-best start logit of a one-window example is a start logit of THAT example's window.
-
-    Computed here by a plain forward pass of the saved model, outside the Trainer: if the eval loop
-    handed logits to the wrong features (a shuffled sampler, a bad gather), the values would not match.
-    """
+    """Every n-best start logit of a one-window example is one of THAT window's, by a plain forward pass here: a
+    shuffled sampler or a bad gather would hand logits to the wrong features."""
     from transformers import AutoModelForQuestionAnswering
 
     model = AutoModelForQuestionAnswering.from_pretrained(str(model_dir)).eval()

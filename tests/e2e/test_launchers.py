@@ -1,10 +1,6 @@
-"""The launchers as a user runs them, without SLURM: setup_bert.sh, job_ft3.sh, job_cpu.sh (and its CPU levers),
-accelerate launch, and scripts/start_tensorboard.sh serving a real run to TensorBoard's HTTP API on the loopback.
-
-All offline (the hub is a closed or a recording port on 127.0.0.1): setup_bert.sh must try the hub, still
-finish and leave the offline demo ready; the job scripts must fall back to the offline demo, say so loudly,
-and exit with the run's status. Tiny overrides (tiny random BERT, a few generated questions) keep each run
-to seconds.
+"""The launchers as a user runs them, without Slurm and offline (the hub a closed or recording loopback port):
+setup_bert.sh, the job scripts falling back loudly to the offline demo and exiting with the run's status,
+accelerate launch, and scripts/start_tensorboard.sh serving a real run. Tiny overrides keep each run to seconds.
 """
 
 from __future__ import annotations
@@ -131,8 +127,7 @@ def test_start_tensorboard_serves_a_runs_scalars(plain: Run, tmp_path: Path):
     event file holds (read here with TensorBoard's own reader), on 127.0.0.1 only."""
     logdir = plain.ok().out / "runs"
     (run_dir,) = [p for p in logdir.iterdir() if p.is_dir()]
-    expected = scalars(tensorboard_events(plain.out), "train/loss")
-    assert [s for s, _ in expected] == list(range(1, 19))
+    expected = scalars(tensorboard_events(plain.out), "train/loss")  # its steps: tests/e2e/test_observe.py
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -1,13 +1,7 @@
-"""Reliability of real processes: a stop signal checkpoints, exits 75 and the same command resumes exactly;
-a writer killed mid-write never leaves a cut file; a full disk and out-of-memory end with their own exit code.
-
-The killed writer is real: a child process with a file-size limit (RLIMIT_FSIZE) is killed by the kernel
-(SIGXFSZ) in the middle of writing its temp file, through write_json_atomic and through the functions run_qa.py
-saves trainer_state.json and the results files with. The full disk is real: run_qa.py runs under a file-size
-limit (Python ignores SIGXFSZ, so writes past it fail with EFBIG exactly as ENOSPC would), so the Trainer's
-checkpoint save fails inside safetensors / torch.save. The out-of-memory is real too: run_qa.py runs under an
-address-space limit (RLIMIT_AS, `ulimit -v`) just above what the same run needs with a small batch.
-(The same stop under torchrun, 2 ranks and one signalled: tests/e2e/test_ddp.py.)
+"""Reliability of real processes, each failure made real by the kernel: a stop signal checkpoints, exits 75 and the
+same command resumes exactly; a writer killed mid-write (SIGXFSZ under RLIMIT_FSIZE) never leaves a cut file; a full
+disk (EFBIG under a file-size limit, as ENOSPC) and out-of-memory (RLIMIT_AS) end with their own exit code. (The
+same stop under torchrun: tests/e2e/test_ddp.py.)
 """
 
 from __future__ import annotations
@@ -171,13 +165,8 @@ MARGIN = 512 << 20  # address space allowed beyond the small-batch run's peak
 
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmPeak is read from /proc (Linux)")
 def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tiny_bert: Path, tmp_path: Path):
-    """A batch that cannot fit: exit 3, one ERROR line with the batch size and what to lower, no traceback.
-
-    80 generated questions make 160 features at --max_seq_length 512 (padded to it); a batch of 160 holds
-    them all. With eager attention each layer keeps 160 x 2 heads x 512 x 512 fp32 scores for backward:
-    160*2*512*512*4 B = 320 MiB per tensor, and scores, probabilities and dropout output per layer, two
-    layers: about 1.9 GiB, nearly 4x the margin. A batch of 2 needs 1/80 of that (24 MiB), well inside it.
-    """
+    """160 features at --max_seq_length 512 in one batch: eager attention keeps 160 x 2 heads x 512 x 512 fp32
+    scores (320 MiB) x 3 tensors x 2 layers for backward, ~1.9 GiB, nearly 4x the margin; a batch of 2 needs 24 MiB."""
     from qa_hpc.tools.make_demo_data import generate_squad
 
     train = tmp_path / "train.json"

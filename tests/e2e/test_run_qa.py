@@ -1,10 +1,6 @@
-"""run_qa.py end to end as users run it: real processes, tiny random BERT, generated data.
-
-Most checks read the shared plain run (tests/e2e/conftest.py): the files HF users expect, the record and the
-closing lines, what ran being what was planned, the efficiency figures, the scorer's agreement, the token never
-leaking. Runs of their own: eval-only from a JSON config (feature cache reused, loop postprocessing), the same
-command again (resumes, trains nothing, replaces its files), SQuAD v2 with a model built to abstain, an fp16
-checkpoint.
+"""run_qa.py end to end as users run it (real processes, tiny random BERT, generated data): mostly what the shared
+plain run (tests/e2e/conftest.py) wrote, printed and recorded; runs of their own where a case needs its own
+command (eval-only from a JSON config, a rerun, SQuAD v2, an fp16 checkpoint).
 """
 
 from __future__ import annotations
@@ -139,13 +135,8 @@ def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives
 def test_rerun_resumes_trains_no_step_twice_and_replaces_its_files(
     plain: Run, tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The same command again after a finished run resumes at its last step: nothing is trained again.
-
-    A rerun from scratch would reach the same global step (and the same weights), so the proof is that no
-    training step runs (--logging_steps 1: each would log a loss). Its trainer_state.json and results files
-    are new files renamed over the old ones: a hard link keeps each old file's inode, and a write into the
-    file (a crash mid-way truncates it) would change what the link shows.
-    """
+    """A rerun from scratch would reach the same weights: the proof is that no step logs a loss. Hard links keep the
+    old files' inodes, so a write in place (which a crash truncates) would show through them."""
     out, keep = tmp_path / "out", tmp_path / "old_inodes"
     shutil.copytree(plain.ok().out, out)
     keep.mkdir()
@@ -173,13 +164,10 @@ def test_rerun_resumes_trains_no_step_twice_and_replaces_its_files(
 def build_null_biased_bert(out_dir: Path, first_null_position: int) -> Path:
     """A tiny BERT for QA that abstains exactly on questions of `first_null_position` tokens or more.
 
-    Its encoder's sublayers write nothing (their output projections are zero), so every token's final
-    hidden state is the LayerNorm of its embeddings. Hidden unit 0 carries a position signal alone: 0 at
-    [CLS] (position 0), +10 before `first_null_position`, -10 from there on; qa_outputs reads unit 0 alone.
-    Start and end logits are then ~0 at [CLS], ~+7.9 before that position and ~-7.9 from it on. A question of
-    n tokens ([CLS] and [SEP] counted) puts its context at positions n and later: for n < first_null_position
-    a context span scores ~+15.9 against a null score of ~0 (answer; null score difference ~-15.9), otherwise
-    every span scores ~-15.9 (abstain; difference ~+15.9). No short fine-tune moves logits by that much.
+    Zeroed sublayer outputs leave each token's hidden state the LayerNorm of its embeddings; hidden unit 0, the only
+    one qa_outputs reads, is 0 at [CLS], +10 before `first_null_position` and -10 from it. A question of n tokens
+    puts its context at positions >= n: spans score ~+15.9 against a null ~0 when n < first_null_position, else
+    ~-15.9 (abstain). No short fine-tune moves logits by that much.
     """
     from transformers import BertForQuestionAnswering
 

@@ -9,8 +9,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
 from fixtures.procs import PYTHON, REPO, offline_env, ok, run
 
 
@@ -25,16 +23,12 @@ def score(tmp_path: Path, golds: dict[str, list[str]], preds: dict[str, object],
     return run([PYTHON, REPO / "score_squad.py", *files, *args], timeout=60, encoding="utf-8")
 
 
-def test_v1_scores_and_warns_about_missing(tmp_path: Path) -> None:
-    golds = {"q1": ["Denver Broncos", "the Broncos"], "q2": ["Santa Clara, California", "Levi's Stadium"],
-             "q3": ["1914—1918"], "q4": ["Paris"]}
-    proc = score(tmp_path, golds, {"q1": "Broncos", "q2": "Levi's Stadium in Santa Clara", "q3": "1914-1918"})
+def test_v1_scores_and_warns_about_missing(tmp_path: Path) -> None:  # the scores' arithmetic: tests/unit
+    proc = score(tmp_path, {"q1": ["the Broncos"], "q2": ["Paris"]}, {"q1": "Broncos"})
     ok(proc)
     (line,) = proc.stdout.splitlines()
-    result = json.loads(line)
-    assert list(result) == ["exact_match", "f1"]
-    assert result["exact_match"] == pytest.approx(25.0, abs=1e-9) and result["f1"] == pytest.approx(1100 / 28, abs=1e-9)
-    assert "1 of 4 question(s)" in proc.stderr and "'q4'" in proc.stderr and "score 0" in proc.stderr
+    assert list(json.loads(line).items()) == [("exact_match", 50.0), ("f1", 50.0)]
+    assert "1 of 2 question(s)" in proc.stderr and "'q2'" in proc.stderr and "score 0" in proc.stderr
 
 
 def test_bad_dataset_is_exit_2_naming_file_record_and_field(tmp_path: Path) -> None:

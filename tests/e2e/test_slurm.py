@@ -1,12 +1,6 @@
-"""The job scripts under a real SLURM: slurmctld + 2 slurmd (two emulated nodes) + munge.
-
-.ci/run starts the cluster (ci/slurm/start-local-slurm.sh) before pytest; when none is running
-these tests start one themselves if they can (root, apt) and skip, saying why, when they cannot.
-Each job runs the offline-demo path with a tiny model so it takes seconds, and is preempted once
-for real: the batch shell gets SIGUSR1 exactly as `#SBATCH --signal=B:USR1@300` delivers it, the
-run saves a checkpoint and exits 75, the job requeues itself, and the requeued job resumes from
-that checkpoint and finishes. A failing job makes `sbatch --wait` return non-zero; a DDP node whose
-launcher dies ends the whole job at once (srun --kill-on-bad-exit).
+"""The job scripts under a real Slurm (slurmctld + 2 slurmd as two nodes + munge; .ci/run starts it, else these
+tests start one if they can and skip, saying why): tiny offline-demo jobs preempted for real by SIGUSR1, requeued and
+resumed from their checkpoint; failing jobs and dying DDP nodes end the job with a non-zero status.
 """
 
 from __future__ import annotations

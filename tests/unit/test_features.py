@@ -1,13 +1,5 @@
-"""Features: window labels and offsets; dynamic padding; evaluation whose gathered logits stay each feature's own;
-datasets' cache serves the features again.
-
-- every window that holds the whole answer labels it exactly, the others point at CLS; validation features keep
-  offsets only for context tokens; a question too long for a window names its record;
-- train batches are padded to their own longest feature, a multiple of 8, so widths differ; with
-  --pad_to_max_length every batch is max_seq_length wide (the HF behaviour); the TOKENS line counts both;
-- QuestionAnsweringTrainer evaluates longest-first (and keeps group_by_length's eval sampler sequential), and every
-  feature still gets its own logits, checked against a direct forward pass;
-- a second build with the same file, tokenizer and settings reuses the cached features; a change recomputes.
+"""Features, checked against HF's recipe and direct forward passes: window labels and offsets, dynamic padding
+(and --pad_to_max_length), evaluation order with each feature keeping its own logits, and the features cache.
 """
 
 from __future__ import annotations

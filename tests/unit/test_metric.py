@@ -1,8 +1,5 @@
-"""The SQuAD metric through its callers: the scorers, score_squad.py's main() in-process, the `evaluate` modules.
-
-Every expected value is worked out by hand from the official semantics (arithmetic in the comments) or comes
-from the official evaluate-v1.1.py beside the checkout, never from the code under test.
-"""
+"""The SQuAD metric through its callers (the scorers, score_squad.py's main() in-process, the `evaluate` modules),
+every expected value worked out by hand (arithmetic in the comments) or from the official evaluate-v1.1.py."""
 
 from __future__ import annotations
 

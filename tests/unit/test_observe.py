@@ -16,8 +16,8 @@ from transformers import BertConfig, BertForQuestionAnswering, Trainer, TrainerC
 from transformers.integrations import TensorBoardCallback
 
 from fixtures.outputs import profiler_steps
-from fixtures.settings import plan_and_flags
 from qa_hpc.errors import UsageError
+from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.model import ModelShape
 from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import efficiency_lines, peak_tflops, train_efficiency, train_flops_per_sequence
@@ -100,7 +100,7 @@ def test_anatomy_estimate(precision, optim, checkpointing, frozen, bytes_per_par
 # --- profiler -----------------------------------------------------------------------------------
 def test_a_profiler_schedule_without_kept_steps_is_refused():
     with pytest.raises(UsageError, match="profile_active"):
-        plan_and_flags(["--output_dir", "x", "--profile", "--profile_active", "0"])
+        decide_and_build(read_flags(["--output_dir", "x", "--profile", "--profile_active", "0"]))
 
 
 @pytest.mark.parametrize(("schedule", "steps", "running", "written", "traces", "logged"), [
@@ -112,8 +112,10 @@ def test_a_profiler_schedule_without_kept_steps_is_refused():
 ])
 def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, traces, logged):
     """Real training-like work between the Trainer's step events."""
-    _, flags = plan_and_flags(["--output_dir", str(tmp_path), "--profile", "--report_to", "none", *[
-        x for flag, n in zip(("wait", "warmup", "active", "repeat"), schedule) for x in (f"--profile_{flag}", str(n))]])
+    schedule_flags = [x for flag, n in zip(("wait", "warmup", "active", "repeat"), schedule)
+                      for x in (f"--profile_{flag}", str(n))]
+    _, flags = decide_and_build(read_flags(["--output_dir", str(tmp_path), "--profile", "--report_to", "none",
+                                            *schedule_flags]))
     cb, model = ProfilerCallback(flags.observe, str(tmp_path)), torch.nn.Linear(32, 32)
     state, control, ran = TrainerState(max_steps=steps), TrainerControl(), []
     with caplog.at_level(logging.INFO, logger="qa_hpc.observe.profiler"):
@@ -142,7 +144,7 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
     (["--report_to", "none"], False, False),
 ])
 def test_a_component_that_is_off_is_not_created_and_tensorboard_is_made_once(tmp_path, extra, profiler, tensorboard):
-    plan, flags = plan_and_flags(["--output_dir", str(tmp_path), *extra])
+    plan, flags = decide_and_build(read_flags(["--output_dir", str(tmp_path), *extra]))
     trainer = Trainer(model=torch.nn.Linear(2, 2), args=flags.training, callbacks=observability_callbacks(flags, plan))
     made = trainer.callback_handler.callbacks
     assert any(isinstance(c, ProfilerCallback) for c in made) == profiler
@@ -161,7 +163,8 @@ def _events(log_dir) -> EventAccumulator:
 def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
     """Driven as the Trainer drives it: two logging intervals (training forwards counted, an evaluation forward
     not), the end of training, an evaluation, a prediction."""
-    plan, flags = plan_and_flags(["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "tb"), "--use_cpu"])
+    plan, flags = decide_and_build(read_flags(["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "tb"),
+                                               "--use_cpu"]))
     args, (tb,), model = flags.training, observability_callbacks(flags, plan), _tiny()
     state, control = TrainerState(), TrainerControl()
     tb.on_train_begin(args, state, control, model=model)
@@ -198,9 +201,9 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
 
 
 def test_finish_writes_memory_report_lines_and_tensorboard_totals(tmp_path):
-    plan, flags = plan_and_flags(["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "tb"),
-                                  "--do_train", "--max_seq_length", "128", "--doc_stride", "32",
-                                  "--per_device_train_batch_size", "16", "--precision", "fp32"])
+    plan, flags = decide_and_build(read_flags(["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "tb"),
+                                               "--do_train", "--max_seq_length", "128", "--doc_stride", "32",
+                                               "--per_device_train_batch_size", "16", "--precision", "fp32"]))
     model = _tiny()
     trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
     trainer.state.global_step = 4

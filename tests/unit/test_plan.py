@@ -1,9 +1,5 @@
-"""The settings plan for every device, decided on a CPU from made-up device facts; the read-back check; --precision
-reaching evaluation.
-
-Each table row is one combination with its expected outcome, written from the rules in README ("How precision,
-threads and devices are chosen") and qa_hpc/plan.py's docstring.
-"""
+"""The settings plan for every device, decided on a CPU from made-up device facts (each row's outcome written from
+README's "How precision, threads and devices are chosen"); the read-back check; --precision reaching evaluation."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForQuestionAnswering, Trainer
 
-from fixtures.settings import plan_and_flags
-from qa_hpc.flags import batch_lines, build_flags, read_flags
+from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags
 from qa_hpc.plan import DeviceFacts, Effective, FlagValues, PlanError, decide
 
 DEFAULTS = read_flags([])  # every flag at its default, as run_qa.py parses them
@@ -234,8 +229,8 @@ def test_batch_lines_say_the_global_batch_steps_and_how_to_keep_the_1_device_rec
 
 # --- what really runs, read back and checked against the plan --------------------------------------------------
 def test_every_difference_is_named_and_stops_the_run(tmp_path):
-    plan, _ = plan_and_flags(["--output_dir", str(tmp_path), "--num_threads", "2", "--report_to", "none",
-                              "--precision", "fp32"])
+    plan, _ = decide_and_build(read_flags(["--output_dir", str(tmp_path), "--num_threads", "2", "--report_to",
+                                           "none", "--precision", "fp32"]))
     same = Effective(precision="fp32", tf32=False, param_dtype="float32", threads=2, dataloader_num_workers=0,
                      world_size=1, device="cpu", device_name="cpu", optim="adamw_torch_fused",
                      attn_implementation="sdpa", torch_compile=False, postprocess="vectorized",
@@ -256,7 +251,7 @@ def test_training_args_given_to_the_trainer_are_the_parsed_ones_plus_the_plan(ti
     argv = ["--model_name_or_path", str(tiny_bert), "--output_dir", str(tmp_path / "out"), "--max_seq_length", "128",
             "--doc_stride", "32", "--report_to", "none", "--disable_tqdm", "true", "--do_train",
             "--train_file", str(demo_files["train"]), "--max_steps", "1", "--num_threads", "1"]
-    plan, flags = plan_and_flags(argv)
+    plan, flags = decide_and_build(read_flags(argv))
     threads = torch.get_num_threads()
     try:
         run = run_qa.setup(flags, plan, StopRequest())
@@ -275,7 +270,8 @@ def test_training_args_given_to_the_trainer_are_the_parsed_ones_plus_the_plan(ti
 @pytest.mark.parametrize("precision, want", [("bf16", "bfloat16"), ("fp32", "float32")])
 def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
     """bf16 is autocast in the eval forward too (its matmuls run in bf16); fp32 stays fp32."""
-    _, flags = plan_and_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision", precision])
+    _, flags = decide_and_build(read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision",
+                                            precision]))
     model, seen = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)), []
     model.bert.encoder.layer[0].attention.self.query.register_forward_hook(lambda m, i, o: seen.append(str(o.dtype)))
     Trainer(model=model, args=flags.training).predict(

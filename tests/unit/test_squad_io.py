@@ -1,8 +1,6 @@
-"""squad_io: every input format gives the same records; every bad input names file, record and field.
-
-load_qa_records is what training reads; load_references what the scorer reads (a unique string id
-and the answers' texts, nothing more, so a file the official scripts score is never refused).
-"""
+"""squad_io: every input format gives the same records; every bad input names file, record and field. The scorer's
+load_references needs only a unique string id and the answers' texts, so a file the official scripts score is never
+refused."""
 
 from __future__ import annotations
 

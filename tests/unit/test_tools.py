@@ -1,7 +1,5 @@
-"""The tools, in-process. make_demo_data: deterministic, exact offsets, long contexts, late answers, v2 questions
-about absent entities, and files that load cleanly. collect_results on a checkout's logs/ and outputs/ after Slurm
-jobs that failed, were preempted or were killed, and runs outside Slurm: one row per run, the record winning over its
-log (the records come from the real writer, qa_hpc.record.write_run_summary).
+"""The tools, in-process: make_demo_data's generated SQuAD, and collect_results on logs/ and outputs/ left by Slurm
+jobs that failed, were preempted or killed (records from the real writer, qa_hpc.record.write_run_summary).
 """
 
 from __future__ import annotations
