@@ -13,7 +13,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, default_data_collator
+from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, TrainerCallback, default_data_collator
 
 from qa_hpc.features import (FeatureConfig, FeatureError, build_data, prepare_train_features,
                              prepare_validation_features, real_lengths)
@@ -121,6 +121,29 @@ def test_gathered_logits_belong_to_their_feature(eval_setup, tokenizer, tmp_path
                         token_type_ids=torch.tensor([types]))
             np.testing.assert_allclose(start[i][: len(ids)], out.start_logits[0], atol=1e-4, err_msg=f"feature {i}")
             np.testing.assert_allclose(end[i][: len(ids)], out.end_logits[0], atol=1e-4, err_msg=f"feature {i}")
+
+
+class _Stages(TrainerCallback):  # which callback event each stage raised, with its metrics' prefixes
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, set[str]]] = []
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs) -> None:
+        self.seen.append(("on_evaluate", {key.split("_")[0] for key in metrics if key != "epoch"}))
+
+    def on_predict(self, args, state, control, metrics=None, **kwargs) -> None:
+        self.seen.append(("on_predict", {key.split("_")[0] for key in metrics if key != "epoch"}))
+
+
+def test_evaluate_and_predict_raise_their_own_callback_event(eval_setup, tokenizer, tmp_path):
+    """Callbacks that act on evaluation (early stopping, best-model tracking) must not see prediction metrics."""
+    features, model = eval_setup
+    stages = _Stages()
+    args = QATrainingArguments(output_dir=str(tmp_path), report_to="none")
+    trainer = QuestionAnsweringTrainer(model=model, args=args, processing_class=tokenizer, callbacks=[stages],
+                                       data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8))
+    trainer.evaluate(features, features)
+    trainer.predict(features, features)
+    assert stages.seen == [("on_evaluate", {"eval"}), ("on_predict", {"predict"})]
 
 
 def test_real_lengths_from_arrow_and_lists_count_mask_ones():  # the real tokens of the efficiency figures
