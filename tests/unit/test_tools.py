@@ -98,6 +98,8 @@ def test_cli_writes_the_same_bytes_atomically_and_they_load_cleanly(tmp_path, ca
     _, rep = load_qa_records(v2, version_2_with_negative=True)
     assert json.loads(v2.read_text())["version"] == "2.0" and 0 < rep.n_impossible < 60
     assert rep.n_impossible == sum(qa["is_impossible"] for _, qa in _qas(json.loads(v2.read_text())))
+    test_qas = _qas(json.loads((tmp_path / "c" / "test.json").read_text()))
+    assert test_qas and not any({"answers", "is_impossible"} & qa.keys() for _, qa in test_qas), "no answer given away"
 
 
 # --- collect_results ----------------------------------------------------------------------------------------
