@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
@@ -181,15 +182,19 @@ def read_flags(argv: list[str]) -> dict[str, object]:
     """Every flag's value (defaults filled in), from the command line or from one JSON file of flags."""
     parser = HfArgumentParser(FLAG_GROUPS)
     if len(argv) == 1 and argv[0].endswith(".json"):
-        known = {action.dest for action in parser._actions}
-        return {**vars(parser.parse_args([])), **_json_flags(os.path.abspath(argv[0]), known)}
+        defaults = vars(parser.parse_args([]))
+        known = {action.dest: action.choices for action in parser._actions}
+        return {**defaults, **_json_flags(os.path.abspath(argv[0]), known, defaults)}
     values, unknown = parser.parse_known_args(argv)
     if unknown:
         raise UsageError(f"unknown arguments (not flags of run_qa.py): {' '.join(unknown)}")
     return vars(values)
 
 
-def _json_flags(path: str, known: set[str]) -> dict[str, object]:
+def _json_flags(path: str, known: Mapping[str, Sequence[object] | None],
+                defaults: Mapping[str, object]) -> dict[str, object]:
+    """The flags of a JSON file, held to the same names and choices as the command line (argparse checks those only
+    for what it parses); a default (null for ddp_backend, say) is always allowed."""
     if not os.path.isfile(path):
         raise UsageError(f"{path}: arguments file not found")
     try:
@@ -199,9 +204,12 @@ def _json_flags(path: str, known: set[str]) -> dict[str, object]:
         raise UsageError(f"{path}: not a readable JSON object of flags: {err}") from err
     if not isinstance(given, dict):
         raise UsageError(f"{path}: expected a JSON object of flags, got {type(given).__name__}")
-    unknown = sorted(set(given) - known)
+    unknown = sorted(set(given) - set(known))
     if unknown:
         raise UsageError(f"{path}: unknown keys (not flags of run_qa.py): {', '.join(unknown)}")
+    for key, value in given.items():
+        if known[key] is not None and value not in known[key] and value != defaults.get(key):
+            raise UsageError(f"{path}: key '{key}': {value!r} is not one of {', '.join(map(str, known[key]))}")
     return given
 
 

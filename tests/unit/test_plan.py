@@ -12,6 +12,7 @@ import torch
 from transformers import AutoModelForQuestionAnswering, Trainer
 
 from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags
+from qa_hpc.errors import UsageError
 from qa_hpc.plan import DeviceFacts, Effective, FlagValues, PlanError, decide
 
 DEFAULTS = read_flags([])  # every flag at its default, as run_qa.py parses them
@@ -277,3 +278,17 @@ def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
     Trainer(model=model, args=flags.training).predict(
         datasets.Dataset.from_dict({"input_ids": [[101, 2000, 102] * 4], "attention_mask": [[1] * 12]}))
     assert seen == [f"torch.{want}"]
+
+
+def test_a_json_flags_file_is_held_to_the_command_lines_names_and_choices(tmp_path):
+    good, bad_choice, unknown = (tmp_path / f"{name}.json" for name in ("good", "bad_choice", "unknown"))
+    good.write_text('{"output_dir": "out", "precision": "bf16", "num_threads": 2, "ddp_backend": null}')
+    bad_choice.write_text('{"output_dir": "out", "precision": "fp8"}')
+    unknown.write_text('{"output_dir": "out", "precison": "bf16"}')
+    values = read_flags([str(good)])
+    assert (values["precision"], values["num_threads"], values["doc_stride"]) == ("bf16", 2, 128)
+    choices = "auto, fp32, bf16, fp16"
+    with pytest.raises(UsageError, match=rf"^{bad_choice}: key 'precision': 'fp8' is not one of {choices}$"):
+        read_flags([str(bad_choice)])
+    with pytest.raises(UsageError, match=rf"^{unknown}: unknown keys \(not flags of run_qa.py\): precison$"):
+        read_flags([str(unknown)])
