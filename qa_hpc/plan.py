@@ -98,8 +98,8 @@ class RunPlan:
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """The launcher's variables that must say the plan's precision before TrainingArguments is built: it takes
         ACCELERATE_MIXED_PRECISION as the precision when --bf16/--fp16 are off (fp32 under accelerate's bf16: bf16)."""
-        wanted = "no" if self.precision == "fp32" else self.precision  # ACCELERATE_PRECISION backwards
-        return {"ACCELERATE_MIXED_PRECISION": wanted} if "ACCELERATE_MIXED_PRECISION" in env else {}
+        names = {ours: theirs for theirs, ours in ACCELERATE_PRECISION.items()}
+        return {"ACCELERATE_MIXED_PRECISION": names[self.precision]} if "ACCELERATE_MIXED_PRECISION" in env else {}
 
     def log_line(self) -> str:
         return (f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
@@ -144,12 +144,8 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
-    # under auto, bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs only)
-    dropout, dropout_reason = (
-        (flags["dropout_mask"], f"--dropout_mask {flags['dropout_mask']}") if flags["dropout_mask"] != "auto"
-        else ("bulk", f"auto: {facts.cpu_vendor} CPU, where torch draws masks one element at a time")
-        if device == "cpu" and facts.cpu_vendor != "GenuineIntel"
-        else ("torch", "auto: " + ("GPU" if device == "cuda" else "Intel CPU, where torch draws masks in parallel")))
+    dropout, dropout_reason = ((flags["dropout_mask"], f"--dropout_mask {flags['dropout_mask']}")
+                               if flags["dropout_mask"] != "auto" else decide_dropout(device, facts.cpu_vendor))
     return RunPlan(
         dropout_mask=dropout, dropout_reason=dropout_reason, device=device, precision=precision, precision_reason=reason,
         tf32=flags["speed_defaults"] and ampere and flags["precision"] != "fp32" if flags["tf32"] is None
@@ -161,6 +157,13 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
         logging_dir=flags["logging_dir"], gpu_name=facts.gpu_name if device == "cuda" else None,
         profile_dir=(flags["profile_dir"] or f"{flags['output_dir']}/profiler") if flags["profile"] else None,
     )
+
+
+def decide_dropout(device: str, cpu_vendor: str) -> tuple[str, str]:
+    """Under auto: bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs only)."""
+    if device == "cpu" and cpu_vendor != "GenuineIntel":
+        return "bulk", f"auto: {cpu_vendor} CPU, where torch draws masks one element at a time"
+    return "torch", "auto: " + ("GPU" if device == "cuda" else "Intel CPU, where torch draws masks in parallel")
 
 
 def require_visible_gpu(facts: DeviceFacts) -> None:

@@ -35,12 +35,12 @@ FINAL_KEYS = (
 # What bench results and run_summary.json record of a CPU, so figures from different machines are never mixed
 CPU_FLAGS = ("avx2", "fma3", "avx512_f", "avx512_bw", "avx512_vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
-# What run_summary.json keeps of the memory report (memory.json holds all of it).
 # What run_summary.json's params keep of the data flags, then of the TrainingArguments, under their own names.
 PARAMS = (("train_file", "validation_file", "test_file", "max_seq_length", "doc_stride", "pad_to_max_length",
            "version_2_with_negative", "max_train_samples", "max_eval_samples", "squad_metric"),
           ("max_steps", "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
            "world_size", "ddp_backend", "train_sampling_strategy", "learning_rate", "seed"))
+# What run_summary.json keeps of the memory report (memory.json holds all of it).
 MEMORY_KEYS = ("measured_peak_mb", "measured_source", "max_over_ranks", "estimate_over_measured", "note")
 
 
