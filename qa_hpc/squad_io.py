@@ -15,7 +15,6 @@ import io
 import json
 import os
 from collections.abc import Iterable, Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +139,10 @@ def _json_value(c: RecordChecker, obj: Any) -> str:
     items, prefix = (obj["data"], "data") if isinstance(obj, dict) else (obj, "")
     nested = _looks_nested(items)
     for i, item in enumerate(items):
-        (partial(_article, c) if nested else c.add)(f"{prefix}[{i}]", item)
+        if nested:
+            _article(c, f"{prefix}[{i}]", item)
+        else:
+            c.add(f"{prefix}[{i}]", item)
     return "squad-nested" if nested else "json"
 
 
