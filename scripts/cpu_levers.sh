@@ -9,8 +9,11 @@
 #                    dir1:dir2 searches only there (default: ldconfig -p, then the usual lib folders).
 #   QA_CPU_AFFINITY=1|0   pin the OpenMP threads: OMP_PROC_BIND=close OMP_PLACES=$QA_CPU_PLACES (threads).
 #                    A user's own OMP_PROC_BIND / OMP_PLACES / GOMP_CPU_AFFINITY are kept.
-# OMP_NUM_THREADS is not set here: run_qa.py decides the thread count (README "How precision, threads
-# and devices are chosen"). One greppable line says what was applied: CPU_LEVERS allocator=... affinity=...
+# With binding on, OMP_NUM_THREADS is set to the CPUs the job may use (unless already set): libgomp pins
+# the main thread to the first place as torch loads, so run_qa.py, reading its own affinity mask, would
+# see one CPU and run one thread. Without binding, run_qa.py decides the thread count (README "How
+# precision, threads and devices are chosen"). One greppable line says what was applied:
+# CPU_LEVERS allocator=... affinity=...
 QA_CPU_ALLOCATOR_DEFAULT=none   # flip after measuring (docs/PERFORMANCE.md "CPU levers")
 QA_CPU_AFFINITY_DEFAULT=0
 
@@ -79,6 +82,13 @@ qa_cpu_levers() {
 			export OMP_PROC_BIND=close OMP_PLACES=${QA_CPU_PLACES:-threads}
 			note="OMP_PROC_BIND=close,OMP_PLACES=$OMP_PLACES"
 		fi
+		if [ -z "${OMP_NUM_THREADS:-}" ]; then   # the mask before binding, capped by the job's CPUs
+			OMP_NUM_THREADS=$(nproc)
+			[ "${SLURM_CPUS_PER_TASK:-0}" -gt 0 ] 2>/dev/null && [ "$SLURM_CPUS_PER_TASK" -lt "$OMP_NUM_THREADS" ] &&
+				OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
+			export OMP_NUM_THREADS
+		fi
+		note+=",OMP_NUM_THREADS=$OMP_NUM_THREADS"
 		;;
 	*) qa_die "QA_CPU_AFFINITY=$affinity: use 1 or 0" ;;
 	esac

@@ -285,12 +285,15 @@ def test_jemalloc_is_preloaded_into_the_training_process(tiny_bert: Path, tmp_pa
 @pytest.mark.parametrize("levers, says, child", [
     ({"QA_CPU_ALLOCATOR": "jemalloc", "QA_CPU_LIB_SEARCH": "{empty}"},  # logged, not fatal
      "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=jemalloc: no libjemalloc library found", {"LD_PRELOAD": "<unset>"}),
-    ({"QA_CPU_ALLOCATOR": "none", "QA_CPU_AFFINITY": "1"},  # binds threads, leaves their count to run_qa.py
-     "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=none) affinity=OMP_PROC_BIND=close,OMP_PLACES=threads",
-     {"OMP_PROC_BIND": "close", "OMP_PLACES": "threads", "OMP_NUM_THREADS": "<unset>"}),
-    ({"QA_CPU_AFFINITY": "0"}, "affinity=off (QA_CPU_AFFINITY=0)", {"OMP_PROC_BIND": "<unset>"}),
+    # binds threads, and counts them: bound, run_qa.py's own mask is the first place's one CPU
+    ({"QA_CPU_ALLOCATOR": "none", "QA_CPU_AFFINITY": "1"}, "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=none) "
+     "affinity=OMP_PROC_BIND=close,OMP_PLACES=threads,OMP_NUM_THREADS={cpus}",
+     {"OMP_PROC_BIND": "close", "OMP_PLACES": "threads", "OMP_NUM_THREADS": "{cpus}"}),
+    ({"QA_CPU_AFFINITY": "1", "SLURM_CPUS_PER_TASK": "1"}, "OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"}),
+    ({"QA_CPU_AFFINITY": "0"}, "affinity=off (QA_CPU_AFFINITY=0)", {"OMP_PROC_BIND": "<unset>", "OMP_NUM_THREADS":
+                                                                    "<unset>"}),
     ({"QA_CPU_AFFINITY": "1", "OMP_PLACES": "cores"}, "affinity=kept the user's",
-     {"OMP_PLACES": "cores", "OMP_PROC_BIND": "<unset>"}),
+     {"OMP_PLACES": "cores", "OMP_PROC_BIND": "<unset>", "OMP_NUM_THREADS": "{cpus}"}),
     # an unknown value is a usage error (exit 2): no training process starts
     ({"QA_CPU_ALLOCATOR": "mimalloc"}, "QA_CPU_ALLOCATOR=mimalloc: use auto, jemalloc, tcmalloc or none", None),
 ])
@@ -298,9 +301,11 @@ def test_levers_reach_the_training_process(levers: dict[str, str], says: str, ch
                                            tiny_bert: Path, tmp_path: Path, demo_data: Path):
     (tmp_path / "empty").mkdir()
     levers = {k: v.format(empty=tmp_path / "empty") for k, v in levers.items()}
+    cpus = str(len(os.sched_getaffinity(0)))
+    says, child = says.format(cpus=cpus), {k: v.format(cpus=cpus) for k, v in (child or {}).items()}
     log = levers_job(tiny_bert, tmp_path, demo_data, code=0 if child else 2, **levers)
     assert says in log and ("CHILD_ENV" in log) == bool(child), log[-3000:]
-    assert {k: child_env(log)[k] for k in child or {}} == (child or {})
+    assert {k: child_env(log)[k] for k in child} == child
 
 
 @pytest.mark.parametrize("binding, torchrun_has, threads", [
@@ -321,7 +326,9 @@ def test_ddp_job_binds_each_gpu_worker_near_its_gpu(binding: str, torchrun_has: 
 
 def test_training_runs_with_both_levers_on(tiny_bert: Path, tmp_path: Path, demo_data: Path):
     env = demo_job_env(tiny_bert, tmp_path, QA_MODE="demo", QA_CPU_ALLOCATOR="auto", QA_CPU_AFFINITY="1",
-                       QA_DEMO_DATA=str(demo_data))
+                       OMP_NUM_THREADS=None, QA_DEMO_DATA=str(demo_data))
     log = ok(run(["bash", REPO / "job_cpu.sh", "--max_eval_samples", "5"], env=env))
     assert re.search(r"CPU_LEVERS allocator=\S+ .*affinity=OMP_PROC_BIND=close", log)
+    # all the job's CPUs, not the one its main thread is bound to
+    assert f" threads={len(os.sched_getaffinity(0))} (OMP_NUM_THREADS)" in log, log[-3000:]
     assert re.search(r"^eval_f1=\d+\.\d+$", log, re.M)
