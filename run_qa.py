@@ -71,7 +71,7 @@ class Run:
     def batch(self) -> BatchContext:
         a = self.args
         return BatchContext(a.per_device_train_batch_size, a.per_device_eval_batch_size, a.gradient_accumulation_steps,
-                            self.flags.data.max_seq_length, str(a.device))
+                            self.flags.data.max_seq_length, str(a.device), self.plan.precision)
 
 
 def main(argv: list[str] | None = None) -> int:

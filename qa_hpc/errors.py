@@ -51,6 +51,7 @@ class BatchContext(NamedTuple):  # the flags an out-of-memory message quotes bac
     gradient_accumulation_steps: int
     max_seq_length: int
     device: str
+    precision: str  # the run's: lower precision is suggested only when it is fp32
 
 
 def exception_chain(err: BaseException | None) -> Iterator[BaseException]:
@@ -111,10 +112,28 @@ def write_failure(err: BaseException, target: str) -> OutputError | None:
     return _cannot_write(code, target, directory) if code in WRITE_ERRNOS else None
 
 
+def out_of_memory(err: BaseException, phase: str, ctx: BatchContext) -> OutOfMemory:
+    """What ran out, during which phase, with which batch size, and which flags to change."""
+    lower = ", or --precision bf16 (fp16 on GPUs before Ampere)" if ctx.precision == "fp32" else ""
+    if phase == "train":
+        bs, acc = ctx.train_batch_size, ctx.gradient_accumulation_steps
+        half = max(1, bs // 2)
+        flags = f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc}"
+        hint = (f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
+                f"(same effective batch of {bs * acc} per device), --gradient_checkpointing, or a smaller "
+                f"--max_seq_length{lower}")
+    else:
+        bs = ctx.eval_batch_size
+        flags = f"--per_device_eval_batch_size {bs}"
+        hint = f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the results){lower}"
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return OutOfMemory(f"out of memory on {ctx.device} during {phase} with {flags} --max_seq_length "
+                       f"{ctx.max_seq_length}; {hint}. ({type(err).__name__}: {first})")
+
+
 @contextmanager
 def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> Iterator[None]:
-    """Turn out-of-memory and failed writes inside a phase into errors with clear messages: out of memory says what
-    ran out, with which batch size, and which flags to change.
+    """Turn out-of-memory and failed writes inside a phase into errors with clear messages.
 
     target: what the phase writes (a callable when only known at failure time, e.g. checkpoint-N).
     """
@@ -123,25 +142,11 @@ def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> I
     except OutputError:
         raise
     except Exception as err:  # noqa: BLE001 - classified below, re-raised unchanged when unknown
-        if not is_out_of_memory(err):
-            if (failure := write_failure(err, target() if callable(target) else target)) is None:
-                raise
-            raise failure from err
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        if phase == "train":
-            bs, acc = ctx.train_batch_size, ctx.gradient_accumulation_steps
-            half = max(1, bs // 2)
-            flags = f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc}"
-            hint = (f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
-                    f"(same effective batch of {bs * acc} per device), or --gradient_checkpointing, --bf16/--fp16, "
-                    "or a smaller --max_seq_length")
-        else:
-            bs = ctx.eval_batch_size
-            flags = f"--per_device_eval_batch_size {bs}"
-            hint = (f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the "
-                    "results), or --bf16/--fp16 evaluation")
-        raise OutOfMemory(f"out of memory on {ctx.device} during {phase} with {flags} --max_seq_length "
-                          f"{ctx.max_seq_length}; {hint}. ({type(err).__name__}: {first})") from err
+        if is_out_of_memory(err):
+            raise out_of_memory(err, phase, ctx) from err
+        if (failure := write_failure(err, target() if callable(target) else target)) is None:
+            raise
+        raise failure from err
 
 
 def classify(err: BaseException) -> tuple[int, str | None]:

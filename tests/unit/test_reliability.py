@@ -21,7 +21,7 @@ from qa_hpc.errors import EXIT_OOM, BatchContext, OutputError, check_writable_di
 from qa_hpc.preemption import StopRequest, last_complete_checkpoint
 
 CTX = BatchContext(train_batch_size=32, eval_batch_size=64, gradient_accumulation_steps=1, max_seq_length=384,
-                   device="cuda:0")
+                   device="cuda:0", precision="bf16")
 
 
 def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(tmp_path: Path) -> None:
@@ -98,18 +98,21 @@ def test_write_failure_names_the_reason_from_rust_and_torch_errors(tmp_path: Pat
     assert str(err).startswith(f"cannot write {target}: File too large") and "ulimit -f" in str(err)
 
 
-@pytest.mark.parametrize("phase, expected", [
-    ("train", ["ERROR: out of memory on cuda:0 during train", "--per_device_train_batch_size 32",
-               "--per_device_train_batch_size 16 --gradient_accumulation_steps 2"]),  # same effective batch
-    ("eval", ["ERROR: out of memory on cuda:0 during eval with --per_device_eval_batch_size 64",
-              "try --per_device_eval_batch_size 32"]),
+@pytest.mark.parametrize("phase, precision, expected", [
+    ("train", "bf16", ["ERROR: out of memory on cuda:0 during train", "--per_device_train_batch_size 32",
+                       "--per_device_train_batch_size 16 --gradient_accumulation_steps 2"]),  # same effective batch
+    ("eval", "bf16", ["ERROR: out of memory on cuda:0 during eval with --per_device_eval_batch_size 64",
+                      "try --per_device_eval_batch_size 32"]),
+    ("eval", "fp32", ["ERROR: out of memory on cuda:0 during eval", "32 (evaluation batches do not change the "
+                      "results), or --precision bf16"]),
 ])
-def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(phase: str, expected: list[str], capsys,
+def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(phase: str, precision: str,
+                                                                         expected: list[str], capsys,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     import run_qa
 
     def main() -> int:
-        with guarded(phase, "out", CTX):
+        with guarded(phase, "out", CTX._replace(precision=precision)):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
 
     monkeypatch.setattr(run_qa, "main", main)
@@ -117,3 +120,4 @@ def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(phase: 
     err = capsys.readouterr().err
     assert err.startswith(expected[0]) and "Traceback" not in err, err
     assert all(part in err for part in expected + ["Tried to allocate 2.00 GiB"]), err
+    assert ("--precision" in err) == (precision == "fp32"), err  # never the precision the run already has
