@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 ATTENTION_NAME = "sdpa_bulk_dropout"
 LANES = 65536  # 16-bit lanes: p is honoured to 1/65536
@@ -61,8 +62,6 @@ def attention_with_bulk_dropout(module: nn.Module, query: torch.Tensor, key: tor
                                 attention_mask: torch.Tensor | None, scaling: float | None = None,
                                 dropout: float = 0.0, **kwargs: object) -> tuple[torch.Tensor, None]:
     """BERT's attention: SDPA when nothing is dropped, else the explicit product with the bulk mask."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     if dropout == 0.0 or not module.training:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=scaling, **kwargs)
     scores = torch.matmul(query, key.transpose(2, 3)) * (scaling or query.size(-1) ** -0.5)

@@ -154,17 +154,9 @@ def _answers(answers: Any, fld: str, err: FieldError, scoring: bool, cell: bool,
     Scoring reads only the texts, as the official scripts do: ``answer_start`` may be absent
     and an empty text is kept (v2 scoring ignores golds that normalize to nothing).
     """
+    if pair:
+        return _pair_answers(answers, err, scoring)
     keys = ("text",) if scoring else ("text", "answer_start")
-    if pair:  # named by its columns, not by a JSON path; no answer when both cells are empty
-        text, start = answers[PAIR[0]], answers[PAIR[1]]
-        start = start.strip() if isinstance(start, str) else start
-        has_text = not (text is None or isinstance(text, str) and not text.strip())
-        if not scoring and has_text == (start in (None, "")):
-            empty, other = PAIR[::-1] if has_text else PAIR
-            raise err(f"is empty but {other} is set", empty)
-        with contextlib.suppress(ValueError):
-            start = int(start) if isinstance(start, str) else start  # a bad one is reported by _answer
-        return [_answer(text, start, PAIR, err, scoring)] if has_text else []
     if cell and isinstance(answers, str):  # a CSV/Parquet cell; empty means no answer
         try:
             answers = json.loads(answers) if answers.strip() else None
@@ -195,6 +187,19 @@ def _answers(answers: Any, fld: str, err: FieldError, scoring: bool, cell: bool,
                   f'{{"text": [...], "answer_start": [...]}}, got {type(answers).__name__}', fld)
     return [_answer(text, start, (f"{fld}[{i}].text", f"{fld}[{i}].answer_start"), err, scoring)
             for i, (text, start) in enumerate(pairs)]
+
+
+def _pair_answers(row: dict[str, Any], err: FieldError, scoring: bool) -> list[_Answer]:
+    """A table row's answer_text + answer_start cells, named by their columns; no answer when both are empty."""
+    text, start = row[PAIR[0]], row[PAIR[1]]
+    start = start.strip() if isinstance(start, str) else start
+    has_text = not (text is None or isinstance(text, str) and not text.strip())
+    if not scoring and has_text == (start in (None, "")):
+        empty, other = PAIR[::-1] if has_text else PAIR
+        raise err(f"is empty but {other} is set", empty)
+    with contextlib.suppress(ValueError):
+        start = int(start) if isinstance(start, str) else start  # a bad one is reported by _answer
+    return [_answer(text, start, PAIR, err, scoring)] if has_text else []
 
 
 def _answer(text: Any, start: Any, fields: tuple[str, str], err: FieldError, scoring: bool) -> _Answer:

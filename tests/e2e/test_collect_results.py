@@ -104,6 +104,7 @@ def test_markdown_and_csv(tiny_project, capsys):
         read(runs["ddp"].out / "train_results.json")["train_runtime"], abs=1e-3)
     assert records[1]["nodes"] == "1" and records[1]["procs_per_node"] == "2"  # integers, not 1.0
     assert records[2]["status"] == "failed" and records[2]["train_runtime"] == "" and records[2]["nodes"] == ""
+    assert records[2]["logs"] == str(runs["failed"].log.resolve())  # paths joined by ";", not a list's repr
 
 
 def test_plots_draw_the_records_numbers(tiny_project, tmp_path, capsys):
