@@ -125,7 +125,8 @@ def out_of_memory(err: BaseException, phase: str, ctx: BatchContext) -> OutOfMem
     else:
         bs = ctx.eval_batch_size
         flags = f"--per_device_eval_batch_size {bs}"
-        hint = f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the results){lower}"
+        hint = (f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the "
+                f"results){lower}")
     first = (str(err).strip().splitlines() or [type(err).__name__])[0]
     return OutOfMemory(f"out of memory on {ctx.device} during {phase} with {flags} --max_seq_length "
                        f"{ctx.max_seq_length}; {hint}. ({type(err).__name__}: {first})")
