@@ -11,6 +11,9 @@
 #
 #   bash bench/gpu_smoke.sh                       # on a GPU node, after 'bash setup_bert.sh' (no hub needed)
 #   SMOKE_TRAIN=24000 OUT=/scratch/smoke bash bench/gpu_smoke.sh
+#   SMOKE_MODEL=/scratch/minilm SMOKE_DATA=/scratch/squad bash bench/gpu_smoke.sh   # no cache: a model directory,
+#       and a directory with train-v1.1.json (or train-v1.1.first44articles.json) and dev-v1.1.json; step 1 then
+#       runs job_ft3.sh's offline demo with that model (QA_MODE=demo), since the job's BASELINE needs the cache
 #
 # Exit: 0 all ran and learned; 2 no GPU here or nothing cached (one line); else the failing step's status.
 set -uo pipefail
@@ -22,8 +25,20 @@ if [ "$gpus" -lt 1 ]; then
 	echo "GPU_SMOKE=not_run: no GPU here (torch sees none); run bench/gpu_smoke.sh on a GPU node" >&2
 	exit "$EXIT_USAGE"
 fi
-python -m qa_hpc.tools.prefetch --check >/dev/null ||
-	qa_die "bert-base-uncased and squad are not both cached in $HF_HOME: run 'bash setup_bert.sh' on the login node"
+MODEL=${SMOKE_MODEL:-bert-base-uncased}
+if [ -z "${SMOKE_DATA:-}" ]; then   # the job's BASELINE: both from the cache setup_bert.sh filled
+	python -m qa_hpc.tools.prefetch --check --model "$MODEL" >/dev/null ||
+		qa_die "$MODEL and squad are not both cached in $HF_HOME: run 'bash setup_bert.sh' on the login node"
+	data=(--dataset_name squad)
+	job=(QA_MODE=baseline "QA_MODEL=$MODEL")
+else
+	train=$SMOKE_DATA/train-v1.1.json
+	[ -f "$train" ] || train=$SMOKE_DATA/train-v1.1.first44articles.json
+	[ -f "$train" ] && [ -f "$SMOKE_DATA/dev-v1.1.json" ] ||
+		qa_die "SMOKE_DATA=$SMOKE_DATA needs train-v1.1.json (or train-v1.1.first44articles.json) and dev-v1.1.json"
+	data=(--train_file "$train" --validation_file "$SMOKE_DATA/dev-v1.1.json")
+	job=(QA_MODE=demo "QA_DEMO_MODEL=$MODEL")
+fi
 OUT=${OUT:-/tmp/qa_gpu_smoke}
 WARMUP=${SMOKE_WARMUP:-20}
 mkdir -p "$OUT"
@@ -31,12 +46,12 @@ first_gpu=${CUDA_VISIBLE_DEVICES:-0}
 first_gpu=${first_gpu%%,*}   # one process on several GPUs is refused (README)
 keep='\b(PLAN|EFFECTIVE|RUN_MODE|JOB_SECONDS|eval_f1|eval_exact_match)\b|ERROR'
 
-CUDA_VISIBLE_DEVICES=$first_gpu QA_MODE=baseline QA_OUTPUT_DIR="$OUT/job_ft3" QA_LOG_DIR="$OUT/logs" QA_REPORT_TO=none \
+env "${job[@]}" CUDA_VISIBLE_DEVICES="$first_gpu" QA_OUTPUT_DIR="$OUT/job_ft3" QA_LOG_DIR="$OUT/logs" QA_REPORT_TO=none \
 	bash job_ft3.sh --max_steps 20 --max_train_samples 480 --max_eval_samples 200 --save_strategy no \
 	--overwrite_output_dir 2>&1 | grep -E "$keep"
 [ "${PIPESTATUS[0]}" = 0 ] || { qa_log "GPU_SMOKE job_ft3.sh failed: $OUT/logs"; exit 1; }
 
-finetune=(--model_name_or_path bert-base-uncased --dataset_name squad --do_train --do_eval --num_train_epochs 1
+finetune=(--model_name_or_path "$MODEL" "${data[@]}" --do_train --do_eval --num_train_epochs 1
 	--max_train_samples "${SMOKE_TRAIN:-12000}" --max_eval_samples "${SMOKE_EVAL:-1000}" --per_device_train_batch_size 24
 	--learning_rate 4e-5 --max_seq_length 384 --doc_stride 128 --precision auto --logging_steps 50
 	--save_strategy no --report_to none --overwrite_output_dir)
