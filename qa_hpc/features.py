@@ -1,14 +1,9 @@
-"""Examples of each split -> token windows, cached by datasets so a second run skips tokenizing.
+"""Examples of each split -> token windows of at most ``max_seq_length`` tokens overlapping by ``doc_stride``.
 
-A question and a long context become windows of at most ``max_seq_length`` tokens overlapping by
-``doc_stride``. Train windows are labelled with the answer's token span when they hold the whole
-answer, else with the CLS token; eval windows keep character offsets (None outside the context)
-and their example's id, so logits can be turned back into text.
-
-Local files are read and checked by qa_hpc.squad_io, then become a ``datasets.Dataset`` through
-``Dataset.from_generator`` with a fingerprint of the file's bytes and the reading options, so
-datasets' own cache (``map(cache_file_name=...)``) finds the features again; a changed file,
-tokenizer or feature setting gives another cache file. One process per filesystem writes it.
+Train windows are labelled with the answer's token span when they hold the whole answer, else with the CLS
+token; eval windows keep context offsets and their example's id, so logits can be turned back into text.
+Checked records of a local file are fingerprinted by the file's bytes and the reading options, so datasets'
+own ``map`` cache finds the features again (one process per filesystem writes it).
 """
 
 from __future__ import annotations
@@ -124,8 +119,7 @@ def real_lengths(features: datasets.Dataset | Mapping[str, list]) -> np.ndarray:
     """Real (unpadded) token count of every feature: its attention mask's sum."""
     if not isinstance(features, datasets.Dataset):
         return np.array([int(sum(r)) for r in features["attention_mask"]], dtype=np.int64)
-    masks = features.with_format("arrow")["attention_mask"]
-    masks = masks.combine_chunks() if hasattr(masks, "combine_chunks") else masks  # one list array
+    masks = features.with_format("arrow")["attention_mask"].combine_chunks()  # one list array
     sums = np.concatenate([[0], np.cumsum(masks.values.to_numpy(zero_copy_only=False), dtype=np.int64)])
     offsets = masks.offsets.to_numpy()  # into values: a selection's slice of them is still right
     return sums[offsets[1:]] - sums[offsets[:-1]]

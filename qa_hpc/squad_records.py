@@ -124,7 +124,8 @@ class RecordChecker:
             if found != a.text:
                 if self.answer_check == "skip":
                     return None
-                new = _nearest(context, a.text, start)
+                occurrences = (i for i in range(len(context)) if context.startswith(a.text, i))
+                new = min(occurrences, key=lambda i: (abs(i - start), i), default=None)  # the nearest, earlier on ties
                 if self.answer_check == "error" or new is None:
                     where = ("; the text does not occur anywhere in the context" if new is None else
                              f"; the text does occur at {new} (answer_check='fix' corrects such offsets, "
@@ -216,12 +217,6 @@ def _need(obj: dict, keys: tuple[str, ...], err: FieldError, what: str, prefix: 
     for key in keys:
         if key not in obj:
             raise err(f"missing ({what} has keys {keys_of(obj)})", prefix + key)
-
-
-def _nearest(context: str, text: str, start: int) -> int | None:
-    """Offset of the occurrence of ``text`` closest to ``start`` (earlier wins ties)."""
-    found = (i for i in range(len(context)) if context.startswith(text, i))
-    return min(found, key=lambda i: (abs(i - start), i), default=None)
 
 
 def _is_int(v: Any) -> bool:

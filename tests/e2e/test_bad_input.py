@@ -14,7 +14,6 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
@@ -38,50 +37,26 @@ def _rec(i: int, **over) -> dict:
     return rec
 
 
-def _nested(qas_context: str | None = "Zorbal lies on the river Quent.") -> dict:
-    para = {"qas": [{"id": "n0", "question": "Where?", "answers": [{"text": "the river Quent", "answer_start": 15}]}]}
-    if qas_context is not None:
-        para["context"] = qas_context
-    return {"version": "1.1", "data": [{"title": "t", "paragraphs": [para]}]}
-
-
-@dataclass
-class Case:
-    name: str
-    filename: str
-    content: bytes | None  # None: the file does not exist
-    expect: list[str]  # substrings of the error: file, record, field
-    split: str = "train"  # which flag gets the file
-
-
 def _j(obj) -> bytes:
     return json.dumps(obj).encode()
 
 
 good = [_rec(i) for i in range(3)]
-no_id = {k: v for k, v in _rec(1).items() if k != "id"}
-long_q = _rec(1, question=" ".join(["why"] * 120))
 
-# One case per way into the reader and past it (each message of the reader itself: tests/unit/test_squad_io.py)
+# One case per way into the reader and past it: before parsing, parsing, a table, a later split, the features
+# (each message of the reader itself: tests/unit/test_squad_io.py; a record's answer: the shared failed run below).
+# Each: the file (content None: it does not exist), which flag gets it, what the error names (file, record, field).
 CASES = [
-    Case("missing_file", "absent.json", None, ["absent.json", "file not found"]),
-    Case("truncated_json", "trunc.json", _j(_nested())[:-7], ["trunc.json", "not valid JSON", "line 1", "truncated"]),
-    Case("missing_context", "noctx.json", _j(_nested(None)),
-         ["noctx.json", "data[0].paragraphs[0]", "field 'context'", "missing"]),
-    Case("missing_id", "noid.json", _j({"data": [good[0], no_id]}), ["noid.json", "data[1]", "field 'id'"]),
-    Case("answer_not_at_start", "shifted.json",
-         _j([_rec(0, answers={"text": ["the river Quent"], "answer_start": [3]})]),
-         ["shifted.json", "'q0'", "answers[0].text", "not found at answer_start 3", "answer_check"]),
-    Case("empty_context_in_validation", "emptyctx.json", _j([_rec(0), _rec(1, context="")]),
-         ["emptyctx.json", "[1]", "'q1'", "field 'context'", "empty"], split="validation"),
-    Case("duplicate_ids", "dup.json", _j([good[0], good[1], _rec(5, id="q0")]),
-         ["dup.json", "[2]", "field 'id'", "duplicate id 'q0'", "first seen at [0]"]),
-    Case("invalid_utf8", "latin1.json", _j([good[0]]).replace(b"Zorbal", b"Z\xf6rbal", 1),
-         ["latin1.json", "not valid UTF-8", "line 1", "byte offset"]),
-    Case("csv_missing_column", "nocontext.csv", b"id,question,answer_text,answer_start\nq0,Where?,Quent,3\n",
-         ["nocontext.csv", "CSV line 1", "field 'context'", "missing required column"]),
-    Case("question_too_long", "longq.json", _j([good[0], long_q]),
-         ["longq.json", "id='q1'", "field 'question'", "--max_seq_length 128", "--doc_stride"]),
+    pytest.param("absent.json", None, "train", ["absent.json", "file not found"], id="missing_file"),
+    pytest.param("trunc.json", _j(good)[:-7], "train", ["trunc.json", "not valid JSON", "line 1", "truncated"],
+                 id="truncated_json"),
+    pytest.param("emptyctx.json", _j([_rec(0), _rec(1, context="")]), "validation",
+                 ["emptyctx.json", "[1]", "'q1'", "field 'context'", "empty"], id="empty_context_in_validation"),
+    pytest.param("nocontext.csv", b"id,question,answer_text,answer_start\nq0,Where?,Quent,3\n", "train",
+                 ["nocontext.csv", "CSV line 1", "field 'context'", "missing required column"], id="csv_missing_column"),
+    pytest.param("longq.json", _j([good[0], _rec(1, question=" ".join(["why"] * 120))]), "train",
+                 ["longq.json", "id='q1'", "field 'question'", "--max_seq_length 128", "--doc_stride"],
+                 id="question_too_long"),
 ]
 
 
@@ -133,20 +108,20 @@ def _check(argv: list[str], tmp_path: Path, capsys, expect: list[str], code: int
     return errors[0]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_run_qa_rejects(case: Case, tiny_bert: Path, tmp_path: Path, capsys) -> None:
-    path = tmp_path / case.filename
-    if case.content is not None:
-        path.write_bytes(case.content)
-    if case.split == "train":
+@pytest.mark.parametrize("filename, content, split, expect", CASES)
+def test_run_qa_rejects(filename: str, content: bytes | None, split: str, expect: list[str], tiny_bert: Path,
+                        tmp_path: Path, capsys) -> None:
+    path = tmp_path / filename
+    if content is not None:
+        path.write_bytes(content)
+    if split == "train":
         data = ["--do_train", "--train_file", str(path)]
     else:  # a good train file first: its features are built, then the bad validation file stops the run
         train_ok = tmp_path / "train_ok.json"
         train_ok.write_bytes(_j([_rec(i) for i in range(4)]))
         data = ["--do_train", "--do_eval", "--train_file", str(train_ok), "--validation_file", str(path)]
-    line = _check(tiny_flags(tiny_bert, tmp_path / "out", *data), tmp_path, capsys, case.expect)
-    if case.name == "question_too_long":  # the good record q0 passed; the message points at q1
-        assert "'q0'" not in line
+    line = _check(tiny_flags(tiny_bert, tmp_path / "out", *data), tmp_path, capsys, expect)
+    assert "'q0'" not in line  # a good record wherever it is (question_too_long: q0 passed, q1 is named)
 
 
 def test_args_json_with_unknown_key(tiny_bert: Path, tmp_path: Path, capsys) -> None:
