@@ -6,9 +6,8 @@
     python run_qa.py args.json
     torchrun --nproc_per_node=4 run_qa.py ...
 
-main() is the recipe, top to bottom: decide the settings once (qa_hpc/flags.py, qa_hpc/plan.py), set up data,
-model and trainer, train, evaluate, predict, report. The pieces live in the qa_hpc package,
-the trainer in trainer_qa.py; `python run_qa.py --help` lists every flag.
+main() is the recipe, top to bottom: decide the settings once, set up data, model and trainer, train, evaluate,
+predict, report. `python run_qa.py --help` lists every flag.
 """
 
 from __future__ import annotations
@@ -99,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def setup_logging(args: TrainingArguments) -> None:
-    """Info on the main process (of each node with --log_on_each_node: the TrainingArguments' should_log), warnings
-    elsewhere; the rank in every line."""
+    """Info where the TrainingArguments' should_log, warnings elsewhere; the rank in every line."""
     level = logging.INFO if args.should_log else logging.WARNING
     logging.basicConfig(format=f"%(asctime)s [rank{args.process_index}] %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S",
@@ -224,11 +222,8 @@ def record(run: Run, status: str, exit_code: int, wall: float | None = None, **e
 
 
 def cli() -> int:
-    """Entry point: clear messages (no traceback) for the user's own mistakes and for resources.
-
-    Exit codes (qa_hpc/exit_codes.env): 2 bad flags/data or a request this machine
-    cannot honour, 3 out of memory, 74 cannot write, 75 preempted; 1 with a traceback otherwise.
-    """
+    """Entry point: clear messages (no traceback) for the user's own mistakes and for resources; exit codes in
+    qa_hpc/exit_codes.env (1 with a traceback for anything else)."""
     try:
         code = main()
         # after main's objects are gone: a DDP reducer freed after its process group was destroyed

@@ -3,12 +3,9 @@
     python score_squad.py DATASET.json PREDICTIONS.json [--version_2_with_negative]
         [--na_prob_file F] [--na_prob_thresh 1.0] [--out_file F] [--ignore_unknown_ids]
 
-Prints one JSON line with the numbers of the official evaluate-v1.1.py / evaluate-v2.0.py
-(qa_hpc/metric/squad.py computes them). Why not the official scripts: they crash with a traceback
-(or mis-score silently) on bad input; here every input problem names the file, the record and the
-field, exits with status 2 and writes nothing. Unanswered questions score 0, stay in the
-denominator and are summarized in one warning on stderr. The dataset is read by the reader
-training uses, so any file run_qa.py takes can be scored; only ids and answer texts are required.
+Prints one JSON line with the official evaluate-v1.1.py / evaluate-v2.0.py numbers (qa_hpc/metric/squad.py).
+Unlike the official scripts, which crash or mis-score silently on bad input, every input problem names the file,
+the record and the field, exits with status 2 and writes nothing. The dataset may be any file run_qa.py reads.
 """
 
 from __future__ import annotations
@@ -103,7 +100,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def compute(args: argparse.Namespace) -> Scores:
-    """Read and check every input, then score; UsageError (or DataError) naming the file on bad input."""
+    """Read and check every input, then score (unanswered questions score 0, summarized in one warning)."""
     dataset, pred_file, na_file = args.dataset_file, args.prediction_file, args.na_prob_file
     references = load_references(dataset)
     predictions = read_json_object(pred_file, "predictions", "question id to answer text")

@@ -1,10 +1,7 @@
 """QuestionAnsweringTrainer: a Trainer whose evaluate() and predict() return answers and EM/F1.
 
-The Trainer's loop gathers start/end logits from every rank (dropping the samples
-that the distributed sampler repeats to even out the last batch), so every rank
-holds all features exactly once. Postprocessing and scoring then run on the main
-process alone and the metrics are broadcast, so they are computed once and every
-rank returns the same numbers.
+The Trainer's loop gathers every feature's logits exactly once onto every rank; postprocessing and scoring run on the
+main process alone and the metrics are broadcast, so every rank returns the same numbers.
 """
 
 from __future__ import annotations
@@ -28,11 +25,8 @@ PostProcessFunction = Callable[[Any, Any, tuple[np.ndarray, np.ndarray], str], Q
 
 
 def length_order(dataset: Any) -> np.ndarray | None:
-    """Indices that sort features longest first, or None when all have one length.
-
-    Longest first makes a too-large eval batch fail at once rather than at the end,
-    and batches of similar length waste little padding.
-    """
+    """Indices that sort features longest first (a too-large eval batch fails at once, and batches of similar
+    length waste little padding), or None when all have one length."""
     if "input_ids" not in dataset.column_names or len(dataset) == 0:
         return None
     lengths = np.fromiter((len(ids) for ids in dataset["input_ids"]), dtype=np.int64, count=len(dataset))
@@ -53,14 +47,9 @@ class QuestionAnsweringTrainer(Trainer):
         self.sort_eval_by_length = sort_eval_by_length
 
     def _get_eval_sampler(self, eval_dataset: Any) -> torch.utils.data.Sampler | None:
-        """Keep evaluation in dataset order.
-
-        transformers 5.23 hands evaluation a shuffled LengthGroupedSampler whenever
-        train_sampling_strategy is group_by_length, and the logits then come back in
-        that shuffled order: every answer would be read from another feature's logits.
-        Length grouping for eval is done here instead (length_order), in a known order
-        that is undone after the gather. In DDP, None lets accelerate shard the
-        sequential order and gather_for_metrics restore it.
+        """Keep evaluation in dataset order: transformers 5.23 hands evaluation a shuffled LengthGroupedSampler with
+        group_by_length, and every answer would be read from another feature's logits (length_order sorts instead,
+        in a known order). In DDP, None lets accelerate shard the sequential order and gather_for_metrics restore it.
         """
         if eval_dataset is None or self.args.world_size > 1:
             return None
@@ -87,9 +76,8 @@ class QuestionAnsweringTrainer(Trainer):
 
     def _answer(self, dataset: Any, examples: Any, ignore_keys: list[str] | None, prefix: str,
                 stage: str) -> tuple[QAPredictions | None, dict[str, float]]:
-        """The shared body of evaluate() and predict(): logits -> answers and EM/F1, postprocessed and scored on the
-        main process, whose metrics every rank returns; logged, with the callbacks' on_evaluate or on_predict and
-        the Trainer's memory metrics."""
+        """The body of evaluate() and predict(): logits -> answers and EM/F1 on the main process, the metrics every
+        rank returns; logged, with the callbacks' on_evaluate or on_predict and the Trainer's memory metrics."""
         self._memory_tracker.start()
         start = time.time()
         description = "Evaluation" if stage == "eval" else "Prediction"
@@ -127,12 +115,9 @@ class QuestionAnsweringTrainer(Trainer):
     def _timing(self, prefix: str, start: float, num_samples: int,
                 loop_metrics: Mapping[str, float]) -> dict[str, float]:
         """Speed metrics over the whole evaluation, postprocessing included (what users wait for), with the loop's
-        model preparation time and its loss when the model computed one (not NaN)."""
+        model preparation time and loss (when not NaN)."""
         total_batch = self.args.eval_batch_size * self.args.world_size
         kept = {key: value for key, value in loop_metrics.items()
                 if key in (f"{prefix}_model_preparation_time", f"{prefix}_loss") and not math.isnan(value)}
         return {**speed_metrics(prefix, start, num_samples=num_samples,
                                 num_steps=math.ceil(num_samples / total_batch)), **kept}
-
-
-__all__ = ["QuestionAnsweringTrainer", "length_order"]

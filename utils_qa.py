@@ -1,10 +1,5 @@
-"""Features and postprocessing for extractive QA, under the names users of the HF example know.
-
-The code lives in the qa_hpc package (qa_hpc/features.py, qa_hpc/postprocess.py);
-this module keeps the familiar entry points in one place:
-
-    from utils_qa import prepare_train_features, prepare_validation_features, postprocess_qa_predictions
-"""
+"""Features and postprocessing for extractive QA (qa_hpc/features.py, qa_hpc/postprocess.py) under the names users
+of the HF example know: from utils_qa import prepare_train_features, postprocess_qa_predictions, ..."""
 
 from __future__ import annotations
 
@@ -12,14 +7,6 @@ from qa_hpc.features import FeatureConfig, FeatureError, prepare_train_features,
 from qa_hpc.postprocess import PostprocessConfig, QAPredictions, postprocess_qa_predictions, write_prediction_files
 from qa_hpc.postprocess_loop import postprocess_qa_predictions_loop
 
-__all__ = [
-    "FeatureConfig",
-    "FeatureError",
-    "PostprocessConfig",
-    "QAPredictions",
-    "postprocess_qa_predictions",
-    "postprocess_qa_predictions_loop",
-    "prepare_train_features",
-    "prepare_validation_features",
-    "write_prediction_files",
-]
+__all__ = ["FeatureConfig", "FeatureError", "PostprocessConfig", "QAPredictions", "postprocess_qa_predictions",
+           "postprocess_qa_predictions_loop", "prepare_train_features", "prepare_validation_features",
+           "write_prediction_files"]

@@ -1,11 +1,9 @@
 """Logits -> answers, n-best lists and (v2) null odds: exactly what postprocess_loop's loop returns, 20x+ sooner.
 
-The loop tries n_best x n_best (start, end) pairs per feature in Python, ~4 million on the SQuAD dev set. Here:
-1. the top-n_best start and end positions of every feature, ranked as the loop's np.argsort ranks them;
-2. all pairs of every feature as one grid, masked by the loop's rules, pruned to those that can reach the n-best;
-3. one stable sort of the spans, null and empty answers by (example, -score): the loop's sorts, n_best cut and
-   null re-insertion in one step; then the loop's softmax, answers and null odds.
-Scores are sums in the logits' dtype, then float64, as the loop's; stable sorts keep its order among equal scores.
+The loop tries n_best x n_best (start, end) pairs per feature in Python (~4 million on the SQuAD dev set). Here the
+top-n_best starts and ends of all features become one grid of pairs, masked by the loop's rules; one stable sort by
+(example, -score) then does the loop's sorts, n_best cut and null re-insertion at once. Scores are sums in the
+logits' dtype, then float64, as the loop's; stable sorts keep its order among equal scores.
 """
 
 from __future__ import annotations
@@ -32,14 +30,13 @@ Logits = tuple[np.ndarray, np.ndarray]
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
-    """A CPU tensor sharing the array's memory; read-only or strided arrays are copied first (torch wants neither)."""
+    """A CPU tensor sharing the array's memory; read-only or strided arrays are copied (torch wants neither)."""
     return torch.from_numpy(np.require(array, requirements=["C", "W"]))
 
 
 def mask_padding(logits: Logits, lengths: np.ndarray, fill: float = -100.0) -> Logits:
     """Logits past each feature's real length set to `fill` (the Trainer's padding value), as new arrays: with
-    dynamic padding a row holds the model's output on pad tokens up to its batch's width, and those would compete
-    for the top n_best slots (answers would depend on which features shared a batch)."""
+    dynamic padding, pad-token logits would compete for the n-best (answers would depend on the batching)."""
     start, end = (_tensor(np.asarray(arr)) for arr in logits)
     keep = torch.arange(start.shape[1])[None, :] < torch.as_tensor(np.asarray(lengths))[:, None]
     return torch.where(keep, start, fill).numpy(), torch.where(keep, end, fill).numpy()
@@ -48,9 +45,8 @@ def mask_padding(logits: Logits, lengths: np.ndarray, fill: float = -100.0) -> L
 def top_k_with_values(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row, `np.argsort(row)[-1:-k-1:-1]` (the loop's ranking) and the logits at those indices.
 
-    torch.topk ranks the k + 1 largest of all rows at once, on every core. A row whose k + 1 largest hold no
-    equal values and no NaN has one ranking only; any other row (common with bf16 logits or -100 padding) is
-    ranked by the loop's own np.argsort call, whose order among equal values is its implementation's.
+    torch.topk ranks all rows at once; a row with equal values or NaN among its k + 1 largest (common with bf16
+    logits or -100 padding) is ranked by np.argsort itself, whose order among equal values is its own.
     """
     width = logits.shape[1]
     k = min(k, width)
@@ -65,9 +61,8 @@ def top_k_with_values(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 
 def token_chars(offset_mapping: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(first token, token count) of each feature, per token (in the context?, index of its pair), and the
-    [start, end] character pairs. Read as Arrow (the features' own column; lists are converted), so the ~2 million
-    offsets of a dev set never become Python objects. One more token, outside the context, stands for positions
-    past a feature's length."""
+    [start, end] character pairs, read as Arrow so that a dev set's ~2 million offsets never become Python objects.
+    One more token, outside the context, stands for positions past a feature's length."""
     arr = offset_mapping if isinstance(offset_mapping, (pa.Array, pa.ChunkedArray)) else pa.array(offset_mapping)
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
     if not (pa.types.is_list(arr.type) and pa.types.is_list(arr.type.value_type)):
@@ -115,12 +110,8 @@ def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: 
 
 
 def _prune_to_top_pairs(ok: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
-    """`ok` less the pairs scoring below their feature's k-th best valid pair.
-
-    Such a pair has k better ones in its own example, so it never reaches the n-best; pairs equal to the k-th
-    stay (the stable sort settles ties). On the SQuAD dev set this leaves ~0.2 of ~0.6 million valid pairs for
-    the sort, which costs more than the pruning. With a NaN score the k-th value means nothing: no pruning.
-    """
+    """`ok` less the pairs scoring below their feature's k-th best valid pair, which can never reach the n-best
+    (ties stay: the stable sort settles them); the sort it spares costs more. With a NaN the k-th means nothing."""
     n_feat, n_pairs = ok.shape[0], ok.shape[1] * ok.shape[2]
     if n_feat == 0 or n_pairs <= k or np.isnan(scores).any():
         return ok
@@ -149,10 +140,8 @@ def _grouped_softmax(scores: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 def _nbest_rows(spans: dict, null: list[float | None], cfg: PostprocessConfig) -> tuple[np.ndarray, dict]:
     """(bounds, rows): rows bounds[i]:bounds[i + 1] are example i's n-best list, best first.
 
-    The loop keeps each example's n_best best spans; in v2 it sorts them with the null answer (which goes after
-    spans of equal score), keeps n_best and appends the null when it fell off; an example left with nothing
-    gets one empty answer (scores 0.0). Here: all rows sorted by (example, -score), the first n_best and the null
-    kept; then the loop's softmax per list.
+    As the loop: in v2 the null answer sorts after spans of equal score and is kept even past n_best; an example
+    left with nothing gets one empty answer (scores 0.0).
     """
     n_ex, n_spans = len(null), len(spans["example"])
     has_null = np.array([cfg.version_2_with_negative and v is not None for v in null], dtype=bool)
@@ -245,8 +234,8 @@ def postprocess_qa_predictions(
 
 def write_prediction_files(preds: QAPredictions, output_dir: str, prefix: str) -> list[str]:
     """Write {prefix}_predictions.json, _nbest_predictions.json and (v2) _null_odds.json atomically. The n-best
-    file goes through orjson (json.dumps with an indent takes seconds for the 55 MB of a SQuAD dev set), which
-    writes NaN and infinities as null (JSON has no spelling for them)."""
+    file goes through orjson (json.dumps with an indent takes seconds for a dev set's 55 MB): NaN and infinities
+    are written as null."""
     plain = preds.nbest.as_dict() if isinstance(preds.nbest, NBestLists) else preds.nbest
     nbest = orjson.dumps(plain, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode("utf-8")
     # all serialized before anything is written, so a bad value leaves no file behind

@@ -1,9 +1,7 @@
-"""SQuAD v1.1 / v2.0 scores equal to the official scripts, and the `evaluate` metric the trainer scores with.
-
-The `evaluate` modules beside this file and score_squad.py get the numbers of ``evaluate-v1.1.py`` /
-``evaluate-v2.0.py`` offline, every official quirk that changes a number kept. Departures: a question without a
-prediction scores 0 (v2 officially crashes); inputs the official scripts crash on raise ScoreInputError.
-"""
+"""SQuAD v1.1 / v2.0 scores equal to the official evaluate-v1.1.py / evaluate-v2.0.py (every quirk that changes a
+number kept), for score_squad.py and for the `evaluate` modules beside this file that the trainer scores with.
+Departures: a question without a prediction scores 0 (v2 officially crashes); inputs the official scripts crash on
+raise ScoreInputError."""
 
 from __future__ import annotations
 
@@ -29,7 +27,6 @@ ScoreFunction = Callable[["QAPredictions", "datasets.Dataset"], Scores]
 
 LOCAL_MODULES = {False: Path(__file__).with_name("evaluate_squad_v1"),
                  True: Path(__file__).with_name("evaluate_squad_v2")}
-SHOWN_IDS = 5  # ids quoted in a message; the rest are counted
 
 # Only ASCII punctuation: the official scripts use string.punctuation, so unicode quotes and
 # dashes survive normalization and break token matches.
@@ -125,11 +122,8 @@ def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: Sequence
 
 def _best_threshold(predictions: Mapping[str, str], raw: Mapping[str, float], na_probs: Mapping[str, float],
                     has_answer: Mapping[str, bool], total: int) -> tuple[float, float]:
-    """Official ``find_best_thresh``: abstain on everything, then un-abstain by ascending na_prob.
-
-    An unanswerable question costs 1 if its text is non-empty *as a raw string* (" " too); ties are
-    walked one by one in na_probs order, as officially; only predicted questions count at the start.
-    """
+    """Official ``find_best_thresh``: abstain on everything, then un-abstain by ascending na_prob (ties one by one in
+    na_probs order); an unanswerable question costs 1 if its *raw* text is non-empty (" " too)."""
     current = float(sum(1 for qid in raw if not has_answer[qid]))
     best, best_thresh = current, 0.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
@@ -166,9 +160,9 @@ def _check_inputs(references: Mapping[str, Sequence[str]], predictions: Mapping[
                                               f"question(s): {first_ids(absent)}")
 
 
-def first_ids(ids: Sequence[str]) -> str:
-    rest = len(ids) - SHOWN_IDS
-    return ", ".join(map(repr, ids[:SHOWN_IDS])) + (f", ... ({rest} more)" if rest > 0 else "")
+def first_ids(ids: Sequence[str], shown: int = 5) -> str:
+    rest = len(ids) - shown
+    return ", ".join(map(repr, ids[:shown])) + (f", ... ({rest} more)" if rest > 0 else "")
 
 
 def json_type_name(value: object) -> str:
@@ -230,8 +224,10 @@ def make_score(version_2_with_negative: bool, null_score_diff_threshold: float,
     def score(preds: QAPredictions, examples: datasets.Dataset) -> Scores:
         # rows in the answers' order: v2's best-threshold search breaks ties by it, as score_squad.py
         # does by the order of eval_null_odds.json
-        predictions = [{"id": qid, "prediction_text": text, **({"no_answer_probability": float(preds.null_odds[qid])}
-                                                                 if v2 else {})} for qid, text in preds.answers.items()]
+        predictions = [{"id": qid, "prediction_text": text} for qid, text in preds.answers.items()]
+        if v2:
+            for row in predictions:
+                row["no_answer_probability"] = float(preds.null_odds[row["id"]])
         references = [{"id": qid, "answers": {"text": list(gold["text"]), "answer_start": list(gold["answer_start"])}}
                       for qid, gold in zip(examples["id"], examples["answers"])]
         return metric.compute(predictions=predictions, references=references, **options)

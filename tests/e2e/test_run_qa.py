@@ -41,7 +41,7 @@ def assert_effective_is_the_plan(summary: dict) -> None:
     assert effective["param_dtype"] == "float32"
 
 
-def test_train_eval_predict_writes_what_hf_users_expect(plain: Run) -> None:
+def test_train_eval_predict_writes_what_hf_users_expect(plain: Run, demo_files: dict[str, Path]) -> None:
     out = plain.ok().out
     assert OUTPUTS <= set(files_under(out)) and not (out / "eval_null_odds.json").exists()  # v1: no null odds
     eval_results = read(out / "eval_results.json")
@@ -55,6 +55,9 @@ def test_train_eval_predict_writes_what_hf_users_expect(plain: Run) -> None:
     for qid, cands in nbest.items():
         assert 1 <= len(cands) <= 20 and cands[0]["text"] == preds[qid]
         assert [c["score"] for c in cands] == sorted((c["score"] for c in cands), reverse=True)
+    scored = score_squad(str(demo_files["validation"]), str(out / "eval_predictions.json"))
+    assert list(scored) == ["exact_match", "f1"]
+    assert {k: eval_results[f"eval_{k}"] for k in scored} == scored  # the standalone scorer's: identical
 
 
 def test_run_summary_and_final_lines(plain: Run, tiny_bert: Path) -> None:
@@ -93,13 +96,6 @@ def test_efficiency_counts_real_tokens(plain: Run, demo_files: dict[str, Path]) 
     runtime = results["train_runtime"]
     assert results["train_tokens_per_second"] == pytest.approx(real_tokens * EPOCHS / runtime, rel=1e-6)
     assert results["train_samples_per_second"] == pytest.approx(features * EPOCHS / runtime, rel=1e-3)
-
-
-def test_eval_predictions_match_the_standalone_scorer(plain: Run, demo_files: dict[str, Path]) -> None:
-    results = read(plain.ok().out / "eval_results.json")
-    scored = score_squad(str(demo_files["validation"]), str(plain.out / "eval_predictions.json"))
-    assert list(scored) == ["exact_match", "f1"]
-    assert {k: results[f"eval_{k}"] for k in scored} == scored  # identical, not merely close
 
 
 def test_token_is_never_printed_or_written(plain: Run) -> None:

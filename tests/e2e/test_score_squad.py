@@ -1,6 +1,6 @@
-"""score_squad.py as a real process: the exit code, stdout and stderr users see, for a good and a bad input;
-and a hub metric that an earlier online run cached, loaded offline. (Every other case of its command line runs
-in-process: tests/unit/test_metric.py.)
+"""score_squad.py as a real process on a bad input (a good one: the scorer runs of tests/e2e/test_run_qa.py), and a
+hub metric that an earlier online run cached, loaded offline. Every other case of its command line runs in-process:
+tests/unit/test_metric.py.
 """
 
 from __future__ import annotations
@@ -12,30 +12,15 @@ from pathlib import Path
 from fixtures.procs import PYTHON, REPO, offline_env, ok, run
 
 
-def score(tmp_path: Path, golds: dict[str, list[str]], preds: dict[str, object], *args: str):
-    """score_squad.py on an official nested file of `golds` and a predictions file of `preds`."""
-    qas = [{"id": qid, "question": "?", "answers": [{"text": t, "answer_start": 0} for t in texts]}
-           for qid, texts in golds.items()]
-    data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "c", "qas": qas}]}]}
-    files = [tmp_path / "dev.json", tmp_path / "preds.json"]
-    for path, content in zip(files, (data, preds)):
-        path.write_text(json.dumps(content, ensure_ascii=False), encoding="utf-8")
-    return run([PYTHON, REPO / "score_squad.py", *files, *args], timeout=60, encoding="utf-8")
-
-
-def test_v1_scores_and_warns_about_missing(tmp_path: Path) -> None:  # the scores' arithmetic: tests/unit
-    proc = score(tmp_path, {"q1": ["the Broncos"], "q2": ["Paris"]}, {"q1": "Broncos"})
-    ok(proc)
-    (line,) = proc.stdout.splitlines()
-    assert list(json.loads(line).items()) == [("exact_match", 50.0), ("f1", 50.0)]
-    assert "1 of 2 question(s)" in proc.stderr and "'q2'" in proc.stderr and "score 0" in proc.stderr
-
-
 def test_bad_dataset_is_exit_2_naming_file_record_and_field(tmp_path: Path) -> None:
-    out = tmp_path / "eval.json"
-    proc = score(tmp_path, {"n0": [3]}, {"n0": "the river Quent"}, "--out_file", str(out))
+    data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [
+        {"id": "n0", "question": "?", "answers": [{"text": 3, "answer_start": 0}]}]}]}]}
+    dev, preds, out = tmp_path / "dev.json", tmp_path / "preds.json", tmp_path / "eval.json"
+    dev.write_text(json.dumps(data), encoding="utf-8")
+    preds.write_text(json.dumps({"n0": "the river Quent"}), encoding="utf-8")
+    proc = run([PYTHON, REPO / "score_squad.py", dev, preds, "--out_file", out], timeout=60, encoding="utf-8")
     assert proc.returncode == 2 and proc.stdout == "" and not out.exists(), proc.stderr
-    assert (f"{tmp_path / 'dev.json'}: data[0].paragraphs[0].qas[0] (id 'n0'): field 'answers[0].text': must be a "
+    assert (f"{dev}: data[0].paragraphs[0].qas[0] (id 'n0'): field 'answers[0].text': must be a "
             "string, got int") in proc.stderr
 
 

@@ -84,11 +84,6 @@ def test_one_question(v2: bool, golds: list[str], pred: str, em: float, f1: floa
     assert (result["exact" if v2 else "exact_match"], result["f1"]) == pytest.approx((em, f1), abs=1e-9)
 
 
-def test_no_questions_is_refused() -> None:  # the other undefined inputs: through score_squad.py below
-    with pytest.raises(ValueError, match="no questions to score"):
-        sm.score_v1({}, {})
-
-
 TIE_REFS, TIE_PREDS = {"y": ["cat"], "z": []}, {"y": "cat", "z": "dog"}
 
 
@@ -284,7 +279,9 @@ def test_v2_module_threshold_defaults_to_1_and_probabilities_stay_float64(metric
     assert (result["exact"], result["best_exact_thresh"]) == (100.0, p)
 
 
-def test_repeated_ids_are_an_error(metrics: dict) -> None:
+def test_no_questions_and_repeated_ids_are_errors(metrics: dict) -> None:  # other undefined inputs: score_squad.py
+    with pytest.raises(ValueError, match="no questions to score"):
+        sm.score_v1({}, {})
     with pytest.raises(ValueError, match="'q1' appears more than once"):
         metrics[False].compute(predictions=rows(answers={"q1": "x", "q2": "y"}), references=rows({"q1": ["x"]}) * 2)
 
