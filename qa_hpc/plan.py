@@ -31,8 +31,7 @@ GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (ea
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
 ON = {True: "on", False: "off"}  # a switch in log lines
 LOG_NAMES = {"dataloader_num_workers": "dataloader_workers", "attn_implementation": "attn"}  # short keys in log lines
-# Variables that say a GPU was asked for (a Slurm --gres=gpu job, or an explicit choice).
-GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
+GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")  # GPU asked for
 
 
 class PlanError(UsageError):
@@ -110,8 +109,7 @@ def _sm(capability: tuple[int, int] | None) -> str:
 
 
 def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
-    """The whole plan from the parsed flags (by name) and this process's facts; PlanError for a request
-    this machine cannot honour (a GPU job whose torch sees no GPU, one process driving several GPUs, ...)."""
+    """The whole plan from the parsed flags (by name) and this process's facts; PlanError for what it cannot honour."""
     if not flags["use_cpu"]:
         require_visible_gpu(facts)
     device = "cuda" if facts.cuda_available and not flags["use_cpu"] else "cpu"
@@ -144,8 +142,7 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
 
 
 def decide_threads(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[int, int, str]:
-    """(dataloader workers, torch threads, why): threads asked for, else OMP_NUM_THREADS, else this rank's share
-    of the CPUs it may run on less its dataloader workers."""
+    """(dataloader workers, torch threads, why those threads)."""
     share, omp = max(1, facts.cpus // max(1, facts.local_world_size)), facts.omp_num_threads
     workers = flags["dataloader_num_workers"]
     if workers <= 0 and flags["speed_defaults"] and device == "cuda":  # collation overlaps the step
@@ -155,7 +152,7 @@ def decide_threads(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[
     # torchrun and accelerate launch export OMP_NUM_THREADS=1 when it was unset: a launcher's 1 is no choice
     if omp and not (omp == 1 and facts.launcher != "python"):
         return workers, omp, "OMP_NUM_THREADS"
-    own_share = f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"
+    own_share = f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"  # less its workers
     return workers, max(1, share - workers), own_share + (f" - {workers} dataloader workers" if workers else "")
 
 

@@ -11,8 +11,9 @@ CONFIGS = REPO / "configs" / "accelerate"
 def test_accelerate_configs_load_as_intended() -> None:
     from accelerate.commands.config.config_args import load_config_from_file
 
-    expect = {"cpu.yaml": ("NO", 1, 1), "cpu_multi.yaml": ("MULTI_GPU", 2, 1), "single_gpu.yaml": ("NO", 1, 1),
-              "multi_gpu.yaml": ("MULTI_GPU", 4, 1), "multi_node.yaml": ("MULTI_GPU", 8, 2), "fsdp.yaml": ("FSDP", 4, 1)}
+    expect = {  # distributed type, processes, machines
+        "cpu.yaml": ("NO", 1, 1), "cpu_multi.yaml": ("MULTI_GPU", 2, 1), "single_gpu.yaml": ("NO", 1, 1),
+        "multi_gpu.yaml": ("MULTI_GPU", 4, 1), "multi_node.yaml": ("MULTI_GPU", 8, 2), "fsdp.yaml": ("FSDP", 4, 1)}
     assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == sorted(expect)
     for name, want in expect.items():
         cfg = load_config_from_file(str(CONFIGS / name))
