@@ -20,7 +20,7 @@ class _BulkDropout(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:  # type: ignore[override]
         words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device).random_(-(2**63), 2**63 - 1)
         lanes = words.view(torch.int16)[:x.numel()].view(x.shape)
-        keep = lanes >= round(p * LANES) - LANES // 2  # a lane below round(p * 65536) drops its element
+        keep = lanes >= round(p * LANES) - LANES // 2  # a uniform 16-bit lane: below with probability p
         ctx.save_for_backward(keep)  # as bools, as native_dropout keeps its own
         ctx.scale = 1.0 / (1.0 - p)
         return (x * keep).mul_(ctx.scale)

@@ -260,7 +260,7 @@ class Effective:
             tf32=torch.backends.cuda.matmul.fp32_precision == "tf32",
             param_dtype=str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
             threads=torch.get_num_threads(), dataloader_num_workers=int(args.dataloader_num_workers),
-            world_size=int(trainer.accelerator.num_processes), device=args.device.type, optim=str(args.optim.value),
+            world_size=int(args.world_size), device=args.device.type, optim=str(args.optim.value),
             device_name=torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else args.device.type,
             attn_implementation=str(getattr(trainer.model.config, "_attn_implementation", None) or "default"),
             torch_compile=bool(args.torch_compile), postprocess=postprocess,
