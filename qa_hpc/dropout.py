@@ -1,16 +1,8 @@
 """Dropout with masks drawn in bulk, for CPUs where torch's own mask is drawn one element at a time.
 
-Why: on a CPU, torch's `bernoulli_` (behind `nn.Dropout`, `F.dropout` and SDPA's dropout) takes a
-parallel generator only on Intel CPUs; elsewhere it draws one double per element, serially, which is a
-large share of a BERT training step (the attention probabilities alone are batch x heads x len x len).
-Here one 64-bit word from torch's own generator gives four 16-bit lanes, and a lane below
-round(p * 65536) drops its element: a quarter of the draws, the same drop probability to 1/65536,
-the same 1/(1-p) scaling, reproducible under `torch.manual_seed` (the Trainer's `--seed`).
-The mask is kept as bools for backward, as `native_dropout` keeps its own.
-
-`install(model)` swaps every `nn.Dropout` of the model (embeddings, hidden states, classifier) and
-routes attention through `ATTENTION_NAME`, which applies the same mask to the attention
-probabilities; evaluation (no dropout) and GPUs are untouched.
+On a CPU, torch's `bernoulli_` is parallel only on Intel CPUs; elsewhere its serial draws are a large share
+of a BERT training step. Here one 64-bit word from torch's generator gives four 16-bit lanes: a quarter of
+the draws, the same drop probability to 1/65536 and 1/(1-p) scaling, reproducible under `--seed`.
 """
 
 from __future__ import annotations
@@ -23,19 +15,13 @@ ATTENTION_NAME = "sdpa_bulk_dropout"
 LANES = 65536  # 16-bit lanes: p is honoured to 1/65536
 
 
-def keep_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:
-    """Bool mask, True where an element is kept (probability 1 - p)."""
-    n = shape.numel()
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), 2**63 - 1)
-    lanes = words.view(torch.int16)[:n].view(shape)
-    return lanes >= round(p * LANES) - LANES // 2
-
-
 class _BulkDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:  # type: ignore[override]
-        keep = keep_mask(x.shape, p, x.device)
-        ctx.save_for_backward(keep)
+        words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device).random_(-(2**63), 2**63 - 1)
+        lanes = words.view(torch.int16)[:x.numel()].view(x.shape)
+        keep = lanes >= round(p * LANES) - LANES // 2  # a uniform 16-bit lane: below with probability p
+        ctx.save_for_backward(keep)  # as bools, as native_dropout keeps its own
         ctx.scale = 1.0 / (1.0 - p)
         return (x * keep).mul_(ctx.scale)
 
@@ -72,7 +58,7 @@ def attention_with_bulk_dropout(module: nn.Module, query: torch.Tensor, key: tor
 
 
 def install(model: nn.Module) -> int:
-    """Swap the model's dropouts for bulk ones; returns how many modules were swapped."""
+    """Swap every `nn.Dropout` for a bulk one and route attention through ATTENTION_NAME; returns the count."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 

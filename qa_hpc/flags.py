@@ -1,11 +1,7 @@
-"""Every command-line flag of run_qa.py: dataclasses parsed once by HfArgumentParser, as in HF's examples.
+"""Every command-line flag of run_qa.py (HF's names and defaults; ours say "(qa-hpc)" in their help).
 
-The model and data flags keep the names and defaults of the Hugging Face `run_qa` example;
-`QATrainingArguments` only changes defaults of `TrainingArguments` where HF's is wrong for this
-task on a cluster. Flags HF does not have say "(qa-hpc)" in their help. Parsing gives values
-only: `build_flags` makes each dataclass once, after qa_hpc.plan has decided the fields it owns
-(TrainingArguments sets up devices and reads the launcher's environment when built), and
-nothing changes them afterwards.
+Parsing gives values only: each dataclass is built once, after qa_hpc.plan has decided the fields it owns,
+because TrainingArguments sets up devices and reads the launcher's environment when built.
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide, read_device_fac
 from qa_hpc.errors import UsageError
 from qa_hpc.squad_io import ANSWER_CHECKS
 
-POSTPROCESSORS = ("vectorized", "loop")
 T = TypeVar("T")
 
 
@@ -44,8 +39,7 @@ class ModelArguments:
     cache_dir: str | None = flag(None, "Where to store models and datasets downloaded from the hub.")
     model_revision: str = flag("main", "Branch, tag or commit id of the model.")
     token: str | None = flag(None, "Hub token for private models (never printed or written to run_summary.json).")
-    trust_remote_code: bool = flag(False, "Allow models whose code lives on the hub to run it locally. "
-        "Off unless asked.")
+    trust_remote_code: bool = flag(False, "Allow models whose code lives on the hub to run it locally.")
 
 
 @dataclass(frozen=True)
@@ -60,9 +54,8 @@ class DataTrainingArguments:
     validation_file: str | None = flag(None, "Evaluation data (same forms).")
     test_file: str | None = flag(None, "Prediction data (same forms; answers optional).")
     overwrite_cache: bool = flag(False, "Recompute the tokenized features.")
-    features_cache_dir: str | None = flag(None, "(qa-hpc) Where tokenized features are cached, keyed by a fingerprint "
-        "of the data file, the tokenizer and the feature settings, so a second run reuses them (default: <HF datasets "
-        "cache>/qa_hpc_features; --overwrite_cache recomputes). The log says FEATURES_CACHE reused|computed.")
+    features_cache_dir: str | None = flag(None, "(qa-hpc) Where tokenized features are cached for the next run "
+        "(default: <HF datasets cache>/qa_hpc_features).")
     preprocessing_num_workers: int | None = flag(None, "Processes for tokenization (datasets.map num_proc).")
     max_seq_length: int = flag(384, "Tokens per feature (question + context window).")
     pad_to_max_length: bool = flag(False, "Pad every feature to max_seq_length. Off by default (qa-hpc): batches are "
@@ -72,18 +65,15 @@ class DataTrainingArguments:
     max_predict_samples: int | None = flag(None, "Use only the first N prediction questions.")
     version_2_with_negative: bool = flag(False, "Data has unanswerable questions (SQuAD v2.0).")
     null_score_diff_threshold: float = flag(0.0, "v2: answer '' when null score - best span score exceeds this.")
-    squad_metric: str | None = flag(None, "(qa-hpc) The `evaluate` metric that scores evaluation. Default: the local "
-        "module of this package for the SQuAD version (qa_hpc/metric/evaluate_squad_v1 or _v2: the official numbers, "
-        "loaded offline). A hub name ('squad', 'squad_v2': needs internet once, then evaluate's cache) or the path of "
-        "an evaluate module chooses another; one that cannot be loaded stops the run before training.")
+    squad_metric: str | None = flag(None, "(qa-hpc) The `evaluate` metric that scores evaluation: a hub name or a "
+        "path (default: this package's offline module for the SQuAD version).")
     doc_stride: int = flag(128, "Overlap in tokens between windows of a long context.")
     n_best_size: int = flag(20, "Start and end candidates per feature.")
     max_answer_length: int = flag(30, "Longest answer in tokens.")
-    answer_check: str = flag("error", "(qa-hpc) When an answer's text is not found at its answer_start: 'error' stops "
-        "with the file, record and field; 'fix' moves answer_start to the nearest occurrence in the context; 'skip' "
-        "drops the record and reports the count.", choices=list(ANSWER_CHECKS))
-    overwrite_output_dir: bool = flag(False, "(qa-hpc) Train into a non-empty --output_dir from scratch. Without it, a "
-        "directory with checkpoints is resumed from its last one, and a non-empty one without checkpoints is refused.")
+    answer_check: str = flag("error", "(qa-hpc) An answer not found at its answer_start: stop ('error'), move it to "
+        "the nearest occurrence ('fix') or drop the record ('skip').", choices=list(ANSWER_CHECKS))
+    overwrite_output_dir: bool = flag(False, "(qa-hpc) Train into a non-empty --output_dir from scratch (without it, "
+        "its last checkpoint is resumed).")
 
     def __post_init__(self) -> None:
         if self.doc_stride >= self.max_seq_length:
@@ -106,43 +96,35 @@ class QATrainingArguments(TrainingArguments):
         "extra DDP graph walk only costs.")
     save_total_limit: int | None = flag(2, "Keep at most this many checkpoints (the newest).")
     report_to: None | str | list[str] = flag("tensorboard", "(qa-hpc default: tensorboard) Where to report logs: "
-        "'tensorboard' writes event files to --logging_dir (default <output_dir>/runs/<time>_<host>); 'none' turns "
-        "reporting off; other HF integrations (wandb, mlflow, ...) as in transformers.")
+        "'tensorboard' (event files in --logging_dir), 'none', or other HF integrations.")
 
 
 @dataclass(frozen=True)
 class SpeedArguments:
-    """(qa-hpc) Precision, threads, kernels and postprocessing (decided per device in qa_hpc.plan)."""
+    """(qa-hpc) Precision, threads, kernels and postprocessing (decided per device in qa_hpc.plan; the rules:
+    README, "How precision, threads and devices are chosen")."""
 
-    precision: str = flag("auto", "(qa-hpc) Numeric precision of training and evaluation: 'auto' = bf16 autocast on "
-        "GPUs of compute capability >= 8.0 and on CPUs with AVX512-BF16 or AMX, fp16 on older GPUs, fp32 on other "
-        "CPUs; or 'fp32' (true fp32: no TF32 unless --tf32 true), 'bf16', 'fp16' (fp16 is refused on CPU, bf16 on "
-        "GPUs below 8.0). Given, it wins over HF's --bf16/--fp16 (which must agree) and over accelerate's "
-        "mixed_precision; under auto those two are honoured in that order.", choices=list(PRECISIONS))
-    num_threads: int = flag(0, "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it, else this "
-        "process's share of the CPUs it may run on (its affinity mask, capped by SLURM_CPUS_PER_TASK, divided by the "
-        "processes on the node) less its dataloader workers. OMP_NUM_THREADS=1 under torchrun or accelerate launch "
-        "is the launcher's default (they export 1 when it was unset), not a choice: for 1 thread, --num_threads 1.")
+    precision: str = flag("auto", "(qa-hpc) Precision of training and evaluation: 'auto' = bf16 where the device "
+        "has fast bf16, else fp16 on GPUs and fp32 on CPUs. Given, it wins over --bf16/--fp16 and accelerate's "
+        "mixed_precision.", choices=list(PRECISIONS))
+    num_threads: int = flag(0, "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it (a "
+        "launcher's 1 is no choice: for 1 thread, --num_threads 1), else this process's share of its CPUs.")
     postprocess: str = flag("vectorized", "(qa-hpc) Logits -> answers: 'vectorized' (array code, same answers, 20x+ "
-        "faster) or 'loop' (the per-feature reference loop, as in the HF example).", choices=list(POSTPROCESSORS))
-    attn_implementation: str | None = flag(None, "(qa-hpc) Attention kernel: 'sdpa' (PyTorch "
-        "scaled_dot_product_attention: flash/memory-efficient kernels on GPU), 'eager', 'flash_attention_2' (needs "
-        "the flash-attn package). Default: transformers' choice, which is sdpa for BERT-style models.")
-    dropout_mask: str = flag("auto", "(qa-hpc) Dropout masks in training: 'torch' (torch's own), 'bulk' (each 64-bit "
-        "word from torch's generator gives four 16-bit lanes: the same drop probability to 1/65536 and scaling, "
-        "reproducible under --seed; qa_hpc/dropout.py), 'auto' = bulk on CPUs where torch draws masks one element at "
-        "a time (not GenuineIntel), torch's on GPUs and Intel CPUs.", choices=["auto", "torch", "bulk"])
-    speed_defaults: bool = flag(True, "(qa-hpc) Per-device defaults: TF32 on GPUs of compute capability >= 8.0 (unless "
-        "--tf32 is given or --precision fp32 asks for true fp32), and on GPUs dataloader workers when "
-        "--dataloader_num_workers is 0. --speed_defaults false leaves both as given.")
+        "faster) or 'loop' (the per-feature reference loop, as in the HF example).", choices=["vectorized", "loop"])
+    attn_implementation: str | None = flag(None, "(qa-hpc) Attention kernel: 'sdpa', 'eager', 'flash_attention_2' "
+        "(needs the flash-attn package). Default: transformers' choice (sdpa for BERT-style models).")
+    dropout_mask: str = flag("auto", "(qa-hpc) Dropout masks in training: 'torch' (torch's own), 'bulk' (drawn in "
+        "bulk, qa_hpc/dropout.py), 'auto' = bulk on CPUs where torch draws masks one element at a time (not "
+        "GenuineIntel).", choices=["auto", "torch", "bulk"])
+    speed_defaults: bool = flag(True, "(qa-hpc) TF32 on GPUs of compute capability >= 8.0 (unless --tf32 or "
+        "--precision fp32 says otherwise) and dataloader workers on GPUs; false leaves both as given.")
 
 
 @dataclass(frozen=True)
 class ObservabilityArguments:
     """(qa-hpc) Profiler, TensorBoard and memory report flags."""
 
-    profile: bool = flag(False, "(qa-hpc) Profile training steps with torch.profiler (see --profile_wait etc.); off: "
-        "no cost.")
+    profile: bool = flag(False, "(qa-hpc) Profile training steps with torch.profiler (see --profile_wait etc.).")
     profile_wait: int = flag(2, "(qa-hpc) Profiler schedule: steps skipped first.")
     profile_warmup: int = flag(100, "(qa-hpc) Profiler schedule: steps traced and thrown away (warm-up).")
     profile_active: int = flag(8, "(qa-hpc) Profiler schedule: steps kept per cycle.")
@@ -153,10 +135,8 @@ class ObservabilityArguments:
     profile_row_limit: int = flag(40, "(qa-hpc) Rows in profiler_summary.txt.")
     profile_dir: str | None = flag(None, "(qa-hpc) Where traces and the op table go (default <output_dir>/profiler).")
     logging_dir: str | None = flag(None, "TensorBoard event dir, the transformers 4 flag (default "
-        "<output_dir>/runs/<time>_<host>). TensorBoard is on while --report_to includes 'tensorboard' (qa-hpc "
-        "default).")
-    memory_report: bool = flag(True, "(qa-hpc) Write memory.json and MEMORY_* lines at the end (measured peaks + "
-        "estimate).")
+        "<output_dir>/runs/<time>_<host>).")
+    memory_report: bool = flag(True, "(qa-hpc) Write memory.json and MEMORY_* lines at the end.")
 
     def __post_init__(self) -> None:
         if self.profile_wait < 0 or self.profile_warmup < 0 or self.profile_repeat < 0:

@@ -1,6 +1,5 @@
-"""The tokenizer and QA model (hub, local directory or the offline MiniLM package) and its shape. A model or dataset
-neither on disk nor reachable is one UsageError (exit 2) naming the cache searched, why the hub was no help and how
-to get it: not a ConnectionError and a traceback or two."""
+"""The tokenizer and QA model (hub, local directory or the offline MiniLM package) and its shape; a model or dataset
+neither on disk nor reachable is one UsageError naming the cache, why the hub was no help and how to get it."""
 
 from __future__ import annotations
 
@@ -92,9 +91,8 @@ def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerFast:
 
 def load_model(model_args: ModelArguments, config: PretrainedConfig,
                attn_implementation: str | None = None) -> PreTrainedModel:
-    """The QA model in fp32 whatever dtype it was saved in (transformers 5 loads with dtype="auto": a model saved in
-    fp16 would train with fp16 master weights; mixed precision is autocast on top); safetensors where available,
-    else torch.load with weights_only."""
+    """The QA model in fp32 whatever dtype it was saved in (transformers 5's dtype="auto" would train a model saved
+    in fp16 with fp16 master weights); pickled weights are loaded weights_only."""
     model_path = resolve_model_path(model_args.model_name_or_path)
     extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
     try:

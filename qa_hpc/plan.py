@@ -1,12 +1,7 @@
 """What a run uses: decided once from the flags and what this process sees, then read back and checked.
 
-`decide(flags, facts)` is pure, so every device (A100, H100, V100, T4, CPUs with and without fast bf16; 1 or 4
-ranks a node; accelerate or torchrun) is tested on a CPU with made-up `DeviceFacts`. Its frozen `RunPlan` is logged
-(PLAN line), saved in run_summary.json and gives the TrainingArguments fields it owns. `Effective.read` reads back
-what the Trainer's objects really use (EFFECTIVE line) and `check` stops the run where that differs.
-
-The rules (precision, TF32, threads, workers) and the log lines they give: docs/REFERENCE.md, "Precision, TF32,
-threads and the batch across processes".
+`decide(flags, facts)` is pure, so every device is tested on a CPU with made-up `DeviceFacts`. The rules:
+docs/REFERENCE.md, "Precision, TF32, threads and the batch across processes".
 """
 
 from __future__ import annotations
@@ -36,8 +31,7 @@ GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (ea
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
 ON = {True: "on", False: "off"}  # a switch in log lines
 LOG_NAMES = {"dataloader_num_workers": "dataloader_workers", "attn_implementation": "attn"}  # short keys in log lines
-# Variables that say a GPU was asked for (a Slurm --gres=gpu job, or an explicit choice).
-GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
+GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")  # GPU asked for
 
 
 class PlanError(UsageError):
@@ -115,8 +109,7 @@ def _sm(capability: tuple[int, int] | None) -> str:
 
 
 def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
-    """The whole plan from the parsed flags (by name) and this process's facts; PlanError for a request
-    this machine cannot honour (a GPU job whose torch sees no GPU, one process driving several GPUs, ...)."""
+    """The whole plan from the parsed flags (by name) and this process's facts; PlanError for what it cannot honour."""
     if not flags["use_cpu"]:
         require_visible_gpu(facts)
     device = "cuda" if facts.cuda_available and not flags["use_cpu"] else "cpu"
@@ -130,27 +123,16 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     if flags["tf32"] is True and not ampere:
         raise PlanError(f"--tf32 true needs a GPU of compute capability 8.0 or newer; this run is on {device}"
                         + (f" ({_sm(facts.capability)})" if device == "cuda" else ""))
-    share, omp = max(1, facts.cpus // max(1, facts.local_world_size)), facts.omp_num_threads
-    workers = flags["dataloader_num_workers"]
-    if workers <= 0 and flags["speed_defaults"] and device == "cuda":  # collation overlaps the step
-        workers = max(0, min(MAX_AUTO_WORKERS, share - 1))
-    # torch threads: asked for, else OMP_NUM_THREADS (torchrun and accelerate launch export 1 when it was unset: a
-    # launcher's 1 is no choice), else this rank's share of the CPUs it may run on less its dataloader workers
-    own_share = (max(1, share - workers), f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"
-                 + (f" - {workers} dataloader workers" if workers else ""))
-    threads, threads_reason = ((flags["num_threads"], "--num_threads") if flags["num_threads"] > 0
-                               else (omp, "OMP_NUM_THREADS") if omp and not (omp == 1 and facts.launcher != "python")
-                               else own_share)
+    tf32 = flags["tf32"] if flags["tf32"] is not None else (
+        flags["speed_defaults"] and ampere and flags["precision"] != "fp32")
+    workers, threads, threads_reason = decide_threads(flags, facts, device)
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
-    dropout, dropout_reason = ((flags["dropout_mask"], f"--dropout_mask {flags['dropout_mask']}")
-                               if flags["dropout_mask"] != "auto" else decide_dropout(device, facts.cpu_vendor))
+    dropout, dropout_reason = decide_dropout(flags["dropout_mask"], device, facts.cpu_vendor)
     return RunPlan(
         dropout_mask=dropout, dropout_reason=dropout_reason, device=device, precision=precision, precision_reason=reason,
-        tf32=flags["speed_defaults"] and ampere and flags["precision"] != "fp32" if flags["tf32"] is None
-        else flags["tf32"],
-        threads=threads, threads_reason=threads_reason, dataloader_num_workers=workers,
+        tf32=tf32, threads=threads, threads_reason=threads_reason, dataloader_num_workers=workers,
         world_size=facts.world_size, local_world_size=facts.local_world_size, launcher=facts.launcher,
         stop_vote_every=GPU_STOP_VOTE_EVERY if device == "cuda" and facts.world_size > 1 else 1,
         report_to=tuple(r for r in report_to if r != "tensorboard"), tensorboard="tensorboard" in report_to,
@@ -159,8 +141,25 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     )
 
 
-def decide_dropout(device: str, cpu_vendor: str) -> tuple[str, str]:
-    """Under auto: bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs only)."""
+def decide_threads(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[int, int, str]:
+    """(dataloader workers, torch threads, why those threads)."""
+    share, omp = max(1, facts.cpus // max(1, facts.local_world_size)), facts.omp_num_threads
+    workers = flags["dataloader_num_workers"]
+    if workers <= 0 and flags["speed_defaults"] and device == "cuda":  # collation overlaps the step
+        workers = max(0, min(MAX_AUTO_WORKERS, share - 1))
+    if flags["num_threads"] > 0:
+        return workers, flags["num_threads"], "--num_threads"
+    # torchrun and accelerate launch export OMP_NUM_THREADS=1 when it was unset: a launcher's 1 is no choice
+    if omp and not (omp == 1 and facts.launcher != "python"):
+        return workers, omp, "OMP_NUM_THREADS"
+    own_share = f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"  # less its workers
+    return workers, max(1, share - workers), own_share + (f" - {workers} dataloader workers" if workers else "")
+
+
+def decide_dropout(asked: str, device: str, cpu_vendor: str) -> tuple[str, str]:
+    """As asked, else bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs only)."""
+    if asked != "auto":
+        return asked, f"--dropout_mask {asked}"
     if device == "cpu" and cpu_vendor != "GenuineIntel":
         return "bulk", f"auto: {cpu_vendor} CPU, where torch draws masks one element at a time"
     return "torch", "auto: " + ("GPU" if device == "cuda" else "Intel CPU, where torch draws masks in parallel")
@@ -261,7 +260,7 @@ class Effective:
             tf32=torch.backends.cuda.matmul.fp32_precision == "tf32",
             param_dtype=str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
             threads=torch.get_num_threads(), dataloader_num_workers=int(args.dataloader_num_workers),
-            world_size=int(trainer.accelerator.num_processes), device=args.device.type, optim=str(args.optim.value),
+            world_size=int(args.world_size), device=args.device.type, optim=str(args.optim.value),
             device_name=torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else args.device.type,
             attn_implementation=str(getattr(trainer.model.config, "_attn_implementation", None) or "default"),
             torch_compile=bool(args.torch_compile), postprocess=postprocess,

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 from conftest import REPO
 
+CONFIGS = REPO / "configs" / "accelerate"
+
 
 def test_accelerate_configs_load_as_intended() -> None:
     from accelerate.commands.config.config_args import load_config_from_file
 
-    expect = {
-        "cpu.yaml": ("NO", 1), "cpu_multi.yaml": ("MULTI_GPU", 2), "single_gpu.yaml": ("NO", 1),
-        "multi_gpu.yaml": ("MULTI_GPU", 4), "multi_node.yaml": ("MULTI_GPU", 8), "fsdp.yaml": ("FSDP", 4),
-    }
-    found = sorted(p.name for p in (REPO / "configs" / "accelerate").glob("*.yaml"))
-    assert found == sorted(expect)
-    for name, (kind, procs) in expect.items():
-        cfg = load_config_from_file(str(REPO / "configs" / "accelerate" / name))
-        assert cfg.distributed_type.value == kind and cfg.num_processes == procs, name
-    assert load_config_from_file(str(REPO / "configs" / "accelerate" / "multi_node.yaml")).num_machines == 2
-    fsdp = load_config_from_file(str(REPO / "configs" / "accelerate" / "fsdp.yaml")).fsdp_config
+    expect = {  # distributed type, processes, machines
+        "cpu.yaml": ("NO", 1, 1), "cpu_multi.yaml": ("MULTI_GPU", 2, 1), "single_gpu.yaml": ("NO", 1, 1),
+        "multi_gpu.yaml": ("MULTI_GPU", 4, 1), "multi_node.yaml": ("MULTI_GPU", 8, 2), "fsdp.yaml": ("FSDP", 4, 1)}
+    assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == sorted(expect)
+    for name, want in expect.items():
+        cfg = load_config_from_file(str(CONFIGS / name))
+        assert (cfg.distributed_type.value, cfg.num_processes, cfg.num_machines) == want, name
+    fsdp = load_config_from_file(str(CONFIGS / "fsdp.yaml")).fsdp_config
     assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == "BertLayer"
 
 
@@ -30,8 +29,8 @@ def test_multi_node_command_as_documented_rendezvous_c10d_on_the_first_node() ->
     from accelerate.commands.launch import _filter_args, _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_multi_gpu_env
 
-    argv = ["--config_file", str(REPO / "configs" / "accelerate" / "multi_node.yaml"), "--rdzv_backend", "c10d",
-            "--machine_rank", "1", "--main_process_port", "15123", "--main_process_ip", "gpu-node7", "run_qa.py"]
+    argv = ["--config_file", str(CONFIGS / "multi_node.yaml"), "--rdzv_backend", "c10d", "--machine_rank", "1",
+            "--main_process_port", "15123", "--main_process_ip", "gpu-node7", "run_qa.py"]
     args, _, _ = _validate_launch_command(launch_command_parser().parse_args(argv))
     prepare_multi_gpu_env(args)
     torchrun_args = _filter_args(args, distrib_run.get_args_parser(), ["--training_script", args.training_script,

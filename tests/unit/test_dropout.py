@@ -3,13 +3,17 @@ under the seed, and a model whose eval outputs do not change when it is installe
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
 from transformers import BertConfig, BertForQuestionAnswering
 
 from qa_hpc.dropout import ATTENTION_NAME, BulkDropout, bulk_dropout, install
+
+
+def tiny_bert_config(**dropout: float) -> BertConfig:
+    return BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                      vocab_size=100, attn_implementation="sdpa", **dropout)
 
 
 def test_drops_p_of_the_elements_scales_the_rest_and_masks_the_gradient() -> None:
@@ -25,14 +29,13 @@ def test_drops_p_of_the_elements_scales_the_rest_and_masks_the_gradient() -> Non
 
 
 def test_same_seed_same_masks_and_eval_outputs_unchanged() -> None:
-    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                        vocab_size=100, attn_implementation="sdpa")
     torch.manual_seed(0)
-    model = BertForQuestionAnswering(config).eval()
+    model = BertForQuestionAnswering(tiny_bert_config()).eval()
     ids = torch.randint(0, 100, (3, 17))
     before = model(input_ids=ids).start_logits
     swapped = install(model)
-    assert swapped == sum(isinstance(m, BulkDropout) for m in model.modules()) == 1 + 3 * 2  # embeddings + 3 a layer (attention, its output, the FFN output)
+    # embeddings + 3 a layer (attention, its output, the FFN output)
+    assert swapped == sum(isinstance(m, BulkDropout) for m in model.modules()) == 1 + 3 * 2
     assert model.config._attn_implementation == ATTENTION_NAME
     assert torch.equal(model(input_ids=ids).start_logits, before)
     model.train()
@@ -45,11 +48,9 @@ def test_same_seed_same_masks_and_eval_outputs_unchanged() -> None:
 
 def test_padding_stays_masked_in_training() -> None:
     """The explicit attention path (training) must mask padded keys as SDPA does: same logits when nothing drops."""
-    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                        vocab_size=100, attn_implementation="sdpa", hidden_dropout_prob=1e-9,
-                        attention_probs_dropout_prob=1e-9)  # > 0: dropout runs, but p * 65536 rounds to 0
-    torch.manual_seed(0)
-    torch_model, bulk_model = (BertForQuestionAnswering(copy.deepcopy(config)).train() for _ in range(2))  # own configs
+    torch.manual_seed(0)  # p > 0: dropout runs, but p * 65536 rounds to 0
+    torch_model, bulk_model = (BertForQuestionAnswering(tiny_bert_config(hidden_dropout_prob=1e-9,
+                               attention_probs_dropout_prob=1e-9)).train() for _ in range(2))
     bulk_model.load_state_dict(torch_model.state_dict())
     install(bulk_model)
     ids, mask = torch.randint(0, 100, (2, 9)), torch.tensor([[1] * 9, [1] * 5 + [0] * 4])

@@ -13,7 +13,7 @@ from transformers import AutoModelForQuestionAnswering, Trainer
 
 from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags
 from qa_hpc.errors import UsageError
-from qa_hpc.plan import DeviceFacts, Effective, FlagValues, PlanError, decide
+from qa_hpc.plan import DeviceFacts, FlagValues, PlanError, decide
 
 DEFAULTS = read_flags([])  # every flag at its default, as run_qa.py parses them
 
@@ -28,14 +28,15 @@ CPU_BF16 = {"AVX512BF16": "avx512_bf16", "AMX": "amx_bf16"}  # CPUs that do bf16
 
 
 def facts(device: str, ranks: int = 1, cpus: int = 32, omp: int | None = None, accelerate: str | None = None,
-          launcher: str | None = None, gpus_visible: int = 1, asked: str | None = None) -> DeviceFacts:
+          launcher: str | None = None, gpus_visible: int = 1, asked: str | None = None,
+          vendor: str = "AuthenticAMD") -> DeviceFacts:
     cuda = GPUS[device] is not None
     return DeviceFacts(
         cuda_available=cuda, gpu_count=gpus_visible if cuda else 0, capability=GPUS[device],
         gpu_name=f"NVIDIA {device}" if cuda else None, cpus=cpus, world_size=ranks, local_world_size=ranks,
         launcher=launcher or ("accelerate" if accelerate else "torchrun" if ranks > 1 else "python"),
         omp_num_threads=omp, accelerate_mixed_precision=accelerate, gpus_requested=asked,
-        torch_version="2.13.0", torch_cuda="13.0" if cuda else None, cpu_bf16=CPU_BF16.get(device),
+        torch_version="2.13.0", torch_cuda="13.0" if cuda else None, cpu_bf16=CPU_BF16.get(device), cpu_vendor=vendor,
     )
 
 
@@ -53,15 +54,6 @@ def decided(request: FlagValues, device_facts: DeviceFacts, want: str):
     with pytest.raises(PlanError, match=want[1:]):
         decide(request, device_facts)
     return None
-
-
-@pytest.mark.parametrize("device, vendor, asked, want", [
-    ("CPU", "AuthenticAMD", "auto", "bulk"), ("AVX512BF16", "AuthenticAMD", "auto", "bulk"),
-    ("CPU", "GenuineIntel", "auto", "torch"), ("A100", "AuthenticAMD", "auto", "torch"),
-    ("CPU", "AuthenticAMD", "torch", "torch"), ("CPU", "GenuineIntel", "bulk", "bulk")])
-def test_dropout_mask_for_every_device(device: str, vendor: str, asked: str, want: str) -> None:
-    plan = decide(ask(dropout_mask=asked), dataclasses.replace(facts(device), cpu_vendor=vendor))
-    assert plan.dropout_mask == want and f" dropout_mask={want} (" in plan.log_line()
 
 
 # device | --precision | HF flag | accelerate mixed_precision | expected precision, or "!" + words of the refusal
@@ -196,18 +188,22 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
     assert not off.tensorboard and off.profile_dir is None and off.training_fields(None)["use_cpu"] is False
 
 
-@pytest.mark.parametrize("device, ranks, parts", [
-    ("H100", 4, ("PLAN device=cuda(NVIDIA H100)", "precision=bf16 (auto: GPU sm_90 has bf16)", "tf32=on", "threads=4 "
-                 "(32 CPUs / 4 process(es) on this node - 4 dataloader workers)", "dataloader_workers=4", "world_size=4",
-                 "launcher=torchrun", "stop_vote_every=10")),
-    ("AVX512BF16", 1, ("PLAN device=cpu precision=bf16 (auto: CPU has avx512_bf16) tf32=off threads=32 (32 CPUs",)),
-    ("AMX", 1, ("precision=bf16 (auto: CPU has amx_bf16)",)),
-    ("CPU", 1, ("precision=fp32 (auto: CPU has no amx_bf16 or avx512_bf16)", "stop_vote_every=1")),
-    ("CPU", 4, ("stop_vote_every=1",)), ("A100", 1, ("stop_vote_every=1",))])  # a vote syncs a GPU: sparse there
-def test_plan_log_line_names_every_decision(device, ranks, parts):
-    line = decide(ask(), facts(device, ranks=ranks)).log_line()
-    for part in parts:
-        assert part in line
+@pytest.mark.parametrize("device_facts, given, parts", [  # a stop vote syncs a GPU: sparse on several of them
+    (facts("H100", ranks=4), {}, ("PLAN device=cuda(NVIDIA H100)", "precision=bf16 (auto: GPU sm_90 has bf16)",
+     "tf32=on", "threads=4 (32 CPUs / 4 process(es) on this node - 4 dataloader workers)", "dataloader_workers=4",
+     "world_size=4", "launcher=torchrun", "stop_vote_every=10", "dropout_mask=torch (auto: GPU)")),
+    (facts("AVX512BF16"), {}, ("PLAN device=cpu precision=bf16 (auto: CPU has avx512_bf16) tf32=off threads=32 (32 "
+     "CPUs", "dropout_mask=bulk (auto: AuthenticAMD CPU, where torch draws masks one element at a time)")),
+    (facts("AMX"), {}, ("precision=bf16 (auto: CPU has amx_bf16)",)),
+    (facts("CPU"), {}, ("precision=fp32 (auto: CPU has no amx_bf16 or avx512_bf16)", "stop_vote_every=1")),
+    (facts("CPU", ranks=4), {}, ("stop_vote_every=1",)), (facts("A100"), {}, ("stop_vote_every=1",)),
+    (facts("CPU", vendor="GenuineIntel"), {}, ("dropout_mask=torch (auto: Intel CPU, where torch draws masks in",)),
+    (facts("CPU"), {"dropout_mask": "torch"}, ("dropout_mask=torch (--dropout_mask torch)",)),
+    (facts("CPU", vendor="GenuineIntel"), {"dropout_mask": "bulk"}, ("dropout_mask=bulk (--dropout_mask bulk)",))])
+def test_plan_log_line_names_every_decision(device_facts, given, parts):
+    plan = decide(ask(**given), device_facts)
+    assert all(part in plan.log_line() for part in parts), plan.log_line()
+    assert f"dropout_mask={plan.dropout_mask} (" in plan.log_line()
 
 
 @pytest.mark.parametrize("ranks, accumulation, max_steps, want", [  # the BASELINE: 88,524 features, 2 epochs
@@ -229,29 +225,15 @@ def test_batch_lines_say_the_global_batch_steps_and_how_to_keep_the_1_device_rec
 
 
 # --- what really runs, read back and checked against the plan --------------------------------------------------
-def test_every_difference_is_named_and_stops_the_run(tmp_path):
-    plan, _ = decide_and_build(read_flags(["--output_dir", str(tmp_path), "--num_threads", "2", "--report_to",
-                                           "none", "--precision", "fp32"]))
-    same = Effective(precision="fp32", tf32=False, param_dtype="float32", threads=2, dataloader_num_workers=0,
-                     world_size=1, device="cpu", device_name="cpu", optim="adamw_torch_fused",
-                     attn_implementation="sdpa", torch_compile=False, postprocess="vectorized",
-                     dropout_mask=plan.dropout_mask)
-    same.check(plan)  # equal: no error
-    wrong = dataclasses.replace(same, precision="bf16", param_dtype="float16", threads=8)
-    with pytest.raises(RuntimeError) as err:
-        wrong.check(plan)
-    assert str(err.value).endswith("precision: planned fp32, effective bf16; param_dtype: planned float32, effective "
-                                   "float16; threads: planned 2, effective 8")
-
-
-def test_training_args_given_to_the_trainer_are_the_parsed_ones_plus_the_plan(tiny_bert, demo_files, tmp_path):
+def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stops_the_run(tiny_bert, demo_files,
+                                                                                          tmp_path):
     """Built and read back in process: the settings path of run_qa.setup, the Trainer, the effective settings."""
     import run_qa
     from qa_hpc.preemption import StopRequest
 
     argv = ["--model_name_or_path", str(tiny_bert), "--output_dir", str(tmp_path / "out"), "--max_seq_length", "128",
             "--doc_stride", "32", "--report_to", "none", "--disable_tqdm", "true", "--do_train",
-            "--train_file", str(demo_files["train"]), "--max_steps", "1", "--num_threads", "1"]
+            "--train_file", str(demo_files["train"]), "--max_steps", "1", "--num_threads", "1", "--precision", "fp32"]
     plan, flags = decide_and_build(read_flags(argv))
     threads = torch.get_num_threads()
     try:
@@ -265,7 +247,10 @@ def test_training_args_given_to_the_trainer_are_the_parsed_ones_plus_the_plan(ti
     expected = {**build_flags(values, {}).training.to_dict(), **plan.training_fields(values["tf32"])}
     expected["dataloader_pin_memory"] = False  # TrainingArguments itself turns pinned memory off on the CPU
     assert run.trainer.args.to_dict() == expected
-    run.effective.check(plan)
+    run.effective.check(plan)  # the same: no error
+    with pytest.raises(RuntimeError, match="settings: precision: planned fp32, effective bf16; param_dtype: planned "
+                       "float32, effective float16; threads: planned 1, effective 8$"):
+        dataclasses.replace(run.effective, precision="bf16", param_dtype="float16", threads=8).check(plan)
 
 
 @pytest.mark.parametrize("precision, want", [("bf16", "bfloat16"), ("fp32", "float32")])
