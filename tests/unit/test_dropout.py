@@ -56,3 +56,21 @@ def test_padding_stays_masked_in_training() -> None:
     ids, mask = torch.randint(0, 100, (2, 9)), torch.tensor([[1] * 9, [1] * 5 + [0] * 4])
     want, got = (m(input_ids=ids, attention_mask=mask).start_logits for m in (torch_model, bulk_model))
     assert torch.allclose(got[mask.bool()], want[mask.bool()], atol=1e-5)
+
+
+def test_attention_dropout_draws_the_bulk_mask() -> None:
+    """With only attention dropout on, the installed model drops other attention weights than torch's SDPA would
+    under the same seed (its own mask), and the same ones again under that seed."""
+    torch_model, bulk_model = (BertForQuestionAnswering(tiny_bert_config(hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.5)).train() for _ in range(2))
+    bulk_model.load_state_dict(torch_model.state_dict())
+    install(bulk_model)
+    ids = torch.randint(0, 100, (2, 9))
+    logits = []
+    for model in (torch_model, bulk_model, bulk_model):
+        torch.manual_seed(3)
+        logits.append(model(input_ids=ids).start_logits)
+    with torch.no_grad():
+        undropped = bulk_model.eval()(input_ids=ids).start_logits
+    assert not torch.allclose(logits[0], logits[1]) and torch.equal(logits[1], logits[2])
+    assert not torch.allclose(logits[1], undropped)
