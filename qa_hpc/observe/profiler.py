@@ -1,11 +1,7 @@
-"""torch.profiler for a few training steps: an op table and a Chrome/Perfetto trace per rank.
-
-Profiling every step slows training and writes tens of GB, so the profiler follows a schedule: skip `wait` steps,
-trace `warmup` steps without keeping them (allocator and kernel warm-up), keep `active` steps, `repeat` times; then
-it stops and the rest of training runs at full speed. Into <output_dir>/profiler/ go trace_rank{N}.json (later
-cycles: trace_rank{N}_cycle{K}.json) and the key_averages table, profiler_summary.txt on rank 0 (other ranks:
-profiler_summary_rank{N}.txt), sorted by self device time on GPU, self CPU time on CPU. Each kept step is
-`ProfilerStep#S` with S the Trainer's global step it completes: trace, table and TensorBoard speak of the same steps.
+"""torch.profiler on a few scheduled training steps (profiling every step slows training and writes tens of GB),
+then stopped: per rank a Chrome/Perfetto trace and the key_averages table, sorted by self device time (CPU time on
+a CPU). Each kept step is `ProfilerStep#S` with S the Trainer's global step it completes: trace, table and
+TensorBoard speak of the same steps.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""TensorBoard: transformers' TensorBoardCallback plus speed, padding, GPU memory and the run's totals.
-
-The parent writes the Trainer's logs on rank 0 (train/*, eval/*). At each logging step this adds, as train/<key>,
-step_time_seconds (per optimizer step; evaluation and checkpoint time left out), samples_per_second and
-tokens_per_second (real tokens, all ranks), real_token_fraction (real / fed: the padding) and, on CUDA, rank 0's
-gpu_memory_{allocated,reserved,peak_allocated}_mb. Whole-run figures (train_runtime, predict_*) go under
-train_total/ and predict/, not into the train/ curves. One event file per launch: the writer stays open after
-training, and the run's totals close it. Real tokens are summed on the device (no host sync per step) and reduced
-across ranks once per logging step, where the Trainer syncs anyway.
+"""TensorBoard: transformers' TensorBoardCallback plus speed, padding, GPU memory and the run's totals (README lists
+the tags). Whole-run figures go under train_total/ and predict/, not into the train/ curves. One event file per
+launch: the writer stays open after training, and the run's totals close it. Real tokens are summed on the device
+(no host sync per step) and reduced across ranks once per logging step, where the Trainer syncs anyway.
 """
 
 from __future__ import annotations
