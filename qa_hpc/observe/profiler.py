@@ -35,12 +35,11 @@ class ProfilerCallback(TrainerCallback):
                        **kwargs: object) -> None:
         self.rank, c = args.process_index, self.cfg
         os.makedirs(self.out_dir, exist_ok=True)
-        base = torch.profiler.schedule(wait=c.profile_wait, warmup=c.profile_warmup, active=c.profile_active,
-                                       repeat=c.profile_repeat)
         first = state.global_step + 1  # ProfilerStep#S completes global step S, also after a resume
+        schedule = torch.profiler.schedule(wait=c.profile_wait, warmup=c.profile_warmup, active=c.profile_active,
+                                           repeat=c.profile_repeat, skip_first=first)
         self.prof = torch.profiler.profile(
-            activities=self.activities, on_trace_ready=self._trace_ready,
-            schedule=lambda step: base(step - first) if step >= first else ProfilerAction.NONE,
+            activities=self.activities, on_trace_ready=self._trace_ready, schedule=schedule,
             record_shapes=c.profile_record_shapes, profile_memory=c.profile_memory, with_stack=c.profile_with_stack)
         self.prof.step_num, self.prof.current_action = first, self.prof.schedule(first)
         self.prof.start()

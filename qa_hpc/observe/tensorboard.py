@@ -89,8 +89,7 @@ class TensorBoard(TensorBoardCallback):
 
     def _interval(self, args: TrainingArguments, state: TrainerState) -> dict[str, Scalar]:
         """This interval's speed, padding and memory, under keys the parent files as train/<key>."""
-        counts = torch.tensor([self.samples, self.tokens, 0], dtype=torch.int64, device=args.device)
-        counts[2] += self.real.to(args.device) if isinstance(self.real, torch.Tensor) else self.real
+        counts = torch.stack([torch.as_tensor(n, device=args.device) for n in (self.samples, self.tokens, self.real)])
         self.samples = self.tokens = self.real = 0
         samples, tokens, real = (int(x) for x in reduce(counts, reduction="sum").tolist())  # a collective under DDP
         elapsed, steps = time.perf_counter() - self.interval_start, state.global_step - self.interval_step
