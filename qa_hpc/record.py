@@ -78,8 +78,7 @@ def machine() -> dict[str, str | list[str]]:
     import torch  # here, not at the top: the collector reads SUMMARY_FILE without loading torch
 
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            first_cpu = fh.read().split("\n\n")[0].splitlines()
+        first_cpu = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n")[0].splitlines()
     except OSError:
         first_cpu = []
     info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}
