@@ -1,8 +1,6 @@
-"""Write result files so that a crash never leaves a truncated one behind.
-
-Every result, prediction and summary is written to a temp file in the target's directory, flushed to disk and
-renamed over the target (os.replace is atomic on POSIX). A writer killed mid-write cannot remove its temp file;
-its name `.NAME.HOST-PID.*.tmp` carries host and pid, and the next write of that file removes those of dead writers.
+"""Write result files so that a crash never leaves a truncated one behind: a temp file beside the target, flushed
+and renamed over it. A writer killed mid-write cannot remove its temp file `.NAME.HOST-PID.*.tmp`; the next write
+of that file removes those of dead writers.
 """
 
 from __future__ import annotations
@@ -19,10 +17,7 @@ from qa_hpc.errors import OutputError
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` through a temp file + rename; raise OutputError with a clear reason.
-
-    First removes the temp files of `path` left by writers on this host that no longer run.
-    """
+    """Write `text` to `path` atomically, or raise OutputError with a clear reason."""
     import psutil  # here, not at import: the scorer's command line imports this module
 
     path, tmp = os.fspath(path), None

@@ -1,9 +1,5 @@
-"""Who this process is, and the few collectives a run makes.
-
-Who: before the TrainingArguments set up the process group, only the launcher's variables say
-(`launch_env`, their one reader); after that, accelerate's `PartialState()` (which the Trainer's
-`is_world_process_zero()` and `args.process_index` read too). The collectives are no-ops in one
-process, so callers never branch on it; under DDP every rank must call them.
+"""Who this process is before the process group exists (after: accelerate's PartialState, as the Trainer asks),
+and the few collectives a run makes: no-ops in one process, so callers never branch on it.
 """
 
 from __future__ import annotations
@@ -38,12 +34,9 @@ def any_rank(flag: bool, device: torch.device) -> bool:
 
 @contextmanager
 def first_on_each_filesystem() -> Iterator[None]:
-    """The body on global rank 0 first, then on every other node's first rank, then on the rest.
-
-    One writer per cache file at any time on a shared filesystem (rank 0's file is found by all) and on
-    node-local disks (each node's first rank writes its copy). accelerate's local_main_process_first is per
-    node: on a shared filesystem every node's first rank would write the same file at once.
-    """
+    """The body on global rank 0 first, then on every other node's first rank, then on the rest: one writer per
+    cache file both on a shared filesystem and on node-local disks. (accelerate's local_main_process_first would
+    have every node's first rank write the same shared file at once.)"""
     from accelerate import PartialState  # not at import: the job scripts' `plan --gpu-count` needs none of it
 
     state = PartialState()

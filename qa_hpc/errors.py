@@ -15,16 +15,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-_CODES = {name.strip(): int(code) for name, code in (  # lines `NAME=code  # meaning`
-    line.split("#", 1)[0].split("=", 1) for line in Path(__file__).with_name("exit_codes.env").read_text(
-        encoding="utf-8").splitlines() if line.split("#", 1)[0].strip())}
+_CODES = {name: int(code) for name, code in re.findall(  # lines `NAME=code  # meaning`
+    r"^(\w+)=(\d+)", Path(__file__).with_name("exit_codes.env").read_text(encoding="utf-8"), re.MULTILINE)}
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = _CODES["EXIT_OK"], _CODES["EXIT_FAILED"], _CODES["EXIT_USAGE"]
 EXIT_OOM, EXIT_IOERR, EXIT_PREEMPTED = _CODES["EXIT_OOM"], _CODES["EXIT_IOERR"], _CODES["EXIT_PREEMPTED"]
 
 # errno values that mean "this file could not be written", not "this input is bad"
 WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
                 errno.ENOTDIR}
-_OS_ERROR_IN_TEXT = re.compile(r"os error (\d+)")  # how Rust libraries (safetensors, tokenizers) report errno
 _FULL = "; free space, raise the quota, lower --save_total_limit, or choose another --output_dir"
 _HINTS = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL,
           errno.EFBIG: "; a file size limit applies (ulimit -f, or the filesystem's largest file)"}
@@ -73,15 +71,11 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 
 def probe_write(directory: str, megabytes: int = 8) -> int | None:
-    """Write to an unnamed temp file in directory; the errno if that fails, else None.
-
-    torch.save reports a full disk as a bare RuntimeError ('file write failed'): after a failed save this finds the
-    real reason (ENOSPC, EDQUOT, EFBIG, ...); 8 MiB is far less than a checkpoint.
-    """
+    """The errno of writing megabytes into an unnamed temp file in directory, None if it works: torch.save reports
+    a full disk as a bare RuntimeError, and this finds the real reason (8 MiB is far less than a checkpoint)."""
     try:
         with tempfile.TemporaryFile(dir=directory) as fh:
-            for _ in range(megabytes):
-                fh.write(bytes(1 << 20))
+            fh.write(bytes(megabytes << 20))
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as err:
@@ -97,16 +91,17 @@ def _cannot_write(code: int, what: str, directory: str) -> OutputError:
     return OutputError(code, f"cannot write {what}: {os.strerror(code)}{free}{_HINTS.get(code, '')}")
 
 
+def _errno_of(err: BaseException) -> int | None:
+    """An OSError's errno, or the N of "os error N", as Rust libraries (safetensors, tokenizers) report it."""
+    match = re.search(r"os error (\d+)", str(err))
+    return getattr(err, "errno", None) or (int(match.group(1)) if match else None)
+
+
 def write_failure(err: BaseException, target: str) -> OutputError | None:
     """An OutputError naming target and the reason when err is a failed write, else None."""
-    directory = os.path.abspath(target)  # the nearest existing directory: where the write would have gone
-    while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
-        directory = os.path.dirname(directory)
-    code = None
-    for cause in exception_chain(err):  # the first OSError's errno, or a Rust library's "os error N"
-        match = _OS_ERROR_IN_TEXT.search(str(cause))
-        if (code := getattr(cause, "errno", None) or (int(match.group(1)) if match else None)) is not None:
-            break
+    path = Path(os.path.abspath(target))
+    directory = str(next(d for d in (path, *path.parents) if d.is_dir()))  # where the write would have gone
+    code = next((c for c in map(_errno_of, exception_chain(err)) if c is not None), None)
     if code is None:  # no errno anywhere (torch.save): a probe write finds out whether the disk is the cause
         code = probe_write(directory)
     return _cannot_write(code, target, directory) if code in WRITE_ERRNOS else None
@@ -134,10 +129,8 @@ def out_of_memory(err: BaseException, phase: str, ctx: BatchContext) -> OutOfMem
 
 @contextmanager
 def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> Iterator[None]:
-    """Turn out-of-memory and failed writes inside a phase into errors with clear messages.
-
-    target: what the phase writes (a callable when only known at failure time, e.g. checkpoint-N).
-    """
+    """Turn out-of-memory and failed writes inside a phase into errors with clear messages. target: what the phase
+    writes (a callable when only known at failure time, e.g. checkpoint-N)."""
     try:
         yield
     except OutputError:
@@ -162,10 +155,8 @@ def classify(err: BaseException) -> tuple[int, str | None]:
 
 
 def check_writable_dir(path: str) -> None:
-    """Create path if needed and write a small file into it, or raise OutputError saying why not.
-
-    Called before the model is loaded, so a wrong --output_dir fails in seconds, not after an hour of training.
-    """
+    """Create path if needed and write a small file into it, or raise OutputError saying why not (before the model
+    loads: a wrong --output_dir fails in seconds, not after an hour of training)."""
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as err:

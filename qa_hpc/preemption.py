@@ -1,10 +1,7 @@
-"""Stop cleanly when the scheduler says time is up, and resume where the run stopped.
-
-SLURM sends SIGTERM at the time limit or on preemption (SIGUSR1 a while before, with `#SBATCH --signal=USR1@120`);
-torchrun forwards SIGTERM to its workers. The handler only sets a flag: handlers run between two bytecodes, so I/O
-or collectives there could deadlock. Every `vote_every` optimizer steps the ranks vote (an all_reduce of the flag;
-on GPUs it syncs host and device, so the plan votes every few steps there) and all stop at the same step; the
-Trainer saves a full checkpoint and run_qa exits with EXIT_PREEMPTED (75). The same command again resumes.
+"""Stop cleanly when the scheduler says time is up (SIGTERM, or SIGUSR1 with `#SBATCH --signal=USR1@120`), and
+resume where the run stopped. The handler only sets a flag: handlers run between two bytecodes, so I/O or
+collectives there could deadlock. Every `vote_every` optimizer steps the ranks vote (an all_reduce, which syncs
+host and device on GPUs) and all stop at the same step with a full checkpoint.
 """
 
 from __future__ import annotations
@@ -66,11 +63,8 @@ class PreemptionCallback(TrainerCallback):
 
 
 def last_complete_checkpoint(output_dir: str) -> str | None:
-    """The newest checkpoint-N in output_dir that was fully written, skipping (and naming) broken ones.
-
-    A job killed while saving leaves a folder without a readable trainer_state.json (the Trainer writes it last);
-    resuming from it would fail. (transformers' get_last_checkpoint takes the newest folder whatever it holds.)
-    """
+    """The newest checkpoint-N in output_dir with a readable trainer_state.json (the Trainer writes it last), naming
+    those without: a job killed while saving leaves one (transformers' get_last_checkpoint would resume from it)."""
     for path in reversed(sort_checkpoints(output_dir)):
         try:
             json.loads(Path(path, "trainer_state.json").read_text(encoding="utf-8"))

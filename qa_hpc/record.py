@@ -1,9 +1,5 @@
-"""The record of a run (run_summary.json), its results files, and the closing KEY=value lines.
-
-run_summary.json is the one record of a run: how it ended (status ok, failed or preempted, with
-the exit code and the error), what it was asked and planned to use, what it really used, where it
-ran, what came out, and its memory. qa_hpc.tools.collect_results reads these records instead of
-scraping logs. Secrets (the hub token) never enter it.
+"""The record of a run (run_summary.json: how it ended, what it was asked, planned and really used, where it ran,
+what came out; never the hub token), its results files, and the closing KEY=value lines.
 """
 
 from __future__ import annotations
@@ -82,8 +78,7 @@ def machine() -> dict[str, str | list[str]]:
     import torch  # here, not at the top: the collector reads SUMMARY_FILE without loading torch
 
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            first_cpu = fh.read().split("\n\n")[0].splitlines()
+        first_cpu = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n")[0].splitlines()
     except OSError:
         first_cpu = []
     info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}

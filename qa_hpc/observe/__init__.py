@@ -1,8 +1,5 @@
-"""What a run reports about itself: profiler, TensorBoard, memory report and efficiency (efficiency.py).
-
-run_qa.py gives the Trainer `observability_callbacks(...)` (a component that is off is never created) and calls
-`finish_observability(...)` on every rank at the end: the memory report gathers every rank's figures; rank 0 gets
-back the KEY=value lines printed before the closing metrics, and the report for run_summary.json.
+"""What a run reports about itself: profiler, TensorBoard, memory report and efficiency (efficiency.py). A
+component that is off is never created.
 """
 
 from __future__ import annotations
@@ -37,7 +34,8 @@ def observability_callbacks(flags: Flags, plan: RunPlan) -> list[TrainerCallback
 
 def finish_observability(trainer: Trainer, flags: Flags, plan: RunPlan, shape: ModelShape, results: Mapping[str, Any],
            wall_clock_seconds: float) -> tuple[list[str], dict[str, Any] | None]:
-    """Memory report and TensorBoard totals. Call on every rank (gathers); rank 0 gets (KEY=value lines, report)."""
+    """Memory report and TensorBoard totals. Call on every rank (the memory report gathers every rank's figures);
+    rank 0 gets the KEY=value lines printed before the closing metrics, and the report for run_summary.json."""
     args, device = trainer.args, plan.gpu_name or "cpu"
     ranks = gather_object([measure_process(args.process_index, args.device)]) if flags.observe.memory_report else []
     if not trainer.is_world_process_zero():

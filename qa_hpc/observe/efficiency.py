@@ -1,10 +1,8 @@
 """Per-run efficiency: real tokens/s, samples/s, model FLOPs and model FLOP utilisation (MFU).
 
-Useful work is counted on real tokens only (padding is waste), with the usual transformer estimate per training
-sequence of s real tokens: 6*N*s + 12*L*H*s**2 (N non-embedding parameters, L layers, H hidden): 6N per token
-for forward + backward through the weights, 12*L*H*s per token for attention scores; bert-base at s = 384 is
-about 212 GFLOP. MFU divides the achieved FLOP/s by the summed peak of the devices at the run's precision (dense
-tensor-core figures from the vendors' data sheets). A CPU has no meaningful peak: only achieved FLOP/s is reported.
+Useful work counts real tokens only (padding is waste): the usual transformer estimate per training sequence
+(train_flops_per_sequence; bert-base at s = 384 is about 212 GFLOP). MFU divides the achieved FLOP/s by the summed
+dense peak of the devices at the run's precision (vendors' data sheets); a CPU has no meaningful peak.
 """
 
 from __future__ import annotations
@@ -37,7 +35,8 @@ def peak_tflops(device_name: str | None, precision: str, tf32: bool) -> float | 
 
 
 def train_flops_per_sequence(lengths: np.ndarray, n_params: int, layers: int, hidden: int) -> np.ndarray:
-    """Forward + backward model FLOPs of each sequence of real length s: 6*N*s + 12*L*H*s^2."""
+    """Forward + backward model FLOPs of each sequence of real length s: 6*N*s + 12*L*H*s^2 (N non-embedding
+    parameters through the weights, L layers x H hidden for the attention scores)."""
     s = lengths.astype(np.float64)
     return 6.0 * n_params * s + 12.0 * layers * hidden * s * s
 

@@ -1,9 +1,5 @@
-"""Where the memory went: measured peaks beside an estimate from the model's anatomy.
-
-At the end of a run every rank measures its own peaks (CUDA allocator, NVML, CPU RSS); rank 0 gathers them, adds
-what the model's anatomy predicts (weights, gradients, optimizer states and activations for the precision and
-optimizer in use) and writes `memory.json` plus greppable `MEMORY_*=` lines. Without CUDA the GPU fields are null
-and the report says why, so the same code runs unchanged on a laptop and on a GPU node.
+"""Where the memory went: every rank's measured peaks (CUDA allocator, NVML, CPU RSS) beside what the model's
+anatomy predicts, in memory.json and `MEMORY_*=` lines. Without CUDA the GPU fields are null and the report says why.
 """
 
 from __future__ import annotations
@@ -32,13 +28,9 @@ ACTIVATIONS = {True: (34, 5, 2), False: (66, 9, 4)}
 
 def anatomy_estimate(shape: ModelShape, precision: str, optim_name: str, batch_size: int, seq_len: int,
                      gradient_checkpointing: bool = False) -> dict[str, Any]:
-    """Training memory predicted from the model's shape, per process.
-
-    fp32 training keeps 4 B weights + 4 B gradients + 8 B AdamW states = 16 B/param; mixed precision adds a 16-bit
-    copy of the weights = 18 B/param. Activations kept for backward: s*b*h*(34 + 5*a*s/h) bytes per layer with
-    16-bit activations, s*b*h*(66 + 9*a*s/h) with fp32 ones (s = max_seq_length, an upper bound when batches are
-    padded to their longest feature; dropout masks stay 1 byte).
-    """
+    """Training memory per process predicted from the model's shape: 4 B weights + 4 B gradients + 8 B AdamW states
+    = 16 B/param in fp32, plus a 16-bit copy of the weights in mixed precision; activations per ACTIVATIONS, with
+    s = max_seq_length (an upper bound when batches are padded to their longest feature)."""
     mixed, optim = precision in ("fp16", "bf16"), str(getattr(optim_name, "value", optim_name))
     bpp = {"weights": 6 if mixed else 4, "gradients": 4,
            "optimizer": next((n for key, n in OPTIMIZER_BYTES if key in optim.lower()), 8)}

@@ -1,11 +1,7 @@
-"""torch.profiler for a few training steps: an op table and a Chrome/Perfetto trace per rank.
-
-Profiling every step slows training and writes tens of GB, so the profiler follows a schedule: skip `wait` steps,
-trace `warmup` steps without keeping them (allocator and kernel warm-up), keep `active` steps, `repeat` times; then
-it stops and the rest of training runs at full speed. Into <output_dir>/profiler/ go trace_rank{N}.json (later
-cycles: trace_rank{N}_cycle{K}.json) and the key_averages table, profiler_summary.txt on rank 0 (other ranks:
-profiler_summary_rank{N}.txt), sorted by self device time on GPU, self CPU time on CPU. Each kept step is
-`ProfilerStep#S` with S the Trainer's global step it completes: trace, table and TensorBoard speak of the same steps.
+"""torch.profiler on a few scheduled training steps (profiling every step slows training and writes tens of GB),
+then stopped: per rank a Chrome/Perfetto trace and the key_averages table, sorted by self device time (CPU time on
+a CPU). Each kept step is `ProfilerStep#S` with S the Trainer's global step it completes: trace, table and
+TensorBoard speak of the same steps.
 """
 
 from __future__ import annotations
@@ -39,12 +35,11 @@ class ProfilerCallback(TrainerCallback):
                        **kwargs: object) -> None:
         self.rank, c = args.process_index, self.cfg
         os.makedirs(self.out_dir, exist_ok=True)
-        base = torch.profiler.schedule(wait=c.profile_wait, warmup=c.profile_warmup, active=c.profile_active,
-                                       repeat=c.profile_repeat)
         first = state.global_step + 1  # ProfilerStep#S completes global step S, also after a resume
+        schedule = torch.profiler.schedule(wait=c.profile_wait, warmup=c.profile_warmup, active=c.profile_active,
+                                           repeat=c.profile_repeat, skip_first=first)
         self.prof = torch.profiler.profile(
-            activities=self.activities, on_trace_ready=self._trace_ready,
-            schedule=lambda step: base(step - first) if step >= first else ProfilerAction.NONE,
+            activities=self.activities, on_trace_ready=self._trace_ready, schedule=schedule,
             record_shapes=c.profile_record_shapes, profile_memory=c.profile_memory, with_stack=c.profile_with_stack)
         self.prof.step_num, self.prof.current_action = first, self.prof.schedule(first)
         self.prof.start()

@@ -1,12 +1,7 @@
-"""TensorBoard: transformers' TensorBoardCallback plus speed, padding, GPU memory and the run's totals.
-
-The parent writes the Trainer's logs on rank 0 (train/*, eval/*). At each logging step this adds, as train/<key>,
-step_time_seconds (per optimizer step; evaluation and checkpoint time left out), samples_per_second and
-tokens_per_second (real tokens, all ranks), real_token_fraction (real / fed: the padding) and, on CUDA, rank 0's
-gpu_memory_{allocated,reserved,peak_allocated}_mb. Whole-run figures (train_runtime, predict_*) go under
-train_total/ and predict/, not into the train/ curves. One event file per launch: the writer stays open after
-training, and the run's totals close it. Real tokens are summed on the device (no host sync per step) and reduced
-across ranks once per logging step, where the Trainer syncs anyway.
+"""TensorBoard: transformers' TensorBoardCallback plus speed, padding, GPU memory and the run's totals (README lists
+the tags). Whole-run figures go under train_total/ and predict/, not into the train/ curves. One event file per
+launch: the writer stays open after training, and the run's totals close it. Real tokens are summed on the device
+(no host sync per step) and reduced across ranks once per logging step, where the Trainer syncs anyway.
 """
 
 from __future__ import annotations
@@ -94,8 +89,7 @@ class TensorBoard(TensorBoardCallback):
 
     def _interval(self, args: TrainingArguments, state: TrainerState) -> dict[str, Scalar]:
         """This interval's speed, padding and memory, under keys the parent files as train/<key>."""
-        counts = torch.tensor([self.samples, self.tokens, 0], dtype=torch.int64, device=args.device)
-        counts[2] += self.real.to(args.device) if isinstance(self.real, torch.Tensor) else self.real
+        counts = torch.stack([torch.as_tensor(n, device=args.device) for n in (self.samples, self.tokens, self.real)])
         self.samples = self.tokens = self.real = 0
         samples, tokens, real = (int(x) for x in reduce(counts, reduction="sum").tolist())  # a collective under DDP
         elapsed, steps = time.perf_counter() - self.interval_start, state.global_step - self.interval_step

@@ -7,18 +7,13 @@ peaks). How each figure is computed is tested without a run in tests/unit/test_o
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import psutil
 import pytest
 import torch
-from tensorboard.plugins.hparams import plugin_data_pb2
-from transformers import AutoModelForQuestionAnswering
 
 from fixtures.outputs import profiler_steps, scalars, tensorboard_events
 from fixtures.runs import DDP_BATCH, Run, read
-from qa_hpc.model import ModelShape
-from qa_hpc.observe.memory import anatomy_estimate
 
 CUDA = torch.cuda.is_available()
 TRAIN_TAGS = ["train/loss", "train/learning_rate", "train/grad_norm", "train/step_time_seconds",
@@ -62,15 +57,8 @@ def test_every_scalar_is_written_at_the_logging_steps_and_adds_up(plain: Run):
     assert _interval_totals(acc) == pytest.approx((2 * features, 2 * real_tokens), rel=1e-6)
     assert all(0.5 < fraction <= 1.0 for _, fraction in scalars(acc, "train/real_token_fraction"))
     assert all(0 < step_time < 60 for _, step_time in scalars(acc, "train/step_time_seconds"))
-
-
-def test_run_totals_as_hparams(plain: Run):
-    acc, kv = tensorboard_events(plain.ok().out), plain.kv()
-    content = acc.PluginTagToContent("hparams")
-    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
-    hparams = {k: v.ListFields()[0][1] for k, v in start.hparams.items()}
-    assert {k: hparams[k] for k in ("world_size", "precision", "per_device_train_batch_size", "epochs")} == {
-        "world_size": 1, "precision": "fp32", "per_device_train_batch_size": 8, "epochs": 2}
+    # the run's totals (the HPARAMS tab's layout: tests/unit): its own wall clock, last loss and results
+    kv = plain.kv()
     assert abs(scalars(acc, "hparam/wall_clock_seconds")[0][1] - float(kv["WALL_CLOCK_SECONDS"])) <= 1.0
     assert scalars(acc, "hparam/final_loss")[0][1] == pytest.approx(scalars(acc, "train/loss")[-1][1])
     assert scalars(acc, "hparam/eval_f1")[0][1] == pytest.approx(float(kv["eval_f1"]), abs=1e-4)
@@ -119,12 +107,12 @@ def test_profiler_table_and_trace_cover_the_scheduled_steps(plain: Run):
     assert any("Input Dims" in (e.get("args") or {}) for e in mm) and any(e.get("name") == "[memory]" for e in events)
 
 
-def test_memory_report_lines_and_estimate(plain: Run, tiny_bert: Path):
+def test_memory_report_lines_and_estimate(plain: Run):
+    """Real peaks and their KEY=value lines (the estimate's arithmetic and the report's layout: tests/unit)."""
     report, kv = read(plain.ok().out / "memory.json"), plain.kv()
     rss = report["cpu"]["peak_rss_mb"]
     assert 50 < rss < psutil.virtual_memory().total / 2**20
     assert report["max_over_ranks"]["cpu_peak_rss_mb"] == rss == report["measured_peak_mb"]
-    assert [r["rank"] for r in report["ranks"]] == [0] and report["world_size"] == 1
     if CUDA:
         cuda = report["cuda"]
         assert 0 < cuda["peak_allocated_mb"] <= cuda["peak_reserved_mb"] <= cuda["total_mb"]
@@ -133,13 +121,9 @@ def test_memory_report_lines_and_estimate(plain: Run, tiny_bert: Path):
     else:
         assert report["cuda"] is None and report["nvml"] is None and report["note"] == "no CUDA device"
         assert report["measured_source"].startswith("cpu peak RSS") and kv["MEMORY_CUDA"] == "none (no CUDA device)"
-    # the estimate for the run's own model and shape (its arithmetic: tests/unit/test_observe.py)
-    shape, est = ModelShape.of(AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert))), report["estimate"]
-    assert est == anatomy_estimate(shape, "fp32", est["optimizer"], 8, 128)
     assert float(kv["MEMORY_CPU_PEAK_RSS_MB"]) == pytest.approx(rss, abs=0.05)
-    assert float(kv["MEMORY_ESTIMATE_MB"]) == pytest.approx(est["total_mb"], abs=0.05)
-    assert kv["MEMORY_ESTIMATE_BYTES_PER_PARAM"] == "16"
-    assert (kv["RUN_WORLD_SIZE"], kv["RUN_NODES"], kv["RUN_PRECISION"]) == ("1", "1", "fp32")
+    assert float(kv["MEMORY_ESTIMATE_MB"]) == pytest.approx(report["estimate"]["total_mb"], abs=0.05)
+    assert (kv["MEMORY_ESTIMATE_BYTES_PER_PARAM"], kv["RUN_NODES"], kv["RUN_PRECISION"]) == ("16", "1", "fp32")
 
 
 def test_ddp_counts_every_rank_rank0_alone_writes_scalars_each_rank_its_trace(ddp: Run):

@@ -20,9 +20,6 @@ from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.errors import EXIT_OOM, BatchContext, OutputError, check_writable_dir, guarded, write_failure
 from qa_hpc.preemption import StopRequest, last_complete_checkpoint
 
-CTX = BatchContext(train_batch_size=32, eval_batch_size=64, gradient_accumulation_steps=1, max_seq_length=384,
-                   device="cuda:0", precision="bf16")
-
 
 def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(tmp_path: Path) -> None:
     target = tmp_path / "x.json"
@@ -112,7 +109,8 @@ def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(phase: 
     import run_qa
 
     def main() -> int:
-        with guarded(phase, "out", CTX._replace(precision=precision)):
+        with guarded(phase, "out", BatchContext(train_batch_size=32, eval_batch_size=64, gradient_accumulation_steps=1,
+                                                max_seq_length=384, device="cuda:0", precision=precision)):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
 
     monkeypatch.setattr(run_qa, "main", main)
