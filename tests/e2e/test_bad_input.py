@@ -203,9 +203,8 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
         assert alternative in errors[0] and "Traceback" not in log and not (tmp_path / "out").exists()
 
 
-def test_remote_code_runs_only_with_the_flag(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
-    """A local model directory whose config asks to run its own Python code, which would create `marker`."""
-    model, marker = tmp_path / "model_with_code", tmp_path / "REMOTE_CODE_RAN"
+def model_with_code(tiny_bert: Path, model: Path, marker: Path) -> Path:
+    """A copy of tiny_bert whose config asks to run its own Python code, which creates `marker` when it runs."""
     shutil.copytree(tiny_bert, model)
     (model / "custom_bert.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
@@ -216,12 +215,20 @@ def test_remote_code_runs_only_with_the_flag(tiny_bert: Path, demo_files: dict[s
     config["auto_map"] = {"AutoConfig": "custom_bert.CustomConfig",
                           "AutoModelForQuestionAnswering": "custom_bert.CustomQA"}
     (model / "config.json").write_text(json.dumps(config))
-    env = offline_env(HF_HOME=str(tmp_path / "hf_home"))
-    base = tiny_flags(model, tmp_path / "out", "--do_eval", "--validation_file", str(demo_files["validation"]),
-                      "--max_eval_samples", "2")
-    proc = run_qa(base, env=env)
-    assert not marker.exists(), "model code ran without --trust_remote_code"
-    ok(proc)  # the built-in BERT code is used
-    # the control: asked for, the same directory's code does run (so the check above can see it)
-    proc = run_qa([*base, "--trust_remote_code", "true", "--output_dir", str(tmp_path / "out2")], env=env)
-    assert marker.exists(), output(proc)[-3000:]
+    return model
+
+
+def test_remote_code_runs_only_with_the_flag(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
+    """Without --trust_remote_code the model's own code does not run; the control, with it, shows that it would."""
+    runs = {}
+    for name, flags in (("plain", ()), ("trusted", ("--trust_remote_code", "true"))):
+        marker = tmp_path / f"REMOTE_CODE_RAN_{name}"
+        model = model_with_code(tiny_bert, tmp_path / f"model_{name}", marker)
+        argv = tiny_flags(model, tmp_path / f"out_{name}", "--do_eval", "--validation_file",
+                          str(demo_files["validation"]), "--max_eval_samples", "2", *flags)
+        runs[name] = (marker, argv, offline_env(HF_HOME=str(tmp_path / f"hf_home_{name}")))
+    with ThreadPoolExecutor() as pool:  # side by side: two separate models, caches and markers
+        procs = dict(zip(runs, pool.map(lambda run: run_qa(run[1], env=run[2]), runs.values())))
+    assert not runs["plain"][0].exists(), "model code ran without --trust_remote_code"
+    ok(procs["plain"])  # the built-in BERT code is used
+    assert runs["trusted"][0].exists(), output(procs["trusted"])[-3000:]
