@@ -1,6 +1,6 @@
 """The one SQuAD reader: official nested JSON (v1.1/v2.0), flat JSON / JSON Lines, CSV or Parquet -> flat records.
 
-Each format becomes flat records handed one by one to a RecordChecker (qa_hpc.squad_records), which
+Each format becomes flat records handed one by one to a LoadedFile (qa_hpc.squad_records), which
 raises DataError naming file, record and field before any record is returned. Parsed here, not by
 ``load_dataset``: its JSON errors name no line or column, a missing field reads as null, and pandas
 reads the CSV id 007 as the number 7. The file is read once: the bytes checked are the bytes digested.
@@ -18,9 +18,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from qa_hpc.squad_records import PAIR, DataError, LoadReport, RecordChecker, keys_of, kind_of
+from qa_hpc.squad_records import PAIR, DataError, LoadedFile, keys_of, kind_of
 
-__all__ = ["ANSWER_CHECKS", "DataError", "LoadReport", "load_qa_records", "load_references"]  # what callers import
+__all__ = ["ANSWER_CHECKS", "DataError", "LoadedFile", "load_qa_records", "load_references"]  # what callers import
 
 SPLITS = ("train", "validation", "test")
 ANSWER_CHECKS = ("error", "fix", "skip")
@@ -34,36 +34,37 @@ csv.field_size_limit(2**31 - 1)  # long contexts exceed csv's 128 KiB default fi
 
 
 def load_qa_records(path: str | os.PathLike, *, split: str = "train", version_2_with_negative: bool = False,
-                    answer_check: str = "error") -> tuple[list[dict], LoadReport]:
-    """Every record of a QA file, flat, or DataError. ``split="test"`` may lack answers; ``answer_check``:
-    an answer not at its ``answer_start`` raises ("error"), moves to the nearest occurrence ("fix") or is skipped."""
+                    answer_check: str = "error") -> tuple[list[dict], LoadedFile]:
+    """Every record of a QA file, flat, and what was loaded, or DataError. ``split="test"`` may lack answers;
+    ``answer_check``: an answer not at its ``answer_start`` raises ("error"), moves to the nearest one ("fix") or is
+    skipped."""
     if split not in SPLITS or answer_check not in ANSWER_CHECKS:
         raise ValueError(f"split must be one of {SPLITS} (got {split!r}), answer_check one of {ANSWER_CHECKS} "
                          f"(got {answer_check!r})")
-    c = RecordChecker(os.fspath(path), split, bool(version_2_with_negative), answer_check)
-    fmt, digest = _read(c)
-    if c.n_seen == 0:
-        raise c.fail(None, f"contains no records (format {fmt})")
+    c = LoadedFile(os.fspath(path), split, bool(version_2_with_negative), answer_check)
+    _read(c)
+    if not c.seen:
+        raise c.fail(None, f"contains no records (format {c.fmt})")
     if not c.records:
-        raise c.fail(None, f"all {c.n_seen} records were skipped ({c.skipped}); nothing left to use")
-    n_impossible = sum(1 for rec in c.records if not rec["answers"]["text"])
-    return c.records, LoadReport(c.path, fmt, len(c.records), n_impossible, dict(c.skipped), c.fixed, digest)
+        raise c.fail(None, f"all {len(c.seen)} records were skipped ({c.skipped}); nothing left to use")
+    return c.records, c
 
 
 def load_references(path: str | os.PathLike) -> dict[str, list[str]]:
     """Question id -> gold texts in file order (unanswerable: ``[]``); only what the official scripts read."""
-    c = RecordChecker(os.fspath(path), "validation", scoring=True)  # gold answers must be there
-    fmt, _ = _read(c)
+    c = LoadedFile(os.fspath(path), "validation", scoring=True)  # gold answers must be there
+    _read(c)
     if not c.references:
-        raise c.fail(None, f"contains no questions (format {fmt})")
+        raise c.fail(None, f"contains no questions (format {c.fmt})")
     return c.references
 
 
-def _read(c: RecordChecker) -> tuple[str, str]:
-    """Hands every record of ``c.path`` to ``c``; returns the format it was read as and the bytes' digest."""
+def _read(c: LoadedFile) -> None:
+    """Hands every record of ``c.path`` to ``c``; sets the format it was read as and the bytes' digest."""
     p = Path(c.path)
     if not p.exists():
-        raise c.fail(None, f"{c.what} not found (resolved to {p.resolve()}, cwd {os.getcwd()})")
+        what = "dataset file" if c.scoring else "file"
+        raise c.fail(None, f"{what} not found (resolved to {p.resolve()}, cwd {os.getcwd()})")
     if p.is_dir():
         inside = ", ".join(sorted(x.name for x in p.iterdir() if x.is_file() and x.suffix.lower() in _FORMATS)[:10])
         raise c.fail(None, "is a directory, expected a data file" + (f"; data files in it: {inside}" if inside else ""))
@@ -82,16 +83,16 @@ def _read(c: RecordChecker) -> tuple[str, str]:
     if kind is None:
         raise c.fail(None, f"cannot tell the format from the extension {ext or '(none)'!r} or the content; "
                            "use .json (SQuAD or flat records), .jsonl, .csv, .tsv or .parquet")
+    c.digest = hashlib.sha256(raw).hexdigest()
     if kind == "parquet":
-        fmt = _table(c, *_parquet_rows(c, data), kind)
+        c.fmt = _table(c, *_parquet_rows(c, data), kind)
     elif kind == "csv":
-        fmt = _table(c, *_csv_rows(c, _decode(c, data), "\t" if ext == ".tsv" else ","), kind)
+        c.fmt = _table(c, *_csv_rows(c, _decode(c, data), "\t" if ext == ".tsv" else ","), kind)
     else:
-        fmt = _json(c, _decode(c, data), jsonl_ext=kind == "jsonl")
-    return fmt, hashlib.sha256(raw).hexdigest()
+        c.fmt = _json(c, _decode(c, data), jsonl_ext=kind == "jsonl")
 
 
-def _decode(c: RecordChecker, data: bytes) -> str:
+def _decode(c: LoadedFile, data: bytes) -> str:
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
@@ -103,7 +104,7 @@ def _decode(c: RecordChecker, data: bytes) -> str:
 
 
 # ----------------------------------------------------------------- JSON and JSON Lines
-def _json(c: RecordChecker, text: str, jsonl_ext: bool) -> str:
+def _json(c: LoadedFile, text: str, jsonl_ext: bool) -> str:
     """A JSON document (even saved as .jsonl), or JSON Lines (even saved as .json)."""
     try:
         obj = json.loads(text)
@@ -128,7 +129,7 @@ def _json(c: RecordChecker, text: str, jsonl_ext: bool) -> str:
     return "jsonl"
 
 
-def _json_value(c: RecordChecker, obj: Any) -> str:
+def _json_value(c: LoadedFile, obj: Any) -> str:
     if isinstance(obj, dict) and "data" not in obj:
         what = "a single record" if {"question", "context"} <= set(obj) else f"an object with keys {keys_of(obj)}"
         raise c.fail(None, f"wrong top-level shape: found {what}, without a 'data' field; {_SHAPES}")
@@ -146,7 +147,7 @@ def _json_value(c: RecordChecker, obj: Any) -> str:
     return "squad-nested" if nested else "json"
 
 
-def _article(c: RecordChecker, aloc: str, art: Any) -> None:
+def _article(c: LoadedFile, aloc: str, art: Any) -> None:
     """One article of the official layout: every question of every paragraph, with its context and title."""
     if not isinstance(art, dict):
         raise c.fail(aloc, f"expected an article object with title and paragraphs; found {kind_of(art)}")
@@ -177,7 +178,7 @@ def _article(c: RecordChecker, aloc: str, art: Any) -> None:
 
 
 # ----------------------------------------------------------------- CSV and Parquet: one flat table
-def _table(c: RecordChecker, cols: list[str], rows: Iterable[tuple[str, dict]], kind: str) -> str:
+def _table(c: LoadedFile, cols: list[str], rows: Iterable[tuple[str, dict]], kind: str) -> str:
     """Rows of a CSV or Parquet table, each a flat record; answers in an ``answers`` column (a JSON
     string in CSV) or an answer_text + answer_start pair of columns (one answer per row)."""
     where, found = "CSV line 1" if kind == "csv" else None, ", ".join(map(repr, cols))
@@ -195,7 +196,7 @@ def _table(c: RecordChecker, cols: list[str], rows: Iterable[tuple[str, dict]], 
     return kind
 
 
-def _parquet_rows(c: RecordChecker, data: bytes) -> tuple[list[str], Iterator[tuple[str, dict]]]:
+def _parquet_rows(c: LoadedFile, data: bytes) -> tuple[list[str], Iterator[tuple[str, dict]]]:
     import pyarrow.parquet as pq
 
     try:
@@ -205,7 +206,7 @@ def _parquet_rows(c: RecordChecker, data: bytes) -> tuple[list[str], Iterator[tu
     return table.column_names, ((f"row {i}", row) for i, row in enumerate(table.to_pylist()))
 
 
-def _csv_rows(c: RecordChecker, text: str, delimiter: str) -> tuple[list[str], list[tuple[str, dict]]]:
+def _csv_rows(c: LoadedFile, text: str, delimiter: str) -> tuple[list[str], list[tuple[str, dict]]]:
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     rows, line = [], 1  # each row located at its first line: quoted fields may span several
     try:

@@ -13,8 +13,7 @@ import numbers
 import reprlib
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from qa_hpc.errors import UsageError
 
@@ -25,47 +24,40 @@ class DataError(UsageError):
     """Bad input: ``path: location (id 'x'): field 'f': what is wrong``."""
 
 
-@dataclass
-class LoadReport:
-    """What was loaded, so logs show at a glance that no data went missing."""
-
-    path: str
-    fmt: str  # "squad-nested" | "json" | "jsonl" | "csv" | "parquet"
-    n_records: int
-    n_impossible: int  # records with no answer (SQuAD v2 style)
-    skipped: dict[str, int] = field(default_factory=dict)  # reason -> count (answer_check="skip")
-    fixed: int = 0  # answers whose answer_start was corrected (answer_check="fix")
-    digest: str = ""  # of the bytes that were read and checked: what the features cache is keyed by
-
-    def summary(self) -> str:
-        """One greppable ``DATA_LOADED key=value ...`` line for job logs."""
-        parts = ["DATA_LOADED", f"file={shlex.quote(self.path)}", f"format={self.fmt}", f"records={self.n_records}",
-                 f"impossible={self.n_impossible}", f"skipped={sum(self.skipped.values())}", f"fixed={self.fixed}"]
-        return " ".join(parts + [f"skipped_{reason}={n}" for reason, n in sorted(self.skipped.items())])
-
-
-class _Answer(NamedTuple):
-    text: str
-    start: int | None  # None when only texts are asked for (scoring)
-    text_field: str
-    start_field: str
-
-
+Answer = tuple[str, Any, str, str]  # text, answer_start (None when scoring), and the fields they were read from
 FieldError = Callable[[str, str], DataError]  # (message, field) -> the error, placed at the record
 
 
-class RecordChecker:
-    """Records of one file (or, ``scoring``, id -> gold texts), each checked as a reader hands it over."""
+class LoadedFile:
+    """One file's records (or, ``scoring``, id -> gold texts), each checked as a reader hands it over, and what
+    was loaded: the reader sets ``fmt`` and ``digest``, ``answer_check`` counts ``fixed`` answers and ``skipped``
+    records (reason -> count)."""
 
     def __init__(self, path: str, split: str, v2: bool = False, answer_check: str = "error",
                  scoring: bool = False) -> None:
         self.path, self.split, self.v2, self.answer_check, self.scoring = path, split, v2, answer_check, scoring
-        self.what = "dataset file" if scoring else "file"
+        self.fmt = ""  # "squad-nested" | "json" | "jsonl" | "csv" | "parquet"
+        self.digest = ""  # of the bytes that were read and checked: what the features cache is keyed by
         self.seen: dict[str, str] = {}  # id -> location of its first occurrence
-        self.n_seen = self.fixed = 0
         self.records: list[dict] = []
         self.references: dict[str, list[str]] = {}
         self.skipped: dict[str, int] = {}
+        self.fixed = 0
+
+    @property
+    def n_records(self) -> int:
+        return len(self.records)
+
+    @property
+    def n_impossible(self) -> int:
+        """Records with no answer (SQuAD v2 style)."""
+        return sum(1 for rec in self.records if not rec["answers"]["text"])
+
+    def summary(self) -> str:
+        """One greppable ``DATA_LOADED key=value ...`` line for job logs: at a glance, no data went missing."""
+        parts = ["DATA_LOADED", f"file={shlex.quote(self.path)}", f"format={self.fmt}", f"records={self.n_records}",
+                 f"impossible={self.n_impossible}", f"skipped={sum(self.skipped.values())}", f"fixed={self.fixed}"]
+        return " ".join(parts + [f"skipped_{reason}={n}" for reason, n in sorted(self.skipped.items())])
 
     def fail(self, loc: str | None, msg: str, *, rid: Any = None, fld: str | None = None) -> DataError:
         record = " ".join(p for p in (loc, isinstance(rid, str) and rid and f"(id {rid!r})") if p)
@@ -80,22 +72,21 @@ class RecordChecker:
             raise self.fail(loc, "this looks like a nested SQuAD article (it has 'paragraphs') inside a file of flat "
                                  'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
                             fld="paragraphs")
-        answers, fld = ({k: rec.get(k) for k in PAIR}, PAIR[0]) if pair else (rec.get("answers"), "answers")
-        present = pair or impossible or "answers" in rec and not (answers is None and self.split == "test")
+        fld = PAIR[0] if pair else "answers"
         raw = {k: v for k, v in rec.items() if k not in PAIR} if pair else rec
-        self.n_seen += 1
         rid = _string(raw, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them")
         if rid in self.seen:
             raise self.fail(loc, f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}", rid=rid,
                             fld="id")
         self.seen[rid] = loc
         err: FieldError = lambda msg, f: self.fail(loc, msg, rid=rid, fld=f)  # noqa: E731 - this record's errors
-        if not present and (self.scoring or self.split != "test"):
+        if not (pair or impossible or "answers" in rec) and self.split != "test":  # the scorer reads "validation"
             why = "scoring needs the gold answers" if self.scoring else "answers may be left out only for split='test'"
             raise err(f"missing (record has keys {keys_of(raw)}); {why}", fld)
-        golds = [] if impossible or not present else _answers(answers, fld, err, self.scoring, cell, pair)
+        golds = ([] if impossible else _pair_answers(rec, err, self.scoring) if pair else
+                 _answers(rec.get("answers"), err, self.scoring, cell))
         if self.scoring:
-            self.references[rid] = [a.text for a in golds]
+            self.references[rid] = [text for text, *_ in golds]
             return
         title = raw.get("title")
         if title is not None and not isinstance(title, str):
@@ -106,35 +97,35 @@ class RecordChecker:
             raise err(f"record has no answer ({why}) but version_2_with_negative is off; pass "
                       "--version_2_with_negative for SQuAD v2-style data with unanswerable questions",
                       "is_impossible" if impossible else fld)
-        placed = self._placed(context, golds, err)
-        if placed is None:
+        answers = self._placed(context, golds, err)
+        if answers is None:
             self.skipped["answer_not_at_start"] = self.skipped.get("answer_not_at_start", 0) + 1
             return
         self.records.append({"id": rid, "title": title or "", "context": context, "question": question,
-                             "answers": {"text": [a.text for a in placed], "answer_start": [a.start for a in placed]}})
+                             "answers": answers})
 
-    def _placed(self, context: str, golds: list[_Answer], err: FieldError) -> list[_Answer] | None:
-        """Answers whose text is at their answer_start, fixed if asked; None: skip the record."""
-        out = []
-        for a in golds:
-            start = a.start
+    def _placed(self, context: str, golds: list[Answer], err: FieldError) -> dict[str, list] | None:
+        """The answers as HF columns, each text at its answer_start, fixed if asked; None: skip the record."""
+        answers: dict[str, list] = {"text": [], "answer_start": []}
+        for text, start, text_field, start_field in golds:
             if start < 0 or start >= len(context):
-                raise err(f"{start} is out of range for a context of {len(context)} characters", a.start_field)
-            found = context[start:start + len(a.text)]
-            if found != a.text:
+                raise err(f"{start} is out of range for a context of {len(context)} characters", start_field)
+            found = context[start:start + len(text)]
+            if found != text:
                 if self.answer_check == "skip":
                     return None
-                occurrences = (i for i in range(len(context)) if context.startswith(a.text, i))
+                occurrences = (i for i in range(len(context)) if context.startswith(text, i))
                 new = min(occurrences, key=lambda i: (abs(i - start), i), default=None)  # the nearest, earlier on ties
                 if self.answer_check == "error" or new is None:
                     where = ("; the text does not occur anywhere in the context" if new is None else
                              f"; the text does occur at {new} (answer_check='fix' corrects such offsets, "
                              "'skip' drops such records)")
-                    raise err(f"answer text {reprlib.repr(a.text)} not found at answer_start {start} "
-                              f"(context has {reprlib.repr(found)} there){where}", a.text_field)
+                    raise err(f"answer text {reprlib.repr(text)} not found at answer_start {start} "
+                              f"(context has {reprlib.repr(found)} there){where}", text_field)
                 start, self.fixed = new, self.fixed + 1
-            out.append(a._replace(start=start))
-        return out
+            answers["text"].append(text)
+            answers["answer_start"].append(start)
+        return answers
 
 
 def _string(raw: dict, name: str, err: FieldError, hint: str = "") -> str:
@@ -148,51 +139,53 @@ def _string(raw: dict, name: str, err: FieldError, hint: str = "") -> str:
     return val
 
 
-def _answers(answers: Any, fld: str, err: FieldError, scoring: bool, cell: bool, pair: bool) -> list[_Answer]:
-    """Every answer of one record: HF columns, SQuAD objects, a JSON string of either, or a table
-    row's answer_text + answer_start pair.
+def _answers(answers: Any, err: FieldError, scoring: bool, cell: bool) -> list[Answer]:
+    """Every answer of one record: HF columns, SQuAD objects, or (``cell``) a JSON string of either.
 
     Scoring reads only the texts, as the official scripts do: ``answer_start`` may be absent
     and an empty text is kept (v2 scoring ignores golds that normalize to nothing).
     """
-    if pair:
-        return _pair_answers(answers, err, scoring)
     keys = ("text",) if scoring else ("text", "answer_start")
     if cell and isinstance(answers, str):  # a CSV/Parquet cell; empty means no answer
         try:
             answers = json.loads(answers) if answers.strip() else None
         except json.JSONDecodeError as e:
             raise err(f"is not valid JSON ({e.msg} at column {e.colno}); expected "
-                      '{"text": [...], "answer_start": [...]} or [{"text": ..., "answer_start": ...}]', fld) from None
+                      '{"text": [...], "answer_start": [...]} or [{"text": ..., "answer_start": ...}]',
+                      "answers") from None
     if answers is None:
         return []
     if isinstance(answers, dict):  # HF columns {"text": [...], "answer_start": [...]}
-        _need(answers, keys, err, "answers", fld + ".")
+        missing = [key for key in keys if key not in answers]
+        if missing:
+            raise err(f"missing (answers has keys {keys_of(answers)})", f"answers.{missing[0]}")
         texts, starts = answers["text"], answers.get("answer_start")
         if isinstance(texts, str) and (_is_int(starts) or scoring):  # one answer written as scalars
             texts, starts = [texts], [starts]
         for key, val in zip(keys, (texts, starts)):
             if not isinstance(val, (list, tuple)):
-                raise err(f"must be a list, got {type(val).__name__}", f"{fld}.{key}")
+                raise err(f"must be a list, got {type(val).__name__}", f"answers.{key}")
         if not scoring and len(texts) != len(starts):
-            raise err(f"has {len(texts)} texts but {len(starts)} answer_start values", f"{fld}.answer_start")
+            raise err(f"has {len(texts)} texts but {len(starts)} answer_start values", "answers.answer_start")
         pairs = zip(texts, [None] * len(texts) if scoring else starts)
     elif isinstance(answers, (list, tuple)):  # SQuAD objects [{"text": ..., "answer_start": ...}]
         for i, a in enumerate(answers):
             if not isinstance(a, dict):
-                raise err(f"must be an object with text and answer_start, got {type(a).__name__}", f"{fld}[{i}]")
-            _need(a, keys, err, "answer", f"{fld}[{i}].")
+                raise err(f"must be an object with text and answer_start, got {type(a).__name__}", f"answers[{i}]")
+            missing = [key for key in keys if key not in a]
+            if missing:
+                raise err(f"missing (answer has keys {keys_of(a)})", f"answers[{i}].{missing[0]}")
         pairs = ((a["text"], a.get("answer_start")) for a in answers)
     else:
         raise err(f"must be a list of {{text, answer_start}} objects or "
-                  f'{{"text": [...], "answer_start": [...]}}, got {type(answers).__name__}', fld)
-    return [_answer(text, start, (f"{fld}[{i}].text", f"{fld}[{i}].answer_start"), err, scoring)
+                  f'{{"text": [...], "answer_start": [...]}}, got {type(answers).__name__}', "answers")
+    return [_answer(text, start, (f"answers[{i}].text", f"answers[{i}].answer_start"), err, scoring)
             for i, (text, start) in enumerate(pairs)]
 
 
-def _pair_answers(row: dict[str, Any], err: FieldError, scoring: bool) -> list[_Answer]:
+def _pair_answers(row: dict[str, Any], err: FieldError, scoring: bool) -> list[Answer]:
     """A table row's answer_text + answer_start cells, named by their columns; no answer when both are empty."""
-    text, start = row[PAIR[0]], row[PAIR[1]]
+    text, start = row.get(PAIR[0]), row.get(PAIR[1])  # the scorer's table may have no answer_start column
     start = start.strip() if isinstance(start, str) else start
     has_text = not (text is None or isinstance(text, str) and not text.strip())
     if not scoring and has_text == (start in (None, "")):
@@ -203,20 +196,14 @@ def _pair_answers(row: dict[str, Any], err: FieldError, scoring: bool) -> list[_
     return [_answer(text, start, PAIR, err, scoring)] if has_text else []
 
 
-def _answer(text: Any, start: Any, fields: tuple[str, str], err: FieldError, scoring: bool) -> _Answer:
+def _answer(text: Any, start: Any, fields: tuple[str, str], err: FieldError, scoring: bool) -> Answer:
     if not isinstance(text, str):
         raise err(f"must be a string, got {type(text).__name__}", fields[0])
     if not scoring and not text.strip():
         raise err("answer text is empty", fields[0])
     if not scoring and not _is_int(start):
         raise err(f"must be an integer character offset, got {type(start).__name__} {start!r}", fields[1])
-    return _Answer(text, None if scoring else int(start), *fields)
-
-
-def _need(obj: dict, keys: tuple[str, ...], err: FieldError, what: str, prefix: str) -> None:
-    for key in keys:
-        if key not in obj:
-            raise err(f"missing ({what} has keys {keys_of(obj)})", prefix + key)
+    return text, None if scoring else int(start), *fields
 
 
 def _is_int(v: Any) -> bool:
