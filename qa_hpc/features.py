@@ -194,10 +194,9 @@ def _featurize(examples: datasets.Dataset, fn: Callable, tokenizer: PreTrainedTo
     """examples.map(fn) into a cache file named by the examples' fingerprint, the tokenizer and the settings."""
     # the tokenizer by its vocabulary and rules, not the folder it came from nor the truncation a call left set
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    tokenizer_key = Hasher.hash([type(tokenizer).__name__, tokenizer.padding_side,
-                                 {k: v for k, v in spec.items() if k not in ("truncation", "padding")}])
-    key = Hasher.hash([examples._fingerprint, fn.__name__, tokenizer_key, cfg.max_seq_length, cfg.doc_stride,
-                       cfg.pad_to_max_length])
+    key = Hasher.hash([examples._fingerprint, fn.__name__, type(tokenizer).__name__, tokenizer.padding_side,
+                       {k: v for k, v in spec.items() if k not in ("truncation", "padding")},
+                       cfg.max_seq_length, cfg.doc_stride, cfg.pad_to_max_length])
     folder = os.path.join(cache_dir, f"{name}-{key}")
     os.makedirs(folder, exist_ok=True)
     before, t0 = set(os.listdir(folder)), time.time()

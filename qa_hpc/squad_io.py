@@ -20,7 +20,7 @@ from typing import Any
 
 from qa_hpc.squad_records import PAIR, DataError, LoadedFile, keys_of, kind_of
 
-__all__ = ["ANSWER_CHECKS", "DataError", "LoadedFile", "load_qa_records", "load_references"]  # what callers import
+__all__ = ["ANSWER_CHECKS", "DataError", "load_qa_records", "load_references"]  # what callers import
 
 SPLITS = ("train", "validation", "test")
 ANSWER_CHECKS = ("error", "fix", "skip")

@@ -72,7 +72,6 @@ class LoadedFile:
             raise self.fail(loc, "this looks like a nested SQuAD article (it has 'paragraphs') inside a file of flat "
                                  'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
                             fld="paragraphs")
-        fld = PAIR[0] if pair else "answers"
         raw = {k: v for k, v in rec.items() if k not in PAIR} if pair else rec
         rid = _string(raw, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them")
         if rid in self.seen:
@@ -82,7 +81,7 @@ class LoadedFile:
         err: FieldError = lambda msg, f: self.fail(loc, msg, rid=rid, fld=f)  # noqa: E731 - this record's errors
         if not (pair or impossible or "answers" in rec) and self.split != "test":  # the scorer reads "validation"
             why = "scoring needs the gold answers" if self.scoring else "answers may be left out only for split='test'"
-            raise err(f"missing (record has keys {keys_of(raw)}); {why}", fld)
+            raise err(f"missing (record has keys {keys_of(raw)}); {why}", "answers")
         golds = ([] if impossible else _pair_answers(rec, err, self.scoring) if pair else
                  _answers(rec.get("answers"), err, self.scoring, cell))
         if self.scoring:
@@ -96,7 +95,7 @@ class LoadedFile:
             why = "is_impossible is true" if impossible else "no answers given"
             raise err(f"record has no answer ({why}) but version_2_with_negative is off; pass "
                       "--version_2_with_negative for SQuAD v2-style data with unanswerable questions",
-                      "is_impossible" if impossible else fld)
+                      "is_impossible" if impossible else PAIR[0] if pair else "answers")
         answers = self._placed(context, golds, err)
         if answers is None:
             self.skipped["answer_not_at_start"] = self.skipped.get("answer_not_at_start", 0) + 1
