@@ -23,6 +23,7 @@ from datasets.fingerprint import Hasher
 from qa_hpc.dist import first_on_each_filesystem
 from qa_hpc.errors import UsageError
 from qa_hpc.squad_io import load_qa_records
+from qa_hpc.squad_records import LoadedFile
 
 if TYPE_CHECKING:  # annotations only: postprocessing and utils_qa import this module without the model stack
     from transformers import PreTrainedTokenizerBase
@@ -149,10 +150,9 @@ def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, tra
     for split, fn, limit in wanted:
         with first_on_each_filesystem():
             ds = read[split]
-            if isinstance(ds, tuple):  # checked records of a local file: cached as Arrow, keyed by the bytes read
-                records, digest = ds
-                fingerprint = Hasher.hash([digest, split, data_args.version_2_with_negative, data_args.answer_check])
-                ds = datasets.Dataset.from_generator(partial(iter, records), features=RECORD_FEATURES,
+            if isinstance(ds, LoadedFile):  # checked records of a local file: cached as Arrow, keyed by the bytes read
+                fingerprint = Hasher.hash([ds.digest, split, data_args.version_2_with_negative, data_args.answer_check])
+                ds = datasets.Dataset.from_generator(partial(iter, ds.records), features=RECORD_FEATURES,
                                                      cache_dir=cache_dir, fingerprint=fingerprint)
             examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
             cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length,
@@ -163,17 +163,16 @@ def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, tra
 
 
 def _read_splits(data_args: DataTrainingArguments, model_args: ModelArguments,
-                 splits: list[str]) -> dict[str, tuple[list[dict], str] | datasets.Dataset]:
-    """Each split's checked records and the digest of its file's bytes, else the hub dataset's split."""
-    read: dict[str, tuple[list[dict], str] | datasets.Dataset] = {}
+                 splits: list[str]) -> dict[str, LoadedFile | datasets.Dataset]:
+    """Each split's local file, read and checked, else the hub dataset's split."""
+    read: dict[str, LoadedFile | datasets.Dataset] = {}
     hub = None
     for split in splits:
         path = getattr(data_args, f"{split}_file")  # --train_file, --validation_file, --test_file
         if path is not None:
-            records, report = load_qa_records(path, split=split, answer_check=data_args.answer_check,
-                                              version_2_with_negative=data_args.version_2_with_negative)
-            logger.info("%s split=%s", report.summary(), split)
-            read[split] = (records, report.digest)
+            _, read[split] = load_qa_records(path, split=split, answer_check=data_args.answer_check,
+                                             version_2_with_negative=data_args.version_2_with_negative)
+            logger.info("%s split=%s", read[split].summary(), split)
             continue
         if not data_args.dataset_name:
             raise UsageError(f"no --{split}_file and no --dataset_name to read the {split} split from")
