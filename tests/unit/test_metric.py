@@ -113,15 +113,11 @@ def test_score_v2_thresholds_and_quirks(refs: dict, preds: dict, na: dict | None
     assert_scores(sm.score_v2(refs, preds, na, thresh), expected, every_key=False)
 
 
-@pytest.fixture(scope="module")
-def dev_refs() -> dict[str, list[str]]:
-    return load_references(shared_squad_file("dev-v1.1.json"))
-
-
-def test_dev_set_equals_the_official_v11_script(dev_refs: dict) -> None:
+def test_dev_set_equals_the_official_v11_script() -> None:
     """Imperfect answers of every kind (partial, padded, another gold, empty, missing): bitwise the official floats."""
     if not OFFICIAL_V11.exists():
         skip_or_fail(f"the official v1.1 script not found at {OFFICIAL_V11}")
+    dev_refs = load_references(shared_squad_file("dev-v1.1.json"))
     spec = importlib.util.spec_from_file_location("official_squad_v11", OFFICIAL_V11)
     official = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(official)
@@ -264,26 +260,23 @@ def test_make_score_hand_computed(v2: bool, hub: bool) -> None:
     assert_scores(score(QAPredictions(answers=answers, nbest={}, null_odds=probs), examples(golds)), expected)
 
 
-@pytest.fixture(scope="module")
-def metrics() -> dict:
-    return {v2: load_squad_metric(None, version_2_with_negative=v2) for v2 in (False, True)}
-
-
-def test_v2_module_threshold_defaults_to_1_and_probabilities_stay_float64(metrics: dict) -> None:
-    result = metrics[True].compute(predictions=rows(answers=V2_PREDS, probs=V2_NA), references=rows(V2_REFS))
+def test_v2_module_threshold_defaults_to_1_and_probabilities_stay_float64() -> None:
+    metric = load_squad_metric(None, version_2_with_negative=True)
+    result = metric.compute(predictions=rows(answers=V2_PREDS, probs=V2_NA), references=rows(V2_REFS))
     assert_scores(result, V2_RAW, every_key=False)  # the official default no_answer_threshold 1.0
     # p = 0.1 - 1e-12 does not exceed 0.1: "Paris" stands; as float32 (the hub's type) p would round above 0.1
     p = 0.1 - 1e-12
-    result = metrics[True].compute(predictions=rows(answers={"x": "Paris"}, probs={"x": p}),
-                                   references=rows({"x": ["Paris"]}), no_answer_threshold=0.1)
+    result = metric.compute(predictions=rows(answers={"x": "Paris"}, probs={"x": p}),
+                            references=rows({"x": ["Paris"]}), no_answer_threshold=0.1)
     assert (result["exact"], result["best_exact_thresh"]) == (100.0, p)
 
 
-def test_no_questions_and_repeated_ids_are_errors(metrics: dict) -> None:  # other undefined inputs: score_squad.py
+def test_no_questions_and_repeated_ids_are_errors() -> None:  # other undefined inputs: score_squad.py
     with pytest.raises(ValueError, match="no questions to score"):
         sm.score_v1({}, {})
     with pytest.raises(ValueError, match="'q1' appears more than once"):
-        metrics[False].compute(predictions=rows(answers={"q1": "x", "q2": "y"}), references=rows({"q1": ["x"]}) * 2)
+        load_squad_metric(None, version_2_with_negative=False).compute(
+            predictions=rows(answers={"q1": "x", "q2": "y"}), references=rows({"q1": ["x"]}) * 2)
 
 
 def test_a_path_chooses_another_metric(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ def test_closing_lines_keep_the_documented_order_and_end_with_the_wall_clock() -
                                            "WALL_CLOCK_SECONDS=643"]
 
 
-def test_the_record_keeps_the_memory_summary_and_leaves_no_room_for_secrets(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_the_record_keeps_status_slurm_job_memory_summary_and_cpu(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
     path = tmp_path / "run_summary.json"

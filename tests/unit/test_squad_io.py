@@ -164,9 +164,9 @@ QAS, TABLE = "data[0].paragraphs[0].qas", ["id", "question", "context", *PAIR_CO
 REF = {"load": load_references}  # what the scorer reads
 
 
-def _case(case: str, name: str, content, *fragments: str, **kwargs):
+def _case(case: str, name: str, content, *fragments: str, load=load_qa_records, **kwargs):
     """A file ``name`` holding ``content`` (bytes or a JSON value); what the message holds after "path: "."""
-    return pytest.param(name, content, kwargs, fragments, id=case)
+    return pytest.param(name, content, load, kwargs, fragments, id=case)
 
 
 BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (position and id) and the field
@@ -266,21 +266,15 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
 ]
 
 
-def _error(tmp_path: Path, name: str, content, load=load_qa_records, **kwargs) -> str:
-    """The message of the DataError that loading ``content`` as ``name`` raises; it starts with the path."""
+@pytest.mark.parametrize("name,content,load,kwargs,fragments", BAD)
+def test_bad_input_names_file_record_and_field(tmp_path, name, content, load, kwargs, fragments):
     path = tmp_path / name
     content = content() if callable(content) else content
     path.write_bytes(content if isinstance(content, bytes) else _j(content))
     with pytest.raises(DataError) as info:
         load(path, **kwargs)
-    assert str(info.value).startswith(f"{path}: "), str(info.value)
-    return str(info.value).removeprefix(f"{path}: ")
-
-
-@pytest.mark.parametrize("name,content,kwargs,fragments", BAD)
-def test_bad_input_names_file_record_and_field(tmp_path, name, content, kwargs, fragments):
-    message = _error(tmp_path, name, content, **kwargs)
-    assert all(f in message for f in fragments), message
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and all(f in message.removeprefix(f"{path}: ") for f in fragments), message
 
 
 @pytest.mark.parametrize("load,what", [(load_qa_records, "file"), (load_references, "dataset file")])
