@@ -136,13 +136,6 @@ def test_dev_set_equals_the_official_v11_script() -> None:
 # --------------------------------------------------------------------------- score_squad.py, in-process
 
 
-def write(path: Path, content: object) -> Path:
-    """bytes and str as they are, anything else as JSON."""
-    text = content if isinstance(content, (bytes, str)) else json.dumps(content, ensure_ascii=False)
-    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
-    return path
-
-
 def nested(questions: dict[str, list[str]]) -> dict:
     """The official nested layout; [] -> unanswerable (v2 style)."""
     qas = [{"id": qid, "question": "?", "answers": [{"text": t, "answer_start": 0} for t in golds],
@@ -161,11 +154,15 @@ def cli(capsys: pytest.CaptureFixture, *args: object) -> tuple[int, str, str]:
 
 
 def squad_files(tmp_path: Path, v2: bool, changes: dict | None = None) -> dict[str, Path]:
-    """dev.json, preds.json (and na.json) of the v1 or v2 case above, with these contents changed (None: absent)."""
+    """data.json, preds.json (and na.json) of the v1 or v2 case above, with these contents changed (None: absent;
+    bytes as they are, anything else as JSON)."""
     files = {"data": nested(V2_REFS if v2 else V1_REFS), "preds": V2_PREDS if v2 else V1_PREDS, **(changes or {})}
-    names = {"data": "dev.json", "preds": "preds.json", "na": "na.json", "out": "out.json"}
-    return {key: tmp_path / names[key] if content is None else write(tmp_path / names[key], content)
-            for key, content in files.items()}
+    paths = {key: tmp_path / f"{key}.json" for key in files}
+    for key, content in files.items():
+        if content is not None:
+            text = content if isinstance(content, bytes) else json.dumps(content, ensure_ascii=False).encode()
+            paths[key].write_bytes(text)
+    return paths
 
 
 @pytest.mark.parametrize(("changes", "args", "expected", "err_has"), [
@@ -190,13 +187,13 @@ def test_cli_scores(tmp_path: Path, capsys, changes: dict, args: list, expected:
 
 
 BAD_INPUTS = {  # case: (the files that differ, the first one named in the message; words of the message)
-    "preds_truncated_json": ({"preds": '{\n  "q1": "Broncos",\n  "q2": "Lev'}, ["not valid JSON", "line 3, column"]),
+    "preds_truncated_json": ({"preds": b'{\n  "q1": "Broncos",\n  "q2": "Lev'}, ["not valid JSON", "line 3, column"]),
     "preds_invalid_utf8": ({"preds": b'{"q1": "Bronc\xff"}'}, ["not valid UTF-8", "0xff", "offset 13"]),
-    "preds_empty_file": ({"preds": ""}, ["not valid JSON", "line 1, column 1"]),
-    "preds_not_object": ({"preds": '["Broncos"]'}, ["JSON object", "array"]),
-    "preds_value_not_string": ({"preds": '{"q1": "Broncos", "q2": ["x"]}'}, ["id 'q2'", "string", "array"]),
-    "preds_value_null": ({"preds": '{"q1": null}'}, ["id 'q1'", "null"]),
-    "preds_unknown_ids": ({"preds": '{"q1": "x", "zz1": "y", "zz2": "y"}'},
+    "preds_empty_file": ({"preds": b""}, ["not valid JSON", "line 1, column 1"]),
+    "preds_not_object": ({"preds": b'["Broncos"]'}, ["JSON object", "array"]),
+    "preds_value_not_string": ({"preds": b'{"q1": "Broncos", "q2": ["x"]}'}, ["id 'q2'", "string", "array"]),
+    "preds_value_null": ({"preds": b'{"q1": null}'}, ["id 'q1'", "null"]),
+    "preds_unknown_ids": ({"preds": b'{"q1": "x", "zz1": "y", "zz2": "y"}'},
                           ["2 id(s)", "not questions of", "'zz1'", "'zz2'", "--ignore_unknown_ids"]),
     "preds_is_a_dataset": ({"preds": nested(V1_REFS)}, ["2 id(s)", "'version'", "'data'"]),
     "data_no_questions": ({"data": {"data": []}}, ["no questions"]),
