@@ -66,13 +66,10 @@ def test_train_labels_recover_gold_span_in_every_window_that_holds_it(tokenizer,
     assert first[0] == 0 and first[1] >= 1 and first[2] >= 2, windows
 
 
-@pytest.mark.parametrize(("answers", "decoded"), [({"text": ["Bob"], "answer_start": [8]}, "bob"),
-                                                  ({"text": [], "answer_start": []}, "[CLS]")])  # unanswerable
-def test_short_features_are_not_padded_and_point_at_the_answer(tokenizer, answers, decoded):
-    ex = {"id": "x", "question": "Who?", "context": "Ann met Bob.", "answers": answers}
+def test_an_unanswerable_example_points_at_cls(tokenizer):
+    ex = {"id": "x", "question": "Who?", "context": "Ann met Bob.", "answers": {"text": [], "answer_start": []}}
     feats = prepare_train_features(batch([ex]), tokenizer, FeatureConfig(max_seq_length=64, doc_stride=16))
-    s, e = feats["start_positions"][0], feats["end_positions"][0]
-    assert len(feats["input_ids"][0]) < 64 and tokenizer.decode(feats["input_ids"][0][s:e + 1]) == decoded
+    assert (feats["start_positions"], feats["end_positions"]) == ([0], [0])
 
 
 def test_validation_features_keep_offsets_only_in_context(tokenizer):
