@@ -65,11 +65,9 @@ def test_normalize_answer(raw: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(("v2", "golds", "pred", "em", "f1"), [
-    (False, ["US"], "the U.S.", 100.0, 100.0), (False, ["US"], "“US”", 0.0, 0.0),
-    (False, ["new  york"], "New\u00a0York", 100.0, 100.0),
+    (False, ["US"], "the U.S.", 100.0, 100.0),  # both sides normalized (normalize_answer's cases: above)
     (False, ["a cat on a mat"], "the cat sat on the mat", 0.0, 600 / 7),  # P 3/4, R 1
     (False, ["cat dog dog"], "cat cat cat dog", 0.0, 400 / 7),  # overlap min(3,1) + min(1,2) = 2: P 2/4, R 2/3
-    (False, ["new york"], "New\u00a0York City", 0.0, 80.0),  # P 2/3, R 1
     # official v1: no overlap -> F1 0, even when both normalize to "" (EM 1 then)
     (False, ["the"], "", 100.0, 0.0), (False, ["a"], "the", 100.0, 0.0), (False, ["cat"], "", 0.0, 0.0),
     (True, [], "", 100.0, 100.0), (True, [], "the", 100.0, 100.0),  # v2: empty vs empty scores 1
