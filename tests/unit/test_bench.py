@@ -41,6 +41,7 @@ def test_compare_predictions_counts_agreement_and_checks_the_difference(tmp_path
 
 def test_learning_curve_png(tmp_path: Path):
     history = [{"step": s, "loss": 6.0 - s / 10, "learning_rate": 1e-4} for s in (10, 20, 30)]
-    (state := tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history + [{"step": 30, "train_runtime": 5.0}]}))
+    state = tmp_path / "trainer_state.json"
+    state.write_text(json.dumps({"log_history": history + [{"step": 30, "train_runtime": 5.0}]}))
     assert plot_learning_curve.main([str(state), str(tmp_path / "curve.png")]) == 0
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"

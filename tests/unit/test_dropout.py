@@ -3,6 +3,7 @@ under the seed, and a model whose eval outputs do not change when it is installe
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -49,10 +50,9 @@ def test_same_seed_same_masks_and_eval_outputs_unchanged() -> None:
 def test_padding_stays_masked_in_training() -> None:
     """The explicit attention path (training) must mask padded keys as SDPA does: same logits when nothing drops."""
     torch.manual_seed(0)  # p > 0: dropout runs, but p * 65536 rounds to 0
-    torch_model, bulk_model = (BertForQuestionAnswering(tiny_bert_config(hidden_dropout_prob=1e-9,
-                               attention_probs_dropout_prob=1e-9)).train() for _ in range(2))
-    bulk_model.load_state_dict(torch_model.state_dict())
-    install(bulk_model)
+    torch_model = BertForQuestionAnswering(tiny_bert_config(hidden_dropout_prob=1e-9,
+                                                            attention_probs_dropout_prob=1e-9)).train()
+    install(bulk_model := copy.deepcopy(torch_model))
     ids, mask = torch.randint(0, 100, (2, 9)), torch.tensor([[1] * 9, [1] * 5 + [0] * 4])
     want, got = (m(input_ids=ids, attention_mask=mask).start_logits for m in (torch_model, bulk_model))
     assert torch.allclose(got[mask.bool()], want[mask.bool()], atol=1e-5)
@@ -61,10 +61,9 @@ def test_padding_stays_masked_in_training() -> None:
 def test_attention_dropout_draws_the_bulk_mask() -> None:
     """With only attention dropout on, the installed model drops other attention weights than torch's SDPA would
     under the same seed (its own mask), and the same ones again under that seed."""
-    torch_model, bulk_model = (BertForQuestionAnswering(tiny_bert_config(hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.5)).train() for _ in range(2))
-    bulk_model.load_state_dict(torch_model.state_dict())
-    install(bulk_model)
+    torch_model = BertForQuestionAnswering(tiny_bert_config(hidden_dropout_prob=0.0,
+                                                            attention_probs_dropout_prob=0.5)).train()
+    install(bulk_model := copy.deepcopy(torch_model))
     ids = torch.randint(0, 100, (2, 9))
     logits = []
     for model in (torch_model, bulk_model, bulk_model):

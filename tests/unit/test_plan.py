@@ -136,7 +136,6 @@ def test_tf32_for_every_device(device, tf32, defaults, precision, want):
 # threads | workers  (a launcher's OMP_NUM_THREADS=1 is its default: torchrun and accelerate export 1 when unset)
 THREADS_TABLE = """
 CPU  2  1 -  python     0 0 2  0
-CPU  32 1 -  python     0 0 32 0
 CPU  32 4 -  torchrun   0 0 8  0
 CPU  32 4 1  torchrun   0 0 8  0
 CPU  32 1 1  accelerate 0 0 32 0
@@ -152,8 +151,6 @@ A100 32 1 -  python     0 6 26 6
 A100 32 4 -  torchrun   0 0 4  4
 A100 8  4 -  torchrun   0 0 1  1
 A100 4  4 -  torchrun   0 0 1  0
-H100 16 1 -  python     0 0 12 4
-H100 32 4 1  torchrun   0 0 4  4
 V100 32 4 32 torchrun   0 0 32 4
 """
 

@@ -19,6 +19,7 @@ from qa_hpc.features import FeatureConfig, prepare_validation_features
 from qa_hpc.postprocess import (NBestLists, QAPredictions, by_example_then_score, mask_padding,
                                 postprocess_qa_predictions, write_prediction_files)
 from qa_hpc.postprocess_loop import PostprocessConfig, postprocess_qa_predictions_loop
+from qa_hpc.squad_io import load_qa_records
 
 
 def assert_same(ref: QAPredictions, got: QAPredictions) -> None:
@@ -77,24 +78,17 @@ def test_candidate_order_equals_lexsort_with_ties_zeros_infinities_and_nan(dtype
         np.testing.assert_array_equal(by_example_then_score(ex, score), np.lexsort((-score, ex)))
 
 
-def test_real_tokenizer_features_v1_and_v2(tokenizer, tmp_path):
+def test_real_tokenizer_features_v1_and_v2(tokenizer, demo_files_v2):
     """Long contexts in several windows, random logits padded with -100, both versions."""
-    from qa_hpc.squad_io import load_qa_records
-    from qa_hpc.tools.make_demo_data import generate_squad
-
-    path = tmp_path / "dev.json"
-    path.write_text(json.dumps(generate_squad(12, seed=7, with_impossible=True)), encoding="utf-8")
-    records, _ = load_qa_records(str(path), split="validation", version_2_with_negative=True)
-    batch = {k: [r[k] for r in records] for k in records[0]}
-    feats = prepare_validation_features(batch, tokenizer, FeatureConfig(max_seq_length=96, doc_stride=24))
+    records, _ = load_qa_records(demo_files_v2["validation"], split="validation", version_2_with_negative=True)
+    examples = {k: [r[k] for r in records] for k in records[0]}
+    feats = prepare_validation_features(examples, tokenizer, FeatureConfig(max_seq_length=96, doc_stride=24))
     assert len(feats["input_ids"]) > len(records), "several windows per example"
     lengths = np.array([len(ids) for ids in feats["input_ids"]])
     logits = mask_padding(np.random.default_rng(0).normal(size=(2, len(lengths), lengths.max())).astype(np.float32),
                           lengths)
-    examples = {"id": batch["id"], "context": batch["context"]}
-    features = {"example_id": feats["example_id"], "offset_mapping": feats["offset_mapping"]}
     for v2 in (False, True):
-        both(examples, features, logits, PostprocessConfig(version_2_with_negative=v2))
+        both(examples, feats, logits, PostprocessConfig(version_2_with_negative=v2))
 
 
 @pytest.mark.parametrize("v2", [False, True])

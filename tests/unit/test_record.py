@@ -18,7 +18,7 @@ def test_closing_lines_keep_the_documented_order_and_end_with_the_wall_clock() -
                                            "WALL_CLOCK_SECONDS=643"]
 
 
-def test_the_record_keeps_the_memory_summary_and_leaves_no_room_for_secrets(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_the_record_keeps_status_slurm_job_memory_summary_and_cpu(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
     path = tmp_path / "run_summary.json"
@@ -47,11 +47,11 @@ def _trainer(out: Path, main: bool = True) -> types.SimpleNamespace:
 
 
 def test_results_files_add_each_split_to_all_results_and_the_trainer_state_is_hfs(tmp_path: Path) -> None:
-    save_results(_trainer(tmp_path), "train", {"train_runtime": 2.0})
+    save_results(_trainer(tmp_path), "train", {"train_runtime": 2.0, "train_loss": 1.0})
     save_results(_trainer(tmp_path), "eval", {"eval_f1": 50.0, "train_runtime": 3.0})
-    assert json.loads((tmp_path / "eval_results.json").read_text()) == {"eval_f1": 50.0, "train_runtime": 3.0}
-    assert json.loads((tmp_path / "all_results.json").read_text()) == {"eval_f1": 50.0, "train_runtime": 3.0}
-    assert json.loads((tmp_path / "train_results.json").read_text()) == {"train_runtime": 2.0}
+    read = {name: json.loads((tmp_path / f"{name}_results.json").read_text()) for name in ("train", "eval", "all")}
+    assert read == {"train": {"train_runtime": 2.0, "train_loss": 1.0}, "eval": {"eval_f1": 50.0, "train_runtime": 3.0},
+                    "all": {"train_loss": 1.0, "eval_f1": 50.0, "train_runtime": 3.0}}  # the later split's value wins
     save_results(_trainer(tmp_path / "other", main=False), "eval", {"eval_f1": 1.0})
     save_trainer_state(_trainer(tmp_path / "other", main=False))
     assert not (tmp_path / "other").exists()  # only the main process writes

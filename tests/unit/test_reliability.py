@@ -103,9 +103,8 @@ def test_write_failure_names_the_reason_from_rust_and_torch_errors(tmp_path: Pat
     ("eval", "fp32", ["ERROR: out of memory on cuda:0 during eval", "32 (evaluation batches do not change the "
                       "results), or --precision bf16"]),
 ])
-def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(phase: str, precision: str,
-                                                                         expected: list[str], capsys,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(phase: str, precision: str, expected: list,
+                                                                         capsys, monkeypatch) -> None:
     import run_qa
 
     def main() -> int:
