@@ -25,7 +25,6 @@ logger = logging.getLogger(__name__)
 OWN_LOGS = (("train_runtime", "train_total/", "train_"), ("predict_runtime", "predict/", "predict_"))
 GPU_MEMORY = {"allocated": torch.cuda.memory_allocated, "reserved": torch.cuda.memory_reserved,
               "peak_allocated": torch.cuda.max_memory_allocated}
-Scalar = int | float
 
 
 def _finite(value: object) -> bool:
@@ -87,14 +86,14 @@ class TensorBoard(TensorBoardCallback):
             self.hook.remove()
             self.hook = None
 
-    def _interval(self, args: TrainingArguments, state: TrainerState) -> dict[str, Scalar]:
+    def _interval(self, args: TrainingArguments, state: TrainerState) -> dict[str, float]:
         """This interval's speed, padding and memory, under keys the parent files as train/<key>."""
         counts = torch.stack([torch.as_tensor(n, device=args.device) for n in (self.samples, self.tokens, self.real)])
         self.samples = self.tokens = self.real = 0
         samples, tokens, real = (int(x) for x in reduce(counts, reduction="sum").tolist())  # a collective under DDP
         elapsed, steps = time.perf_counter() - self.interval_start, state.global_step - self.interval_step
         self.on_evaluate(args, state, None)
-        values: dict[str, Scalar] = {}
+        values: dict[str, float] = {}
         if steps > 0 and elapsed > 0:
             values.update(step_time_seconds=elapsed / steps, samples_per_second=samples / elapsed,
                           tokens_per_second=real / elapsed)
@@ -112,7 +111,7 @@ class TensorBoard(TensorBoardCallback):
             if _finite(value):
                 self.tb_writer.add_scalar(tag, value, step)
 
-    def write_totals(self, hparams: Mapping[str, Scalar | str], metrics: Mapping[str, object], step: int) -> None:
+    def write_totals(self, hparams: Mapping[str, float | str], metrics: Mapping[str, object], step: int) -> None:
         """The run's totals: the HPARAMS tab (metrics as hparam/* scalars) and a run_summary text; closes. Rank 0."""
         numbers = {f"hparam/{k}": float(v) for k, v in metrics.items() if _finite(v)}
         self.write_scalars(numbers, step)
