@@ -133,8 +133,7 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
         data_collator=default_data_collator if flags.data.pad_to_max_length
         else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
         post_process_function=make_postprocess(flags.data, args.output_dir, flags.speed.postprocess),
-        score_function=score,
-        sort_eval_by_length=not flags.data.pad_to_max_length,
+        score_function=score, sort_eval_by_length=not flags.data.pad_to_max_length,
         callbacks=[*observability_callbacks(flags, plan), preemption],
     )
     effective = Effective.read(trainer, flags.speed.postprocess)
