@@ -57,12 +57,12 @@ def anatomy_estimate(shape: ModelShape, precision: str, optim_name: str, batch_s
             "activation_formula": formula}
 
 
-def measure_process(rank: int, device: torch.device | None = None) -> dict[str, Any]:
+def measure_process(rank: int, device: torch.device) -> dict[str, Any]:
     """This process's memory figures: CUDA allocator peaks, what NVML sees in use (every process, CUDA context
     included) and CPU RSS (ru_maxrss is KiB on Linux, bytes on macOS)."""
     cuda, nvml, note = None, None, NO_CUDA_NOTE
     if torch.cuda.is_available():
-        index = torch.cuda.current_device() if device is None or device.index is None else device.index
+        index = torch.cuda.current_device() if device.index is None else device.index
         props = torch.cuda.get_device_properties(index)
         figures = {"total_mb": props.total_memory, "peak_allocated_mb": torch.cuda.max_memory_allocated(index),
                    "peak_reserved_mb": torch.cuda.max_memory_reserved(index),
