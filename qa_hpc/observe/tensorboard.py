@@ -38,6 +38,7 @@ class TensorBoard(TensorBoardCallback):
     def __init__(self, log_dir: str) -> None:
         super().__init__()
         self.logging_dir = log_dir  # also for an evaluation-only run, which never calls on_train_begin
+        logger.info("TENSORBOARD_DIR=%s", log_dir)
         self.samples, self.tokens, self.real, self.hook = 0, 0, 0, None
         self.interval_start, self.interval_step = time.perf_counter(), 0
 
@@ -46,10 +47,6 @@ class TensorBoard(TensorBoardCallback):
         if module.training and isinstance(ids, torch.Tensor):  # evaluation forwards are not training throughput
             self.samples, self.tokens = self.samples + ids.shape[0], self.tokens + ids.numel()
             self.real = self.real + (mask.sum() if isinstance(mask, torch.Tensor) else ids.numel())
-
-    def _init_summary_writer(self, args: TrainingArguments | None) -> None:
-        super()._init_summary_writer(args)
-        logger.info("TENSORBOARD_DIR=%s", self.logging_dir)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: torch.nn.Module | None = None, **kwargs: object) -> None:
