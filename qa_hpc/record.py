@@ -80,8 +80,8 @@ def machine() -> dict[str, str | list[str]]:
     except OSError:
         first_cpu = []
     info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}
-    name = info.get("model name", platform.machine())
-    return {"cpu_model": f"{name} (family {info.get('cpu family', '?')} model {info.get('model', '?')})",
+    model_name = info.get("model name", platform.machine())
+    return {"cpu_model": f"{model_name} (family {info.get('cpu family', '?')} model {info.get('model', '?')})",
             "cpu_vendor": info.get("vendor_id", "unknown"),
             "cpu_flags": [name for name in CPU_FLAGS if torch.cpu.get_capabilities().get(name)]}
 
