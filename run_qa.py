@@ -63,14 +63,9 @@ class Run:
     effective: Effective
     preemption: PreemptionCallback
     resume: str | None
+    batch: BatchContext  # what an out-of-memory message quotes
     results: dict[str, Any] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)  # KEY=value lines rank 0 prints at the end
-
-    @property
-    def batch(self) -> BatchContext:
-        a = self.args
-        return BatchContext(a.per_device_train_batch_size, a.per_device_eval_batch_size, a.gradient_accumulation_steps,
-                            self.flags.data.max_seq_length, str(a.device), self.plan.precision)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,14 +133,15 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
         data_collator=default_data_collator if flags.data.pad_to_max_length
         else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
         post_process_function=make_postprocess(flags.data, args.output_dir, flags.speed.postprocess),
-        score_function=score,
-        sort_eval_by_length=not flags.data.pad_to_max_length,
+        score_function=score, sort_eval_by_length=not flags.data.pad_to_max_length,
         callbacks=[*observability_callbacks(flags, plan), preemption],
     )
     effective = Effective.read(trainer, flags.speed.postprocess)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
     effective.check(plan)
-    return Run(flags, plan, args, data, shape, trainer, effective, preemption, resume)
+    batch = BatchContext(args.per_device_train_batch_size, args.per_device_eval_batch_size,
+                         args.gradient_accumulation_steps, flags.data.max_seq_length, str(args.device), plan.precision)
+    return Run(flags, plan, args, data, shape, trainer, effective, preemption, resume, batch)
 
 
 def train(run: Run, stop: StopRequest) -> bool:
@@ -236,7 +232,7 @@ def cli() -> int:
             print(f"ERROR: {message}", file=sys.stderr, flush=True)
             return code
         # say which rank failed (a peer that died shows up here as a failed collective), then the traceback
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        first = (str(err).strip().splitlines() or [""])[0]
         print(f"ERROR: rank {launch_env().rank} (pid {os.getpid()}) failed: {type(err).__name__}: {first}",
               file=sys.stderr, flush=True)
         raise

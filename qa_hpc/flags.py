@@ -6,12 +6,11 @@ because TrainingArguments sets up devices and reads the launcher's environment w
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 from transformers import HfArgumentParser, TrainingArguments
@@ -161,43 +160,36 @@ FLAG_GROUPS = (ModelArguments, DataTrainingArguments, QATrainingArguments, Speed
 def read_flags(argv: list[str]) -> dict[str, object]:
     """Every flag's value (defaults filled in), from the command line or from one JSON file of flags."""
     parser = HfArgumentParser(FLAG_GROUPS)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        defaults = vars(parser.parse_args([]))
-        known = {action.dest: action.choices for action in parser._actions}
-        return {**defaults, **_json_flags(os.path.abspath(argv[0]), known, defaults)}
-    values, unknown = parser.parse_known_args(argv)
-    if unknown:
-        raise UsageError(f"unknown arguments (not flags of run_qa.py): {' '.join(unknown)}")
-    return vars(values)
-
-
-def _json_flags(path: str, known: Mapping[str, Sequence[object] | None],
-                defaults: Mapping[str, object]) -> dict[str, object]:
-    """The flags of a JSON file, held to the same names and choices as the command line (argparse checks those only
-    for what it parses); a default (null for ddp_backend, say) is always allowed."""
+    if not (len(argv) == 1 and argv[0].endswith(".json")):
+        values, unknown = parser.parse_known_args(argv)
+        if unknown:
+            raise UsageError(f"unknown arguments (not flags of run_qa.py): {' '.join(unknown)}")
+        return vars(values)
+    path = os.path.abspath(argv[0])
     if not os.path.isfile(path):
         raise UsageError(f"{path}: arguments file not found")
     try:
-        with open(path, encoding="utf-8") as fh:
-            given = json.load(fh)
+        given = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise UsageError(f"{path}: not a readable JSON object of flags: {err}") from err
     if not isinstance(given, dict):
         raise UsageError(f"{path}: expected a JSON object of flags, got {type(given).__name__}")
-    unknown = sorted(set(given) - set(known))
-    if unknown:
+    # held to the command line's names and choices (argparse checks those only for what it parses); a default (null
+    # for ddp_backend, say) is always allowed
+    defaults, choices = vars(parser.parse_args([])), {action.dest: action.choices for action in parser._actions}
+    if unknown := sorted(set(given) - set(choices)):
         raise UsageError(f"{path}: unknown keys (not flags of run_qa.py): {', '.join(unknown)}")
     for key, value in given.items():
-        if known[key] is not None and value not in known[key] and value != defaults.get(key):
-            raise UsageError(f"{path}: key '{key}': {value!r} is not one of {', '.join(map(str, known[key]))}")
-    return given
+        if choices[key] is not None and value not in choices[key] and value != defaults.get(key):
+            raise UsageError(f"{path}: key '{key}': {value!r} is not one of {', '.join(map(str, choices[key]))}")
+    return {**defaults, **given}
 
 
 def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:
     """Each flag group built once from the values; the TrainingArguments with the plan's fields in."""
     groups = []
     for cls in FLAG_GROUPS:
-        kwargs = {f.name: values[f.name] for f in dataclasses.fields(cls) if f.init and f.name in values}
+        kwargs = {f.name: values[f.name] for f in fields(cls) if f.init and f.name in values}
         if cls is QATrainingArguments:
             kwargs.update(training_fields)
         try:

@@ -131,13 +131,14 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     report_to = [] if report_to == ["none"] else report_to
     dropout, dropout_reason = decide_dropout(flags["dropout_mask"], device, facts.cpu_vendor)
     return RunPlan(
-        dropout_mask=dropout, dropout_reason=dropout_reason, device=device, precision=precision, precision_reason=reason,
-        tf32=tf32, threads=threads, threads_reason=threads_reason, dataloader_num_workers=workers,
-        world_size=facts.world_size, local_world_size=facts.local_world_size, launcher=facts.launcher,
+        device=device, precision=precision, precision_reason=reason, tf32=tf32, threads=threads,
+        threads_reason=threads_reason, dataloader_num_workers=workers, world_size=facts.world_size,
+        local_world_size=facts.local_world_size, launcher=facts.launcher,
         stop_vote_every=GPU_STOP_VOTE_EVERY if device == "cuda" and facts.world_size > 1 else 1,
         report_to=tuple(r for r in report_to if r != "tensorboard"), tensorboard="tensorboard" in report_to,
         logging_dir=flags["logging_dir"], gpu_name=facts.gpu_name if device == "cuda" else None,
         profile_dir=(flags["profile_dir"] or f"{flags['output_dir']}/profiler") if flags["profile"] else None,
+        dropout_mask=dropout, dropout_reason=dropout_reason,
     )
 
 
@@ -171,7 +172,8 @@ def require_visible_gpu(facts: DeviceFacts) -> None:
         raise PlanError(f"this job asked for a GPU ({facts.gpus_requested}) but torch sees none: torch "
                         f"{facts.torch_version} built for CUDA {facts.torch_cuda or 'none (a CPU-only build)'}, "
                         "torch.cuda.is_available()=False. Install a CUDA build of torch that this node's driver "
-                        "supports (README: 'CUDA build'), or run on the CPU on purpose with --use_cpu (job_cpu.sh does)")
+                        "supports (README: 'CUDA build'), or run on the CPU on purpose with --use_cpu (job_cpu.sh "
+                        "does)")
 
 
 def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere: bool) -> tuple[str, str]:
@@ -191,10 +193,12 @@ def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere:
     elif mixed is not None:
         raise PlanError(f"ACCELERATE_MIXED_PRECISION={mixed} (accelerate launch's mixed_precision) is not "
                         f"supported here: use one of {', '.join(ACCELERATE_PRECISION)}")
-    else:  # auto: bf16 where it is fast (tensor cores, AVX512-BF16/AMX), else fp16 on a GPU, fp32 on a CPU
-        precision = "bf16" if (facts.cpu_bf16 if device == "cpu" else ampere) else "fp16" if device == "cuda" else "fp32"
-        reason = (f"auto: CPU has {facts.cpu_bf16 or 'no ' + ' or '.join(CPU_BF16_FEATURES)}" if device == "cpu"
-                  else f"auto: GPU {_sm(facts.capability)} has {'' if ampere else 'no '}bf16")
+    elif device == "cpu":  # auto: bf16 where the CPU does it in hardware (AVX512-BF16/AMX), else fp32
+        precision = "bf16" if facts.cpu_bf16 else "fp32"
+        reason = f"auto: CPU has {facts.cpu_bf16 or 'no ' + ' or '.join(CPU_BF16_FEATURES)}"
+    else:  # auto on a GPU: bf16 where its tensor cores do it, else fp16
+        precision = "bf16" if ampere else "fp16"
+        reason = f"auto: GPU {_sm(facts.capability)} has {'' if ampere else 'no '}bf16"
     if precision == "fp16" and device == "cpu":
         raise PlanError(f"fp16 ({reason}) is not supported on CPU: PyTorch has no fast fp16 CPU kernels and fp16 "
                         "mixed precision needs a GPU grad scaler; use --precision bf16 (CPUs with AVX512-BF16/AMX) "

@@ -47,8 +47,8 @@ def apply_collective_timeout(seconds: float) -> None:
 class PreemptionCallback(TrainerCallback):
     """Every vote_every optimizer steps: if any rank was signalled, save a checkpoint and stop training."""
 
-    def __init__(self, request: StopRequest, vote_every: int = 1) -> None:
-        self.request, self.vote_every = request, max(1, vote_every)
+    def __init__(self, request: StopRequest, vote_every: int) -> None:
+        self.request, self.vote_every = request, vote_every
         self.stopped_at_step: int | None = None  # None: training was not stopped by a signal
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,

@@ -61,14 +61,12 @@ def environment() -> dict[str, Any]:
     return {
         "hostname": platform.node(), "python": sys.version.split()[0], "torch_version": torch.__version__,
         "transformers_version": transformers.__version__, "datasets_version": datasets.__version__,
-        "gpu_available": gpu, "driver_version": _nvidia_driver() if gpu else None,
-        "gpu_count": torch.cuda.device_count() if gpu else 0,
-        "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
+        "gpu_available": gpu, "gpu_count": torch.cuda.device_count() if gpu else 0,
+        "gpu_name": torch.cuda.get_device_name(0) if gpu else None, "driver_version": _nvidia_driver() if gpu else None,
         "cuda_version": torch.version.cuda, "cpu_count": os.cpu_count(), **machine(),
         "slurm_job_id": env("SLURM_JOB_ID"), "slurm_job_name": env("SLURM_JOB_NAME"),
-        "slurm_nodelist": env("SLURM_JOB_NODELIST"),
+        "slurm_nodelist": env("SLURM_JOB_NODELIST"), "slurm_job_num_nodes": env("SLURM_JOB_NUM_NODES"),
         "slurm_restart_count": int(env("SLURM_RESTART_COUNT", "0") or 0),
-        "slurm_job_num_nodes": env("SLURM_JOB_NUM_NODES"),
     }
 
 
@@ -82,8 +80,9 @@ def machine() -> dict[str, str | list[str]]:
     except OSError:
         first_cpu = []
     info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}
-    model = f"{info.get('model name', platform.machine())} (family {info.get('cpu family', '?')} model {info.get('model', '?')})"
-    return {"cpu_model": model, "cpu_vendor": info.get("vendor_id", "unknown"),
+    model_name = info.get("model name", platform.machine())
+    return {"cpu_model": f"{model_name} (family {info.get('cpu family', '?')} model {info.get('model', '?')})",
+            "cpu_vendor": info.get("vendor_id", "unknown"),
             "cpu_flags": [name for name in CPU_FLAGS if torch.cpu.get_capabilities().get(name)]}
 
 

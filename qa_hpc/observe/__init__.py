@@ -13,7 +13,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.integrations.integration_utils import default_logdir
 
 from qa_hpc.model import ModelShape
-from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_report, report_lines
+from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_report
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard
 from qa_hpc.flags import Flags
@@ -43,24 +43,19 @@ def finish_observability(trainer: Trainer, flags: Flags, plan: RunPlan, shape: M
     estimate = anatomy_estimate(  # the anatomy estimate is about training memory
         shape, plan.precision, args.optim, args.per_device_train_batch_size, flags.data.max_seq_length,
         gradient_checkpointing=bool(args.gradient_checkpointing)) if args.do_train else None
-    report = memory_report(ranks, estimate, args.output_dir) if ranks else None
-    lines = report_lines(report) + [f"RUN_NODES={len({r['host'] for r in ranks})}"] if report else []
+    report, lines = memory_report(ranks, estimate, args.output_dir) if ranks else (None, [])
     lines += [f"RUN_WORLD_SIZE={plan.world_size}", f"RUN_DEVICE={device}", f"RUN_PRECISION={plan.precision}",
               f"OUTPUT_DIR={os.path.abspath(args.output_dir)}"]
     tensorboard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, TensorBoard)), None)
     if tensorboard is not None:
-        hparams = {
-            "model": shape.name, "per_device_train_batch_size": args.per_device_train_batch_size,
-            "total_train_batch_size": args.per_device_train_batch_size * plan.world_size
-            * args.gradient_accumulation_steps,
-            "epochs": float(args.num_train_epochs), "world_size": plan.world_size, "precision": plan.precision,
-            "learning_rate": args.learning_rate, "max_seq_length": flags.data.max_seq_length,
-            "device": device,
-        }
+        batch = args.per_device_train_batch_size
+        hparams = {"model": shape.name, "per_device_train_batch_size": batch,
+                   "total_train_batch_size": batch * plan.world_size * args.gradient_accumulation_steps,
+                   "epochs": float(args.num_train_epochs), "world_size": plan.world_size, "precision": plan.precision,
+                   "learning_rate": args.learning_rate, "max_seq_length": flags.data.max_seq_length, "device": device}
         losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
         totals = {"wall_clock_seconds": wall_clock_seconds, "final_loss": losses[-1] if losses else None,
                   **{key: results[key] for key in FINAL_KEYS if key in results},
                   "peak_memory_mb": report.get("measured_peak_mb") if report else None}
-        tensorboard.write_totals(hparams, {k: v for k, v in totals.items() if v is not None},
-                                 trainer.state.global_step)
+        tensorboard.write_totals(hparams, {k: v for k, v in totals.items() if v is not None}, trainer.state.global_step)
     return lines, report

@@ -57,12 +57,12 @@ def anatomy_estimate(shape: ModelShape, precision: str, optim_name: str, batch_s
             "activation_formula": formula}
 
 
-def measure_process(rank: int, device: torch.device | None = None) -> dict[str, Any]:
+def measure_process(rank: int, device: torch.device) -> dict[str, Any]:
     """This process's memory figures: CUDA allocator peaks, what NVML sees in use (every process, CUDA context
     included) and CPU RSS (ru_maxrss is KiB on Linux, bytes on macOS)."""
     cuda, nvml, note = None, None, NO_CUDA_NOTE
     if torch.cuda.is_available():
-        index = torch.cuda.current_device() if device is None or device.index is None else device.index
+        index = torch.cuda.current_device() if device.index is None else device.index
         props = torch.cuda.get_device_properties(index)
         figures = {"total_mb": props.total_memory, "peak_allocated_mb": torch.cuda.max_memory_allocated(index),
                    "peak_reserved_mb": torch.cuda.max_memory_reserved(index),
@@ -77,35 +77,30 @@ def measure_process(rank: int, device: torch.device | None = None) -> dict[str, 
     return {"rank": rank, "host": platform.node(), "cuda": cuda, "nvml": nvml, "nvml_note": note, "cpu": cpu}
 
 
-def memory_report(ranks: list[dict[str, Any]], estimate: Mapping[str, Any] | None, output_dir: str) -> dict[str, Any]:
-    """memory.json's content from every rank's measure_process() figures, written there: rank 0's figures at the
-    top, the max over ranks, every rank, and the estimate beside the peak."""
+def memory_report(ranks: list[dict[str, Any]], estimate: Mapping[str, Any] | None,
+                  output_dir: str) -> tuple[dict[str, Any], list[str]]:
+    """memory.json from every rank's measure_process() figures, written there (rank 0's figures at the top, the max
+    over ranks, every rank, and the estimate beside the peak), and its KEY=value lines for the log."""
     main, gpus = ranks[0], [r["cuda"] for r in ranks if r["cuda"]]
     peaks = {"cuda_peak_allocated_mb": max((g["peak_allocated_mb"] for g in gpus), default=None),
              "cuda_peak_reserved_mb": max((g["peak_reserved_mb"] for g in gpus), default=None),
              "cpu_peak_rss_mb": max(r["cpu"]["peak_rss_mb"] for r in ranks)}
     report = {"cuda": main["cuda"], "nvml": main["nvml"], "cpu": main["cpu"], "max_over_ranks": peaks,
               "world_size": len(ranks), "ranks": ranks, "estimate": dict(estimate) if estimate else None,
-              "note": NO_CUDA_NOTE if main["cuda"] is None else main["nvml_note"]}
+              "note": main["nvml_note"]}
+    if main["cuda"]:
+        lines = [f"MEMORY_CUDA_PEAK_ALLOCATED_MB={peaks['cuda_peak_allocated_mb']:.1f}",
+                 f"MEMORY_CUDA_PEAK_RESERVED_MB={peaks['cuda_peak_reserved_mb']:.1f}"]
+        lines += [f"MEMORY_NVML_USED_MB={main['nvml']['used_mb']:.1f}"] if main["nvml"] else []
+    else:
+        lines = [f"MEMORY_CUDA=none ({NO_CUDA_NOTE})"]
+    lines.append(f"MEMORY_CPU_PEAK_RSS_MB={peaks['cpu_peak_rss_mb']:.1f}")
     if estimate:
         measured = peaks["cuda_peak_allocated_mb"] if gpus else peaks["cpu_peak_rss_mb"]
         report.update(measured_peak_mb=measured, measured_source="cuda peak allocated (max over ranks)" if gpus else
                       "cpu peak RSS (max over ranks; includes the Python runtime and libraries)",
                       estimate_over_measured=round(estimate["total_mb"] / measured, 3) if measured else None)
-    write_json_atomic(os.path.join(output_dir, "memory.json"), report)
-    return report
-
-
-def report_lines(report: Mapping[str, Any]) -> list[str]:
-    """Greppable KEY=value lines for the log (max over ranks where it matters)."""
-    peaks, estimate = report["max_over_ranks"], report.get("estimate")
-    lines = [f"MEMORY_CUDA_PEAK_ALLOCATED_MB={peaks['cuda_peak_allocated_mb']:.1f}",
-             f"MEMORY_CUDA_PEAK_RESERVED_MB={peaks['cuda_peak_reserved_mb']:.1f}"] if report["cuda"] else [
-             f"MEMORY_CUDA=none ({NO_CUDA_NOTE})"]
-    if report["cuda"] and report["nvml"]:
-        lines.append(f"MEMORY_NVML_USED_MB={report['nvml']['used_mb']:.1f}")
-    lines.append(f"MEMORY_CPU_PEAK_RSS_MB={peaks['cpu_peak_rss_mb']:.1f}")
-    if estimate:
         lines += [f"MEMORY_ESTIMATE_MB={estimate['total_mb']:.1f}",
                   f"MEMORY_ESTIMATE_BYTES_PER_PARAM={estimate['bytes_per_param']['total']}"]
-    return lines
+    write_json_atomic(os.path.join(output_dir, "memory.json"), report)
+    return report, lines + [f"RUN_NODES={len({r['host'] for r in ranks})}"]

@@ -25,7 +25,6 @@ logger = logging.getLogger(__name__)
 OWN_LOGS = (("train_runtime", "train_total/", "train_"), ("predict_runtime", "predict/", "predict_"))
 GPU_MEMORY = {"allocated": torch.cuda.memory_allocated, "reserved": torch.cuda.memory_reserved,
               "peak_allocated": torch.cuda.max_memory_allocated}
-Scalar = int | float
 
 
 def _finite(value: object) -> bool:
@@ -39,6 +38,7 @@ class TensorBoard(TensorBoardCallback):
     def __init__(self, log_dir: str) -> None:
         super().__init__()
         self.logging_dir = log_dir  # also for an evaluation-only run, which never calls on_train_begin
+        logger.info("TENSORBOARD_DIR=%s", log_dir)
         self.samples, self.tokens, self.real, self.hook = 0, 0, 0, None
         self.interval_start, self.interval_step = time.perf_counter(), 0
 
@@ -47,10 +47,6 @@ class TensorBoard(TensorBoardCallback):
         if module.training and isinstance(ids, torch.Tensor):  # evaluation forwards are not training throughput
             self.samples, self.tokens = self.samples + ids.shape[0], self.tokens + ids.numel()
             self.real = self.real + (mask.sum() if isinstance(mask, torch.Tensor) else ids.numel())
-
-    def _init_summary_writer(self, args: TrainingArguments | None) -> None:
-        super()._init_summary_writer(args)
-        logger.info("TENSORBOARD_DIR=%s", self.logging_dir)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: torch.nn.Module | None = None, **kwargs: object) -> None:
@@ -87,14 +83,14 @@ class TensorBoard(TensorBoardCallback):
             self.hook.remove()
             self.hook = None
 
-    def _interval(self, args: TrainingArguments, state: TrainerState) -> dict[str, Scalar]:
+    def _interval(self, args: TrainingArguments, state: TrainerState) -> dict[str, float]:
         """This interval's speed, padding and memory, under keys the parent files as train/<key>."""
         counts = torch.stack([torch.as_tensor(n, device=args.device) for n in (self.samples, self.tokens, self.real)])
         self.samples = self.tokens = self.real = 0
         samples, tokens, real = (int(x) for x in reduce(counts, reduction="sum").tolist())  # a collective under DDP
         elapsed, steps = time.perf_counter() - self.interval_start, state.global_step - self.interval_step
         self.on_evaluate(args, state, None)
-        values: dict[str, Scalar] = {}
+        values: dict[str, float] = {}
         if steps > 0 and elapsed > 0:
             values.update(step_time_seconds=elapsed / steps, samples_per_second=samples / elapsed,
                           tokens_per_second=real / elapsed)
@@ -112,7 +108,7 @@ class TensorBoard(TensorBoardCallback):
             if _finite(value):
                 self.tb_writer.add_scalar(tag, value, step)
 
-    def write_totals(self, hparams: Mapping[str, Scalar | str], metrics: Mapping[str, object], step: int) -> None:
+    def write_totals(self, hparams: Mapping[str, float | str], metrics: Mapping[str, object], step: int) -> None:
         """The run's totals: the HPARAMS tab (metrics as hparam/* scalars) and a run_summary text; closes. Rank 0."""
         numbers = {f"hparam/{k}": float(v) for k, v in metrics.items() if _finite(v)}
         self.write_scalars(numbers, step)
