@@ -16,7 +16,8 @@ import pytest
 import torch
 from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, TrainerCallback, default_data_collator
 
-from qa_hpc.features import (FeatureConfig, FeatureError, build_data, prepare_train_features,
+from qa_hpc.errors import UsageError
+from qa_hpc.features import (FeatureConfig, FeatureError, _read_splits, build_data, prepare_train_features,
                              prepare_validation_features, real_lengths)
 from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from qa_hpc.model import load_config, load_model, load_tokenizer
@@ -88,6 +89,17 @@ def test_question_too_long_names_record_and_field(tokenizer):
     with pytest.raises(FeatureError, match=r"train.json: record id='q-long': field 'question' has 120 tokens"):
         prepare_train_features(batch([ex]), tokenizer,
                                FeatureConfig(max_seq_length=128, doc_stride=32, source="train.json"))
+
+
+def test_a_split_comes_from_its_file_or_a_dataset_that_has_it(tmp_path):
+    """Neither --validation_file nor --dataset_name, or a dataset (here a local folder) without that split: one
+    UsageError naming what to give, before anything is tokenized."""
+    with pytest.raises(UsageError, match="^no --validation_file and no --dataset_name to read the validation split"):
+        _read_splits(DataTrainingArguments(dataset_name=None), ModelArguments(), ["validation"])
+    (tmp_path / "train.json").write_text('{"id": "q0", "question": "?", "context": "c"}\n')
+    with pytest.raises(UsageError, match=r"^dataset \S+ has no 'validation' split \(has \['train'\]\)$"):
+        _read_splits(DataTrainingArguments(dataset_name=str(tmp_path)), ModelArguments(cache_dir=str(tmp_path / "c")),
+                     ["train", "validation"])
 
 
 @pytest.fixture(scope="module")

@@ -178,6 +178,8 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
           "[1] (id 'q1'): field 'answers': missing (", "answers may be left out only for split='test'"),
     _case("missing_answers_nested", "n.json", _nested([_rec(0, answers=_DROP)]),
           f"{QAS}[0] (id 'q0'): field 'answers': missing (record has keys"),
+    _case("null_answers_nested", "n.json", _qas({"id": "q0", "question": "?", "answers": None}),  # null: absent
+          f"{QAS}[0] (id 'q0'): field 'answers': missing (record has keys ['id', 'question', 'context', 'title'])"),
     _case("missing_id", "hf.json", {"data": [_rec(0), _rec(1, id=_DROP)]}, "data[1]: field 'id': missing (record has"),
     _case("start_out_of_range", "f.json", [_rec(0, **_ans("Paris", 999))],
           "[0] (id 'q0'): field 'answers[0].answer_start': 999 is out of range for a context of 53 characters"),
