@@ -79,7 +79,7 @@ def field(run: pd.Series, path: str, missing: Any = None) -> Any:
 
 def number(value: Any) -> str:
     """As recorded, rounded for reading: 4 significant digits below 1, 2 decimals above, ints whole."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value)):  # pd.NA: a missing Int64
         return NA
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return (", ".join(map(str, value)) if isinstance(value, list) else str(value)).replace("|", "/")

@@ -147,6 +147,21 @@ def test_a_run_without_events_or_profile_says_so(plain, tmp_path, capsys):
     assert "## Comparison" not in md and "| exact match |" in md and "| driver | not recorded |" in md
 
 
+def test_a_failed_run_in_the_comparison_has_n_a_figures(plain, tmp_path, capsys):
+    from qa_hpc.tools.report import main
+
+    failed = shutil.copytree(plain.ok().out, tmp_path / "failed", ignore=shutil.ignore_patterns("runs", "profiler"))
+    record = read(failed / "run_summary.json")  # out of memory in its first step: no results, a plan but no EFFECTIVE
+    record.update(status="failed", exit_code=3, error="OutOfMemory: ...", results={}, effective=None,
+                  slurm_job_id="1009")
+    del record["plan"]["world_size"]
+    (failed / "run_summary.json").write_text(json.dumps(record), encoding="utf-8")
+    assert main([str(plain.out), str(failed), "--out", str(tmp_path / "report")]) == 0, capsys.readouterr().err
+    rows = tables((tmp_path / "report" / "report.md").read_text(encoding="utf-8"))[("Comparison", None)]
+    cells = dict(zip(rows.pop("run"), rows["qa-tiny-1009"]))
+    assert [cells[key] for key in ("train s", "world size", "speedup", "efficiency", "EM")] == ["n/a"] * 5, cells
+
+
 def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
     from qa_hpc.tools.report import main
 
