@@ -64,10 +64,8 @@ class QuestionAnsweringTrainer(Trainer):
                                       ignore_keys=ignore_keys, metric_key_prefix=prefix)
         start_logits, end_logits = output.predictions[:2]
         if len(start_logits) != len(dataset):
-            raise RuntimeError(
-                f"{description}: gathered {len(start_logits)} logit rows for {len(dataset)} features; "
-                "a feature was lost or duplicated across ranks"
-            )
+            raise RuntimeError(f"{description}: gathered {len(start_logits)} logit rows for {len(dataset)} features; "
+                               "a feature was lost or duplicated across ranks")
         if order is not None:
             inverse = np.argsort(order)  # the sorted rows back in dataset order
             start_logits, end_logits = start_logits[inverse], end_logits[inverse]
