@@ -63,11 +63,7 @@ def check_unknown(references: Mapping[str, object], mapping: Mapping[str, object
         message = f"{path}: {len(unknown)} id(s) are not questions of {dataset}: {first_ids(unknown)}"
         if not allow:
             raise UsageError(message + " (pass --ignore_unknown_ids to score anyway)")
-        warn(message + "; ignored")
-
-
-def warn(message: str) -> None:
-    print(f"{PROG}: warning: {message}", file=sys.stderr)
+        print(f"{PROG}: warning: {message}; ignored", file=sys.stderr)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -127,8 +123,8 @@ def compute(args: argparse.Namespace) -> Scores:
         raise UsageError(f"{dataset}: {exc}") from None
     missing = [qid for qid in references if qid not in predictions]
     if missing:
-        warn(f"{len(missing)} of {len(references)} question(s) in {dataset} have no prediction in "
-             f"{pred_file} and will receive score 0: {first_ids(missing)}")
+        print(f"{PROG}: warning: {len(missing)} of {len(references)} question(s) in {dataset} have no prediction "
+              f"in {pred_file} and will receive score 0: {first_ids(missing)}", file=sys.stderr)
     return result
 
 
