@@ -20,10 +20,16 @@ from pathlib import Path
 
 from qa_hpc.atomic_io import OutputError, write_text_atomic
 from qa_hpc.errors import EXIT_USAGE, UsageError
-from qa_hpc.metric.squad import ScoreInputError, Scores, first_ids, json_type_name, score_v1, score_v2
+from qa_hpc.metric.squad import Scores, first_ids, score_v1, score_v2
 from qa_hpc.squad_io import DataError, load_references
 
 PROG = "score_squad.py"
+
+
+def json_type_name(value: object) -> str:
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
+             list: "an array", str: "a string"}
+    return names.get(type(value), type(value).__name__)
 
 
 def read_json_object(path: str, what: str, mapping: str) -> dict:
@@ -49,16 +55,6 @@ def read_json_object(path: str, what: str, mapping: str) -> dict:
     return value
 
 
-def read_na_probs(path: str) -> dict[str, float]:
-    """id -> probability of no answer; every value must be a finite number."""
-    na_probs = read_json_object(path, "na_prob", "question id to a number")
-    for qid, prob in na_probs.items():
-        if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not math.isfinite(prob):
-            shown = prob if isinstance(prob, float) else json_type_name(prob)
-            raise UsageError(f"{path}: no-answer probability for id {qid!r} must be a finite number, got {shown}")
-    return na_probs
-
-
 def check_unknown(references: Mapping[str, object], mapping: Mapping[str, object], path: str,
                   dataset: str, allow: bool) -> None:
     """Ids not in the dataset usually mean the wrong file: an error unless allowed (the scores ignore them)."""
@@ -67,15 +63,12 @@ def check_unknown(references: Mapping[str, object], mapping: Mapping[str, object
         message = f"{path}: {len(unknown)} id(s) are not questions of {dataset}: {first_ids(unknown)}"
         if not allow:
             raise UsageError(message + " (pass --ignore_unknown_ids to score anyway)")
-        warn(message + "; ignored")
-
-
-def warn(message: str) -> None:
-    print(f"{PROG}: warning: {message}", file=sys.stderr)
+        print(f"{PROG}: warning: {message}; ignored", file=sys.stderr)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG, description="Official SQuAD v1.1 / v2.0 metrics for a predictions file.")
+    parser = argparse.ArgumentParser(prog=PROG,
+                                     description="Official SQuAD v1.1 / v2.0 metrics for a predictions file.")
     parser.add_argument("dataset_file", help="SQuAD dataset: the official nested JSON, or flat JSON / JSON Lines / "
                                              "CSV / Parquet as run_qa.py reads")
     parser.add_argument("prediction_file", help="JSON object: question id -> answer text")
@@ -105,22 +98,33 @@ def compute(args: argparse.Namespace) -> Scores:
     references = load_references(dataset)
     predictions = read_json_object(pred_file, "predictions", "question id to answer text")
     check_unknown(references, predictions, pred_file, dataset, args.ignore_unknown_ids)
+    for qid, text in predictions.items():
+        if not isinstance(text, str):
+            raise UsageError(f"{pred_file}: prediction for id {qid!r} must be a string, got {json_type_name(text)}")
     na_probs = None
     if na_file:
-        na_probs = read_na_probs(na_file)
+        na_probs = read_json_object(na_file, "na_prob", "question id to a number")
+        for qid, prob in na_probs.items():
+            if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not math.isfinite(prob):
+                shown = prob if isinstance(prob, float) else json_type_name(prob)
+                raise UsageError(f"{na_file}: no-answer probability for id {qid!r} must be a finite number, "
+                                 f"got {shown}")
         check_unknown(references, na_probs, na_file, dataset, args.ignore_unknown_ids)
+        absent = [qid for qid in references if qid in predictions and qid not in na_probs]
+        if absent:
+            raise UsageError(f"{na_file}: no no-answer probability for {len(absent)} predicted question(s): "
+                             f"{first_ids(absent)}")
     try:
         if args.version_2_with_negative:
             result = score_v2(references, predictions, na_probs, args.na_prob_thresh)
         else:
             result = score_v1(references, predictions)
-    except ScoreInputError as exc:
-        path = {"references": dataset, "predictions": pred_file, "na_probs": na_file}[exc.source]
-        raise UsageError(f"{path}: {exc}") from None
+    except ValueError as exc:  # v1: questions without gold answers
+        raise UsageError(f"{dataset}: {exc}") from None
     missing = [qid for qid in references if qid not in predictions]
     if missing:
-        warn(f"{len(missing)} of {len(references)} question(s) in {dataset} have no prediction in "
-             f"{pred_file} and will receive score 0: {first_ids(missing)}")
+        print(f"{PROG}: warning: {len(missing)} of {len(references)} question(s) in {dataset} have no prediction "
+              f"in {pred_file} and will receive score 0: {first_ids(missing)}", file=sys.stderr)
     return result
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -64,13 +64,10 @@ class QuestionAnsweringTrainer(Trainer):
                                       ignore_keys=ignore_keys, metric_key_prefix=prefix)
         start_logits, end_logits = output.predictions[:2]
         if len(start_logits) != len(dataset):
-            raise RuntimeError(
-                f"{description}: gathered {len(start_logits)} logit rows for {len(dataset)} features; "
-                "a feature was lost or duplicated across ranks"
-            )
+            raise RuntimeError(f"{description}: gathered {len(start_logits)} logit rows for {len(dataset)} features; "
+                               "a feature was lost or duplicated across ranks")
         if order is not None:
-            inverse = np.empty_like(order)
-            inverse[order] = np.arange(len(order))
+            inverse = np.argsort(order)  # the sorted rows back in dataset order
             start_logits, end_logits = start_logits[inverse], end_logits[inverse]
         return (start_logits, end_logits), dict(output.metrics), output.num_samples
 
@@ -91,7 +88,13 @@ class QuestionAnsweringTrainer(Trainer):
             if self.score_function is not None and "answers" in examples.column_names:  # a test set may have none
                 metrics.update({f"{prefix}_{k}": v for k, v in self.score_function(preds, examples).items()})
         metrics = broadcast_object_list([metrics])[0]  # the main process's, on every rank
-        metrics.update(self._timing(prefix, start, num_samples, loop_metrics))
+        # speed over the whole evaluation, postprocessing included (what users wait for), with the loop's model
+        # preparation time and loss (when not NaN)
+        total_batch = self.args.eval_batch_size * self.args.world_size
+        metrics.update(speed_metrics(prefix, start, num_samples=num_samples,
+                                     num_steps=math.ceil(num_samples / total_batch)))
+        metrics.update({key: value for key, value in loop_metrics.items()
+                        if key in (f"{prefix}_model_preparation_time", f"{prefix}_loss") and not math.isnan(value)})
         metrics[f"{prefix}_examples"] = len(examples)
         self.log(metrics)
         callback = self.callback_handler.on_evaluate if stage == "eval" else self.callback_handler.on_predict
@@ -111,13 +114,3 @@ class QuestionAnsweringTrainer(Trainer):
         """Answers for a test set; scored too when the examples carry answers."""
         preds, metrics = self._answer(predict_dataset, predict_examples, ignore_keys, metric_key_prefix, "predict")
         return PredictionOutput(predictions=preds.answers if preds else None, label_ids=None, metrics=metrics)
-
-    def _timing(self, prefix: str, start: float, num_samples: int,
-                loop_metrics: Mapping[str, float]) -> dict[str, float]:
-        """Speed metrics over the whole evaluation, postprocessing included (what users wait for), with the loop's
-        model preparation time and loss (when not NaN)."""
-        total_batch = self.args.eval_batch_size * self.args.world_size
-        kept = {key: value for key, value in loop_metrics.items()
-                if key in (f"{prefix}_model_preparation_time", f"{prefix}_loss") and not math.isnan(value)}
-        return {**speed_metrics(prefix, start, num_samples=num_samples,
-                                num_steps=math.ceil(num_samples / total_batch)), **kept}

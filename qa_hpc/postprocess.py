@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -37,9 +38,9 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 def mask_padding(logits: Logits, lengths: np.ndarray, fill: float = -100.0) -> Logits:
     """Logits past each feature's real length set to `fill` (the Trainer's padding value), as new arrays: with
     dynamic padding, pad-token logits would compete for the n-best (answers would depend on the batching)."""
-    start, end = (_tensor(np.asarray(arr)) for arr in logits)
-    keep = torch.arange(start.shape[1])[None, :] < torch.as_tensor(np.asarray(lengths))[:, None]
-    return torch.where(keep, start, fill).numpy(), torch.where(keep, end, fill).numpy()
+    start, end = (np.asarray(arr) for arr in logits)
+    keep = np.arange(start.shape[1]) < np.asarray(lengths)[:, None]
+    return np.where(keep, start, fill), np.where(keep, end, fill)  # a Python float keeps the logits' dtype
 
 
 def top_k_with_values(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -76,9 +77,7 @@ def token_chars(offset_mapping: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if values.null_count:
         raise ValueError("offset_mapping pairs must not hold nulls")
     in_context = np.append(tokens.is_valid().to_numpy(zero_copy_only=False), False)
-    first = np.zeros(len(length), dtype=np.int64)
-    np.cumsum(length[:-1], out=first[1:])
-    return first, length, in_context, np.cumsum(in_context) - 1, values.to_numpy().reshape(-1, 2)
+    return np.cumsum(length) - length, length, in_context, np.cumsum(in_context) - 1, values.to_numpy().reshape(-1, 2)
 
 
 def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: PostprocessConfig) -> dict:
@@ -95,9 +94,15 @@ def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: 
     n_tokens = e_idx.astype(np.int32)[:, None, :] - s_idx.astype(np.int32)[:, :, None] + 1  # int32: half the traffic
     ok &= (n_tokens >= 1) & (n_tokens <= cfg.max_answer_length)
     scores = s_val[:, :, None] + e_val[:, None, :]  # in the logits' dtype, like the loop's scalar sums
-    ok = _prune_to_top_pairs(ok, scores, cfg.n_best_size)
+    # pairs scoring below their feature's n_best-th valid pair can never reach the n-best (ties stay: the stable sort
+    # settles them); the sort this spares costs more. With a NaN the n_best-th means nothing.
+    n_pairs = scores.shape[1] * scores.shape[2]
+    if len(scores) and n_pairs > cfg.n_best_size and not np.isnan(scores).any():
+        masked = np.where(ok, scores, -np.inf).reshape(len(scores), n_pairs)
+        kth = torch.topk(_tensor(masked), cfg.n_best_size, dim=1).values[:, -1].numpy()
+        ok &= scores >= kth[:, None, None]
     flat = np.flatnonzero(ok)  # C order = the loop's insertion order within a feature
-    feature, ranks = np.divmod(flat, scores.shape[1] * scores.shape[2])
+    feature, ranks = np.divmod(flat, n_pairs)
     s_rank, e_rank = np.divmod(ranks, scores.shape[2])
     return {
         "example": ex_of_feat[feature],
@@ -109,32 +114,10 @@ def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: 
     }
 
 
-def _prune_to_top_pairs(ok: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
-    """`ok` less the pairs scoring below their feature's k-th best valid pair, which can never reach the n-best
-    (ties stay: the stable sort settles them); the sort it spares costs more. With a NaN the k-th means nothing."""
-    n_feat, n_pairs = ok.shape[0], ok.shape[1] * ok.shape[2]
-    if n_feat == 0 or n_pairs <= k or np.isnan(scores).any():
-        return ok
-    masked = np.where(ok, scores, -np.inf).reshape(n_feat, n_pairs)
-    kth = torch.topk(_tensor(masked), k, dim=1).values[:, -1].numpy()
-    return ok & (scores >= kth[:, None, None])
-
-
 def by_example_then_score(example: np.ndarray, score: np.ndarray) -> np.ndarray:
     """`np.lexsort((-score, example))`, ~3x sooner: one stable sort of integer keys (example, rank of -score)."""
     distinct, rank = np.unique(-score, return_inverse=True)  # equal scores share a rank, NaN ranks last
     return np.argsort(example * len(distinct) + rank, kind="stable")
-
-
-def _grouped_softmax(scores: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """The loop's softmax of every list scores[bounds[i]:bounds[i + 1]], the same floats: one 2-D array per length."""
-    lengths = np.diff(bounds)
-    probs = np.empty(len(scores), dtype=np.float64)
-    for m in np.unique(lengths[lengths > 0]).tolist():
-        idx = bounds[:-1][lengths == m][:, None] + np.arange(m)
-        exp = np.exp(scores[idx] - np.max(scores[idx], axis=1, keepdims=True))
-        probs[idx] = exp / exp.sum(axis=1, keepdims=True)
-    return probs
 
 
 def _nbest_rows(spans: dict, null: list[float | None], cfg: PostprocessConfig) -> tuple[np.ndarray, dict]:
@@ -159,39 +142,45 @@ def _nbest_rows(spans: dict, null: list[float | None], cfg: PostprocessConfig) -
     kept = order[(rank < cfg.n_best_size) | rows["is_null"][order]]  # still grouped by example, best first
     rows = {name: col[kept] for name, col in rows.items()}
     bounds = np.searchsorted(rows["example"], np.arange(n_ex + 1))
-    rows["probability"] = _grouped_softmax(rows["score"], bounds)
+    # the loop's softmax of each list, the same floats: one 2-D array per list length
+    lengths = np.diff(bounds)
+    rows["probability"] = np.empty(len(kept), dtype=np.float64)
+    for m in np.unique(lengths[lengths > 0]).tolist():
+        idx = bounds[:-1][lengths == m][:, None] + np.arange(m)
+        exp = np.exp(rows["score"][idx] - np.max(rows["score"][idx], axis=1, keepdims=True))
+        rows["probability"][idx] = exp / exp.sum(axis=1, keepdims=True)
     return bounds, rows
 
 
 class NBestLists(Mapping):
-    """Example id -> its n-best list of dicts (the loop's), built when read: the ~211,000 dicts of the SQuAD dev
-    set cost more CPU than all the array work, and an eval builds them only for the n-best file (as_dict)."""
+    """Example id -> its n-best list of dicts (the loop's), all built at the first read: the ~211,000 dicts of the
+    SQuAD dev set cost more CPU than all the array work, and an eval reads them only for the n-best file."""
 
     def __init__(self, ids: list[str], contexts: list[str], bounds: np.ndarray, rows: dict[str, np.ndarray]) -> None:
-        self._at = {qid: i for i, qid in enumerate(ids)}  # a repeated id keeps its first place and its last list
-        self._ids, self._contexts, self._bounds, self._rows = ids, contexts, bounds.tolist(), rows
+        self._ids, self._contexts, self._bounds, self._rows = ids, contexts, bounds, rows
+
+    @cached_property
+    def _lists(self) -> dict[str, list[dict]]:
+        """A repeated id keeps its first place and its last list; the null answer's start/end logits are None."""
+        r = {name: col.tolist() for name, col in self._rows.items()}
+        entries = [{"text": self._contexts[e][a:b], "probability": p, "score": s, "start_logit": None if null else x,
+                    "end_logit": None if null else y} for e, a, b, p, s, x, y, null in zip(
+                        r["example"], r["char_start"], r["char_end"], r["probability"], r["score"], r["start_logit"],
+                        r["end_logit"], r["is_null"])]
+        b = self._bounds.tolist()
+        return dict(zip(self._ids, (entries[lo:hi] for lo, hi in zip(b[:-1], b[1:]))))
 
     def __getitem__(self, qid: str) -> list[dict]:
-        i = self._at[qid]
-        return self.entries(self._bounds[i], self._bounds[i + 1])
+        return self._lists[qid]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._at)
+        return iter(self._lists)
 
     def __len__(self) -> int:
-        return len(self._at)
-
-    def entries(self, lo: int = 0, hi: int | None = None) -> list[dict]:
-        """The dicts of rows lo:hi; the null answer's start/end logits are None."""
-        r = {name: col[lo:hi].tolist() for name, col in self._rows.items()}
-        return [{"text": self._contexts[e][a:b], "probability": p, "score": s, "start_logit": None if null else x,
-                 "end_logit": None if null else y} for e, a, b, p, s, x, y, null in zip(
-                    r["example"], r["char_start"], r["char_end"], r["probability"], r["score"], r["start_logit"],
-                    r["end_logit"], r["is_null"])]
+        return len(self._lists)
 
     def as_dict(self) -> dict[str, list[dict]]:
-        entries, b = self.entries(), self._bounds
-        return dict(zip(self._ids, (entries[lo:hi] for lo, hi in zip(b[:-1], b[1:]))))
+        return self._lists
 
 
 def postprocess_qa_predictions(
@@ -236,8 +225,7 @@ def write_prediction_files(preds: QAPredictions, output_dir: str, prefix: str) -
     """Write {prefix}_predictions.json, _nbest_predictions.json and (v2) _null_odds.json atomically. The n-best
     file goes through orjson (json.dumps with an indent takes seconds for a dev set's 55 MB): NaN and infinities
     are written as null."""
-    plain = preds.nbest.as_dict() if isinstance(preds.nbest, NBestLists) else preds.nbest
-    nbest = orjson.dumps(plain, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode("utf-8")
+    nbest = orjson.dumps(dict(preds.nbest), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode("utf-8")
     # all serialized before anything is written, so a bad value leaves no file behind
     texts = {f"{prefix}_predictions.json": json_text(preds.answers), f"{prefix}_nbest_predictions.json": nbest}
     if preds.null_odds is not None:

@@ -1,7 +1,7 @@
 """SQuAD v1.1 / v2.0 scores equal to the official evaluate-v1.1.py / evaluate-v2.0.py (every quirk that changes a
 number kept), for score_squad.py and for the `evaluate` modules beside this file that the trainer scores with.
-Departures: a question without a prediction scores 0 (v2 officially crashes); inputs the official scripts crash on
-raise ScoreInputError."""
+Departures: a question without a prediction scores 0 (v2 officially crashes); no questions, or v1 questions without
+gold answers, raise ValueError (officially a crash). score_squad.py checks the rest of its files itself."""
 
 from __future__ import annotations
 
@@ -35,14 +35,6 @@ _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
-class ScoreInputError(ValueError):
-    """An input the scores are undefined for; ``source`` is "references", "predictions" or "na_probs"."""
-
-    def __init__(self, source: str, message: str) -> None:
-        super().__init__(message)
-        self.source = source
-
-
 def normalize_answer(s: str) -> str:
     """Lower case, drop ASCII punctuation, then articles, collapse whitespace (unicode spaces split too)."""
     return " ".join(_ARTICLES.sub(" ", s.lower().translate(_PUNCTUATION)).split())
@@ -62,6 +54,8 @@ def _f1(pred_tokens: Sequence[str], gold_tokens: Sequence[str], v2: bool) -> flo
 
 def _raw_scores(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
                 v2: bool) -> tuple[dict[str, float], dict[str, float]]:
+    if not references:
+        raise ValueError("no questions to score: the reference set is empty")
     exact: dict[str, float] = {}
     f1: dict[str, float] = {}  # per-question best over the golds
     for qid, golds in references.items():
@@ -78,7 +72,10 @@ def _raw_scores(references: Mapping[str, Sequence[str]], predictions: Mapping[st
 
 def score_v1(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str]) -> Scores:
     """Official v1.1 ``{"exact_match": %, "f1": %}``; references: id -> gold texts (unknown predictions ignored)."""
-    _check_inputs(references, predictions, None, v2=False)
+    empty = [qid for qid, golds in references.items() if not golds]
+    if empty:
+        raise ValueError(f"{len(empty)} question(s) have no gold answers (field 'answers' empty or 'is_impossible' "
+                         f"true): {first_ids(empty)}; pass --version_2_with_negative to score SQuAD 2.0 data")
     exact, f1 = _raw_scores(references, predictions, v2=False)
     exact_total = f1_total = 0.0
     for qid in exact:  # += as the official script: sum() of floats may add otherwise (Python >= 3.12)
@@ -89,7 +86,6 @@ def score_v1(references: Mapping[str, Sequence[str]], predictions: Mapping[str, 
 def score_v2(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
              na_probs: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0) -> Scores:
     """Official v2.0 with --na-prob-file / --na-prob-thresh, its keys in its order; ``[]`` golds: unanswerable."""
-    _check_inputs(references, predictions, na_probs, v2=True)
     has_answer = {qid: bool(golds) for qid, golds in references.items()}
     exact_raw, f1_raw = _raw_scores(references, predictions, v2=True)
     # Officially P(no answer) is 0.0 without na_probs, so a negative threshold abstains on everything.
@@ -138,37 +134,9 @@ def _best_threshold(predictions: Mapping[str, str], raw: Mapping[str, float], na
     return 100.0 * best / total, best_thresh
 
 
-def _check_inputs(references: Mapping[str, Sequence[str]], predictions: Mapping[str, object],
-                 na_probs: Mapping[str, float] | None, v2: bool) -> None:
-    """What the official scripts crash on (no questions, non-string answer, v1 without gold, no na_prob)."""
-    if not references:
-        raise ScoreInputError("references", "no questions to score: the reference set is empty")
-    for qid, text in predictions.items():
-        if not isinstance(text, str):
-            raise ScoreInputError("predictions", f"prediction for id {qid!r} must be a string, "
-                                                 f"got {json_type_name(text)}")
-    if not v2:
-        empty = [qid for qid, golds in references.items() if not golds]
-        if empty:
-            raise ScoreInputError("references", f"{len(empty)} question(s) have no gold answers (field 'answers' "
-                                  f"empty or 'is_impossible' true): {first_ids(empty)}; pass "
-                                  "--version_2_with_negative to score SQuAD 2.0 data")
-    if na_probs is not None:
-        absent = [qid for qid in references if qid in predictions and qid not in na_probs]
-        if absent:
-            raise ScoreInputError("na_probs", f"no no-answer probability for {len(absent)} predicted "
-                                              f"question(s): {first_ids(absent)}")
-
-
 def first_ids(ids: Sequence[str], shown: int = 5) -> str:
     rest = len(ids) - shown
     return ", ".join(map(repr, ids[:shown])) + (f", ... ({rest} more)" if rest > 0 else "")
-
-
-def json_type_name(value: object) -> str:
-    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
-             list: "an array", str: "a string"}
-    return names.get(type(value), type(value).__name__)
 
 
 # --------------------------------------------------------------------------- the `evaluate` metric
@@ -186,26 +154,13 @@ def metric_features(v2: bool) -> datasets.Features:
     return Features({"predictions": predictions, "references": {"id": Value("string"), "answers": answers}})
 
 
-def metric_info(v2: bool, inputs_description: str) -> evaluate.MetricInfo:
-    """What both `evaluate` modules beside this file say of themselves; only the SQuAD version differs."""
-    import evaluate
-
-    version, paper = ("2.0", 'Rajpurkar, Jia, Liang: "Know What You Don\'t Know: Unanswerable Questions for SQuAD", '
-                      "ACL 2018") if v2 else ("1.1", 'Rajpurkar, Zhang, Lopyrev, Liang: "SQuAD: 100,000+ Questions '
-                                              'for Machine Comprehension of Text", EMNLP 2016')
-    return evaluate.MetricInfo(
-        description=f"SQuAD v{version} exact match and F1, equal to the official evaluate-v{version}.py (qa-hpc).",
-        citation=paper, inputs_description=inputs_description, features=metric_features(v2),
-        reference_urls=["https://rajpurkar.github.io/SQuAD-explorer/"])
-
-
 def score_rows(predictions: Sequence[Mapping], references: Sequence[Mapping],
                no_answer_threshold: float | None = None) -> Scores:
     """The `evaluate` rows scored; a threshold (even 1.0) means v2. A repeated id is an error, not one kept."""
     for source, rows in (("references", references), ("predictions", predictions)):
         repeated = [qid for qid, n in collections.Counter(row["id"] for row in rows).items() if n > 1]
         if repeated:
-            raise ScoreInputError(source, f"{source}: id {repeated[0]!r} appears more than once")
+            raise ValueError(f"{source}: id {repeated[0]!r} appears more than once")
     golds = {ref["id"]: list(ref["answers"]["text"]) for ref in references}
     texts = {row["id"]: row["prediction_text"] for row in predictions}
     if no_answer_threshold is None:
@@ -250,26 +205,20 @@ def load_squad_metric(name: str | None, version_2_with_negative: bool) -> evalua
     except Exception as err:  # evaluate raises FileNotFoundError, ConnectionError, ImportError, TypeError, ...
         if name is None:  # our own module: not the user's doing, keep the traceback
             raise
-        raise UsageError(_cannot_load(name, version_2_with_negative, err)) from err
-    _check_metric_inputs(metric, name or path, version_2_with_negative)
+        if os.path.exists(name):
+            how = ("the path exists but is no evaluate module: give a .py file that defines an evaluate.Metric, "
+                   "or a folder holding one named after the folder")
+        else:
+            local = LOCAL_MODULES[version_2_with_negative].relative_to(Path(__file__).parents[2])
+            offline = "offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else "no internet?"
+            how = (f"it is no local path, and a hub metric is fetched once from the Hugging Face Hub ({offline}): "
+                   "load it where there is internet with HF_HOME set as in the job (it is then cached in "
+                   f"{constants.HF_HOME}/modules for offline runs), or leave --squad_metric out to use {local}, "
+                   "which gives the official numbers offline")
+        cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UsageError(f"--squad_metric {name!r} could not be loaded ({type(err).__name__}: {cause}); {how}") from err
+    _check_metric_inputs(metric, path, version_2_with_negative)
     return metric
-
-
-def _cannot_load(name: str, v2: bool, err: BaseException) -> str:
-    from huggingface_hub import constants
-
-    cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    if os.path.exists(name):
-        how = ("the path exists but is no evaluate module: give a .py file that defines an evaluate.Metric, "
-               "or a folder holding one named after the folder")
-    else:
-        local = LOCAL_MODULES[v2].relative_to(Path(__file__).parents[2])
-        offline = "offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else "no internet?"
-        how = (f"it is no local path, and a hub metric is fetched once from the Hugging Face Hub ({offline}): "
-               "load it where there is internet with HF_HOME set as in the job (it is then cached in "
-               f"{constants.HF_HOME}/modules for offline runs), or leave --squad_metric out to use {local}, "
-               "which gives the official numbers offline")
-    return f"--squad_metric {name!r} could not be loaded ({type(err).__name__}: {cause}); {how}"
 
 
 def _check_metric_inputs(metric: evaluate.EvaluationModule, name: str, v2: bool) -> None:
