@@ -179,9 +179,6 @@ class NBestLists(Mapping):
     def __len__(self) -> int:
         return len(self._lists)
 
-    def as_dict(self) -> dict[str, list[dict]]:
-        return self._lists
-
 
 def postprocess_qa_predictions(
     examples: Mapping[str, Sequence], features: Mapping[str, Any], predictions: Logits, cfg: PostprocessConfig,

@@ -16,15 +16,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qa_hpc.features import FeatureConfig, prepare_validation_features
-from qa_hpc.postprocess import (NBestLists, QAPredictions, by_example_then_score, mask_padding,
-                                postprocess_qa_predictions, write_prediction_files)
+from qa_hpc.postprocess import (QAPredictions, by_example_then_score, mask_padding, postprocess_qa_predictions,
+                                write_prediction_files)
 from qa_hpc.postprocess_loop import PostprocessConfig, postprocess_qa_predictions_loop
 from qa_hpc.squad_io import load_qa_records
 
 
 def assert_same(ref: QAPredictions, got: QAPredictions) -> None:
     """ref from the loop, got from the array path: the same values in the same order, written as the same JSON."""
-    plain = got.nbest.as_dict() if isinstance(got.nbest, NBestLists) else got.nbest  # what the n-best file holds
+    plain = dict(got.nbest)  # what the n-best file holds
     assert (ref.answers, ref.null_odds) == (got.answers, got.null_odds) and ref.nbest == got.nbest == plain
     assert list(ref.answers) == list(got.answers) == list(got.nbest) == list(plain)
     # orjson also tells what == cannot: 0.0 is written "0.0", -0.0 "-0.0"
