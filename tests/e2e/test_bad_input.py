@@ -20,7 +20,7 @@ import datasets
 import pytest
 import transformers
 
-from fixtures.procs import error_lines, free_port, offline_env, ok, output, run_qa_side_by_side, tiny_flags
+from fixtures.procs import PYTHON, RUN_QA, error_lines, free_port, offline_env, ok, output, side_by_side, tiny_flags
 from fixtures.runs import Run
 
 # the libraries' log handlers keep the stderr they were created with: create them now (the session's stderr),
@@ -186,8 +186,8 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
          "--train_file/--validation_file/--test_file"),
     )
     # side by side: most of an online run is huggingface_hub's retry back-off
-    procs = run_qa_side_by_side(*((["--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env)
-                                  for extra, _, _ in cases))
+    procs = side_by_side(*(([PYTHON, RUN_QA, "--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env)
+                           for extra, _, _ in cases))
     for proc, (_, what, alternative) in zip(procs, cases):
         log = ok(proc, 2)
         errors = error_lines(log)
@@ -218,8 +218,8 @@ def test_remote_code_runs_only_with_the_flag(tiny_bert: Path, demo_files: dict[s
         model = model_with_code(tiny_bert, tmp_path / f"model_{name}", markers[name])
         args = tiny_flags(model, tmp_path / f"out_{name}", "--do_eval", "--validation_file",
                           str(demo_files["validation"]), "--max_eval_samples", "2", *flags)
-        runs.append((args, offline_env(HF_HOME=str(tmp_path / f"hf_home_{name}"))))
-    plain, trusted = run_qa_side_by_side(*runs)
+        runs.append(([PYTHON, RUN_QA, *args], offline_env(HF_HOME=str(tmp_path / f"hf_home_{name}"))))
+    plain, trusted = side_by_side(*runs)
     assert not markers["plain"].exists(), "model code ran without --trust_remote_code"
     ok(plain)  # the built-in BERT code is used
     assert markers["trusted"].exists(), output(trusted)[-3000:]
