@@ -9,6 +9,8 @@ from typing import NoReturn
 
 import pytest
 
+pytest.register_assert_rewrite("fixtures")  # the shared checks in tests/fixtures explain a failure as tests do
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_SQUAD = REPO.parent / "shared" / "data" / "squad-v1.1"
 
