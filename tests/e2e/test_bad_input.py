@@ -19,7 +19,7 @@ import datasets
 import pytest
 import transformers
 
-from fixtures.procs import PYTHON, RUN_QA, error_lines, free_port, offline_env, ok, output, side_by_side, tiny_flags
+from fixtures.procs import PYTHON, RUN_QA, free_port, offline_env, ok, one_error_line, output, side_by_side, tiny_flags
 from fixtures.runs import Run
 
 # the libraries' log handlers keep the stderr they were created with: create them now (the session's stderr),
@@ -81,13 +81,12 @@ def _check(argv: list[str], tmp_path: Path, capsys, expect: list[str], code: int
     before = sorted(tmp_path.rglob("*"))  # files and folders
     got, output, stderr = run_qa_cli(argv, capsys)
     assert got == code, f"exit {got}, expected {code}:\n{output[-3000:]}"
-    errors = error_lines(stderr)
-    assert len(errors) == 1, f"expected one ERROR line on stderr:\n{stderr[-3000:]}"
+    error = one_error_line(stderr)
     for piece in expect:
-        assert piece in errors[0], f"{piece!r} not in {errors[0]!r}"
-    assert "Traceback" not in output
+        assert piece in error, f"{piece!r} not in {error!r}"
+    assert "Traceback" not in output  # not on stdout either
     assert sorted(tmp_path.rglob("*")) == before, "files written despite bad input"
-    return errors[0]
+    return error
 
 
 @pytest.mark.parametrize("filename, content, split, expect", CASES)
@@ -127,11 +126,11 @@ def test_settings_that_cannot_work_are_refused_before_the_model_loads(flags, exp
 
 def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Run) -> None:
     """The shared failed run: its first answer_start is 3 characters off; it stops before the model loads."""
-    errors = error_lines(failed.text)
-    assert failed.returncode == 2 and len(errors) == 1, failed.text[-3000:]
+    error = one_error_line(failed.text)
+    assert failed.returncode == 2, failed.text[-3000:]
     for piece in ("broken_train.json", "data[0].paragraphs[0].qas[0]", "answers[0].text", "not found at answer_start"):
-        assert piece in errors[0], (piece, errors[0])
-    assert "Traceback" not in failed.text and "WALL_CLOCK_SECONDS" not in failed.text and not failed.out.exists()
+        assert piece in error, (piece, error)
+    assert "WALL_CLOCK_SECONDS" not in failed.text and not failed.out.exists()
     assert "Loading weights" not in failed.text
 
 
@@ -157,10 +156,9 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
     procs = side_by_side(*(([PYTHON, RUN_QA, "--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env)
                            for extra, _, _ in cases))
     for proc, (_, what, alternative) in zip(procs, cases):
-        log = ok(proc, 2)
-        errors = error_lines(log)
-        assert len(errors) == 1 and errors[0].startswith(f"ERROR: {what}, and {why}: get it with 'bash setup_bert.sh'")
-        assert alternative in errors[0] and "Traceback" not in log and not (tmp_path / "out").exists()
+        error = one_error_line(ok(proc, 2))
+        assert error.startswith(f"ERROR: {what}, and {why}: get it with 'bash setup_bert.sh'") and alternative in error
+        assert not (tmp_path / "out").exists()
 
 
 def model_with_code(tiny_bert: Path, model: Path, marker: Path) -> Path:
