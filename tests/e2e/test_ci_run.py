@@ -13,9 +13,21 @@ import pytest
 from conftest import REPO
 from fixtures.procs import offline_env, run
 
+SETUP = ["python3 -m venv .venv", "venv python -m pip install -q --disable-pip-version-check -r requirements.txt",
+         "venv python -m pip install -q --disable-pip-version-check --no-deps -e .", "venv check"]
+APT, START, PYTEST, STOP = ("apt-get install -y -q libjemalloc2 libtcmalloc-minimal4", "slurm start",
+                            "venv python -m pytest", "slurm stop --quiet")
 
-def _ci_copy(tmp_path: Path, slurm_rc: int, uid: int) -> tuple[Path, Path, dict[str, str]]:
-    """(checkout copy, the calls log, environment): .ci/run as is, everything it starts a stand-in."""
+
+@pytest.mark.parametrize("ci, slurm_rc, uid, code, says, then", [
+    # under CI=true a Slurm that does not start fails the run (the suite does not run, so it cannot pass)
+    ("true", 1, 0, 1, "ERROR: CI=true and the local SLURM did not start", [APT, START, STOP]),
+    (None, 1, 0, 0, "local SLURM did not start: slurm tests will skip", [APT, START, PYTEST, STOP]),
+    ("true", 0, 0, 0, "", [APT, START, PYTEST, STOP]),
+    ("true", 0, 1000, 1, "ERROR: CI=true needs root", []),
+    (None, 0, 1000, 0, "", [PYTEST]),  # without CI, not root: the suite runs and the slurm tests skip
+], ids=["ci-no-slurm", "local-no-slurm", "ci-slurm", "ci-not-root", "local-not-root"])
+def test_ci_run_needs_root_and_slurm_under_ci_only(ci, slurm_rc, uid, code, says, then, tmp_path: Path) -> None:
     root, bin_dir, calls = tmp_path / "checkout", tmp_path / "bin", tmp_path / "calls.log"
     (root / ".ci").mkdir(parents=True)
     (root / "ci" / "slurm").mkdir(parents=True)
@@ -36,26 +48,7 @@ def _ci_copy(tmp_path: Path, slurm_rc: int, uid: int) -> tuple[Path, Path, dict[
     for name, body in stubs.items():
         (bin_dir / name).write_text("#!/bin/bash\n" + body)
         (bin_dir / name).chmod(0o755)
-    env = offline_env(PATH=f"{bin_dir}:/usr/bin:/bin", CI=None)
-    return root, calls, env
-
-
-SETUP = ["python3 -m venv .venv", "venv python -m pip install -q --disable-pip-version-check -r requirements.txt",
-         "venv python -m pip install -q --disable-pip-version-check --no-deps -e .", "venv check"]
-APT, START, PYTEST, STOP = ("apt-get install -y -q libjemalloc2 libtcmalloc-minimal4", "slurm start",
-                            "venv python -m pytest", "slurm stop --quiet")
-
-
-@pytest.mark.parametrize("ci, slurm_rc, uid, code, says, then", [
-    # under CI=true a Slurm that does not start fails the run (the suite does not run, so it cannot pass)
-    ("true", 1, 0, 1, "ERROR: CI=true and the local SLURM did not start", [APT, START, STOP]),
-    (None, 1, 0, 0, "local SLURM did not start: slurm tests will skip", [APT, START, PYTEST, STOP]),
-    ("true", 0, 0, 0, "", [APT, START, PYTEST, STOP]),
-    ("true", 0, 1000, 1, "ERROR: CI=true needs root", []),
-    (None, 0, 1000, 0, "", [PYTEST]),  # without CI, not root: the suite runs and the slurm tests skip
-], ids=["ci-no-slurm", "local-no-slurm", "ci-slurm", "ci-not-root", "local-not-root"])
-def test_ci_run_needs_root_and_slurm_under_ci_only(ci, slurm_rc, uid, code, says, then, tmp_path: Path) -> None:
-    root, calls, env = _ci_copy(tmp_path, slurm_rc, uid)
-    proc = run(["bash", root / ".ci" / "run"], cwd=root, env=env | ({"CI": ci} if ci else {}), timeout=60)
+    env = offline_env(PATH=f"{bin_dir}:/usr/bin:/bin", CI=ci)
+    proc = run(["bash", root / ".ci" / "run"], cwd=root, env=env, timeout=60)
     assert proc.returncode == code and says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert calls.read_text().splitlines() == SETUP + then

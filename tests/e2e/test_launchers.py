@@ -29,9 +29,11 @@ def run_demo_job(script: str, env: dict[str, str], tmp: Path, job: str) -> str:
     """bash SCRIPT with nothing cached, nothing reachable: the offline demo ran, labelled everywhere, scored the 5
     questions asked for (arguments after the script win), its log copied to QA_LOG_DIR; the log."""
     log = ok(run(["bash", REPO / script, "--max_eval_samples", "5"], env=env))
-    assert "MISSING model=bert-base-uncased" in log and "MISSING dataset=squad" in log
-    assert "OFFLINE DEMO - NOT THE BASELINE" in log and "RUN_MODE=offline_demo" in log and "RUN_MODE=baseline" not in log
-    assert re.search(r"^WALL_CLOCK_SECONDS=\d+$", log, re.M) and re.search(r"JOB_SECONDS=\d+ JOB_EXIT_CODE=0$", log, re.M)
+    for says in ("MISSING model=bert-base-uncased", "MISSING dataset=squad", "OFFLINE DEMO - NOT THE BASELINE",
+                 "RUN_MODE=offline_demo"):
+        assert says in log, says
+    assert "RUN_MODE=baseline" not in log and re.search(r"^WALL_CLOCK_SECONDS=\d+$", log, re.M)
+    assert re.search(r"JOB_SECONDS=\d+ JOB_EXIT_CODE=0$", log, re.M)
     results = json.loads((tmp / "out" / "eval_results.json").read_text())
     f1 = re.search(r"^eval_f1=(\d+\.\d+)$", log, re.M)
     assert f1 and float(f1.group(1)) == pytest.approx(results["eval_f1"], abs=1e-4) and results["eval_examples"] == 5
@@ -42,9 +44,13 @@ def run_demo_job(script: str, env: dict[str, str], tmp: Path, job: str) -> str:
 
 
 def test_job_ft3_falls_back_to_the_offline_demo_and_labels_it(tiny_bert: Path, tmp_path: Path):
-    """...and QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what ran."""
-    log = run_demo_job("job_ft3.sh", demo_job_env(tiny_bert, tmp_path, QA_PRECISION="bf16"), tmp_path, "bert_squad_ft3")
-    assert "PLAN device=cpu precision=bf16 (--precision bf16)" in log
+    """...and QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what ran, its
+    torch threads the CPUs it may use."""
+    env = demo_job_env(tiny_bert, tmp_path, QA_PRECISION="bf16", OMP_NUM_THREADS=None)
+    log = run_demo_job("job_ft3.sh", env, tmp_path, "bert_squad_ft3")
+    cpus = len(os.sched_getaffinity(0))
+    assert (f"PLAN device=cpu precision=bf16 (--precision bf16) tf32=off threads={cpus} ({cpus} CPUs / 1 process(es) "
+            "on this node) dataloader_workers=0 world_size=1 ") in log, log[-3000:]
     assert re.search(r"^EFFECTIVE rank=0 precision=bf16 ", log, re.M)
     train = json.loads((tmp_path / "data" / "train.json").read_text())["data"]  # generated with the overrides
     assert sum(len(p["qas"]) for a in train for p in a["paragraphs"]) == 16
@@ -53,7 +59,7 @@ def test_job_ft3_falls_back_to_the_offline_demo_and_labels_it(tiny_bert: Path, t
 class _RecordingHub(http.server.BaseHTTPRequestHandler):
     """A hub on the loopback that is down: records each request's path and answers 503."""
 
-    seen: list[str]
+    seen: list[str] = []
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.seen.append(self.path)
@@ -76,43 +82,40 @@ def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
     assert "prefetching" not in log and "HUB_REACHABLE" not in log, log[-3000:]
     assert "MISSING model=bert-base-uncased" in log and "SETUP_READY=offline_demo" in log
     assert (work / "data" / "demo" / "validation.json").is_file() and (work / "logs").is_dir()
-    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Hub", (_RecordingHub,), {"seen": []}))
-    server = threading.Thread(target=hub.serve_forever, daemon=True)
-    server.start()
-    try:
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RecordingHub) as hub:
+        threading.Thread(target=hub.serve_forever, daemon=True).start()
         env = offline_env(QA_SKIP_PIP="1", QA_DEMO_TRAIN="20", QA_DEMO_EVAL="5", HF_HUB_OFFLINE=None,
                           HF_DATASETS_OFFLINE=None, TRANSFORMERS_OFFLINE=None,
                           HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}")
-        log = ok(run(["bash", "setup_bert.sh"], env=env, cwd=work))
-    finally:
-        hub.shutdown()
-        hub.server_close()
-        server.join(timeout=10)
+        try:
+            log = ok(run(["bash", "setup_bert.sh"], env=env, cwd=work))
+        finally:
+            hub.shutdown()
     lines = log.splitlines()
     assert "prefetching bert-base-uncased + squad" in log, log[-3000:]
-    assert hub.RequestHandlerClass.seen == ["/api/models/bert-base-uncased"]
+    assert _RecordingHub.seen == ["/api/models/bert-base-uncased"]
     assert "HUB_REACHABLE=0" in lines and "MISSING dataset=squad" in lines and "SETUP_READY=offline_demo" in lines
     assert "Traceback" not in log and "demo data in data/demo" in log  # the first run's data kept
     assert (work / "hf_cache").is_dir() and not list((work / "hf_cache").glob("**/models--*"))
 
 
-def test_job_cpu_runs_the_demo_on_the_cpu_with_threads_from_its_cpus(tiny_bert: Path, tmp_path: Path):
-    """bash job_cpu.sh outside Slurm: one CPU process whose torch threads are the CPUs it may use, in bf16 where this
-    CPU does bf16 in hardware (AVX512-BF16 or AMX: torch's own capability check), else fp32."""
+def test_job_cpu_runs_the_demo_on_the_cpu_with_both_levers_on(tiny_bert: Path, tmp_path: Path):
+    """bash job_cpu.sh outside Slurm: one CPU process, allocator and thread binding on, whose torch threads are all the
+    CPUs it may use (not the one its main thread is bound to), in bf16 where this CPU does bf16 in hardware
+    (AVX512-BF16 or AMX: torch's own capability check), else fp32."""
     import torch
 
     fast = next((name for name in ("amx_bf16", "avx512_bf16") if torch.cpu.get_capabilities().get(name)), None)
     want, why = ("bf16", f"CPU has {fast}") if fast else ("fp32", "CPU has no amx_bf16 or avx512_bf16")
     cpus = len(os.sched_getaffinity(0))
-    env = demo_job_env(tiny_bert, tmp_path, OMP_NUM_THREADS=None, QA_CPU_ALLOCATOR="none", QA_CPU_AFFINITY="0")
+    env = demo_job_env(tiny_bert, tmp_path, OMP_NUM_THREADS=None, QA_CPU_ALLOCATOR="auto", QA_CPU_AFFINITY="1")
     log = run_demo_job("job_cpu.sh", env, tmp_path, "bert_squad_cpu")
+    assert re.search(r"CPU_LEVERS allocator=\S+ .*affinity=OMP_PROC_BIND=close", log)
     plan = re.search(r"\bPLAN device=.*$", log, re.M)  # a log record: time, rank, logger first
-    assert plan and plan.group(0).startswith(
-        f"PLAN device=cpu precision={want} (auto: {why}) tf32=off threads={cpus} ({cpus} CPUs / 1 process(es) on "
-        "this node) dataloader_workers=0 world_size=1 "), log[-3000:]
+    assert plan and plan.group(0).startswith(f"PLAN device=cpu precision={want} (auto: {why}) tf32=off threads={cpus} "
+                                             "(OMP_NUM_THREADS) dataloader_workers=0 world_size=1 "), log[-3000:]
     assert re.search(rf"^EFFECTIVE rank=0 precision={want} tf32=off param_dtype=float32 threads={cpus} .*device=cpu ",
                      log, re.M)
-    assert "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=none) affinity=off (QA_CPU_AFFINITY=0)" in log
 
 
 def _get(url: str, timeout: float = 5.0):
@@ -236,10 +239,6 @@ print(f"CHILD_MAPS jemalloc={int('libjemalloc' in maps)} tcmalloc={int('libtcmal
 """
 
 
-def find_jemalloc() -> str | None:
-    return run(["bash", "-c", f"source {REPO}/scripts/env_setup.sh; qa_find_lib libjemalloc.so"]).stdout.strip() or None
-
-
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One demo data folder for the module: the first job generates it, the others reuse it (stamp)."""
@@ -273,7 +272,7 @@ def child_env(log: str) -> dict[str, str]:
 
 
 def test_jemalloc_is_preloaded_into_the_training_process(tiny_bert: Path, tmp_path: Path, demo_data: Path):
-    lib = find_jemalloc()
+    lib = run(["bash", "-c", f"source {REPO}/scripts/env_setup.sh; qa_find_lib libjemalloc.so"]).stdout.strip()
     if not lib:
         skip_or_fail("libjemalloc not installed (Debian: apt-get install -y libjemalloc2)")
     log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_ALLOCATOR="jemalloc", QA_CPU_AFFINITY="0")
@@ -322,13 +321,3 @@ def test_ddp_job_binds_each_gpu_worker_near_its_gpu(binding: str, torchrun_has: 
     assert torchrun and "--nproc_per_node=4 " in torchrun.group(1) and "--ddp_backend nccl" in torchrun.group(1)
     assert ("--numa-binding" in torchrun.group(1)) == bool(torchrun_has) and torchrun_has in torchrun.group(1)
     assert child_env(log)["OMP_NUM_THREADS"] == threads and f"numa_binding={binding} " in log
-
-
-def test_training_runs_with_both_levers_on(tiny_bert: Path, tmp_path: Path, demo_data: Path):
-    env = demo_job_env(tiny_bert, tmp_path, QA_MODE="demo", QA_CPU_ALLOCATOR="auto", QA_CPU_AFFINITY="1",
-                       OMP_NUM_THREADS=None, QA_DEMO_DATA=str(demo_data))
-    log = ok(run(["bash", REPO / "job_cpu.sh", "--max_eval_samples", "5"], env=env))
-    assert re.search(r"CPU_LEVERS allocator=\S+ .*affinity=OMP_PROC_BIND=close", log)
-    # all the job's CPUs, not the one its main thread is bound to
-    assert f" threads={len(os.sched_getaffinity(0))} (OMP_NUM_THREADS)" in log, log[-3000:]
-    assert re.search(r"^eval_f1=\d+\.\d+$", log, re.M)

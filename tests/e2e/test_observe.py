@@ -21,10 +21,9 @@ TRAIN_TAGS = ["train/loss", "train/learning_rate", "train/grad_norm", "train/ste
 GPU_TAGS = ["train/gpu_memory_allocated_mb", "train/gpu_memory_reserved_mb"]
 
 
-def _train_token_counts(run: Run) -> tuple[int, int]:
+def _train_token_counts(run: Run) -> tuple[int, ...]:
     """features and real tokens of the train split, as run_qa logged them before training."""
-    m = re.search(r"TOKENS split=train features=(\d+) real_tokens=(\d+)", run.text)
-    return int(m.group(1)), int(m.group(2))
+    return tuple(map(int, re.search(r"TOKENS split=train features=(\d+) real_tokens=(\d+)", run.text).groups()))
 
 
 def _interval_totals(acc) -> tuple[float, float]:

@@ -5,7 +5,7 @@ resumed from their checkpoint; failing jobs and dying DDP nodes end the job with
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import re
 import shutil
@@ -18,6 +18,7 @@ import pytest
 
 from conftest import REPO, skip_or_fail
 from fixtures.procs import demo_job_env, free_port, rank_pids, run
+from fixtures.runs import read
 
 pytestmark = pytest.mark.slurm
 
@@ -153,10 +154,8 @@ def assert_resumed_and_scored(rc: int, log: str, out: Path, first_exit: str) -> 
     assert first.count("{'loss'") == stopped_at and second.count("{'loss'") == MAX_STEPS - stopped_at, log[-3000:]
     assert len(re.findall(r"^WALL_CLOCK_SECONDS=\d+", log, re.M)) == 1  # the first run stopped before the end
     assert re.search(r"^eval_f1=\d+\.\d+$", log, re.M) and re.search(r"^eval_exact_match=\d+\.\d+$", log, re.M)
-    state = json.loads((out / "trainer_state.json").read_text())
-    assert state["global_step"] == MAX_STEPS
-    results = json.loads((out / "eval_results.json").read_text())
-    assert results["eval_examples"] == 9
+    assert read(out / "trainer_state.json")["global_step"] == MAX_STEPS
+    assert read(out / "eval_results.json")["eval_examples"] == 9
     assert (out / "OFFLINE_DEMO.txt").is_file()
 
 
@@ -245,10 +244,8 @@ def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(slurm, t
         assert "REQUEUE" not in text()
     finally:
         for pid in stopped:  # the hung ranks, if Slurm left any
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
