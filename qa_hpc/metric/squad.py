@@ -142,16 +142,28 @@ def first_ids(ids: Sequence[str], shown: int = 5) -> str:
 # --------------------------------------------------------------------------- the `evaluate` metric
 
 
-def metric_features(v2: bool) -> datasets.Features:
-    """The hub's `squad` / `squad_v2` inputs, but float64 "no_answer_probability": as float32 the null-score
-    differences would move threshold decisions away from score_squad.py's on eval_null_odds.json."""
-    from datasets import Features, List, Value  # only where a metric is built: score_squad.py needs none
+PAPERS = {False: 'Rajpurkar, Zhang, Lopyrev, Liang: "SQuAD: 100,000+ Questions for Machine Comprehension of Text", '
+                 "EMNLP 2016",
+          True: 'Rajpurkar, Jia, Liang: "Know What You Don\'t Know: Unanswerable Questions for SQuAD", ACL 2018'}
 
+
+def metric_info(v2: bool, inputs_description: str = "") -> evaluate.MetricInfo:
+    """What both `evaluate` modules beside this file say of themselves. Their inputs are the hub's `squad` /
+    `squad_v2` ones, but float64 "no_answer_probability": as float32 the null-score differences would move threshold
+    decisions away from score_squad.py's on eval_null_odds.json."""
+    import evaluate  # only where a metric is built: score_squad.py needs none
+    from datasets import Features, List, Value
+
+    version = "2.0" if v2 else "1.1"
     predictions = {"id": Value("string"), "prediction_text": Value("string")}
     if v2:
         predictions["no_answer_probability"] = Value("float64")
     answers = {"text": List(Value("string")), "answer_start": List(Value("int32"))}
-    return Features({"predictions": predictions, "references": {"id": Value("string"), "answers": answers}})
+    return evaluate.MetricInfo(
+        description=f"SQuAD v{version} exact match and F1, equal to the official evaluate-v{version}.py (qa-hpc).",
+        citation=PAPERS[v2], inputs_description=inputs_description, reference_urls=[
+            "https://rajpurkar.github.io/SQuAD-explorer/"],
+        features=Features({"predictions": predictions, "references": {"id": Value("string"), "answers": answers}}))
 
 
 def score_rows(predictions: Sequence[Mapping], references: Sequence[Mapping],
@@ -228,7 +240,7 @@ def _check_metric_inputs(metric: evaluate.EvaluationModule, name: str, v2: bool)
                             for k in ("predictions", "references"))
 
     schemas = metric.features if isinstance(metric.features, list) else [metric.features]
-    wanted, found = inputs(metric_features(v2)), [inputs(f) for f in schemas]
+    wanted, found = inputs(metric_info(v2).features), [inputs(f) for f in schemas]
     if wanted not in found:
         version = "2.0" if v2 else "1.1"
         raise UsageError(f"--squad_metric {name!r} takes {' or '.join(found)}, but a SQuAD v{version} run sends "

@@ -277,10 +277,10 @@ def test_no_questions_and_repeated_ids_are_errors() -> None:  # other undefined 
 def test_a_path_chooses_another_metric(tmp_path: Path) -> None:
     module = tmp_path / "always_half" / "always_half.py"
     module.parent.mkdir()
-    module.write_text("import evaluate\nfrom qa_hpc.metric.squad import metric_features\n\n"
-                      "class AlwaysHalf(evaluate.Metric):\n    def _info(self):\n        return evaluate.MetricInfo("
-                      "description='', citation='', features=metric_features(False))\n\n    def _compute(self, "
-                      "predictions, references):\n        return {'exact_match': 50.0, 'f1': 50.0}\n")
+    module.write_text("import evaluate\nfrom qa_hpc.metric.squad import metric_info\n\n"
+                      "class AlwaysHalf(evaluate.Metric):\n    def _info(self):\n        return metric_info(False)\n\n"
+                      "    def _compute(self, predictions, references):\n"
+                      "        return {'exact_match': 50.0, 'f1': 50.0}\n")
     score = make_score(False, 0.0, str(module.parent))
     assert score(QAPredictions({"q": "P"}, {}, None), examples({"q": ["P"]})) == {"exact_match": 50.0, "f1": 50.0}
 

@@ -13,17 +13,12 @@ from __future__ import annotations
 
 import evaluate
 
-from qa_hpc.metric.squad import Scores, metric_features, score_rows
+from qa_hpc.metric.squad import Scores, metric_info, score_rows
 
 
 class EvaluateSquadV1(evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description="SQuAD v1.1 exact match and F1, equal to the official evaluate-v1.1.py (qa-hpc).",
-            citation='Rajpurkar, Zhang, Lopyrev, Liang: "SQuAD: 100,000+ Questions for Machine Comprehension '
-                     'of Text", EMNLP 2016',
-            inputs_description=__doc__, features=metric_features(v2=False),
-            reference_urls=["https://rajpurkar.github.io/SQuAD-explorer/"])
+        return metric_info(v2=False, inputs_description=__doc__)
 
     def _compute(self, predictions: list[dict], references: list[dict]) -> Scores:
         return score_rows(predictions, references)

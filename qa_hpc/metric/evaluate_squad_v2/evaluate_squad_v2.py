@@ -16,17 +16,12 @@ from __future__ import annotations
 
 import evaluate
 
-from qa_hpc.metric.squad import Scores, metric_features, score_rows
+from qa_hpc.metric.squad import Scores, metric_info, score_rows
 
 
 class EvaluateSquadV2(evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description="SQuAD v2.0 exact match and F1, equal to the official evaluate-v2.0.py (qa-hpc).",
-            citation='Rajpurkar, Jia, Liang: "Know What You Don\'t Know: Unanswerable Questions for SQuAD", '
-                     "ACL 2018",
-            inputs_description=__doc__, features=metric_features(v2=True),
-            reference_urls=["https://rajpurkar.github.io/SQuAD-explorer/"])
+        return metric_info(v2=True, inputs_description=__doc__)
 
     def _compute(self, predictions: list[dict], references: list[dict],
                  no_answer_threshold: float = 1.0) -> Scores:
