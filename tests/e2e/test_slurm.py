@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slurm
 
 SLURM_DIR = REPO / "ci" / "slurm"
 JOB_TIMEOUT = 420
-MAX_STEPS = 80  # enough that the signal, sent at the first logged loss, lands well before the end
+MAX_STEPS = 40  # the signal, sent at the first logged loss, lands at step 2-4: well before the end
 
 
 def _sh(*cmd: str, timeout: int = 20) -> subprocess.CompletedProcess:
@@ -137,13 +137,13 @@ def run_preempted_job(script: str, tmp: Path, env: dict[str, str], *extra: str, 
 
 
 def assert_resumed_and_scored(rc: int, log: str, out: Path, first_exit: str) -> None:
-    """The first run stopped at a checkpoint (its status `first_exit`), the requeued one trained only the rest."""
+    """The first run stopped at a checkpoint (its status matching `first_exit`); the requeued one trained the rest."""
     assert rc == 0, log[-4000:]
     assert "OFFLINE DEMO - NOT THE BASELINE" in log and "RUN_MODE=offline_demo" in log
     assert "PREEMPT_SIGNAL=SIGUSR1" in log
     first, _, second = log.partition("restart_count=1")
     assert second, log[-3000:]
-    assert f"EXIT_CODE={first_exit} (after SIGUSR1)" in first, first[-3000:]
+    assert re.search(rf"EXIT_CODE={first_exit} \(after SIGUSR1\)", first), first[-3000:]
     stopped = re.findall(r"PREEMPTED signal=\w+ global_step=(\d+) ", first)
     assert len(stopped) == 1, first[-3000:]  # rank 0 checkpointed and said so, once
     resumed = re.search(r"RESUME_FROM=(\S+)", second)
@@ -172,8 +172,9 @@ def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_score
     neither die nor print (a worker killed by the signal would fail its rank with a traceback)."""
     rc, log = run_preempted_job("job_ddp.sh", tmp_path, job_env(tiny_bert, tmp_path), "--gres=none",
                                 name="ddptest", args=("--dataloader_num_workers", "2"))
-    # srun reports torchrun's status: 1 when a worker exits 75 (the ranks' own 75 is in torchrun's report)
-    assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="1")
+    # srun reports torchrun's status: 1 when a worker exits 75 (the ranks' own 75 is in torchrun's report), or 143
+    # when --kill-on-bad-exit ended the other node's torchrun while it was still tearing its workers down
+    assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="(1|143)")
     first = log.partition("restart_count=1")[0]
     assert re.search(r"exitcode\s*: 75", first), log[-3000:]
     # the only tracebacks are torchrun's report of the workers' 75 (ChildFailedError), none from a worker
