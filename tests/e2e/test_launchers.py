@@ -21,7 +21,8 @@ import pytest
 
 from conftest import REPO, skip_or_fail
 from fixtures.outputs import scalars, tensorboard_events
-from fixtures.procs import PYTHON, RUN_QA, LoggedProcess, accelerate, demo_job_env, free_port, offline_env, ok, run
+from fixtures.procs import (PYTHON, RUN_QA, LoggedProcess, accelerate, demo_job_env, free_port, offline_env, ok, run,
+                            side_by_side)
 from fixtures.runs import Run, plain_flags
 
 
@@ -201,9 +202,11 @@ def test_job_precision_reaches_run_qa_and_bad_settings_exit_2(qa_precision: str,
 
 def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_path: Path):
     """CUDA_VISIBLE_DEVICES names a GPU (as Slurm sets it for --gres=gpu) but torch sees none: exit 2, no training."""
-    for script in ("job_ft3.sh", "job_ddp.sh"):
-        env = demo_job_env(tiny_bert, tmp_path / script, CUDA_VISIBLE_DEVICES="0")
-        log = ok(run(["bash", REPO / script], env=env), 2)
+    scripts = ("job_ft3.sh", "job_ddp.sh")
+    envs = [demo_job_env(tiny_bert, tmp_path / script, CUDA_VISIBLE_DEVICES="0") for script in scripts]
+    jobs = side_by_side(*((["bash", REPO / script], env) for script, env in zip(scripts, envs)))
+    for script, job in zip(scripts, jobs):
+        log = ok(job, 2)
         assert "asked for a GPU (CUDA_VISIBLE_DEVICES=0)" in log and "torch.cuda.is_available()=False" in log, script
         assert "'loss'" not in log and "WALL_CLOCK_SECONDS" not in log, script
 
