@@ -22,14 +22,9 @@ from fixtures.procs import (
 )
 from fixtures.runs import (
     DDP_BATCH, DDP_EVAL_STEPS, PROBE, TIMEOUT, Run, assert_closing_line_is_wall_clock_and_bounded,
-    assert_resumed_exactly, ddp_full_flags, ddp_side_dirs, ddp_train_flags, flat, rank_stdout, read, windows,
+    assert_resumed_exactly, ddp_full_flags, ddp_side_dirs, ddp_train_flags, flat, max_diff, rank_stdout, read, windows,
 )
 from qa_hpc.errors import EXIT_PREEMPTED
-
-
-def max_diff(a: dict, b: dict) -> float:
-    assert set(a) == set(b), set(a) ^ set(b)
-    return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
 def evals(state: dict) -> dict[int, float]:
