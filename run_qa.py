@@ -63,9 +63,15 @@ class Run:
     effective: Effective
     preemption: PreemptionCallback
     resume: str | None
-    batch: BatchContext  # what an out-of-memory message quotes
     results: dict[str, Any] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)  # KEY=value lines rank 0 prints at the end
+
+    @property
+    def batch(self) -> BatchContext:
+        """What an out-of-memory message quotes."""
+        a = self.args
+        return BatchContext(a.per_device_train_batch_size, a.per_device_eval_batch_size, a.gradient_accumulation_steps,
+                            self.flags.data.max_seq_length, str(a.device), self.plan.precision)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,9 +145,7 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
     effective = Effective.read(trainer, flags.speed.postprocess)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
     effective.check(plan)
-    batch = BatchContext(args.per_device_train_batch_size, args.per_device_eval_batch_size,
-                         args.gradient_accumulation_steps, flags.data.max_seq_length, str(args.device), plan.precision)
-    return Run(flags, plan, args, data, shape, trainer, effective, preemption, resume, batch)
+    return Run(flags, plan, args, data, shape, trainer, effective, preemption, resume)
 
 
 def train(run: Run, stop: StopRequest) -> bool:
