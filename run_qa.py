@@ -28,8 +28,8 @@ import transformers  # noqa: E402
 from accelerate import PartialState  # noqa: E402
 from transformers import DataCollatorWithPadding, TrainingArguments, default_data_collator  # noqa: E402
 
-from qa_hpc.dropout import install as install_bulk_dropout  # noqa: E402
 from qa_hpc.dist import end_process_group, launch_env  # noqa: E402
+from qa_hpc.dropout import install as install_bulk_dropout  # noqa: E402
 from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded  # noqa: E402
 from qa_hpc.features import QAData, build_data, real_lengths  # noqa: E402
 from qa_hpc.flags import Flags, batch_lines, decide_and_build, read_flags  # noqa: E402
@@ -40,10 +40,18 @@ from qa_hpc.observe.efficiency import efficiency_lines, train_efficiency  # noqa
 from qa_hpc.plan import Effective, RunPlan  # noqa: E402
 from qa_hpc.postprocess import make_postprocess  # noqa: E402
 from qa_hpc.preemption import (  # noqa: E402
-    PreemptionCallback, StopRequest, apply_collective_timeout, checkpoint_to_resume,
+    PreemptionCallback,
+    StopRequest,
+    apply_collective_timeout,
+    checkpoint_to_resume,
 )
 from qa_hpc.record import (  # noqa: E402
-    SUMMARY_FILE, final_lines, run_params, save_results, save_trainer_state, write_run_summary,
+    SUMMARY_FILE,
+    final_lines,
+    run_params,
+    save_results,
+    save_trainer_state,
+    write_run_summary,
 )
 from trainer_qa import QuestionAnsweringTrainer  # noqa: E402
 
@@ -70,8 +78,14 @@ class Run:
     def batch(self) -> BatchContext:
         """What an out-of-memory message quotes."""
         a = self.args
-        return BatchContext(a.per_device_train_batch_size, a.per_device_eval_batch_size, a.gradient_accumulation_steps,
-                            self.flags.data.max_seq_length, str(a.device), self.plan.precision)
+        return BatchContext(
+            a.per_device_train_batch_size,
+            a.per_device_eval_batch_size,
+            a.gradient_accumulation_steps,
+            self.flags.data.max_seq_length,
+            str(a.device),
+            self.plan.precision,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,9 +115,13 @@ def main(argv: list[str] | None = None) -> int:
 def setup_logging(args: TrainingArguments) -> None:
     """Info where the TrainingArguments' should_log, warnings elsewhere; the rank in every line."""
     level = logging.INFO if args.should_log else logging.WARNING
-    logging.basicConfig(format=f"%(asctime)s [rank{args.process_index}] %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S",
-                        handlers=[logging.StreamHandler(sys.stdout)], level=level, force=True)
+    logging.basicConfig(
+        format=f"%(asctime)s [rank{args.process_index}] %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+        level=level,
+        force=True,
+    )
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
     transformers.utils.logging.enable_default_handler()
@@ -115,18 +133,31 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
     args = flags.training
     torch.set_num_threads(plan.threads)  # the one process setting no TrainingArguments field carries
     logger.info(plan.log_line())
-    logger.info("DISTRIBUTED world_size=%d rank=%d parallel_mode=%s backend=%s device=%s", args.world_size,
-                args.process_index, args.parallel_mode.value, PartialState().backend, args.device)
+    logger.info(
+        "DISTRIBUTED world_size=%d rank=%d parallel_mode=%s backend=%s device=%s",
+        args.world_size,
+        args.process_index,
+        args.parallel_mode.value,
+        PartialState().backend,
+        args.device,
+    )
     apply_collective_timeout(args.ddp_timeout)  # --ddp_timeout for gloo too: a frozen rank fails the job
     resume = checkpoint_to_resume(args, flags.data.overwrite_output_dir)
     transformers.set_seed(args.seed)
-    config = load_config(flags.model)  # model, tokenizer, data and metric found, every record checked: then write
+    config = load_config(
+        flags.model
+    )  # model, tokenizer, data and metric found, every record checked: then write
     tokenizer = load_tokenizer(flags.model)
     data = build_data(flags.model, flags.data, args, tokenizer)
     for line in batch_lines(args, len(data.train)) if args.do_train else []:
         logger.info(line)  # the main process: global batch, optimizer steps, learning rate
-    score = (make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold,
-                        flags.data.squad_metric) if args.do_eval or args.do_predict else None)  # the metric, loaded
+    score = (
+        make_score(
+            flags.data.version_2_with_negative, flags.data.null_score_diff_threshold, flags.data.squad_metric
+        )
+        if args.do_eval or args.do_predict
+        else None
+    )  # the metric, loaded
     check_writable_dir(args.output_dir)
     model = load_model(flags.model, config, attn_implementation=flags.speed.attn_implementation)
     if plan.dropout_mask == "bulk":
@@ -134,12 +165,18 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
     shape = ModelShape.of(model)  # counted before any wrapper (FSDP) shards the parameters
     preemption = PreemptionCallback(stop, plan.stop_vote_every)
     trainer = QuestionAnsweringTrainer(
-        model=model, args=args, train_dataset=data.train, eval_dataset=data.eval_features,
-        eval_examples=data.eval_examples, processing_class=tokenizer,
-        data_collator=default_data_collator if flags.data.pad_to_max_length
+        model=model,
+        args=args,
+        train_dataset=data.train,
+        eval_dataset=data.eval_features,
+        eval_examples=data.eval_examples,
+        processing_class=tokenizer,
+        data_collator=default_data_collator
+        if flags.data.pad_to_max_length
         else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
         post_process_function=make_postprocess(flags.data, args.output_dir, flags.speed.postprocess),
-        score_function=score, sort_eval_by_length=not flags.data.pad_to_max_length,
+        score_function=score,
+        sort_eval_by_length=not flags.data.pad_to_max_length,
         callbacks=[*observability_callbacks(flags, plan), preemption],
     )
     effective = Effective.read(trainer, flags.speed.postprocess)
@@ -158,18 +195,35 @@ def train(run: Run, stop: StopRequest) -> bool:
         # no rank leaves before the checkpoint is on disk: a launcher that kills the job on the
         # first exit (srun --kill-on-bad-exit) would otherwise cut the main rank's save short
         trainer.accelerator.wait_for_everyone()
-        stopped = {"signal": stop.name, "global_step": trainer.state.global_step, "checkpoint": checkpoint_dir()}
+        stopped = {
+            "signal": stop.name,
+            "global_step": trainer.state.global_step,
+            "checkpoint": checkpoint_dir(),
+        }
         if trainer.is_world_process_zero():
-            logger.warning("PREEMPTED signal=%s global_step=%d checkpoint=%s exit_code=%d (run the same command to "
-                           "resume)", stop.name, trainer.state.global_step, checkpoint_dir(), EXIT_PREEMPTED)
+            logger.warning(
+                "PREEMPTED signal=%s global_step=%d checkpoint=%s exit_code=%d (run the same command to "
+                "resume)",
+                stop.name,
+                trainer.state.global_step,
+                checkpoint_dir(),
+                EXIT_PREEMPTED,
+            )
         record(run, "preempted", EXIT_PREEMPTED, stopped=stopped)
         return False
     with guarded("train", out, run.batch):
         trainer.save_model()
         metrics = {**outcome.metrics, "train_samples": len(run.data.train)}
-        efficiency = train_efficiency(real_lengths(run.data.train), float(trainer.state.epoch or 0.0),
-                                      float(metrics["train_runtime"]), run.shape, run.plan.gpu_name or "cpu",
-                                      run.plan.world_size, run.plan.precision, run.plan.tf32)
+        efficiency = train_efficiency(
+            real_lengths(run.data.train),
+            float(trainer.state.epoch or 0.0),
+            float(metrics["train_runtime"]),
+            run.shape,
+            run.plan.gpu_name or "cpu",
+            run.plan.world_size,
+            run.plan.precision,
+            run.plan.tf32,
+        )
         run.results.update(metrics, **efficiency)
         run.lines += efficiency_lines(efficiency)
         save_results(trainer, "train", metrics)
@@ -213,10 +267,17 @@ def record(run: Run, status: str, exit_code: int, wall: float | None = None, **e
     if not run.trainer.is_world_process_zero():
         return
     try:
-        write_run_summary(os.path.join(run.args.output_dir, SUMMARY_FILE), status=status, exit_code=exit_code,
-                          wall_clock_seconds=time.time() - _WALL_START if wall is None else wall,
-                          params=run_params(run.flags.model, run.flags.data, run.args, run.plan.precision),
-                          plan=asdict(run.plan), effective=asdict(run.effective), results=run.results, **extra)
+        write_run_summary(
+            os.path.join(run.args.output_dir, SUMMARY_FILE),
+            status=status,
+            exit_code=exit_code,
+            wall_clock_seconds=time.time() - _WALL_START if wall is None else wall,
+            params=run_params(run.flags.model, run.flags.data, run.args, run.plan.precision),
+            plan=asdict(run.plan),
+            effective=asdict(run.effective),
+            results=run.results,
+            **extra,
+        )
     except OSError as err:  # a failure record must never hide the failure itself
         logger.warning("could not write %s: %s", SUMMARY_FILE, err)
 
@@ -237,8 +298,11 @@ def cli() -> int:
             return code
         # say which rank failed (a peer that died shows up here as a failed collective), then the traceback
         first = (str(err).strip().splitlines() or [""])[0]
-        print(f"ERROR: rank {launch_env().rank} (pid {os.getpid()}) failed: {type(err).__name__}: {first}",
-              file=sys.stderr, flush=True)
+        print(
+            f"ERROR: rank {launch_env().rank} (pid {os.getpid()}) failed: {type(err).__name__}: {first}",
+            file=sys.stderr,
+            flush=True,
+        )
         raise
 
 

@@ -27,8 +27,15 @@ PROG = "score_squad.py"
 
 
 def json_type_name(value: object) -> str:
-    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
-             list: "an array", str: "a string"}
+    names = {
+        type(None): "null",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -45,18 +52,23 @@ def read_json_object(path: str, what: str, mapping: str) -> dict:
     try:
         value = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: {what} file is not valid UTF-8 "
-                         f"(byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+        raise UsageError(
+            f"{path}: {what} file is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: {what} file is not valid JSON: {exc.msg} "
-                         f"(line {exc.lineno}, column {exc.colno})") from None
+        raise UsageError(
+            f"{path}: {what} file is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
     if not isinstance(value, dict):
-        raise UsageError(f"{path}: {what} must be a JSON object mapping {mapping}, got {json_type_name(value)}")
+        raise UsageError(
+            f"{path}: {what} must be a JSON object mapping {mapping}, got {json_type_name(value)}"
+        )
     return value
 
 
-def check_unknown(references: Mapping[str, object], mapping: Mapping[str, object], path: str,
-                  dataset: str, allow: bool) -> None:
+def check_unknown(
+    references: Mapping[str, object], mapping: Mapping[str, object], path: str, dataset: str, allow: bool
+) -> None:
     """Ids not in the dataset usually mean the wrong file: an error unless allowed (the scores ignore them)."""
     unknown = [qid for qid in mapping if qid not in references]
     if unknown:
@@ -67,19 +79,33 @@ def check_unknown(references: Mapping[str, object], mapping: Mapping[str, object
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG,
-                                     description="Official SQuAD v1.1 / v2.0 metrics for a predictions file.")
-    parser.add_argument("dataset_file", help="SQuAD dataset: the official nested JSON, or flat JSON / JSON Lines / "
-                                             "CSV / Parquet as run_qa.py reads")
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Official SQuAD v1.1 / v2.0 metrics for a predictions file."
+    )
+    parser.add_argument(
+        "dataset_file",
+        help="SQuAD dataset: the official nested JSON, or flat JSON / JSON Lines / "
+        "CSV / Parquet as run_qa.py reads",
+    )
     parser.add_argument("prediction_file", help="JSON object: question id -> answer text")
-    parser.add_argument("--version_2_with_negative", action="store_true",
-                        help="score as SQuAD 2.0 (unanswerable questions; empty prediction = no answer)")
+    parser.add_argument(
+        "--version_2_with_negative",
+        action="store_true",
+        help="score as SQuAD 2.0 (unanswerable questions; empty prediction = no answer)",
+    )
     parser.add_argument("--na_prob_file", help="v2 only: JSON object question id -> probability of no answer")
-    parser.add_argument("--na_prob_thresh", type=float, default=None,
-                        help="v2 only: predict no answer when its probability exceeds this (default 1.0)")
+    parser.add_argument(
+        "--na_prob_thresh",
+        type=float,
+        default=None,
+        help="v2 only: predict no answer when its probability exceeds this (default 1.0)",
+    )
     parser.add_argument("--out_file", help="also write the metrics JSON here (atomically)")
-    parser.add_argument("--ignore_unknown_ids", action="store_true",
-                        help="warn instead of failing when predictions name ids not in the dataset")
+    parser.add_argument(
+        "--ignore_unknown_ids",
+        action="store_true",
+        help="warn instead of failing when predictions name ids not in the dataset",
+    )
     args = parser.parse_args(argv)
     if not args.version_2_with_negative:
         for flag in ("na_prob_file", "na_prob_thresh"):
@@ -100,20 +126,25 @@ def compute(args: argparse.Namespace) -> Scores:
     check_unknown(references, predictions, pred_file, dataset, args.ignore_unknown_ids)
     for qid, text in predictions.items():
         if not isinstance(text, str):
-            raise UsageError(f"{pred_file}: prediction for id {qid!r} must be a string, got {json_type_name(text)}")
+            raise UsageError(
+                f"{pred_file}: prediction for id {qid!r} must be a string, got {json_type_name(text)}"
+            )
     na_probs = None
     if na_file:
         na_probs = read_json_object(na_file, "na_prob", "question id to a number")
         for qid, prob in na_probs.items():
             if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not math.isfinite(prob):
                 shown = prob if isinstance(prob, float) else json_type_name(prob)
-                raise UsageError(f"{na_file}: no-answer probability for id {qid!r} must be a finite number, "
-                                 f"got {shown}")
+                raise UsageError(
+                    f"{na_file}: no-answer probability for id {qid!r} must be a finite number, got {shown}"
+                )
         check_unknown(references, na_probs, na_file, dataset, args.ignore_unknown_ids)
         absent = [qid for qid in references if qid in predictions and qid not in na_probs]
         if absent:
-            raise UsageError(f"{na_file}: no no-answer probability for {len(absent)} predicted question(s): "
-                             f"{first_ids(absent)}")
+            raise UsageError(
+                f"{na_file}: no no-answer probability for {len(absent)} predicted question(s): "
+                f"{first_ids(absent)}"
+            )
     try:
         if args.version_2_with_negative:
             result = score_v2(references, predictions, na_probs, args.na_prob_thresh)
@@ -123,8 +154,11 @@ def compute(args: argparse.Namespace) -> Scores:
         raise UsageError(f"{dataset}: {exc}") from None
     missing = [qid for qid in references if qid not in predictions]
     if missing:
-        print(f"{PROG}: warning: {len(missing)} of {len(references)} question(s) in {dataset} have no prediction "
-              f"in {pred_file} and will receive score 0: {first_ids(missing)}", file=sys.stderr)
+        print(
+            f"{PROG}: warning: {len(missing)} of {len(references)} question(s) in {dataset} have no prediction "
+            f"in {pred_file} and will receive score 0: {first_ids(missing)}",
+            file=sys.stderr,
+        )
     return result
 
 

@@ -38,12 +38,21 @@ def length_order(dataset: Any) -> np.ndarray | None:
 class QuestionAnsweringTrainer(Trainer):
     """Trainer for extractive QA: logits -> answers -> EM/F1, safe under DDP."""
 
-    def __init__(self, *args: Any, eval_examples: Any = None, post_process_function: PostProcessFunction | None = None,
-                 score_function: ScoreFunction | None = None, sort_eval_by_length: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        eval_examples: Any = None,
+        post_process_function: PostProcessFunction | None = None,
+        score_function: ScoreFunction | None = None,
+        sort_eval_by_length: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.eval_examples = eval_examples
         self.post_process_function = post_process_function
-        self.score_function = score_function  # in place of compute_metrics, which stays None: the loop never scores
+        self.score_function = (
+            score_function  # in place of compute_metrics, which stays None: the loop never scores
+        )
         self.sort_eval_by_length = sort_eval_by_length
 
     def _get_eval_sampler(self, eval_dataset: Any) -> torch.utils.data.Sampler | None:
@@ -55,24 +64,33 @@ class QuestionAnsweringTrainer(Trainer):
             return None
         return torch.utils.data.SequentialSampler(eval_dataset)
 
-    def _gather_logits(self, dataset: Any, description: str, ignore_keys: list[str] | None,
-                       prefix: str) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, float], int]:
+    def _gather_logits(
+        self, dataset: Any, description: str, ignore_keys: list[str] | None, prefix: str
+    ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, float], int]:
         """Run the model over `dataset` (length-sorted if asked) and return logits in dataset order."""
         order = length_order(dataset) if self.sort_eval_by_length else None
         dataloader = self.get_eval_dataloader(dataset.select(order) if order is not None else dataset)
-        output = self.evaluation_loop(dataloader, description=description, prediction_loss_only=False,
-                                      ignore_keys=ignore_keys, metric_key_prefix=prefix)
+        output = self.evaluation_loop(
+            dataloader,
+            description=description,
+            prediction_loss_only=False,
+            ignore_keys=ignore_keys,
+            metric_key_prefix=prefix,
+        )
         start_logits, end_logits = output.predictions[:2]
         if len(start_logits) != len(dataset):
-            raise RuntimeError(f"{description}: gathered {len(start_logits)} logit rows for {len(dataset)} features; "
-                               "a feature was lost or duplicated across ranks")
+            raise RuntimeError(
+                f"{description}: gathered {len(start_logits)} logit rows for {len(dataset)} features; "
+                "a feature was lost or duplicated across ranks"
+            )
         if order is not None:
             inverse = np.argsort(order)  # the sorted rows back in dataset order
             start_logits, end_logits = start_logits[inverse], end_logits[inverse]
         return (start_logits, end_logits), dict(output.metrics), output.num_samples
 
-    def _answer(self, dataset: Any, examples: Any, ignore_keys: list[str] | None, prefix: str,
-                stage: str) -> tuple[QAPredictions | None, dict[str, float]]:
+    def _answer(
+        self, dataset: Any, examples: Any, ignore_keys: list[str] | None, prefix: str, stage: str
+    ) -> tuple[QAPredictions | None, dict[str, float]]:
         """The body of evaluate() and predict(): logits -> answers and EM/F1 on the main process, the metrics every
         rank returns; logged, with the callbacks' on_evaluate or on_predict and the Trainer's memory metrics."""
         self._memory_tracker.start()
@@ -85,16 +103,26 @@ class QuestionAnsweringTrainer(Trainer):
             t0 = time.perf_counter()
             preds = self.post_process_function(examples, dataset, logits, stage)
             metrics[f"{prefix}_postprocess_seconds"] = round(time.perf_counter() - t0, 4)
-            if self.score_function is not None and "answers" in examples.column_names:  # a test set may have none
+            if (
+                self.score_function is not None and "answers" in examples.column_names
+            ):  # a test set may have none
                 metrics.update({f"{prefix}_{k}": v for k, v in self.score_function(preds, examples).items()})
         metrics = broadcast_object_list([metrics])[0]  # the main process's, on every rank
         # speed over the whole evaluation, postprocessing included (what users wait for), with the loop's model
         # preparation time and loss (when not NaN)
         total_batch = self.args.eval_batch_size * self.args.world_size
-        metrics.update(speed_metrics(prefix, start, num_samples=num_samples,
-                                     num_steps=math.ceil(num_samples / total_batch)))
-        metrics.update({key: value for key, value in loop_metrics.items()
-                        if key in (f"{prefix}_model_preparation_time", f"{prefix}_loss") and not math.isnan(value)})
+        metrics.update(
+            speed_metrics(
+                prefix, start, num_samples=num_samples, num_steps=math.ceil(num_samples / total_batch)
+            )
+        )
+        metrics.update(
+            {
+                key: value
+                for key, value in loop_metrics.items()
+                if key in (f"{prefix}_model_preparation_time", f"{prefix}_loss") and not math.isnan(value)
+            }
+        )
         metrics[f"{prefix}_examples"] = len(examples)
         self.log(metrics)
         callback = self.callback_handler.on_evaluate if stage == "eval" else self.callback_handler.on_predict
@@ -102,15 +130,31 @@ class QuestionAnsweringTrainer(Trainer):
         self._memory_tracker.stop_and_update_metrics(metrics)
         return preds, metrics
 
-    def evaluate(self, eval_dataset: Any = None, eval_examples: Any = None, ignore_keys: list[str] | None = None,
-                 metric_key_prefix: str = "eval") -> dict[str, float]:
+    def evaluate(
+        self,
+        eval_dataset: Any = None,
+        eval_examples: Any = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> dict[str, float]:
         """Logits over the eval features -> answers -> EM/F1, logged with the `eval_` prefix."""
-        return self._answer(self.eval_dataset if eval_dataset is None else eval_dataset,
-                            self.eval_examples if eval_examples is None else eval_examples,
-                            ignore_keys, metric_key_prefix, "eval")[1]
+        return self._answer(
+            self.eval_dataset if eval_dataset is None else eval_dataset,
+            self.eval_examples if eval_examples is None else eval_examples,
+            ignore_keys,
+            metric_key_prefix,
+            "eval",
+        )[1]
 
-    def predict(self, predict_dataset: Any, predict_examples: Any, ignore_keys: list[str] | None = None,
-                metric_key_prefix: str = "predict") -> PredictionOutput:
+    def predict(
+        self,
+        predict_dataset: Any,
+        predict_examples: Any,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "predict",
+    ) -> PredictionOutput:
         """Answers for a test set; scored too when the examples carry answers."""
-        preds, metrics = self._answer(predict_dataset, predict_examples, ignore_keys, metric_key_prefix, "predict")
+        preds, metrics = self._answer(
+            predict_dataset, predict_examples, ignore_keys, metric_key_prefix, "predict"
+        )
         return PredictionOutput(predictions=preds.answers if preds else None, label_ids=None, metrics=metrics)

@@ -4,9 +4,22 @@ of the HF example know: from utils_qa import prepare_train_features, postprocess
 from __future__ import annotations
 
 from qa_hpc.features import FeatureConfig, FeatureError, prepare_train_features, prepare_validation_features
-from qa_hpc.postprocess import PostprocessConfig, QAPredictions, postprocess_qa_predictions, write_prediction_files
+from qa_hpc.postprocess import (
+    PostprocessConfig,
+    QAPredictions,
+    postprocess_qa_predictions,
+    write_prediction_files,
+)
 from qa_hpc.postprocess_loop import postprocess_qa_predictions_loop
 
-__all__ = ["FeatureConfig", "FeatureError", "PostprocessConfig", "QAPredictions", "postprocess_qa_predictions",
-           "postprocess_qa_predictions_loop", "prepare_train_features", "prepare_validation_features",
-           "write_prediction_files"]
+__all__ = [
+    "FeatureConfig",
+    "FeatureError",
+    "PostprocessConfig",
+    "QAPredictions",
+    "postprocess_qa_predictions",
+    "postprocess_qa_predictions_loop",
+    "prepare_train_features",
+    "prepare_validation_features",
+    "write_prediction_files",
+]

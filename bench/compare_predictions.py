@@ -42,26 +42,34 @@ def compare(runs: list[tuple[str, str]], max_diff: float | None) -> tuple[list[s
     (ref_name, ref_dir), rest = runs[0], runs[1:]
     ref_answers, ref_res = load_run(ref_dir)
     ref_em, ref_f1 = ref_res["eval_exact_match"], ref_res["eval_f1"]
-    lines = [f"PREDICTIONS name={ref_name} ref={ref_name} same={len(ref_answers)} of={len(ref_answers)} "
-             f"em={ref_em:.4f} f1={ref_f1:.4f}"]
+    lines = [
+        f"PREDICTIONS name={ref_name} ref={ref_name} same={len(ref_answers)} of={len(ref_answers)} "
+        f"em={ref_em:.4f} f1={ref_f1:.4f}"
+    ]
     ok = True
     for name, directory in rest:
         answers, res = load_run(directory)
         same, total = agreement(ref_answers, answers)
         em, f1 = res["eval_exact_match"], res["eval_f1"]
-        lines.append(f"PREDICTIONS name={name} ref={ref_name} same={same} of={total} em={em:.4f} f1={f1:.4f} "
-                     f"ref_em={ref_em:.4f} ref_f1={ref_f1:.4f}")
+        lines.append(
+            f"PREDICTIONS name={name} ref={ref_name} same={same} of={total} em={em:.4f} f1={f1:.4f} "
+            f"ref_em={ref_em:.4f} ref_f1={ref_f1:.4f}"
+        )
         if max_diff is not None:
             em_diff, f1_diff = abs(em - ref_em), abs(f1 - ref_f1)
             within = em_diff <= max_diff and f1_diff <= max_diff
             ok = ok and within
-            lines.append(f"AGREEMENT name={name} ref={ref_name} em_diff={em_diff:.4f} f1_diff={f1_diff:.4f} "
-                         f"max_diff={max_diff} ok={int(within)}")
+            lines.append(
+                f"AGREEMENT name={name} ref={ref_name} em_diff={em_diff:.4f} f1_diff={f1_diff:.4f} "
+                f"max_diff={max_diff} ok={int(within)}"
+            )
     return lines, ok
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("runs", nargs="+", help="NAME=DIR; the first is the reference")
     parser.add_argument("--max_diff", type=float, default=None, help="EM/F1 points allowed between runs")
     args = parser.parse_args(argv)

@@ -70,11 +70,17 @@ def measure(n: int, repeats: int, warmup: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", type=int, default=4096, help="matrix side (default 4096: 137 GFLOP a product)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size", type=int, default=4096, help="matrix side (default 4096: 137 GFLOP a product)"
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's, i.e. all cores)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads (default: torch's, i.e. all cores)"
+    )
     parser.add_argument("--json_out", default=None)
     args = parser.parse_args(argv)
     if args.size < 1 or args.repeats < 1 or args.warmup < 0:
@@ -82,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     result = measure(args.size, args.repeats, args.warmup)
-    print(f"CPU_PEAK size={result['size']} threads={result['threads']} median_s={result['median_s']:.4f} "
-          f"best_tflops={result['best_tflops']:.4f} load_avg={result['load_avg']}")
+    print(
+        f"CPU_PEAK size={result['size']} threads={result['threads']} median_s={result['median_s']:.4f} "
+        f"best_tflops={result['best_tflops']:.4f} load_avg={result['load_avg']}"
+    )
     print(f"CPU_PEAK_TFLOPS={result['cpu_peak_tflops']:.4f}")
     if result["cpu_peak_bf16_tflops"] is not None:
         print(f"CPU_PEAK_BF16_TFLOPS={result['cpu_peak_bf16_tflops']:.4f}")

@@ -52,14 +52,30 @@ def _file_digest(path: str) -> str:
 
 def cache_path(args: argparse.Namespace) -> str:
     key = "|".join(
-        str(x) for x in (_file_digest(args.validation_file), args.model, args.max_seq_length, args.doc_stride,
-                         args.max_eval_samples, args.random_logits, args.seed, args.dtype)
+        str(x)
+        for x in (
+            _file_digest(args.validation_file),
+            args.model,
+            args.max_seq_length,
+            args.doc_stride,
+            args.max_eval_samples,
+            args.random_logits,
+            args.seed,
+            args.dtype,
+        )
     )
     return os.path.join(args.cache_dir, f"dev_logits_{hashlib.sha256(key.encode()).hexdigest()[:16]}.pkl")
 
 
-def _model_logits(args: argparse.Namespace, model_path: str, feats: Any, input_ids: list, lengths: np.ndarray,
-                  start: np.ndarray, end: np.ndarray) -> None:
+def _model_logits(
+    args: argparse.Namespace,
+    model_path: str,
+    feats: Any,
+    input_ids: list,
+    lengths: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+) -> None:
     """A real forward pass, longest features first in batches padded to a multiple of 8; fills start/end."""
     import torch
     from transformers import AutoModelForQuestionAnswering
@@ -95,9 +111,9 @@ def build(args: argparse.Namespace) -> DevEval:
     import datasets
     from transformers import AutoTokenizer
 
+    from qa_hpc.features import FeatureConfig, prepare_validation_features
     from qa_hpc.model import resolve_model_path
     from qa_hpc.squad_io import load_qa_records
-    from qa_hpc.features import FeatureConfig, prepare_validation_features
 
     records, _ = load_qa_records(args.validation_file, split="validation")
     if args.max_eval_samples:
@@ -106,8 +122,12 @@ def build(args: argparse.Namespace) -> DevEval:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     cfg = FeatureConfig(args.max_seq_length, args.doc_stride, False, args.validation_file)
     ds = datasets.Dataset.from_list(records)
-    feats = ds.map(prepare_validation_features, batched=True, fn_kwargs={"tokenizer": tokenizer, "cfg": cfg},
-                   remove_columns=ds.column_names)
+    feats = ds.map(
+        prepare_validation_features,
+        batched=True,
+        fn_kwargs={"tokenizer": tokenizer, "cfg": cfg},
+        remove_columns=ds.column_names,
+    )
     input_ids = feats["input_ids"][:]
     n = len(input_ids)
     lengths = np.array([len(x) for x in input_ids])
@@ -170,7 +190,9 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--doc_stride", type=int, default=128)
     parser.add_argument("--max_eval_samples", type=int, default=None)
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--random_logits", action="store_true", help="random logits instead of a forward pass")
+    parser.add_argument(
+        "--random_logits", action="store_true", help="random logits instead of a forward pass"
+    )
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="forward precision")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache_dir", default=DEFAULT_CACHE)
@@ -179,7 +201,9 @@ def add_args(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_args(parser)
     args = parser.parse_args(argv)
     dev, path, reused = load_or_build(args)

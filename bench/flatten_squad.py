@@ -31,8 +31,12 @@ def flatten(src: str, dst: str, first: int | None = None, split: str = "validati
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("src", help="a SQuAD file in any form run_qa.py reads (official nested JSON included)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "src", help="a SQuAD file in any form run_qa.py reads (official nested JSON included)"
+    )
     parser.add_argument("dst", help="flat JSON to write")
     parser.add_argument("--first", type=int, default=None, help="keep only the first N questions")
     parser.add_argument("--split", default="validation", choices=("train", "validation"))

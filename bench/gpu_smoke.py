@@ -79,8 +79,13 @@ def steady_state(step_seconds: list[float], warmup: int) -> dict[str, float | in
     if len(step_seconds) <= warmup:
         raise SystemExit(f"ERROR: {len(step_seconds)} steps timed, need more than --warmup {warmup}")
     steady = step_seconds[warmup:]
-    return {"steps_timed": len(steady), "warmup_steps": warmup, "median_step_seconds": statistics.median(steady),
-            "mean_step_seconds": statistics.fmean(steady), "warmup_seconds": sum(step_seconds[:warmup])}
+    return {
+        "steps_timed": len(steady),
+        "warmup_steps": warmup,
+        "median_step_seconds": statistics.median(steady),
+        "mean_step_seconds": statistics.fmean(steady),
+        "warmup_seconds": sum(step_seconds[:warmup]),
+    }
 
 
 def record(out_dir: str, label: str, warmup: int, min_f1: float) -> dict[str, Any]:
@@ -97,15 +102,28 @@ def record(out_dir: str, label: str, warmup: int, min_f1: float) -> dict[str, An
     tflops = per_second * r["train_model_tflop"] / samples
     f1 = r.get("eval_f1")
     return {
-        "label": label, "status": summary["status"], "device": e["device_name"], "gpus": e["world_size"],
-        "precision": e["precision"], "tf32": e["tf32"], "driver": summary.get("driver_version"),
-        "cuda": summary.get("cuda_version"), "torch": summary.get("torch_version"), "global_batch": batch, **state,
+        "label": label,
+        "status": summary["status"],
+        "device": e["device_name"],
+        "gpus": e["world_size"],
+        "precision": e["precision"],
+        "tf32": e["tf32"],
+        "driver": summary.get("driver_version"),
+        "cuda": summary.get("cuda_version"),
+        "torch": summary.get("torch_version"),
+        "global_batch": batch,
+        **state,
         "whole_run_step_seconds": r["train_runtime"] / len(steps),
-        "samples_per_second": per_second, "real_tokens_per_second": per_second * r["train_real_tokens"] / samples,
-        "achieved_tflops": tflops, "mfu": tflops / r["train_peak_tflops"] if r.get("train_peak_tflops") else None,
+        "samples_per_second": per_second,
+        "real_tokens_per_second": per_second * r["train_real_tokens"] / samples,
+        "achieved_tflops": tflops,
+        "mfu": tflops / r["train_peak_tflops"] if r.get("train_peak_tflops") else None,
         "peak_memory_mb": (summary.get("memory") or {}).get("measured_peak_mb"),
-        "projected_2_epochs_seconds": 2 * TRAIN_FEATURES / per_second, "baseline_a100": BASELINE_A100,
-        "eval_exact_match": r.get("eval_exact_match"), "eval_f1": f1, "min_f1": min_f1,
+        "projected_2_epochs_seconds": 2 * TRAIN_FEATURES / per_second,
+        "baseline_a100": BASELINE_A100,
+        "eval_exact_match": r.get("eval_exact_match"),
+        "eval_f1": f1,
+        "min_f1": min_f1,
         "learned": f1 is not None and f1 >= min_f1,
     }
 
@@ -113,7 +131,9 @@ def record(out_dir: str, label: str, warmup: int, min_f1: float) -> dict[str, An
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "train":
         return train(sys.argv[2:])
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=["record"])
     parser.add_argument("output_dir")
     parser.add_argument("--label", required=True)
@@ -126,13 +146,33 @@ def main() -> int:
     path = os.path.join(a.results_dir, f"gpu_smoke_{time.strftime('%Y-%m-%d_%H%M%S')}_{a.label}.json")
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(rec, fh, indent=1)
-    keys = ("label", "device", "gpus", "precision", "median_step_seconds", "samples_per_second",
-            "real_tokens_per_second", "mfu", "peak_memory_mb", "projected_2_epochs_seconds", "eval_f1", "learned")
-    print("SMOKE " + " ".join(f"{k}={rec[k]:.4g}" if isinstance(rec[k], float) else f"{k}={rec[k]}".replace(" ", "_")
-                              for k in keys) + f" record={path}")
-    print(f"SMOKE_VS_A100 projected_2_epochs_seconds={rec['projected_2_epochs_seconds']:.0f} (A100: "
-          f"{BASELINE_A100['train_seconds']}) samples_per_second={rec['samples_per_second']:.0f} (A100: "
-          f"{BASELINE_A100['samples_per_second']})")
+    keys = (
+        "label",
+        "device",
+        "gpus",
+        "precision",
+        "median_step_seconds",
+        "samples_per_second",
+        "real_tokens_per_second",
+        "mfu",
+        "peak_memory_mb",
+        "projected_2_epochs_seconds",
+        "eval_f1",
+        "learned",
+    )
+    print(
+        "SMOKE "
+        + " ".join(
+            f"{k}={rec[k]:.4g}" if isinstance(rec[k], float) else f"{k}={rec[k]}".replace(" ", "_")
+            for k in keys
+        )
+        + f" record={path}"
+    )
+    print(
+        f"SMOKE_VS_A100 projected_2_epochs_seconds={rec['projected_2_epochs_seconds']:.0f} (A100: "
+        f"{BASELINE_A100['train_seconds']}) samples_per_second={rec['samples_per_second']:.0f} (A100: "
+        f"{BASELINE_A100['samples_per_second']})"
+    )
     return 0 if rec["learned"] and rec["status"] == "ok" else 1
 
 

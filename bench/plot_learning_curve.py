@@ -48,7 +48,9 @@ def plot(frame: pd.DataFrame, png_path: str, title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("trainer_state", help="trainer_state.json of a training run")
     parser.add_argument("png", help="image to write")
     parser.add_argument("--title", default="learning curve")
@@ -56,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     frame = loss_history(args.trainer_state)
     plot(frame, args.png, args.title)
     last = frame.iloc[-1]
-    print(f"LEARNING_CURVE png={args.png} points={len(frame)} first_loss={frame['loss'].iloc[0]:.4f} "
-          f"last_loss={last['loss']:.4f} last_step={int(last['step'])}")
+    print(
+        f"LEARNING_CURVE png={args.png} points={len(frame)} first_loss={frame['loss'].iloc[0]:.4f} "
+        f"last_loss={last['loss']:.4f} last_step={int(last['step'])}"
+    )
     return 0
 
 

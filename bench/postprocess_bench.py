@@ -85,20 +85,28 @@ def as_datasets(examples, features):
     import datasets
 
     ex_ds = datasets.Dataset.from_dict({"id": examples["id"], "context": examples["context"]})
-    feat_ds = datasets.Dataset.from_dict({
-        "example_id": features["example_id"],
-        "offset_mapping": [[list(o) if o is not None else None for o in row] for row in features["offset_mapping"]],
-        "attention_mask": [[1] * len(row) for row in features["offset_mapping"]],
-    })
+    feat_ds = datasets.Dataset.from_dict(
+        {
+            "example_id": features["example_id"],
+            "offset_mapping": [
+                [list(o) if o is not None else None for o in row] for row in features["offset_mapping"]
+            ],
+            "attention_mask": [[1] * len(row) for row in features["offset_mapping"]],
+        }
+    )
     return ex_ds, feat_ds
 
 
-def _timings(examples: dict, features: dict, logits: tuple, cfg: PostprocessConfig, repeats: int,
-             loop_repeats: int) -> dict[str, tuple[float, float, object]]:
+def _timings(
+    examples: dict, features: dict, logits: tuple, cfg: PostprocessConfig, repeats: int, loop_repeats: int
+) -> dict[str, tuple[float, float, object]]:
     """(median wall s, median CPU s, result) of each way of running (a), (b) and (c) on the same input."""
     import pyarrow as pa
 
-    arrow_feats = {"example_id": features["example_id"], "offset_mapping": pa.array(features["offset_mapping"])}
+    arrow_feats = {
+        "example_id": features["example_id"],
+        "offset_mapping": pa.array(features["offset_mapping"]),
+    }
     ex_ds, feat_ds = as_datasets(examples, features)
     t = {
         "loop": _time(lambda: postprocess_qa_predictions_loop(examples, features, logits, cfg), loop_repeats),
@@ -109,9 +117,13 @@ def _timings(examples: dict, features: dict, logits: tuple, cfg: PostprocessConf
     }
     out_dir = tempfile.mkdtemp(prefix="postprocess_bench_")
     try:
+
         def run_and_write(method: str) -> list[bytes]:
             preds = predictions_from_logits(ex_ds, feat_ds, logits, cfg, method)
-            return [Path(f).read_bytes() for f in write_prediction_files(preds, os.path.join(out_dir, method), "eval")]
+            return [
+                Path(f).read_bytes()
+                for f in write_prediction_files(preds, os.path.join(out_dir, method), "eval")
+            ]
 
         t["loop_w"] = _time(lambda: run_and_write("loop"), loop_repeats)
         t["vec_w"] = _time(lambda: run_and_write("vectorized"), repeats)
@@ -129,27 +141,43 @@ def _mismatches(t: dict[str, tuple[float, float, object]]) -> list[str]:
     return bad
 
 
-def _row(examples: dict, features: dict, cfg: PostprocessConfig, t: dict[str, tuple[float, float, object]]) -> dict:
+def _row(
+    examples: dict, features: dict, cfg: PostprocessConfig, t: dict[str, tuple[float, float, object]]
+) -> dict:
     """The figures of one size, as the JSON report and the KEY=value lines name them."""
     bad = _mismatches(t)
     (t_loop, c_loop, _), (t_list, c_list, _), (t_arrow, c_arrow, _) = t["loop"], t["lists"], t["arrow"]
     (t_loop_ds, c_loop_ds, _), (t_vec_ds, c_vec_ds, _) = t["loop_ds"], t["vec_ds"]
     (t_loop_w, c_loop_w, _), (t_vec_w, c_vec_w, vec_files) = t["loop_w"], t["vec_w"]
     return {
-        "examples": len(examples["id"]), "features": len(features["example_id"]), "v2": cfg.version_2_with_negative,
-        "loop_s": round(t_loop, 4), "vectorized_lists_s": round(t_list, 4), "vectorized_arrow_s": round(t_arrow, 4),
-        "speedup_lists": round(t_loop / t_list, 1), "speedup_arrow": round(t_loop / t_arrow, 1),
-        "loop_cpu_s": round(c_loop, 4), "vectorized_lists_cpu_s": round(c_list, 4),
-        "vectorized_arrow_cpu_s": round(c_arrow, 4), "cpu_speedup_lists": round(c_loop / c_list, 1),
+        "examples": len(examples["id"]),
+        "features": len(features["example_id"]),
+        "v2": cfg.version_2_with_negative,
+        "loop_s": round(t_loop, 4),
+        "vectorized_lists_s": round(t_list, 4),
+        "vectorized_arrow_s": round(t_arrow, 4),
+        "speedup_lists": round(t_loop / t_list, 1),
+        "speedup_arrow": round(t_loop / t_arrow, 1),
+        "loop_cpu_s": round(c_loop, 4),
+        "vectorized_lists_cpu_s": round(c_list, 4),
+        "vectorized_arrow_cpu_s": round(c_arrow, 4),
+        "cpu_speedup_lists": round(c_loop / c_list, 1),
         "cpu_speedup_arrow": round(c_loop / c_arrow, 1),
-        "dataset_loop_s": round(t_loop_ds, 4), "dataset_vectorized_s": round(t_vec_ds, 4),
-        "dataset_speedup": round(t_loop_ds / t_vec_ds, 1), "dataset_loop_cpu_s": round(c_loop_ds, 4),
-        "dataset_vectorized_cpu_s": round(c_vec_ds, 4), "dataset_cpu_speedup": round(c_loop_ds / c_vec_ds, 1),
-        "write_loop_s": round(t_loop_w, 4), "write_vectorized_s": round(t_vec_w, 4),
-        "write_speedup": round(t_loop_w / t_vec_w, 1), "write_loop_cpu_s": round(c_loop_w, 4),
-        "write_vectorized_cpu_s": round(c_vec_w, 4), "write_cpu_speedup": round(c_loop_w / c_vec_w, 1),
+        "dataset_loop_s": round(t_loop_ds, 4),
+        "dataset_vectorized_s": round(t_vec_ds, 4),
+        "dataset_speedup": round(t_loop_ds / t_vec_ds, 1),
+        "dataset_loop_cpu_s": round(c_loop_ds, 4),
+        "dataset_vectorized_cpu_s": round(c_vec_ds, 4),
+        "dataset_cpu_speedup": round(c_loop_ds / c_vec_ds, 1),
+        "write_loop_s": round(t_loop_w, 4),
+        "write_vectorized_s": round(t_vec_w, 4),
+        "write_speedup": round(t_loop_w / t_vec_w, 1),
+        "write_loop_cpu_s": round(c_loop_w, 4),
+        "write_vectorized_cpu_s": round(c_vec_w, 4),
+        "write_cpu_speedup": round(c_loop_w / c_vec_w, 1),
         "nbest_file_bytes": len(vec_files[1]),
-        "identical": not bad, "mismatched_ids": len(set(bad)),
+        "identical": not bad,
+        "mismatched_ids": len(set(bad)),
     }
 
 
@@ -184,12 +212,16 @@ def _print_row(row: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_args(parser)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of the vectorized path (median)")
     parser.add_argument("--loop_repeats", type=int, default=1, help="timed runs of the loop (median)")
     parser.add_argument("--sizes", default="", help="comma-separated example counts for a scaling table")
-    parser.add_argument("--version_2_with_negative", action="store_true", help="postprocess as v2 (null answers)")
+    parser.add_argument(
+        "--version_2_with_negative", action="store_true", help="postprocess as v2 (null answers)"
+    )
     parser.add_argument("--json_out", default=None, help="write the figures here")
     args = parser.parse_args(argv)
     dev, path, reused = load_or_build(args)
@@ -201,8 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         examples, features, logits = subset(dev, n)
         # as run_qa.py does before either path: logits past each feature's real length set to -100
         logits = mask_padding(logits, np.array([len(r) for r in features["offset_mapping"]]))
-        rows.append(_row(examples, features, cfg, _timings(examples, features, logits, cfg, args.repeats,
-                                                          args.loop_repeats)))
+        rows.append(
+            _row(
+                examples,
+                features,
+                cfg,
+                _timings(examples, features, logits, cfg, args.repeats, args.loop_repeats),
+            )
+        )
         _print_row(rows[-1])
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as fh:

@@ -78,7 +78,9 @@ def file_figures(out_dir: str) -> dict[str, float]:
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
-            numbers = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            numbers = {
+                k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
             out.update({k: float(v) for k, v in numbers.items()})
     return out
 
@@ -90,11 +92,14 @@ def run_one(name: str, template: str, out_dir: str, log_path: str, timeout: floa
         shutil.rmtree(out_dir)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+    )
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)  # robust to other work on a shared machine
+    cpu = (r1.ru_utime - r0.ru_utime) + (
+        r1.ru_stime - r0.ru_stime
+    )  # robust to other work on a shared machine
     with open(log_path, "w", encoding="utf-8") as fh:
         fh.write(f"$ {cmd}\n{proc.stdout}")
     if proc.returncode != 0:
@@ -107,8 +112,9 @@ def run_one(name: str, template: str, out_dir: str, log_path: str, timeout: floa
     return figures
 
 
-def add_flop_rates(runs: dict[str, list[dict[str, float]]], peak_tflops: float | None,
-                   peak_bf16_tflops: float | None = None) -> None:
+def add_flop_rates(
+    runs: dict[str, list[dict[str, float]]], peak_tflops: float | None, peak_bf16_tflops: float | None = None
+) -> None:
     """Fill ACHIEVED_TFLOPS where a run lacks it (same work as the runs that print it) and peak_fraction (against
     the peak of the run's precision: none for a bf16 run without a bf16 peak)."""
     work = [r["TRAIN_MODEL_TFLOP"] for rs in runs.values() for r in rs if "TRAIN_MODEL_TFLOP" in r]
@@ -147,7 +153,11 @@ def summarize(names: list[str], runs: dict[str, list[dict[str, float]]]) -> list
 
 def print_table(names: list[str], rows: list[dict], repeats: int) -> None:
     base = names[0]
-    head = ["metric"] + [f"{n} (median of {repeats})" for n in names] + [f"{base} speedup vs {n}" for n in names[1:]]
+    head = (
+        ["metric"]
+        + [f"{n} (median of {repeats})" for n in names]
+        + [f"{base} speedup vs {n}" for n in names[1:]]
+    )
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
@@ -162,16 +172,28 @@ def print_table(names: list[str], rows: list[dict], repeats: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cmd", action="append", required=True, help="NAME=COMMAND with {out}; first is the base")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--cmd", action="append", required=True, help="NAME=COMMAND with {out}; first is the base"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--timeout", type=float, default=None, help="seconds per command")
     parser.add_argument("--json_out", default=None, help="default: <workdir>/side_by_side.json")
-    parser.add_argument("--peak_tflops", type=float, default=None,
-                        help="the machine's fp32 GEMM TFLOP/s (python -m bench.cpu_peak): adds 'fraction of peak'")
-    parser.add_argument("--peak_bf16_tflops", type=float, default=None,
-                        help="its bf16 GEMM TFLOP/s (CPU_PEAK_BF16_TFLOPS): the peak of the runs in bf16")
+    parser.add_argument(
+        "--peak_tflops",
+        type=float,
+        default=None,
+        help="the machine's fp32 GEMM TFLOP/s (python -m bench.cpu_peak): adds 'fraction of peak'",
+    )
+    parser.add_argument(
+        "--peak_bf16_tflops",
+        type=float,
+        default=None,
+        help="its bf16 GEMM TFLOP/s (CPU_PEAK_BF16_TFLOPS): the peak of the runs in bf16",
+    )
     args = parser.parse_args(argv)
     commands = []
     for spec in args.cmd:
@@ -188,12 +210,17 @@ def main(argv: list[str] | None = None) -> int:
         order = commands if rep % 2 == 0 else commands[::-1]
         for name, template in order:
             out = os.path.join(args.workdir, f"{name}-rep{rep}")
-            figures = run_one(name, template, out, os.path.join(args.workdir, f"{name}-rep{rep}.log"), args.timeout)
+            figures = run_one(
+                name, template, out, os.path.join(args.workdir, f"{name}-rep{rep}.log"), args.timeout
+            )
             runs[name].append(figures)
-            print(f"RUN name={name} rep={rep} wall_s={figures['wall_s']:.1f} cpu_s={figures['cpu_s']:.1f} "
-                  f"train_runtime={figures.get('train_runtime', float('nan')):.1f} "
-                  f"eval_runtime={figures.get('eval_runtime', float('nan')):.1f} "
-                  f"eval_f1={figures.get('eval_f1', float('nan')):.2f}", flush=True)
+            print(
+                f"RUN name={name} rep={rep} wall_s={figures['wall_s']:.1f} cpu_s={figures['cpu_s']:.1f} "
+                f"train_runtime={figures.get('train_runtime', float('nan')):.1f} "
+                f"eval_runtime={figures.get('eval_runtime', float('nan')):.1f} "
+                f"eval_f1={figures.get('eval_f1', float('nan')):.2f}",
+                flush=True,
+            )
     add_flop_rates(runs, args.peak_tflops, args.peak_bf16_tflops)
     rows = summarize(names, runs)
     print_table(names, rows, args.repeats)
@@ -202,9 +229,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"SPEEDUP metric={row['metric']} base={names[0]} other={n} ratio={r:.3f}")
     path = args.json_out or os.path.join(args.workdir, "side_by_side.json")
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"commands": dict(commands), "repeats": args.repeats, "runs": runs, "summary": rows,
-                   "host_cpus": os.cpu_count(), "peak_tflops": args.peak_tflops,
-                   "peak_bf16_tflops": args.peak_bf16_tflops}, fh, indent=2)
+        json.dump(
+            {
+                "commands": dict(commands),
+                "repeats": args.repeats,
+                "runs": runs,
+                "summary": rows,
+                "host_cpus": os.cpu_count(),
+                "peak_tflops": args.peak_tflops,
+                "peak_bf16_tflops": args.peak_bf16_tflops,
+            },
+            fh,
+            indent=2,
+        )
     print(f"wrote {path}")
     return 0
 

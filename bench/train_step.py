@@ -37,13 +37,17 @@ def build_model(name: str, attn: str, dropout: str) -> torch.nn.Module:
     """`dropout`: "torch" (the model's own), "none" (p = 0: what dropout costs) or "bulk" (qa_hpc.dropout)."""
     from transformers import AutoModelForQuestionAnswering, BertConfig, BertForQuestionAnswering
 
-    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0} if dropout == "none" else {}
+    no_dropout = (
+        {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0} if dropout == "none" else {}
+    )
     if name == "bert-base-random":
         model = BertForQuestionAnswering(BertConfig(attn_implementation=attn, **no_dropout))
     else:
         from qa_hpc.model import resolve_model_path
 
-        model = AutoModelForQuestionAnswering.from_pretrained(resolve_model_path(name), attn_implementation=attn, **no_dropout)
+        model = AutoModelForQuestionAnswering.from_pretrained(
+            resolve_model_path(name), attn_implementation=attn, **no_dropout
+        )
     if dropout == "bulk":
         from qa_hpc.dropout import install
 
@@ -58,18 +62,26 @@ class Variant:
         parts = set(spec.split("+"))
         unknown = parts - VARIANT_PARTS
         if unknown:
-            raise SystemExit(f"--variants {spec!r}: unknown part(s) {sorted(unknown)}; known: {sorted(VARIANT_PARTS)}")
+            raise SystemExit(
+                f"--variants {spec!r}: unknown part(s) {sorted(unknown)}; known: {sorted(VARIANT_PARTS)}"
+            )
         if parts & {"fp16", "tf32"} and device.type != "cuda":
-            raise SystemExit(f"--variants {spec!r}: fp16 and tf32 need a CUDA GPU (this run is on {device.type})")
+            raise SystemExit(
+                f"--variants {spec!r}: fp16 and tf32 need a CUDA GPU (this run is on {device.type})"
+            )
         self.spec = spec
         self.tf32 = "tf32" in parts
         self.dtype = torch.bfloat16 if "bf16" in parts else torch.float16 if "fp16" in parts else None
         torch.manual_seed(0)
         dropout = "none" if "nodrop" in parts else "bulk" if "bulkdrop" in parts else "torch"
-        self.model = build_model(model_name, "eager" if "eager_attn" in parts else "sdpa", dropout).to(device).train()
+        self.model = (
+            build_model(model_name, "eager" if "eager_attn" in parts else "sdpa", dropout).to(device).train()
+        )
         self.n_params = ModelShape.of(self.model).non_embedding_params
         self.config = self.model.config
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, fused=True if "fused" in parts else None)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=lr, fused=True if "fused" in parts else None
+        )
         self.forward = torch.compile(self.model, dynamic=True) if "compile" in parts else self.model
         self.scaler = torch.amp.GradScaler(device.type) if self.dtype is torch.float16 else None
         self.device = device
@@ -89,7 +101,9 @@ class Variant:
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def make_batch(batch: int, width: int, vocab: int, device: torch.device, gen: torch.Generator) -> dict[str, torch.Tensor]:
+def make_batch(
+    batch: int, width: int, vocab: int, device: torch.device, gen: torch.Generator
+) -> dict[str, torch.Tensor]:
     ids = torch.randint(1000, vocab, (batch, width), generator=gen)
     out = {
         "input_ids": ids,
@@ -134,7 +148,9 @@ def main() -> None:
     for spec in args.variants.split(","):
         v = Variant(spec, args.model, device, lr=3e-5)
         vocab = v.config.vocab_size
-        batches = [make_batch(args.batch, widths[i % len(widths)], vocab, device, gen) for i in range(args.steps)]
+        batches = [
+            make_batch(args.batch, widths[i % len(widths)], vocab, device, gen) for i in range(args.steps)
+        ]
         t = time.perf_counter()
         timed(v, batches[: args.warmup])
         print(f"# {spec}: warm-up {args.warmup} steps {time.perf_counter() - t:.1f} s", flush=True)
@@ -150,16 +166,24 @@ def main() -> None:
     for v, batches, times in variants:
         med = statistics.median(times)
         lengths = np.array([b["input_ids"].shape[1] for b in batches for _ in range(args.batch)])
-        flops = float(train_flops_per_sequence(lengths, v.n_params, v.config.num_hidden_layers, v.config.hidden_size).sum())
+        flops = float(
+            train_flops_per_sequence(
+                lengths, v.n_params, v.config.num_hidden_layers, v.config.hidden_size
+            ).sum()
+        )
         pass_time = sum(times) / args.rounds  # one pass over the list of batches
         achieved = flops / pass_time / 1e12
         precision = "bf16" if v.dtype is torch.bfloat16 else "fp16" if v.dtype is torch.float16 else "fp32"
         peak = peak_tflops(name, precision, v.tf32) if device.type == "cuda" else None
         base = base or med
         row = {
-            "variant": v.spec, "median_step_s": med, "samples_per_s": args.batch / med,
-            "tokens_per_s": float(lengths.mean()) * args.batch / med, "achieved_tflops": achieved,
-            "mfu": achieved / peak if peak else None, "speedup_vs_first": base / med,
+            "variant": v.spec,
+            "median_step_s": med,
+            "samples_per_s": args.batch / med,
+            "tokens_per_s": float(lengths.mean()) * args.batch / med,
+            "achieved_tflops": achieved,
+            "mfu": achieved / peak if peak else None,
+            "speedup_vs_first": base / med,
         }
         rows.append(row)
         mfu = "n/a" if row["mfu"] is None else f"{row['mfu']:.3f}"
@@ -168,10 +192,20 @@ def main() -> None:
             f"tokens_per_s={row['tokens_per_s']:.0f} achieved_tflops={achieved:.3f} "
             f"mfu={mfu} speedup_vs_first={row['speedup_vs_first']:.2f}"
         )
-    print(f"# device={name} model={args.model} batch={args.batch} widths={args.widths} threads={torch.get_num_threads()}")
+    print(
+        f"# device={name} model={args.model} batch={args.batch} widths={args.widths} threads={torch.get_num_threads()}"
+    )
     if args.json_out:
-        meta = {"device": name, "model": args.model, "batch": args.batch, "widths": widths, "steps": args.steps,
-                "rounds": args.rounds, "threads": torch.get_num_threads(), "torch": torch.__version__}
+        meta = {
+            "device": name,
+            "model": args.model,
+            "batch": args.batch,
+            "widths": widths,
+            "steps": args.steps,
+            "rounds": args.rounds,
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        }
         Path(args.json_out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
 
 

@@ -26,7 +26,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     try:
         os.makedirs(directory, exist_ok=True)
         for stale in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*.tmp")):
-            pid = os.path.basename(stale)[len(prefix):].split(".", 1)[0]
+            pid = os.path.basename(stale)[len(prefix) :].split(".", 1)[0]
             if pid.isdigit() and not psutil.pid_exists(int(pid)):
                 with contextlib.suppress(FileNotFoundError):  # another process cleaned it up first
                     os.unlink(stale)

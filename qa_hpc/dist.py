@@ -13,14 +13,20 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-Launch = NamedTuple("Launch", [("rank", int), ("local_rank", int), ("world_size", int), ("local_world_size", int)])
+Launch = NamedTuple(
+    "Launch", [("rank", int), ("local_rank", int), ("world_size", int), ("local_world_size", int)]
+)
 
 
 def launch_env(env: Mapping[str, str] = os.environ) -> Launch:
     """This process's place as its launcher (torchrun, accelerate launch) set it: rank 0 of 1 without one."""
+
     def number(name: str, default: int) -> int:
         return int(env[name]) if env.get(name, "").strip().isdigit() else default
-    return Launch(number("RANK", 0), number("LOCAL_RANK", 0), number("WORLD_SIZE", 1), number("LOCAL_WORLD_SIZE", 1))
+
+    return Launch(
+        number("RANK", 0), number("LOCAL_RANK", 0), number("WORLD_SIZE", 1), number("LOCAL_WORLD_SIZE", 1)
+    )
 
 
 def any_rank(flag: bool, device: torch.device) -> bool:

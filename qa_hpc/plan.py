@@ -30,8 +30,16 @@ MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
 ON = {True: "on", False: "off"}  # a switch in log lines
-LOG_NAMES = {"dataloader_num_workers": "dataloader_workers", "attn_implementation": "attn"}  # short keys in log lines
-GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")  # GPU asked for
+LOG_NAMES = {
+    "dataloader_num_workers": "dataloader_workers",
+    "attn_implementation": "attn",
+}  # short keys in log lines
+GPU_REQUEST_VARS = (
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_JOB_GPUS",
+    "SLURM_STEP_GPUS",
+    "SLURM_GPUS_ON_NODE",
+)  # GPU asked for
 
 
 class PlanError(UsageError):
@@ -52,9 +60,13 @@ class DeviceFacts:
     launcher: str  # torchrun | accelerate | python
     omp_num_threads: int | None  # OMP_NUM_THREADS as found in the environment
     accelerate_mixed_precision: str | None  # ACCELERATE_MIXED_PRECISION as found
-    gpus_requested: str | None  # what asked for a GPU (CUDA_VISIBLE_DEVICES=..., SLURM_JOB_GPUS=...), if anything
+    gpus_requested: (
+        str | None
+    )  # what asked for a GPU (CUDA_VISIBLE_DEVICES=..., SLURM_JOB_GPUS=...), if anything
     cpu_bf16: str | None = None  # the CPU feature that makes bf16 fast (CPU_BF16_FEATURES), None without one
-    cpu_vendor: str = "unknown"  # /proc/cpuinfo vendor_id: torch draws dropout masks in parallel only on GenuineIntel
+    cpu_vendor: str = (
+        "unknown"  # /proc/cpuinfo vendor_id: torch draws dropout masks in parallel only on GenuineIntel
+    )
     torch_version: str = ""
     torch_cuda: str | None = None  # torch.version.cuda: None for a CPU build
 
@@ -85,23 +97,34 @@ class RunPlan:
     def training_fields(self, tf32_given: bool | None) -> dict[str, object]:
         """The TrainingArguments fields this plan owns, and only these."""
         # TrainingArguments refuses tf32=True off Ampere and leaves None alone: say it only where it means something
-        return {"bf16": self.precision == "bf16", "fp16": self.precision == "fp16",
-                "dataloader_num_workers": self.dataloader_num_workers, "use_cpu": self.device == "cpu",
-                "report_to": list(self.report_to), "tf32": self.tf32 if self.device == "cuda" else tf32_given}
+        return {
+            "bf16": self.precision == "bf16",
+            "fp16": self.precision == "fp16",
+            "dataloader_num_workers": self.dataloader_num_workers,
+            "use_cpu": self.device == "cpu",
+            "report_to": list(self.report_to),
+            "tf32": self.tf32 if self.device == "cuda" else tf32_given,
+        }
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """The launcher's variables that must say the plan's precision before TrainingArguments is built: it takes
         ACCELERATE_MIXED_PRECISION as the precision when --bf16/--fp16 are off (fp32 under accelerate's bf16: bf16)."""
         names = {ours: theirs for theirs, ours in ACCELERATE_PRECISION.items()}
-        return {"ACCELERATE_MIXED_PRECISION": names[self.precision]} if "ACCELERATE_MIXED_PRECISION" in env else {}
+        return (
+            {"ACCELERATE_MIXED_PRECISION": names[self.precision]}
+            if "ACCELERATE_MIXED_PRECISION" in env
+            else {}
+        )
 
     def log_line(self) -> str:
-        return (f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
-                f"({self.precision_reason}) tf32={ON[self.tf32]} threads={self.threads} ({self.threads_reason}) "
-                f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} local_world_size="
-                f"{self.local_world_size} launcher={self.launcher} stop_vote_every={self.stop_vote_every} "
-                f"tensorboard={ON[self.tensorboard]} profile={ON[self.profile_dir is not None]} "
-                f"dropout_mask={self.dropout_mask} ({self.dropout_reason})")
+        return (
+            f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
+            f"({self.precision_reason}) tf32={ON[self.tf32]} threads={self.threads} ({self.threads_reason}) "
+            f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} local_world_size="
+            f"{self.local_world_size} launcher={self.launcher} stop_vote_every={self.stop_vote_every} "
+            f"tensorboard={ON[self.tensorboard]} profile={ON[self.profile_dir is not None]} "
+            f"dropout_mask={self.dropout_mask} ({self.dropout_reason})"
+        )
 
 
 def _sm(capability: tuple[int, int] | None) -> str:
@@ -114,31 +137,48 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
         require_visible_gpu(facts)
     device = "cuda" if facts.cuda_available and not flags["use_cpu"] else "cpu"
     if device == "cuda" and facts.gpu_count > 1 and facts.world_size == 1:
-        raise PlanError(f"torch sees {facts.gpu_count} GPUs but this is a single process: transformers would wrap "
-                        "the model in nn.DataParallel (slower than DDP, and its token counts and MFU would be wrong). "
-                        f"Start one process per GPU: torchrun --nproc_per_node={facts.gpu_count} run_qa.py ... (or "
-                        "job_ddp.sh), or use one GPU with CUDA_VISIBLE_DEVICES=0")
+        raise PlanError(
+            f"torch sees {facts.gpu_count} GPUs but this is a single process: transformers would wrap "
+            "the model in nn.DataParallel (slower than DDP, and its token counts and MFU would be wrong). "
+            f"Start one process per GPU: torchrun --nproc_per_node={facts.gpu_count} run_qa.py ... (or "
+            "job_ddp.sh), or use one GPU with CUDA_VISIBLE_DEVICES=0"
+        )
     ampere = device == "cuda" and facts.capability is not None and facts.capability >= BF16_MIN_CAPABILITY
     precision, reason = decide_precision(flags, facts, device, ampere)
     if flags["tf32"] is True and not ampere:
-        raise PlanError(f"--tf32 true needs a GPU of compute capability 8.0 or newer; this run is on {device}"
-                        + (f" ({_sm(facts.capability)})" if device == "cuda" else ""))
-    tf32 = flags["tf32"] if flags["tf32"] is not None else (
-        flags["speed_defaults"] and ampere and flags["precision"] != "fp32")
+        raise PlanError(
+            f"--tf32 true needs a GPU of compute capability 8.0 or newer; this run is on {device}"
+            + (f" ({_sm(facts.capability)})" if device == "cuda" else "")
+        )
+    tf32 = (
+        flags["tf32"]
+        if flags["tf32"] is not None
+        else (flags["speed_defaults"] and ampere and flags["precision"] != "fp32")
+    )
     workers, threads, threads_reason = decide_threads(flags, facts, device)
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
     dropout, dropout_reason = decide_dropout(flags["dropout_mask"], device, facts.cpu_vendor)
     return RunPlan(
-        device=device, precision=precision, precision_reason=reason, tf32=tf32, threads=threads,
-        threads_reason=threads_reason, dataloader_num_workers=workers, world_size=facts.world_size,
-        local_world_size=facts.local_world_size, launcher=facts.launcher,
+        device=device,
+        precision=precision,
+        precision_reason=reason,
+        tf32=tf32,
+        threads=threads,
+        threads_reason=threads_reason,
+        dataloader_num_workers=workers,
+        world_size=facts.world_size,
+        local_world_size=facts.local_world_size,
+        launcher=facts.launcher,
         stop_vote_every=GPU_STOP_VOTE_EVERY if device == "cuda" and facts.world_size > 1 else 1,
-        report_to=tuple(r for r in report_to if r != "tensorboard"), tensorboard="tensorboard" in report_to,
-        logging_dir=flags["logging_dir"], gpu_name=facts.gpu_name if device == "cuda" else None,
+        report_to=tuple(r for r in report_to if r != "tensorboard"),
+        tensorboard="tensorboard" in report_to,
+        logging_dir=flags["logging_dir"],
+        gpu_name=facts.gpu_name if device == "cuda" else None,
         profile_dir=(flags["profile_dir"] or f"{flags['output_dir']}/profiler") if flags["profile"] else None,
-        dropout_mask=dropout, dropout_reason=dropout_reason,
+        dropout_mask=dropout,
+        dropout_reason=dropout_reason,
     )
 
 
@@ -154,7 +194,11 @@ def decide_threads(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[
     if omp and not (omp == 1 and facts.launcher != "python"):
         return workers, omp, "OMP_NUM_THREADS"
     own_share = f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"  # less its workers
-    return workers, max(1, share - workers), own_share + (f" - {workers} dataloader workers" if workers else "")
+    return (
+        workers,
+        max(1, share - workers),
+        own_share + (f" - {workers} dataloader workers" if workers else ""),
+    )
 
 
 def decide_dropout(asked: str, device: str, cpu_vendor: str) -> tuple[str, str]:
@@ -163,23 +207,31 @@ def decide_dropout(asked: str, device: str, cpu_vendor: str) -> tuple[str, str]:
         return asked, f"--dropout_mask {asked}"
     if device == "cpu" and cpu_vendor != "GenuineIntel":
         return "bulk", f"auto: {cpu_vendor} CPU, where torch draws masks one element at a time"
-    return "torch", "auto: " + ("GPU" if device == "cuda" else "Intel CPU, where torch draws masks in parallel")
+    return "torch", "auto: " + (
+        "GPU" if device == "cuda" else "Intel CPU, where torch draws masks in parallel"
+    )
 
 
 def require_visible_gpu(facts: DeviceFacts) -> None:
     """Refuse a job that asked for a GPU whose torch sees none: on the CPU it would take days, logged as a GPU run."""
     if facts.gpus_requested and not facts.cuda_available:
-        raise PlanError(f"this job asked for a GPU ({facts.gpus_requested}) but torch sees none: torch "
-                        f"{facts.torch_version} built for CUDA {facts.torch_cuda or 'none (a CPU-only build)'}, "
-                        "torch.cuda.is_available()=False. Install a CUDA build of torch that this node's driver "
-                        "supports (README: 'CUDA build'), or run on the CPU on purpose with --use_cpu (job_cpu.sh "
-                        "does)")
+        raise PlanError(
+            f"this job asked for a GPU ({facts.gpus_requested}) but torch sees none: torch "
+            f"{facts.torch_version} built for CUDA {facts.torch_cuda or 'none (a CPU-only build)'}, "
+            "torch.cuda.is_available()=False. Install a CUDA build of torch that this node's driver "
+            "supports (README: 'CUDA build'), or run on the CPU on purpose with --use_cpu (job_cpu.sh "
+            "does)"
+        )
 
 
 def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere: bool) -> tuple[str, str]:
     """(precision, why), first match wins: --precision or HF's --bf16/--fp16 (both given: they must agree),
     accelerate's mixed precision (`no` = fp32), auto; `ampere`: a GPU of compute capability >= 8.0."""
-    asked, hf, mixed = flags["precision"], [n for n in ("bf16", "fp16") if flags[n]], facts.accelerate_mixed_precision
+    asked, hf, mixed = (
+        flags["precision"],
+        [n for n in ("bf16", "fp16") if flags[n]],
+        facts.accelerate_mixed_precision,
+    )
     if len(hf) > 1:
         raise PlanError("--bf16 and --fp16 contradict each other; give one of them")
     if asked != "auto" and hf and hf[0] != asked:
@@ -191,8 +243,10 @@ def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere:
     elif mixed in ACCELERATE_PRECISION:
         precision, reason = ACCELERATE_PRECISION[mixed], f"accelerate mixed_precision={mixed}"
     elif mixed is not None:
-        raise PlanError(f"ACCELERATE_MIXED_PRECISION={mixed} (accelerate launch's mixed_precision) is not "
-                        f"supported here: use one of {', '.join(ACCELERATE_PRECISION)}")
+        raise PlanError(
+            f"ACCELERATE_MIXED_PRECISION={mixed} (accelerate launch's mixed_precision) is not "
+            f"supported here: use one of {', '.join(ACCELERATE_PRECISION)}"
+        )
     elif device == "cpu":  # auto: bf16 where the CPU does it in hardware (AVX512-BF16/AMX), else fp32
         precision = "bf16" if facts.cpu_bf16 else "fp32"
         reason = f"auto: CPU has {facts.cpu_bf16 or 'no ' + ' or '.join(CPU_BF16_FEATURES)}"
@@ -200,13 +254,17 @@ def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere:
         precision = "bf16" if ampere else "fp16"
         reason = f"auto: GPU {_sm(facts.capability)} has {'' if ampere else 'no '}bf16"
     if precision == "fp16" and device == "cpu":
-        raise PlanError(f"fp16 ({reason}) is not supported on CPU: PyTorch has no fast fp16 CPU kernels and fp16 "
-                        "mixed precision needs a GPU grad scaler; use --precision bf16 (CPUs with AVX512-BF16/AMX) "
-                        "or fp32")
+        raise PlanError(
+            f"fp16 ({reason}) is not supported on CPU: PyTorch has no fast fp16 CPU kernels and fp16 "
+            "mixed precision needs a GPU grad scaler; use --precision bf16 (CPUs with AVX512-BF16/AMX) "
+            "or fp32"
+        )
     if precision == "bf16" and device == "cuda" and not ampere:
-        raise PlanError(f"bf16 ({reason}) needs a GPU of compute capability 8.0 or newer (Ampere+); this one is "
-                        f"{_sm(facts.capability)}, where torch only emulates bf16 (slowly): use --precision fp16 or "
-                        "fp32")
+        raise PlanError(
+            f"bf16 ({reason}) needs a GPU of compute capability 8.0 or newer (Ampere+); this one is "
+            f"{_sm(facts.capability)}, where torch only emulates bf16 (slowly): use --precision fp16 or "
+            "fp32"
+        )
     return precision, reason
 
 
@@ -218,21 +276,35 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
     # Slurm with task/none leaves the affinity mask at the whole node: SLURM_CPUS_PER_TASK is then the allocation
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     slurm_cpus, omp = (env.get(name, "").strip() for name in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"))
-    asked = [f"{name}={env[name].strip()}" for name in GPU_REQUEST_VARS
-             if env.get(name, "").strip() not in ("", "-1", "none", "NoDevFiles")
-             and not (name == "SLURM_GPUS_ON_NODE" and env[name].strip() == "0")]
-    precision, cpu = env.get("ACCELERATE_MIXED_PRECISION"), machine()  # the CPU's name, vendor and flags, read once
+    asked = [
+        f"{name}={env[name].strip()}"
+        for name in GPU_REQUEST_VARS
+        if env.get(name, "").strip() not in ("", "-1", "none", "NoDevFiles")
+        and not (name == "SLURM_GPUS_ON_NODE" and env[name].strip() == "0")
+    ]
+    precision, cpu = (
+        env.get("ACCELERATE_MIXED_PRECISION"),
+        machine(),
+    )  # the CPU's name, vendor and flags, read once
     return DeviceFacts(
-        cuda_available=cuda, gpu_count=count,
+        cuda_available=cuda,
+        gpu_count=count,
         capability=tuple(torch.cuda.get_device_capability(index)) if index is not None else None,
         gpu_name=torch.cuda.get_device_name(index) if index is not None else None,
         cpus=max(1, min(cpus, int(slurm_cpus)) if slurm_cpus.isdigit() and int(slurm_cpus) else cpus),
-        world_size=launch.world_size, local_world_size=launch.local_world_size,
+        world_size=launch.world_size,
+        local_world_size=launch.local_world_size,
         # accelerate launch always sets ACCELERATE_MIXED_PRECISION; torchrun sets TORCHELASTIC_RUN_ID
-        launcher="accelerate" if precision is not None else "torchrun" if "TORCHELASTIC_RUN_ID" in env else "python",
+        launcher="accelerate"
+        if precision is not None
+        else "torchrun"
+        if "TORCHELASTIC_RUN_ID" in env
+        else "python",
         omp_num_threads=int(omp) if omp.isdigit() else None,
         accelerate_mixed_precision=precision.strip().lower() if precision else None,
-        gpus_requested=", ".join(asked) or None, torch_version=torch.__version__, torch_cuda=torch.version.cuda,
+        gpus_requested=", ".join(asked) or None,
+        torch_version=torch.__version__,
+        torch_cuda=torch.version.cuda,
         cpu_bf16=next((name for name in CPU_BF16_FEATURES if name in cpu["cpu_flags"]), None),
         cpu_vendor=str(cpu["cpu_vendor"]),
     )
@@ -263,12 +335,20 @@ class Effective:
             precision=ACCELERATE_PRECISION.get(mixed, mixed),
             tf32=torch.backends.cuda.matmul.fp32_precision == "tf32",
             param_dtype=str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
-            threads=torch.get_num_threads(), dataloader_num_workers=int(args.dataloader_num_workers),
-            world_size=int(args.world_size), device=args.device.type, optim=str(args.optim.value),
-            device_name=torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else args.device.type,
+            threads=torch.get_num_threads(),
+            dataloader_num_workers=int(args.dataloader_num_workers),
+            world_size=int(args.world_size),
+            device=args.device.type,
+            optim=str(args.optim.value),
+            device_name=torch.cuda.get_device_name(args.device)
+            if args.device.type == "cuda"
+            else args.device.type,
             attn_implementation=str(getattr(trainer.model.config, "_attn_implementation", None) or "default"),
-            torch_compile=bool(args.torch_compile), postprocess=postprocess,
-            dropout_mask="bulk" if any(isinstance(m, BulkDropout) for m in trainer.model.modules()) else "torch",
+            torch_compile=bool(args.torch_compile),
+            postprocess=postprocess,
+            dropout_mask="bulk"
+            if any(isinstance(m, BulkDropout) for m in trainer.model.modules())
+            else "torch",
         )
 
     def log_line(self, rank: int) -> str:
@@ -279,8 +359,11 @@ class Effective:
     def check(self, plan: RunPlan) -> None:
         """Stop the run when it would not use the plan (fp32 master weights always), naming every difference."""
         wanted = {**asdict(plan), "param_dtype": "float32"}  # the fields both have, by name
-        diff = [f"{key}: planned {wanted[key]}, effective {got}" for key, got in asdict(self).items()
-                if key in wanted and got != wanted[key]]
+        diff = [
+            f"{key}: planned {wanted[key]}, effective {got}"
+            for key, got in asdict(self).items()
+            if key in wanted and got != wanted[key]
+        ]
         if diff:
             raise RuntimeError("the run would not use the planned settings: " + "; ".join(diff))
 
@@ -290,9 +373,19 @@ def main(argv: list[str]) -> int:
     `--machine`: the one MACHINE line bench scripts keep with every result (spaces in names as _)."""
     facts = read_device_facts()
     if argv == ["--machine"]:  # the CPU as run_summary.json records it, the GPU, torch
-        shown = {**machine(), "cpus": facts.cpus, "gpu": facts.gpu_name or "none", "torch": facts.torch_version}
-        print("MACHINE " + " ".join(f"{key}={','.join(v) if isinstance(v, list) else v}".replace(" ", "_")
-                                    for key, v in shown.items()))
+        shown = {
+            **machine(),
+            "cpus": facts.cpus,
+            "gpu": facts.gpu_name or "none",
+            "torch": facts.torch_version,
+        }
+        print(
+            "MACHINE "
+            + " ".join(
+                f"{key}={','.join(v) if isinstance(v, list) else v}".replace(" ", "_")
+                for key, v in shown.items()
+            )
+        )
         return 0
     try:
         require_visible_gpu(facts)

@@ -20,10 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from qa_hpc.features import real_lengths
-from qa_hpc.postprocess_loop import (PostprocessConfig, QAPredictions, example_of_features,
-                                     postprocess_qa_predictions_loop)
 from qa_hpc.atomic_io import json_text, write_text_atomic
+from qa_hpc.features import real_lengths
+from qa_hpc.postprocess_loop import (
+    PostprocessConfig,
+    QAPredictions,
+    example_of_features,
+    postprocess_qa_predictions_loop,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +68,16 @@ def token_chars(offset_mapping: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
     """(first token, token count) of each feature, per token (in the context?, index of its pair), and the
     [start, end] character pairs, read as Arrow so that a dev set's ~2 million offsets never become Python objects.
     One more token, outside the context, stands for positions past a feature's length."""
-    arr = offset_mapping if isinstance(offset_mapping, (pa.Array, pa.ChunkedArray)) else pa.array(offset_mapping)
+    arr = (
+        offset_mapping
+        if isinstance(offset_mapping, (pa.Array, pa.ChunkedArray))
+        else pa.array(offset_mapping)
+    )
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
     if not (pa.types.is_list(arr.type) and pa.types.is_list(arr.type.value_type)):
-        arr = arr.cast(pa.list_(pa.list_(pa.int64())))  # e.g. list<null> when a column holds no offsets at all
+        arr = arr.cast(
+            pa.list_(pa.list_(pa.int64()))
+        )  # e.g. list<null> when a column holds no offsets at all
     length = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     tokens = pc.list_flatten(arr)  # one entry per token, null outside the context
     pair_len = pc.min_max(pc.list_value_length(tokens))  # nulls skipped
@@ -77,7 +87,13 @@ def token_chars(offset_mapping: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if values.null_count:
         raise ValueError("offset_mapping pairs must not hold nulls")
     in_context = np.append(tokens.is_valid().to_numpy(zero_copy_only=False), False)
-    return np.cumsum(length) - length, length, in_context, np.cumsum(in_context) - 1, values.to_numpy().reshape(-1, 2)
+    return (
+        np.cumsum(length) - length,
+        length,
+        in_context,
+        np.cumsum(in_context) - 1,
+        values.to_numpy().reshape(-1, 2),
+    )
 
 
 def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: PostprocessConfig) -> dict:
@@ -88,10 +104,13 @@ def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: 
         raise ValueError(f"got {len(length)} offset rows for {len(ex_of_feat)} features")
     (s_idx, s_val), (e_idx, e_val) = (top_k_with_values(x, cfg.n_best_size) for x in logits)
     # flat token index of every ranked position; past a feature's length: the added token outside the context
-    s_tok, e_tok = (np.where(idx < length[:, None], first[:, None] + idx, len(in_context) - 1)
-                    for idx in (s_idx, e_idx))
+    s_tok, e_tok = (
+        np.where(idx < length[:, None], first[:, None] + idx, len(in_context) - 1) for idx in (s_idx, e_idx)
+    )
     ok = in_context[s_tok][:, :, None] & in_context[e_tok][:, None, :]  # [feature, start rank, end rank]
-    n_tokens = e_idx.astype(np.int32)[:, None, :] - s_idx.astype(np.int32)[:, :, None] + 1  # int32: half the traffic
+    n_tokens = (
+        e_idx.astype(np.int32)[:, None, :] - s_idx.astype(np.int32)[:, :, None] + 1
+    )  # int32: half the traffic
     ok &= (n_tokens >= 1) & (n_tokens <= cfg.max_answer_length)
     scores = s_val[:, :, None] + e_val[:, None, :]  # in the logits' dtype, like the loop's scalar sums
     # pairs scoring below their feature's n_best-th valid pair can never reach the n-best (ties stay: the stable sort
@@ -156,17 +175,34 @@ class NBestLists(Mapping):
     """Example id -> its n-best list of dicts (the loop's), all built at the first read: the ~211,000 dicts of the
     SQuAD dev set cost more CPU than all the array work, and an eval reads them only for the n-best file."""
 
-    def __init__(self, ids: list[str], contexts: list[str], bounds: np.ndarray, rows: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self, ids: list[str], contexts: list[str], bounds: np.ndarray, rows: dict[str, np.ndarray]
+    ) -> None:
         self._ids, self._contexts, self._bounds, self._rows = ids, contexts, bounds, rows
 
     @cached_property
     def _lists(self) -> dict[str, list[dict]]:
         """A repeated id keeps its first place and its last list; the null answer's start/end logits are None."""
         r = {name: col.tolist() for name, col in self._rows.items()}
-        entries = [{"text": self._contexts[e][a:b], "probability": p, "score": s, "start_logit": None if null else x,
-                    "end_logit": None if null else y} for e, a, b, p, s, x, y, null in zip(
-                        r["example"], r["char_start"], r["char_end"], r["probability"], r["score"], r["start_logit"],
-                        r["end_logit"], r["is_null"])]
+        entries = [
+            {
+                "text": self._contexts[e][a:b],
+                "probability": p,
+                "score": s,
+                "start_logit": None if null else x,
+                "end_logit": None if null else y,
+            }
+            for e, a, b, p, s, x, y, null in zip(
+                r["example"],
+                r["char_start"],
+                r["char_end"],
+                r["probability"],
+                r["score"],
+                r["start_logit"],
+                r["end_logit"],
+                r["is_null"],
+            )
+        ]
         b = self._bounds.tolist()
         return dict(zip(self._ids, (entries[lo:hi] for lo, hi in zip(b[:-1], b[1:]))))
 
@@ -181,15 +217,22 @@ class NBestLists(Mapping):
 
 
 def postprocess_qa_predictions(
-    examples: Mapping[str, Sequence], features: Mapping[str, Any], predictions: Logits, cfg: PostprocessConfig,
+    examples: Mapping[str, Sequence],
+    features: Mapping[str, Any],
+    predictions: Logits,
+    cfg: PostprocessConfig,
 ) -> QAPredictions:
     """The loop's contract and output; features["offset_mapping"] best the features' Arrow column (lists work)."""
     start_logits, end_logits = (np.asarray(p) for p in predictions)
     ids, contexts = list(examples["id"]), list(examples["context"])
-    ex_of_feat = np.array(example_of_features(ids, list(features["example_id"]), len(start_logits)), dtype=np.int64)
+    ex_of_feat = np.array(
+        example_of_features(ids, list(features["example_id"]), len(start_logits)), dtype=np.int64
+    )
     if start_logits.shape != end_logits.shape or start_logits.ndim != 2:
-        raise ValueError(f"start/end logits must be two arrays of one 2-D shape, got {start_logits.shape} "
-                         f"and {end_logits.shape}")
+        raise ValueError(
+            f"start/end logits must be two arrays of one 2-D shape, got {start_logits.shape} "
+            f"and {end_logits.shape}"
+        )
     # v2's null score: the smallest CLS start + end over the example's features, as the loop finds it (the first
     # of equal values: 0.0 and -0.0 are written differently; a NaN only when it comes first)
     null: list[float | None] = [None] * len(ids)
@@ -202,8 +245,10 @@ def postprocess_qa_predictions(
     # each example's best span: its first row, or the next when the first is the null answer (one row at most)
     best = bounds[:-1] + rows["is_null"][bounds[:-1]]
     best[best >= bounds[1:]] = -1
-    ex, a, b, start, end = (rows[name][best].tolist() for name in ("example", "char_start", "char_end",
-                                                                   "start_logit", "end_logit"))
+    ex, a, b, start, end = (
+        rows[name][best].tolist()
+        for name in ("example", "char_start", "char_end", "start_logit", "end_logit")
+    )
     answers, odds = {}, {}
     for i, (qid, r, min_null) in enumerate(zip(ids, best.tolist(), null)):
         text = contexts[ex[i]][a[i] : b[i]] if r >= 0 else ""
@@ -222,9 +267,14 @@ def write_prediction_files(preds: QAPredictions, output_dir: str, prefix: str) -
     """Write {prefix}_predictions.json, _nbest_predictions.json and (v2) _null_odds.json atomically. The n-best
     file goes through orjson (json.dumps with an indent takes seconds for a dev set's 55 MB): NaN and infinities
     are written as null."""
-    nbest = orjson.dumps(dict(preds.nbest), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode("utf-8")
+    nbest = orjson.dumps(dict(preds.nbest), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode(
+        "utf-8"
+    )
     # all serialized before anything is written, so a bad value leaves no file behind
-    texts = {f"{prefix}_predictions.json": json_text(preds.answers), f"{prefix}_nbest_predictions.json": nbest}
+    texts = {
+        f"{prefix}_predictions.json": json_text(preds.answers),
+        f"{prefix}_nbest_predictions.json": nbest,
+    }
     if preds.null_odds is not None:
         texts[f"{prefix}_null_odds.json"] = json_text(preds.null_odds)
     written = [os.path.join(output_dir, name) for name in texts]
@@ -234,14 +284,20 @@ def write_prediction_files(preds: QAPredictions, output_dir: str, prefix: str) -
     return written
 
 
-def predictions_from_logits(examples: Any, features: Any, logits: Logits, cfg: PostprocessConfig,
-                            method: str = "vectorized") -> QAPredictions:
+def predictions_from_logits(
+    examples: Any, features: Any, logits: Logits, cfg: PostprocessConfig, method: str = "vectorized"
+) -> QAPredictions:
     """Eval examples + features (datasets or dicts of columns) + logits -> answers and n-best lists."""
     logits = mask_padding(logits, real_lengths(features))
-    if method == "loop":  # reads the datasets item by item, as the HF example does (each column looked up once)
+    if (
+        method == "loop"
+    ):  # reads the datasets item by item, as the HF example does (each column looked up once)
         return postprocess_qa_predictions_loop(
             {"id": examples["id"], "context": examples["context"]},
-            {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]}, logits, cfg)
+            {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]},
+            logits,
+            cfg,
+        )
     if hasattr(examples, "with_format"):  # whole Arrow columns: dataset["col"][i] reads a row, ~50 us an item
         examples = {name: examples.with_format("arrow")[name].to_pylist() for name in ("id", "context")}
     if hasattr(features, "with_format"):
@@ -250,10 +306,16 @@ def predictions_from_logits(examples: Any, features: Any, logits: Logits, cfg: P
     return postprocess_qa_predictions(examples, features, logits, cfg)
 
 
-def make_postprocess(data_args: Any, output_dir: str, method: str = "vectorized") -> Callable[..., QAPredictions]:
+def make_postprocess(
+    data_args: Any, output_dir: str, method: str = "vectorized"
+) -> Callable[..., QAPredictions]:
     """Logits -> answers, prediction files written (on the main process): 'vectorized' (this module) or 'loop'."""
-    cfg = PostprocessConfig(data_args.version_2_with_negative, data_args.n_best_size, data_args.max_answer_length,
-                            data_args.null_score_diff_threshold)
+    cfg = PostprocessConfig(
+        data_args.version_2_with_negative,
+        data_args.n_best_size,
+        data_args.max_answer_length,
+        data_args.null_score_diff_threshold,
+    )
 
     def post_process(examples: Any, features: Any, logits: Logits, stage: str) -> QAPredictions:
         preds = predictions_from_logits(examples, features, logits, cfg, method)

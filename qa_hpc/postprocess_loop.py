@@ -26,11 +26,15 @@ class QAPredictions:
     """Answers per example id, their n-best lists, and (v2) null-score differences."""
 
     answers: dict[str, str]
-    nbest: Mapping[str, list[dict]]  # per example id: text, probability, score, start_logit, end_logit; best first
+    nbest: Mapping[
+        str, list[dict]
+    ]  # per example id: text, probability, score, start_logit, end_logit; best first
     null_odds: dict[str, float] | None
 
 
-def example_of_features(example_ids: Sequence[str], feature_example_ids: Sequence[str], logit_rows: int) -> list[int]:
+def example_of_features(
+    example_ids: Sequence[str], feature_example_ids: Sequence[str], logit_rows: int
+) -> list[int]:
     """The example index of every feature (a repeated id: its last place); the input checks of both paths."""
     if logit_rows != len(feature_example_ids):
         raise ValueError(f"got {logit_rows} logit rows for {len(feature_example_ids)} features")
@@ -41,9 +45,12 @@ def example_of_features(example_ids: Sequence[str], feature_example_ids: Sequenc
     return [index[eid] for eid in feature_example_ids]
 
 
-def postprocess_qa_predictions_loop(examples: Mapping[str, Sequence], features: Mapping[str, Sequence],
-                                    predictions: tuple[np.ndarray, np.ndarray], cfg: PostprocessConfig,
-                                    ) -> QAPredictions:
+def postprocess_qa_predictions_loop(
+    examples: Mapping[str, Sequence],
+    features: Mapping[str, Sequence],
+    predictions: tuple[np.ndarray, np.ndarray],
+    cfg: PostprocessConfig,
+) -> QAPredictions:
     """Reference postprocessing: per example, per feature, try the top start x end candidates.
 
     A span is valid when both ends are context tokens, end >= start, and it is at most max_answer_length tokens
@@ -73,11 +80,23 @@ def postprocess_qa_predictions_loop(examples: Mapping[str, Sequence], features: 
                         continue
                     if e < s or e - s + 1 > cfg.max_answer_length:
                         continue
-                    prelim.append({"offsets": (offsets[s][0], offsets[e][1]), "score": float(s_logits[s] + e_logits[e]),
-                                   "start_logit": float(s_logits[s]), "end_logit": float(e_logits[e])})
+                    prelim.append(
+                        {
+                            "offsets": (offsets[s][0], offsets[e][1]),
+                            "score": float(s_logits[s] + e_logits[e]),
+                            "start_logit": float(s_logits[s]),
+                            "end_logit": float(e_logits[e]),
+                        }
+                    )
         nbest = sorted(prelim, key=lambda p: p["score"], reverse=True)[: cfg.n_best_size]
         if cfg.version_2_with_negative and min_null is not None:
-            null_pred = {"offsets": (0, 0), "score": min_null, "start_logit": None, "end_logit": None, "null": True}
+            null_pred = {
+                "offsets": (0, 0),
+                "score": min_null,
+                "start_logit": None,
+                "end_logit": None,
+                "null": True,
+            }
             nbest = sorted(nbest + [null_pred], key=lambda p: p["score"], reverse=True)[: cfg.n_best_size]
             if not any(p.get("null") for p in nbest):
                 nbest.append(null_pred)
@@ -99,6 +118,7 @@ def postprocess_qa_predictions_loop(examples: Mapping[str, Sequence], features: 
                 answers[qid] = ""
         else:
             answers[qid] = nbest[0]["text"]
-        nbest_all[qid] = [{k: p[k] for k in ("text", "probability", "score", "start_logit", "end_logit")}
-                          for p in nbest]
+        nbest_all[qid] = [
+            {k: p[k] for k in ("text", "probability", "score", "start_logit", "end_logit")} for p in nbest
+        ]
     return QAPredictions(answers, nbest_all, null_odds if cfg.version_2_with_negative else None)

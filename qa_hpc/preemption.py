@@ -51,14 +51,19 @@ class PreemptionCallback(TrainerCallback):
         self.request, self.vote_every = request, vote_every
         self.stopped_at_step: int | None = None  # None: training was not stopped by a signal
 
-    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                    **kwargs: object) -> TrainerControl:
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> TrainerControl:
         # not a voting step: no collective, no host-device sync
         if state.global_step % self.vote_every == 0 and any_rank(self.request.requested, args.device):
             control.should_save = control.should_training_stop = True
             self.stopped_at_step = state.global_step
-            logger.warning("STOP_REQUESTED signal=%s global_step=%d: saving a checkpoint, then exiting with %d",
-                           self.request.name, state.global_step, EXIT_PREEMPTED)
+            logger.warning(
+                "STOP_REQUESTED signal=%s global_step=%d: saving a checkpoint, then exiting with %d",
+                self.request.name,
+                state.global_step,
+                EXIT_PREEMPTED,
+            )
         return control
 
 
@@ -70,8 +75,9 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
             json.loads(Path(path, "trainer_state.json").read_text(encoding="utf-8"))
             return path
         except (OSError, ValueError):
-            logger.warning("INCOMPLETE_CHECKPOINT path=%s (no readable trainer_state.json); not resuming from it",
-                           path)
+            logger.warning(
+                "INCOMPLETE_CHECKPOINT path=%s (no readable trainer_state.json); not resuming from it", path
+            )
     return None
 
 
@@ -80,14 +86,23 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     wins; else resume from its last complete checkpoint (a requeued job continues by itself); other files: refuse,
     unless --overwrite_output_dir."""
     out = training_args.output_dir
-    if training_args.resume_from_checkpoint or not training_args.do_train or not os.path.isdir(out) \
-            or overwrite_output_dir:
+    if (
+        training_args.resume_from_checkpoint
+        or not training_args.do_train
+        or not os.path.isdir(out)
+        or overwrite_output_dir
+    ):
         return training_args.resume_from_checkpoint or None
     if (last := last_complete_checkpoint(out)) is not None:
-        logger.info("RESUME_FROM=%s (checkpoint found in --output_dir; add --overwrite_output_dir to start over)", last)
+        logger.info(
+            "RESUME_FROM=%s (checkpoint found in --output_dir; add --overwrite_output_dir to start over)",
+            last,
+        )
         return last
     if leftovers := sorted(n for n in os.listdir(out) if not n.startswith(".")):
-        raise UsageError(f"--output_dir {out} is not empty ({', '.join(leftovers[:5])}) and holds no checkpoint to "
-                         "resume from; add --overwrite_output_dir to train into it anyway, or choose another "
-                         "--output_dir")
+        raise UsageError(
+            f"--output_dir {out} is not empty ({', '.join(leftovers[:5])}) and holds no checkpoint to "
+            "resume from; add --overwrite_output_dir to train into it anyway, or choose another "
+            "--output_dir"
+        )
     return None

@@ -24,18 +24,64 @@ if TYPE_CHECKING:  # the Trainer module is heavy to import; the collector and te
 SUMMARY_FILE = "run_summary.json"
 # Result keys printed as KEY=value at the end of a run, in this order, when present.
 FINAL_KEYS = (
-    "train_runtime", "train_samples_per_second", "train_loss", "eval_exact_match", "eval_f1", "eval_exact",
-    "eval_HasAns_f1", "eval_NoAns_f1", "eval_runtime", "eval_samples_per_second", "eval_postprocess_seconds",
-    "eval_samples", "eval_examples", "predict_exact_match", "predict_f1", "predict_runtime",
+    "train_runtime",
+    "train_samples_per_second",
+    "train_loss",
+    "eval_exact_match",
+    "eval_f1",
+    "eval_exact",
+    "eval_HasAns_f1",
+    "eval_NoAns_f1",
+    "eval_runtime",
+    "eval_samples_per_second",
+    "eval_postprocess_seconds",
+    "eval_samples",
+    "eval_examples",
+    "predict_exact_match",
+    "predict_f1",
+    "predict_runtime",
 )
 # What bench results and run_summary.json record of a CPU, so figures from different machines are never mixed
-CPU_FLAGS = ("avx2", "fma3", "avx512_f", "avx512_bw", "avx512_vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-             "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
+CPU_FLAGS = (
+    "avx2",
+    "fma3",
+    "avx512_f",
+    "avx512_bw",
+    "avx512_vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+)
 # What run_summary.json's params keep of the data flags, then of the TrainingArguments, under their own names.
-PARAMS = (("train_file", "validation_file", "test_file", "max_seq_length", "doc_stride", "pad_to_max_length",
-           "version_2_with_negative", "max_train_samples", "max_eval_samples", "squad_metric"),
-          ("max_steps", "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-           "world_size", "ddp_backend", "train_sampling_strategy", "learning_rate", "seed"))
+PARAMS = (
+    (
+        "train_file",
+        "validation_file",
+        "test_file",
+        "max_seq_length",
+        "doc_stride",
+        "pad_to_max_length",
+        "version_2_with_negative",
+        "max_train_samples",
+        "max_eval_samples",
+        "squad_metric",
+    ),
+    (
+        "max_steps",
+        "per_device_train_batch_size",
+        "per_device_eval_batch_size",
+        "gradient_accumulation_steps",
+        "world_size",
+        "ddp_backend",
+        "train_sampling_strategy",
+        "learning_rate",
+        "seed",
+    ),
+)
 # What run_summary.json keeps of the memory report (memory.json holds all of it).
 MEMORY_KEYS = ("measured_peak_mb", "measured_source", "max_over_ranks", "estimate_over_measured", "note")
 
@@ -59,13 +105,22 @@ def environment() -> dict[str, Any]:
 
     gpu, env = torch.cuda.is_available(), os.environ.get
     return {
-        "hostname": platform.node(), "python": sys.version.split()[0], "torch_version": torch.__version__,
-        "transformers_version": transformers.__version__, "datasets_version": datasets.__version__,
-        "gpu_available": gpu, "gpu_count": torch.cuda.device_count() if gpu else 0,
-        "gpu_name": torch.cuda.get_device_name(0) if gpu else None, "driver_version": _nvidia_driver() if gpu else None,
-        "cuda_version": torch.version.cuda, "cpu_count": os.cpu_count(), **machine(),
-        "slurm_job_id": env("SLURM_JOB_ID"), "slurm_job_name": env("SLURM_JOB_NAME"),
-        "slurm_nodelist": env("SLURM_JOB_NODELIST"), "slurm_job_num_nodes": env("SLURM_JOB_NUM_NODES"),
+        "hostname": platform.node(),
+        "python": sys.version.split()[0],
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "datasets_version": datasets.__version__,
+        "gpu_available": gpu,
+        "gpu_count": torch.cuda.device_count() if gpu else 0,
+        "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
+        "driver_version": _nvidia_driver() if gpu else None,
+        "cuda_version": torch.version.cuda,
+        "cpu_count": os.cpu_count(),
+        **machine(),
+        "slurm_job_id": env("SLURM_JOB_ID"),
+        "slurm_job_name": env("SLURM_JOB_NAME"),
+        "slurm_nodelist": env("SLURM_JOB_NODELIST"),
+        "slurm_job_num_nodes": env("SLURM_JOB_NUM_NODES"),
         "slurm_restart_count": int(env("SLURM_RESTART_COUNT", "0") or 0),
     }
 
@@ -81,32 +136,58 @@ def machine() -> dict[str, str | list[str]]:
         first_cpu = []
     info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}
     model_name = info.get("model name", platform.machine())
-    return {"cpu_model": f"{model_name} (family {info.get('cpu family', '?')} model {info.get('model', '?')})",
-            "cpu_vendor": info.get("vendor_id", "unknown"),
-            "cpu_flags": [name for name in CPU_FLAGS if torch.cpu.get_capabilities().get(name)]}
+    return {
+        "cpu_model": f"{model_name} (family {info.get('cpu family', '?')} model {info.get('model', '?')})",
+        "cpu_vendor": info.get("vendor_id", "unknown"),
+        "cpu_flags": [name for name in CPU_FLAGS if torch.cpu.get_capabilities().get(name)],
+    }
 
 
-def run_params(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: TrainingArguments,
-               precision: str) -> dict[str, Any]:
+def run_params(
+    model_args: ModelArguments,
+    data_args: DataTrainingArguments,
+    training_args: TrainingArguments,
+    precision: str,
+) -> dict[str, Any]:
     """The parameters users compare runs by (never the token): the flags of PARAMS under their own names."""
     ta, da = training_args, data_args
-    return {"model": model_args.model_name_or_path, "dataset": da.train_file or da.validation_file or da.dataset_name,
-            "epochs": ta.num_train_epochs, "parallel_mode": str(ta.parallel_mode.value), "device": str(ta.device),
-            "precision": precision, **{name: getattr(da, name) for name in PARAMS[0]},
-            **{name: getattr(ta, name) for name in PARAMS[1]}}
+    return {
+        "model": model_args.model_name_or_path,
+        "dataset": da.train_file or da.validation_file or da.dataset_name,
+        "epochs": ta.num_train_epochs,
+        "parallel_mode": str(ta.parallel_mode.value),
+        "device": str(ta.device),
+        "precision": precision,
+        **{name: getattr(da, name) for name in PARAMS[0]},
+        **{name: getattr(ta, name) for name in PARAMS[1]},
+    }
 
 
-def write_run_summary(path: str, *, status: str, exit_code: int, wall_clock_seconds: float, params: Mapping[str, Any],
-                      plan: Mapping[str, Any], effective: Mapping[str, Any] | None, results: Mapping[str, Any],
-                      memory: Mapping[str, Any] | None = None, error: str | None = None,
-                      stopped: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def write_run_summary(
+    path: str,
+    *,
+    status: str,
+    exit_code: int,
+    wall_clock_seconds: float,
+    params: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    effective: Mapping[str, Any] | None,
+    results: Mapping[str, Any],
+    memory: Mapping[str, Any] | None = None,
+    error: str | None = None,
+    stopped: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Write run_summary.json atomically and return what was written."""
     summary = {
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "status": status, "exit_code": exit_code, "error": error,  # status: ok | failed | preempted
+        "status": status,
+        "exit_code": exit_code,
+        "error": error,  # status: ok | failed | preempted
         "wall_clock_seconds": round(wall_clock_seconds, 3),
         **environment(),
-        "params": dict(params), "plan": dict(plan), "effective": dict(effective) if effective else None,
+        "params": dict(params),
+        "plan": dict(plan),
+        "effective": dict(effective) if effective else None,
         "results": dict(results),
         "memory": {k: memory[k] for k in MEMORY_KEYS if k in memory} if memory else None,
         "stopped": dict(stopped) if stopped else None,  # preempted: signal, global_step, checkpoint
@@ -136,6 +217,9 @@ def save_trainer_state(trainer: Trainer) -> None:
 
 def final_lines(results: Mapping[str, Any], wall_clock_seconds: float) -> list[str]:
     """The greppable closing lines: metrics first (floats to 4 decimals), WALL_CLOCK_SECONDS last."""
-    lines = [f"{key}={results[key]:.4f}" if isinstance(results[key], float) else f"{key}={results[key]}"
-             for key in FINAL_KEYS if key in results]
+    lines = [
+        f"{key}={results[key]:.4f}" if isinstance(results[key], float) else f"{key}={results[key]}"
+        for key in FINAL_KEYS
+        if key in results
+    ]
     return lines + [f"WALL_CLOCK_SECONDS={int(round(wall_clock_seconds))}"]

@@ -24,23 +24,39 @@ __all__ = ["ANSWER_CHECKS", "DataError", "load_qa_records", "load_references"]  
 
 SPLITS = ("train", "validation", "test")
 ANSWER_CHECKS = ("error", "fix", "skip")
-_FORMATS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "csv",
-            ".parquet": "parquet", ".pq": "parquet"}
-_SHAPES = ('expected the official SQuAD layout {"version": ..., "data": [{"title", "paragraphs": '
-           '[{"context", "qas": [...]}]}]}, an array of flat records [{"id", "question", "context", '
-           '"answers"}], {"data": [flat records]}, or JSON Lines (one record per line)')
+_FORMATS = {
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+_SHAPES = (
+    'expected the official SQuAD layout {"version": ..., "data": [{"title", "paragraphs": '
+    '[{"context", "qas": [...]}]}]}, an array of flat records [{"id", "question", "context", '
+    '"answers"}], {"data": [flat records]}, or JSON Lines (one record per line)'
+)
 _RECORD_KEYS = frozenset({"id", "question", "context", "answers"})  # an article of the nested layout has none
 csv.field_size_limit(2**31 - 1)  # long contexts exceed csv's 128 KiB default field limit
 
 
-def load_qa_records(path: str | os.PathLike, *, split: str = "train", version_2_with_negative: bool = False,
-                    answer_check: str = "error") -> tuple[list[dict], LoadedFile]:
+def load_qa_records(
+    path: str | os.PathLike,
+    *,
+    split: str = "train",
+    version_2_with_negative: bool = False,
+    answer_check: str = "error",
+) -> tuple[list[dict], LoadedFile]:
     """Every record of a QA file, flat, and what was loaded, or DataError. ``split="test"`` may lack answers;
     ``answer_check``: an answer not at its ``answer_start`` raises ("error"), moves to the nearest one ("fix") or is
     skipped."""
     if split not in SPLITS or answer_check not in ANSWER_CHECKS:
-        raise ValueError(f"split must be one of {SPLITS} (got {split!r}), answer_check one of {ANSWER_CHECKS} "
-                         f"(got {answer_check!r})")
+        raise ValueError(
+            f"split must be one of {SPLITS} (got {split!r}), answer_check one of {ANSWER_CHECKS} "
+            f"(got {answer_check!r})"
+        )
     c = LoadedFile(os.fspath(path), split, bool(version_2_with_negative), answer_check)
     _read(c)
     if not c.seen:
@@ -66,8 +82,12 @@ def _read(c: LoadedFile) -> None:
         what = "dataset file" if c.scoring else "file"
         raise c.fail(None, f"{what} not found (resolved to {p.resolve()}, cwd {os.getcwd()})")
     if p.is_dir():
-        inside = ", ".join(sorted(x.name for x in p.iterdir() if x.is_file() and x.suffix.lower() in _FORMATS)[:10])
-        raise c.fail(None, "is a directory, expected a data file" + (f"; data files in it: {inside}" if inside else ""))
+        inside = ", ".join(
+            sorted(x.name for x in p.iterdir() if x.is_file() and x.suffix.lower() in _FORMATS)[:10]
+        )
+        raise c.fail(
+            None, "is a directory, expected a data file" + (f"; data files in it: {inside}" if inside else "")
+        )
     name = p.name.lower()
     ext = Path(name.removesuffix(".gz")).suffix
     try:
@@ -78,11 +98,19 @@ def _read(c: LoadedFile) -> None:
         data = gzip.decompress(raw) if name.endswith(".gz") else raw
     except (OSError, EOFError) as e:
         raise c.fail(None, f"not a valid gzip file: {e}") from None
-    kind = _FORMATS.get(ext) or ("parquet" if data[:4] == b"PAR1" else
-                                 "json" if data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") else None)
+    kind = _FORMATS.get(ext) or (
+        "parquet"
+        if data[:4] == b"PAR1"
+        else "json"
+        if data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
+        else None
+    )
     if kind is None:
-        raise c.fail(None, f"cannot tell the format from the extension {ext or '(none)'!r} or the content; "
-                           "use .json (SQuAD or flat records), .jsonl, .csv, .tsv or .parquet")
+        raise c.fail(
+            None,
+            f"cannot tell the format from the extension {ext or '(none)'!r} or the content; "
+            "use .json (SQuAD or flat records), .jsonl, .csv, .tsv or .parquet",
+        )
     c.digest = hashlib.sha256(raw).hexdigest()
     if kind == "parquet":
         c.fmt = _table(c, *_parquet_rows(c, data), kind)
@@ -98,9 +126,12 @@ def _decode(c: LoadedFile, data: bytes) -> str:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise c.fail(None, f"not valid UTF-8 at byte offset {e.start} (line {line}, byte {col} of the line; "
-                           f"bytes {data[e.start:e.start + 4]!r}): {e.reason}. Re-save the file as UTF-8 "
-                           "(e.g. iconv -f latin1 -t utf-8)") from None
+        raise c.fail(
+            None,
+            f"not valid UTF-8 at byte offset {e.start} (line {line}, byte {col} of the line; "
+            f"bytes {data[e.start : e.start + 4]!r}): {e.reason}. Re-save the file as UTF-8 "
+            "(e.g. iconv -f latin1 -t utf-8)",
+        ) from None
 
 
 # ----------------------------------------------------------------- JSON and JSON Lines
@@ -108,14 +139,23 @@ def _json(c: LoadedFile, text: str, jsonl_ext: bool) -> str:
     """A JSON document (even saved as .jsonl), or JSON Lines (even saved as .json)."""
     try:
         obj = json.loads(text)
-        lines = jsonl_ext and isinstance(obj, dict) and "\n" not in text.strip()  # JSON Lines holding one record
+        lines = (
+            jsonl_ext and isinstance(obj, dict) and "\n" not in text.strip()
+        )  # JSON Lines holding one record
     except json.JSONDecodeError as e:  # a one-line object followed by more: JSON Lines
-        lines = jsonl_ext or (e.msg == "Extra data" and text.lstrip()[:1] == "{" and "\n" not in text[:e.pos].strip())
+        lines = jsonl_ext or (
+            e.msg == "Extra data" and text.lstrip()[:1] == "{" and "\n" not in text[: e.pos].strip()
+        )
         truncated = e.pos >= len(text.rstrip()) or (
-            e.msg.startswith("Unterminated string") and '"' not in text[e.pos + 1:])
-        hint = " - the file ends early; it looks truncated (incomplete copy or download?)" if truncated else ""
+            e.msg.startswith("Unterminated string") and '"' not in text[e.pos + 1 :]
+        )
+        hint = (
+            " - the file ends early; it looks truncated (incomplete copy or download?)" if truncated else ""
+        )
         if not lines:
-            raise c.fail(None, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}{hint}") from None
+            raise c.fail(
+                None, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}{hint}"
+            ) from None
     if not lines:
         return _json_value(c, obj)
     for n, line in enumerate(text.splitlines(), start=1):
@@ -131,7 +171,11 @@ def _json(c: LoadedFile, text: str, jsonl_ext: bool) -> str:
 
 def _json_value(c: LoadedFile, obj: Any) -> str:
     if isinstance(obj, dict) and "data" not in obj:
-        what = "a single record" if {"question", "context"} <= set(obj) else f"an object with keys {keys_of(obj)}"
+        what = (
+            "a single record"
+            if {"question", "context"} <= set(obj)
+            else f"an object with keys {keys_of(obj)}"
+        )
         raise c.fail(None, f"wrong top-level shape: found {what}, without a 'data' field; {_SHAPES}")
     if isinstance(obj, dict) and not isinstance(obj["data"], list):
         raise c.fail(None, f"wrong shape: found {kind_of(obj['data'])}; {_SHAPES}", fld="data")
@@ -153,8 +197,13 @@ def _article(c: LoadedFile, aloc: str, art: Any) -> None:
         raise c.fail(aloc, f"expected an article object with title and paragraphs; found {kind_of(art)}")
     paragraphs = art.get("paragraphs")
     if not isinstance(paragraphs, list):
-        raise c.fail(aloc, f"missing (article has keys {keys_of(art)})" if paragraphs is None else
-                     f"must be a list, found {kind_of(paragraphs)}", fld="paragraphs")
+        raise c.fail(
+            aloc,
+            f"missing (article has keys {keys_of(art)})"
+            if paragraphs is None
+            else f"must be a list, found {kind_of(paragraphs)}",
+            fld="paragraphs",
+        )
     for j, para in enumerate(paragraphs):
         ploc = f"{aloc}.paragraphs[{j}]"
         if not isinstance(para, dict):
@@ -170,7 +219,9 @@ def _article(c: LoadedFile, aloc: str, art: Any) -> None:
                 raise c.fail(qloc, f"expected a question object; found {kind_of(qa)}")
             impossible = False if qa.get("is_impossible") is None else qa["is_impossible"]
             if not isinstance(impossible, bool):
-                raise c.fail(qloc, f"must be true or false, got {impossible!r}", rid=qa.get("id"), fld="is_impossible")
+                raise c.fail(
+                    qloc, f"must be true or false, got {impossible!r}", rid=qa.get("id"), fld="is_impossible"
+                )
             rec = dict(qa, context=para.get("context"), title=art.get("title"))
             if rec.get("answers") is None:  # null answers are no answers here
                 rec.pop("answers", None)
@@ -189,8 +240,12 @@ def _table(c: LoadedFile, cols: list[str], rows: Iterable[tuple[str, dict]], kin
             why = ": answer_text and answer_start go together" if col in together else ""
             raise c.fail(where, f"missing required column '{col}'{why} (columns found: {found})", fld=col)
     if "answers" not in cols and not pair and c.split != "test":
-        raise c.fail(where, f"missing answer column: need 'answers'{' (JSON)' if where else ''} or 'answer_text' + "
-                            f"'answer_start' unless split='test' (columns found: {found})", fld="answers")
+        raise c.fail(
+            where,
+            f"missing answer column: need 'answers'{' (JSON)' if where else ''} or 'answer_text' + "
+            f"'answer_start' unless split='test' (columns found: {found})",
+            fld="answers",
+        )
     for loc, row in rows:
         c.add(loc, row, cell=True, pair=pair)
     return kind
@@ -216,15 +271,22 @@ def _csv_rows(c: LoadedFile, text: str, delimiter: str) -> tuple[list[str], list
     except csv.Error as e:
         raise c.fail(f"CSV line {reader.line_num}", f"malformed CSV: {e}") from None
     if not rows or not rows[0][1]:
-        raise c.fail(None, "empty CSV file (no header row); expected columns id, question, context, "
-                           "and answers or answer_text + answer_start")
+        raise c.fail(
+            None,
+            "empty CSV file (no header row); expected columns id, question, context, "
+            "and answers or answer_text + answer_start",
+        )
     cols = [h.strip() for h in rows[0][1]]
     for loc, values in rows[1:]:
         if values and len(values) != len(cols):
-            missing, rid = cols[len(values):], dict(zip(cols, values)).get("id")
+            missing, rid = cols[len(values) :], dict(zip(cols, values)).get("id")
             no_value = f" (no value for {', '.join(missing)})" if missing else ""
-            raise c.fail(loc, f"row has {len(values)} fields but the header has {len(cols)}{no_value}", rid=rid,
-                         fld=missing[0] if missing else None)
+            raise c.fail(
+                loc,
+                f"row has {len(values)} fields but the header has {len(cols)}{no_value}",
+                rid=rid,
+                fld=missing[0] if missing else None,
+            )
     return cols, [(loc, dict(zip(cols, values))) for loc, values in rows[1:] if values]
 
 

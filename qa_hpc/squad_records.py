@@ -24,7 +24,9 @@ class DataError(UsageError):
     """Bad input: ``path: location (id 'x'): field 'f': what is wrong``."""
 
 
-Answer = tuple[str, Any, str, str]  # text, answer_start (None when scoring), and the fields they were read from
+Answer = tuple[
+    str, Any, str, str
+]  # text, answer_start (None when scoring), and the fields they were read from
 FieldError = Callable[[str, str], DataError]  # (message, field) -> the error, placed at the record
 
 
@@ -33,9 +35,16 @@ class LoadedFile:
     was loaded: the reader sets ``fmt`` and ``digest``, ``answer_check`` counts ``fixed`` answers and ``skipped``
     records (reason -> count)."""
 
-    def __init__(self, path: str, split: str, v2: bool = False, answer_check: str = "error",
-                 scoring: bool = False) -> None:
-        self.path, self.split, self.v2, self.answer_check, self.scoring = path, split, v2, answer_check, scoring
+    def __init__(
+        self, path: str, split: str, v2: bool = False, answer_check: str = "error", scoring: bool = False
+    ) -> None:
+        self.path, self.split, self.v2, self.answer_check, self.scoring = (
+            path,
+            split,
+            v2,
+            answer_check,
+            scoring,
+        )
         self.fmt = ""  # "squad-nested" | "json" | "jsonl" | "csv" | "parquet"
         self.digest = ""  # of the bytes that were read and checked: what the features cache is keyed by
         self.seen: dict[str, str] = {}  # id -> location of its first occurrence
@@ -55,35 +64,64 @@ class LoadedFile:
 
     def summary(self) -> str:
         """One greppable ``DATA_LOADED key=value ...`` line for job logs: at a glance, no data went missing."""
-        parts = ["DATA_LOADED", f"file={shlex.quote(self.path)}", f"format={self.fmt}", f"records={self.n_records}",
-                 f"impossible={self.n_impossible}", f"skipped={sum(self.skipped.values())}", f"fixed={self.fixed}"]
+        parts = [
+            "DATA_LOADED",
+            f"file={shlex.quote(self.path)}",
+            f"format={self.fmt}",
+            f"records={self.n_records}",
+            f"impossible={self.n_impossible}",
+            f"skipped={sum(self.skipped.values())}",
+            f"fixed={self.fixed}",
+        ]
         return " ".join(parts + [f"skipped_{reason}={n}" for reason, n in sorted(self.skipped.items())])
 
     def fail(self, loc: str | None, msg: str, *, rid: Any = None, fld: str | None = None) -> DataError:
         record = " ".join(p for p in (loc, isinstance(rid, str) and rid and f"(id {rid!r})") if p)
         return DataError(": ".join(p for p in (self.path, record, fld and f"field '{fld}'", msg) if p))
 
-    def add(self, loc: str, rec: Any, *, impossible: bool = False, cell: bool = False, pair: bool = False) -> None:
+    def add(
+        self, loc: str, rec: Any, *, impossible: bool = False, cell: bool = False, pair: bool = False
+    ) -> None:
         """Check one flat record and keep it (or its gold texts, when scoring). ``cell``: a table's answers may be
         a JSON string; ``pair``: the answer is in the row's answer_text + answer_start columns."""
         if not isinstance(rec, dict):
-            raise self.fail(loc, f"expected a record object with id, question, context, answers; found {kind_of(rec)}")
+            raise self.fail(
+                loc, f"expected a record object with id, question, context, answers; found {kind_of(rec)}"
+            )
         if "paragraphs" in rec and "qas" not in rec and "question" not in rec:
-            raise self.fail(loc, "this looks like a nested SQuAD article (it has 'paragraphs') inside a file of flat "
-                                 'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
-                            fld="paragraphs")
+            raise self.fail(
+                loc,
+                "this looks like a nested SQuAD article (it has 'paragraphs') inside a file of flat "
+                'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
+                fld="paragraphs",
+            )
         raw = {k: v for k, v in rec.items() if k not in PAIR} if pair else rec
         rid = _string(raw, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them")
         if rid in self.seen:
-            raise self.fail(loc, f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}", rid=rid,
-                            fld="id")
+            raise self.fail(
+                loc,
+                f"duplicate id {rid!r}: first seen at {self.seen[rid]}, again at {loc}",
+                rid=rid,
+                fld="id",
+            )
         self.seen[rid] = loc
         err: FieldError = lambda msg, f: self.fail(loc, msg, rid=rid, fld=f)  # noqa: E731 - this record's errors
-        if not (pair or impossible or "answers" in rec) and self.split != "test":  # the scorer reads "validation"
-            why = "scoring needs the gold answers" if self.scoring else "answers may be left out only for split='test'"
+        if (
+            not (pair or impossible or "answers" in rec) and self.split != "test"
+        ):  # the scorer reads "validation"
+            why = (
+                "scoring needs the gold answers"
+                if self.scoring
+                else "answers may be left out only for split='test'"
+            )
             raise err(f"missing (record has keys {keys_of(raw)}); {why}", "answers")
-        golds = ([] if impossible else _pair_answers(rec, err, self.scoring) if pair else
-                 _answers(rec.get("answers"), err, self.scoring, cell))
+        golds = (
+            []
+            if impossible
+            else _pair_answers(rec, err, self.scoring)
+            if pair
+            else _answers(rec.get("answers"), err, self.scoring, cell)
+        )
         if self.scoring:
             self.references[rid] = [text for text, *_ in golds]
             return
@@ -93,15 +131,18 @@ class LoadedFile:
         question, context = (_string(raw, name, err) for name in ("question", "context"))
         if not golds and self.split != "test" and not self.v2:
             why = "is_impossible is true" if impossible else "no answers given"
-            raise err(f"record has no answer ({why}) but version_2_with_negative is off; pass "
-                      "--version_2_with_negative for SQuAD v2-style data with unanswerable questions",
-                      "is_impossible" if impossible else PAIR[0] if pair else "answers")
+            raise err(
+                f"record has no answer ({why}) but version_2_with_negative is off; pass "
+                "--version_2_with_negative for SQuAD v2-style data with unanswerable questions",
+                "is_impossible" if impossible else PAIR[0] if pair else "answers",
+            )
         answers = self._placed(context, golds, err)
         if answers is None:
             self.skipped["answer_not_at_start"] = self.skipped.get("answer_not_at_start", 0) + 1
             return
-        self.records.append({"id": rid, "title": title or "", "context": context, "question": question,
-                             "answers": answers})
+        self.records.append(
+            {"id": rid, "title": title or "", "context": context, "question": question, "answers": answers}
+        )
 
     def _placed(self, context: str, golds: list[Answer], err: FieldError) -> dict[str, list] | None:
         """The answers as HF columns, each text at its answer_start, fixed if asked; None: skip the record."""
@@ -109,18 +150,26 @@ class LoadedFile:
         for text, start, text_field, start_field in golds:
             if start < 0 or start >= len(context):
                 raise err(f"{start} is out of range for a context of {len(context)} characters", start_field)
-            found = context[start:start + len(text)]
+            found = context[start : start + len(text)]
             if found != text:
                 if self.answer_check == "skip":
                     return None
                 occurrences = (i for i in range(len(context)) if context.startswith(text, i))
-                new = min(occurrences, key=lambda i: (abs(i - start), i), default=None)  # the nearest, earlier on ties
+                new = min(
+                    occurrences, key=lambda i: (abs(i - start), i), default=None
+                )  # the nearest, earlier on ties
                 if self.answer_check == "error" or new is None:
-                    where = ("; the text does not occur anywhere in the context" if new is None else
-                             f"; the text does occur at {new} (answer_check='fix' corrects such offsets, "
-                             "'skip' drops such records)")
-                    raise err(f"answer text {reprlib.repr(text)} not found at answer_start {start} "
-                              f"(context has {reprlib.repr(found)} there){where}", text_field)
+                    where = (
+                        "; the text does not occur anywhere in the context"
+                        if new is None
+                        else f"; the text does occur at {new} (answer_check='fix' corrects such offsets, "
+                        "'skip' drops such records)"
+                    )
+                    raise err(
+                        f"answer text {reprlib.repr(text)} not found at answer_start {start} "
+                        f"(context has {reprlib.repr(found)} there){where}",
+                        text_field,
+                    )
                 start, self.fixed = new, self.fixed + 1
             answers["text"].append(text)
             answers["answer_start"].append(start)
@@ -130,9 +179,15 @@ class LoadedFile:
 def _string(raw: dict, name: str, err: FieldError, hint: str = "") -> str:
     """id / question / context: a string with something in it."""
     val = raw.get(name)
-    problem = (f"missing (record has keys {keys_of(raw)})" if val is None else
-               f"must be a string, got {type(val).__name__} {reprlib.repr(val)}" + (hint and f" ({hint})")
-               if not isinstance(val, str) else "is empty or whitespace only" if not val.strip() else None)
+    problem = (
+        f"missing (record has keys {keys_of(raw)})"
+        if val is None
+        else f"must be a string, got {type(val).__name__} {reprlib.repr(val)}" + (hint and f" ({hint})")
+        if not isinstance(val, str)
+        else "is empty or whitespace only"
+        if not val.strip()
+        else None
+    )
     if problem:
         raise err(problem, name)
     return val
@@ -149,9 +204,11 @@ def _answers(answers: Any, err: FieldError, scoring: bool, cell: bool) -> list[A
         try:
             answers = json.loads(answers) if answers.strip() else None
         except json.JSONDecodeError as e:
-            raise err(f"is not valid JSON ({e.msg} at column {e.colno}); expected "
-                      '{"text": [...], "answer_start": [...]} or [{"text": ..., "answer_start": ...}]',
-                      "answers") from None
+            raise err(
+                f"is not valid JSON ({e.msg} at column {e.colno}); expected "
+                '{"text": [...], "answer_start": [...]} or [{"text": ..., "answer_start": ...}]',
+                "answers",
+            ) from None
     if answers is None:
         return []
     if isinstance(answers, dict):  # HF columns {"text": [...], "answer_start": [...]}
@@ -170,16 +227,23 @@ def _answers(answers: Any, err: FieldError, scoring: bool, cell: bool) -> list[A
     elif isinstance(answers, (list, tuple)):  # SQuAD objects [{"text": ..., "answer_start": ...}]
         for i, a in enumerate(answers):
             if not isinstance(a, dict):
-                raise err(f"must be an object with text and answer_start, got {type(a).__name__}", f"answers[{i}]")
+                raise err(
+                    f"must be an object with text and answer_start, got {type(a).__name__}", f"answers[{i}]"
+                )
             missing = [key for key in keys if key not in a]
             if missing:
                 raise err(f"missing (answer has keys {keys_of(a)})", f"answers[{i}].{missing[0]}")
         pairs = ((a["text"], a.get("answer_start")) for a in answers)
     else:
-        raise err(f"must be a list of {{text, answer_start}} objects or "
-                  f'{{"text": [...], "answer_start": [...]}}, got {type(answers).__name__}', "answers")
-    return [_answer(text, start, (f"answers[{i}].text", f"answers[{i}].answer_start"), err, scoring)
-            for i, (text, start) in enumerate(pairs)]
+        raise err(
+            f"must be a list of {{text, answer_start}} objects or "
+            f'{{"text": [...], "answer_start": [...]}}, got {type(answers).__name__}',
+            "answers",
+        )
+    return [
+        _answer(text, start, (f"answers[{i}].text", f"answers[{i}].answer_start"), err, scoring)
+        for i, (text, start) in enumerate(pairs)
+    ]
 
 
 def _pair_answers(row: dict[str, Any], err: FieldError, scoring: bool) -> list[Answer]:

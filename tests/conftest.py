@@ -9,7 +9,9 @@ from typing import NoReturn
 
 import pytest
 
-pytest.register_assert_rewrite("fixtures")  # the shared checks in tests/fixtures explain a failure as tests do
+pytest.register_assert_rewrite(
+    "fixtures"
+)  # the shared checks in tests/fixtures explain a failure as tests do
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_SQUAD = REPO.parent / "shared" / "data" / "squad-v1.1"
@@ -48,7 +50,9 @@ def shared_squad_file(name: str) -> Path:
     """A file of the real SQuAD v1.1 data beside the checkout, or skip (fail under CI) saying where it was sought."""
     path = SHARED_SQUAD / name
     if not path.is_file():
-        skip_or_fail(f"real SQuAD data not found at {path} (expected ../shared/data/squad-v1.1 beside the repo)")
+        skip_or_fail(
+            f"real SQuAD data not found at {path} (expected ../shared/data/squad-v1.1 beside the repo)"
+        )
     return path
 
 
@@ -59,8 +63,14 @@ def build_tiny_bert(out_dir: Path, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir()))
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=128, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+    )
     BertForQuestionAnswering(config).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
@@ -85,21 +95,28 @@ def _demo_data(out: Path, questions_and_seeds: dict[str, tuple[int, int]], **kwa
     from qa_hpc.tools.make_demo_data import generate_squad
 
     for split, (n, seed) in questions_and_seeds.items():
-        (out / f"{split}.json").write_text(json.dumps(generate_squad(n, seed=seed, **kwargs)), encoding="utf-8")
+        (out / f"{split}.json").write_text(
+            json.dumps(generate_squad(n, seed=seed, **kwargs)), encoding="utf-8"
+        )
     return {split: out / f"{split}.json" for split in questions_and_seeds}
 
 
 @pytest.fixture(scope="session")
 def demo_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """SQuAD v1.1 format, long contexts."""
-    return _demo_data(tmp_path_factory.mktemp("demo_data"), {"train": (40, 1), "validation": (16, 2), "test": (8, 3)})
+    return _demo_data(
+        tmp_path_factory.mktemp("demo_data"), {"train": (40, 1), "validation": (16, 2), "test": (8, 3)}
+    )
 
 
 @pytest.fixture(scope="session")
 def demo_files_v2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """SQuAD v2.0 format, with unanswerable questions."""
-    return _demo_data(tmp_path_factory.mktemp("demo_data_v2"), {"train": (30, 4), "validation": (12, 5)},
-                      with_impossible=True)
+    return _demo_data(
+        tmp_path_factory.mktemp("demo_data_v2"),
+        {"train": (30, 4), "validation": (12, 5)},
+        with_impossible=True,
+    )
 
 
 # --- the split: tests/unit (in-process, no training; under a minute) and tests/e2e (real runs) -------------

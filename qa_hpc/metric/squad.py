@@ -25,8 +25,10 @@ Scores = dict[str, float]  # v2's *_total values are ints
 # (answers, examples) -> metrics without prefix, e.g. {"exact_match": .., "f1": ..}: what the trainer calls
 ScoreFunction = Callable[["QAPredictions", "datasets.Dataset"], Scores]
 
-LOCAL_MODULES = {False: Path(__file__).with_name("evaluate_squad_v1"),
-                 True: Path(__file__).with_name("evaluate_squad_v2")}
+LOCAL_MODULES = {
+    False: Path(__file__).with_name("evaluate_squad_v1"),
+    True: Path(__file__).with_name("evaluate_squad_v2"),
+}
 
 # Only ASCII punctuation: the official scripts use string.punctuation, so unicode quotes and
 # dashes survive normalization and break token matches.
@@ -52,8 +54,9 @@ def _f1(pred_tokens: Sequence[str], gold_tokens: Sequence[str], v2: bool) -> flo
     return (2 * precision * recall) / (precision + recall)
 
 
-def _raw_scores(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
-                v2: bool) -> tuple[dict[str, float], dict[str, float]]:
+def _raw_scores(
+    references: Mapping[str, Sequence[str]], predictions: Mapping[str, str], v2: bool
+) -> tuple[dict[str, float], dict[str, float]]:
     if not references:
         raise ValueError("no questions to score: the reference set is empty")
     exact: dict[str, float] = {}
@@ -74,8 +77,10 @@ def score_v1(references: Mapping[str, Sequence[str]], predictions: Mapping[str, 
     """Official v1.1 ``{"exact_match": %, "f1": %}``; references: id -> gold texts (unknown predictions ignored)."""
     empty = [qid for qid, golds in references.items() if not golds]
     if empty:
-        raise ValueError(f"{len(empty)} question(s) have no gold answers (field 'answers' empty or 'is_impossible' "
-                         f"true): {first_ids(empty)}; pass --version_2_with_negative to score SQuAD 2.0 data")
+        raise ValueError(
+            f"{len(empty)} question(s) have no gold answers (field 'answers' empty or 'is_impossible' "
+            f"true): {first_ids(empty)}; pass --version_2_with_negative to score SQuAD 2.0 data"
+        )
     exact, f1 = _raw_scores(references, predictions, v2=False)
     exact_total = f1_total = 0.0
     for qid in exact:  # += as the official script: sum() of floats may add otherwise (Python >= 3.12)
@@ -83,8 +88,12 @@ def score_v1(references: Mapping[str, Sequence[str]], predictions: Mapping[str, 
     return {"exact_match": 100.0 * exact_total / len(references), "f1": 100.0 * f1_total / len(references)}
 
 
-def score_v2(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
-             na_probs: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0) -> Scores:
+def score_v2(
+    references: Mapping[str, Sequence[str]],
+    predictions: Mapping[str, str],
+    na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+) -> Scores:
     """Official v2.0 with --na-prob-file / --na-prob-thresh, its keys in its order; ``[]`` golds: unanswerable."""
     has_answer = {qid: bool(golds) for qid, golds in references.items()}
     exact_raw, f1_raw = _raw_scores(references, predictions, v2=True)
@@ -93,8 +102,10 @@ def score_v2(references: Mapping[str, Sequence[str]], predictions: Mapping[str, 
 
     def thresholded(raw: Mapping[str, float]) -> dict[str, float]:
         # above the threshold the prediction is "no answer", whatever its text: 1 if unanswerable, else 0
-        return {qid: float(not has_answer[qid]) if probs[qid] > na_prob_thresh else score
-                for qid, score in raw.items()}
+        return {
+            qid: float(not has_answer[qid]) if probs[qid] > na_prob_thresh else score
+            for qid, score in raw.items()
+        }
 
     exact, f1 = thresholded(exact_raw), thresholded(f1_raw)
     result = _summary(exact, f1, list(references))
@@ -112,12 +123,20 @@ def score_v2(references: Mapping[str, Sequence[str]], predictions: Mapping[str, 
 def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: Sequence[str]) -> Scores:
     """Percentages over ``qids`` (sum() as the official script; missing ids add 0)."""
     n = len(qids)
-    return {"exact": 100.0 * sum(exact[q] for q in qids if q in exact) / n,
-            "f1": 100.0 * sum(f1[q] for q in qids if q in f1) / n, "total": n}
+    return {
+        "exact": 100.0 * sum(exact[q] for q in qids if q in exact) / n,
+        "f1": 100.0 * sum(f1[q] for q in qids if q in f1) / n,
+        "total": n,
+    }
 
 
-def _best_threshold(predictions: Mapping[str, str], raw: Mapping[str, float], na_probs: Mapping[str, float],
-                    has_answer: Mapping[str, bool], total: int) -> tuple[float, float]:
+def _best_threshold(
+    predictions: Mapping[str, str],
+    raw: Mapping[str, float],
+    na_probs: Mapping[str, float],
+    has_answer: Mapping[str, bool],
+    total: int,
+) -> tuple[float, float]:
     """Official ``find_best_thresh``: abstain on everything, then un-abstain by ascending na_prob (ties one by one in
     na_probs order); an unanswerable question costs 1 if its *raw* text is non-empty (" " too)."""
     current = float(sum(1 for qid in raw if not has_answer[qid]))
@@ -142,9 +161,11 @@ def first_ids(ids: Sequence[str], shown: int = 5) -> str:
 # --------------------------------------------------------------------------- the `evaluate` metric
 
 
-PAPERS = {False: 'Rajpurkar, Zhang, Lopyrev, Liang: "SQuAD: 100,000+ Questions for Machine Comprehension of Text", '
-                 "EMNLP 2016",
-          True: 'Rajpurkar, Jia, Liang: "Know What You Don\'t Know: Unanswerable Questions for SQuAD", ACL 2018'}
+PAPERS = {
+    False: 'Rajpurkar, Zhang, Lopyrev, Liang: "SQuAD: 100,000+ Questions for Machine Comprehension of Text", '
+    "EMNLP 2016",
+    True: 'Rajpurkar, Jia, Liang: "Know What You Don\'t Know: Unanswerable Questions for SQuAD", ACL 2018',
+}
 
 
 def metric_info(v2: bool, inputs_description: str = "") -> evaluate.MetricInfo:
@@ -161,13 +182,18 @@ def metric_info(v2: bool, inputs_description: str = "") -> evaluate.MetricInfo:
     answers = {"text": List(Value("string")), "answer_start": List(Value("int32"))}
     return evaluate.MetricInfo(
         description=f"SQuAD v{version} exact match and F1, equal to the official evaluate-v{version}.py (qa-hpc).",
-        citation=PAPERS[v2], inputs_description=inputs_description, reference_urls=[
-            "https://rajpurkar.github.io/SQuAD-explorer/"],
-        features=Features({"predictions": predictions, "references": {"id": Value("string"), "answers": answers}}))
+        citation=PAPERS[v2],
+        inputs_description=inputs_description,
+        reference_urls=["https://rajpurkar.github.io/SQuAD-explorer/"],
+        features=Features(
+            {"predictions": predictions, "references": {"id": Value("string"), "answers": answers}}
+        ),
+    )
 
 
-def score_rows(predictions: Sequence[Mapping], references: Sequence[Mapping],
-               no_answer_threshold: float | None = None) -> Scores:
+def score_rows(
+    predictions: Sequence[Mapping], references: Sequence[Mapping], no_answer_threshold: float | None = None
+) -> Scores:
     """The `evaluate` rows scored; a threshold (even 1.0) means v2. A repeated id is an error, not one kept."""
     for source, rows in (("references", references), ("predictions", predictions)):
         repeated = [qid for qid, n in collections.Counter(row["id"] for row in rows).items() if n > 1]
@@ -177,11 +203,14 @@ def score_rows(predictions: Sequence[Mapping], references: Sequence[Mapping],
     texts = {row["id"]: row["prediction_text"] for row in predictions}
     if no_answer_threshold is None:
         return score_v1(golds, texts)
-    return score_v2(golds, texts, {row["id"]: row["no_answer_probability"] for row in predictions}, no_answer_threshold)
+    return score_v2(
+        golds, texts, {row["id"]: row["no_answer_probability"] for row in predictions}, no_answer_threshold
+    )
 
 
-def make_score(version_2_with_negative: bool, null_score_diff_threshold: float,
-               squad_metric: str | None = None) -> ScoreFunction:
+def make_score(
+    version_2_with_negative: bool, null_score_diff_threshold: float, squad_metric: str | None = None
+) -> ScoreFunction:
     """Load the metric now (a bad --squad_metric stops the run before training); return what scores answers."""
     metric, v2 = load_squad_metric(squad_metric, version_2_with_negative), version_2_with_negative
     # v2: thresholding the null odds at the postprocessing's threshold keeps exact/f1 unchanged and
@@ -195,8 +224,10 @@ def make_score(version_2_with_negative: bool, null_score_diff_threshold: float,
         if v2:
             for row in predictions:
                 row["no_answer_probability"] = float(preds.null_odds[row["id"]])
-        references = [{"id": qid, "answers": {"text": list(gold["text"]), "answer_start": list(gold["answer_start"])}}
-                      for qid, gold in zip(examples["id"], examples["answers"])]
+        references = [
+            {"id": qid, "answers": {"text": list(gold["text"]), "answer_start": list(gold["answer_start"])}}
+            for qid, gold in zip(examples["id"], examples["answers"])
+        ]
         return metric.compute(predictions=predictions, references=references, **options)
 
     return score
@@ -214,35 +245,47 @@ def load_squad_metric(name: str | None, version_2_with_negative: bool) -> evalua
     path = name or str(LOCAL_MODULES[version_2_with_negative])
     try:
         metric = evaluate.load(path, keep_in_memory=True)  # scores on the main process only: no cache files
-    except Exception as err:  # evaluate raises FileNotFoundError, ConnectionError, ImportError, TypeError, ...
+    except (
+        Exception
+    ) as err:  # evaluate raises FileNotFoundError, ConnectionError, ImportError, TypeError, ...
         if name is None:  # our own module: not the user's doing, keep the traceback
             raise
         if os.path.exists(name):
-            how = ("the path exists but is no evaluate module: give a .py file that defines an evaluate.Metric, "
-                   "or a folder holding one named after the folder")
+            how = (
+                "the path exists but is no evaluate module: give a .py file that defines an evaluate.Metric, "
+                "or a folder holding one named after the folder"
+            )
         else:
             local = LOCAL_MODULES[version_2_with_negative].relative_to(Path(__file__).parents[2])
             offline = "offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else "no internet?"
-            how = (f"it is no local path, and a hub metric is fetched once from the Hugging Face Hub ({offline}): "
-                   "load it where there is internet with HF_HOME set as in the job (it is then cached in "
-                   f"{constants.HF_HOME}/modules for offline runs), or leave --squad_metric out to use {local}, "
-                   "which gives the official numbers offline")
+            how = (
+                f"it is no local path, and a hub metric is fetched once from the Hugging Face Hub ({offline}): "
+                "load it where there is internet with HF_HOME set as in the job (it is then cached in "
+                f"{constants.HF_HOME}/modules for offline runs), or leave --squad_metric out to use {local}, "
+                "which gives the official numbers offline"
+            )
         cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UsageError(f"--squad_metric {name!r} could not be loaded ({type(err).__name__}: {cause}); {how}") from err
+        raise UsageError(
+            f"--squad_metric {name!r} could not be loaded ({type(err).__name__}: {cause}); {how}"
+        ) from err
     _check_metric_inputs(metric, path, version_2_with_negative)
     return metric
 
 
 def _check_metric_inputs(metric: evaluate.EvaluationModule, name: str, v2: bool) -> None:
     """The metric must take the rows run_qa sends (a v1 metric cannot score a v2 run, and back)."""
+
     def inputs(f: Mapping) -> str:
-        return " and ".join(f"{k} {sorted(f[k]) if isinstance(f.get(k), dict) else []}"
-                            for k in ("predictions", "references"))
+        return " and ".join(
+            f"{k} {sorted(f[k]) if isinstance(f.get(k), dict) else []}" for k in ("predictions", "references")
+        )
 
     schemas = metric.features if isinstance(metric.features, list) else [metric.features]
     wanted, found = inputs(metric_info(v2).features), [inputs(f) for f in schemas]
     if wanted not in found:
         version = "2.0" if v2 else "1.1"
-        raise UsageError(f"--squad_metric {name!r} takes {' or '.join(found)}, but a SQuAD v{version} run sends "
-                         f"{wanted}: use a SQuAD v{version} metric (on the hub: {'squad_v2' if v2 else 'squad'!r}), "
-                         "or leave --squad_metric out")
+        raise UsageError(
+            f"--squad_metric {name!r} takes {' or '.join(found)}, but a SQuAD v{version} run sends "
+            f"{wanted}: use a SQuAD v{version} metric (on the hub: {'squad_v2' if v2 else 'squad'!r}), "
+            "or leave --squad_metric out"
+        )

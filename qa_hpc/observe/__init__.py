@@ -12,11 +12,11 @@ from accelerate.utils import gather_object
 from transformers import Trainer, TrainerCallback
 from transformers.integrations.integration_utils import default_logdir
 
+from qa_hpc.flags import Flags
 from qa_hpc.model import ModelShape
 from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_report
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard
-from qa_hpc.flags import Flags
 from qa_hpc.plan import RunPlan
 from qa_hpc.record import FINAL_KEYS
 
@@ -28,34 +28,71 @@ def observability_callbacks(flags: Flags, plan: RunPlan) -> list[TrainerCallback
     if plan.profile_dir is not None:
         made.append(ProfilerCallback(flags.observe, plan.profile_dir))
     if plan.tensorboard:  # <output_dir>/runs/<time>_<host>, as transformers names it: one folder per launch
-        made.append(TensorBoard(plan.logging_dir or os.path.join(flags.training.output_dir, default_logdir())))
+        made.append(
+            TensorBoard(plan.logging_dir or os.path.join(flags.training.output_dir, default_logdir()))
+        )
     return made
 
 
-def finish_observability(trainer: Trainer, flags: Flags, plan: RunPlan, shape: ModelShape, results: Mapping[str, Any],
-           wall_clock_seconds: float) -> tuple[list[str], dict[str, Any] | None]:
+def finish_observability(
+    trainer: Trainer,
+    flags: Flags,
+    plan: RunPlan,
+    shape: ModelShape,
+    results: Mapping[str, Any],
+    wall_clock_seconds: float,
+) -> tuple[list[str], dict[str, Any] | None]:
     """Memory report and TensorBoard totals. Call on every rank (the memory report gathers every rank's figures);
     rank 0 gets the KEY=value lines printed before the closing metrics, and the report for run_summary.json."""
     args, device = trainer.args, plan.gpu_name or "cpu"
-    ranks = gather_object([measure_process(args.process_index, args.device)]) if flags.observe.memory_report else []
+    ranks = (
+        gather_object([measure_process(args.process_index, args.device)])
+        if flags.observe.memory_report
+        else []
+    )
     if not trainer.is_world_process_zero():
         return [], None
-    estimate = anatomy_estimate(  # the anatomy estimate is about training memory
-        shape, plan.precision, args.optim, args.per_device_train_batch_size, flags.data.max_seq_length,
-        gradient_checkpointing=bool(args.gradient_checkpointing)) if args.do_train else None
+    estimate = (
+        anatomy_estimate(  # the anatomy estimate is about training memory
+            shape,
+            plan.precision,
+            args.optim,
+            args.per_device_train_batch_size,
+            flags.data.max_seq_length,
+            gradient_checkpointing=bool(args.gradient_checkpointing),
+        )
+        if args.do_train
+        else None
+    )
     report, lines = memory_report(ranks, estimate, args.output_dir) if ranks else (None, [])
-    lines += [f"RUN_WORLD_SIZE={plan.world_size}", f"RUN_DEVICE={device}", f"RUN_PRECISION={plan.precision}",
-              f"OUTPUT_DIR={os.path.abspath(args.output_dir)}"]
+    lines += [
+        f"RUN_WORLD_SIZE={plan.world_size}",
+        f"RUN_DEVICE={device}",
+        f"RUN_PRECISION={plan.precision}",
+        f"OUTPUT_DIR={os.path.abspath(args.output_dir)}",
+    ]
     tensorboard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, TensorBoard)), None)
     if tensorboard is not None:
         batch = args.per_device_train_batch_size
-        hparams = {"model": shape.name, "per_device_train_batch_size": batch,
-                   "total_train_batch_size": batch * plan.world_size * args.gradient_accumulation_steps,
-                   "epochs": float(args.num_train_epochs), "world_size": plan.world_size, "precision": plan.precision,
-                   "learning_rate": args.learning_rate, "max_seq_length": flags.data.max_seq_length, "device": device}
+        hparams = {
+            "model": shape.name,
+            "per_device_train_batch_size": batch,
+            "total_train_batch_size": batch * plan.world_size * args.gradient_accumulation_steps,
+            "epochs": float(args.num_train_epochs),
+            "world_size": plan.world_size,
+            "precision": plan.precision,
+            "learning_rate": args.learning_rate,
+            "max_seq_length": flags.data.max_seq_length,
+            "device": device,
+        }
         losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
-        totals = {"wall_clock_seconds": wall_clock_seconds, "final_loss": losses[-1] if losses else None,
-                  **{key: results[key] for key in FINAL_KEYS if key in results},
-                  "peak_memory_mb": report.get("measured_peak_mb") if report else None}
-        tensorboard.write_totals(hparams, {k: v for k, v in totals.items() if v is not None}, trainer.state.global_step)
+        totals = {
+            "wall_clock_seconds": wall_clock_seconds,
+            "final_loss": losses[-1] if losses else None,
+            **{key: results[key] for key in FINAL_KEYS if key in results},
+            "peak_memory_mb": report.get("measured_peak_mb") if report else None,
+        }
+        tensorboard.write_totals(
+            hparams, {k: v for k, v in totals.items() if v is not None}, trainer.state.global_step
+        )
     return lines, report

@@ -15,12 +15,21 @@ from qa_hpc.model import ModelShape
 
 # name substring (lower case) -> peak TFLOP/s (bf16/fp16 tensor, tf32 tensor, fp32), dense; longest key matched first
 GPU_PEAK_TFLOPS: dict[str, tuple[float, float, float]] = {
-    "h200": (989.0, 494.0, 67.0), "h100 nvl": (835.0, 418.0, 60.0), "h100 pcie": (756.0, 378.0, 51.0),
+    "h200": (989.0, 494.0, 67.0),
+    "h100 nvl": (835.0, 418.0, 60.0),
+    "h100 pcie": (756.0, 378.0, 51.0),
     "h100": (989.0, 494.0, 67.0),  # SXM ("NVIDIA H100 80GB HBM3")
-    "a100": (312.0, 156.0, 19.5), "a10g": (70.0, 35.0, 31.2), "a10": (125.0, 62.5, 31.2),
-    "l40s": (362.0, 183.0, 91.6), "l40": (181.0, 90.5, 90.5), "l4": (121.0, 60.0, 30.3),
-    "v100": (125.0, 15.7, 15.7), "t4": (65.0, 8.1, 8.1),  # fp16 tensor cores; no bf16/tf32
-    "rtx 4090": (165.2, 82.6, 82.6), "rtx 3090": (71.0, 35.6, 35.6), "rtx a6000": (154.8, 77.4, 38.7),
+    "a100": (312.0, 156.0, 19.5),
+    "a10g": (70.0, 35.0, 31.2),
+    "a10": (125.0, 62.5, 31.2),
+    "l40s": (362.0, 183.0, 91.6),
+    "l40": (181.0, 90.5, 90.5),
+    "l4": (121.0, 60.0, 30.3),
+    "v100": (125.0, 15.7, 15.7),
+    "t4": (65.0, 8.1, 8.1),  # fp16 tensor cores; no bf16/tf32
+    "rtx 4090": (165.2, 82.6, 82.6),
+    "rtx 3090": (71.0, 35.6, 35.6),
+    "rtx a6000": (154.8, 77.4, 38.7),
 }
 
 
@@ -41,28 +50,46 @@ def train_flops_per_sequence(lengths: np.ndarray, n_params: int, layers: int, hi
     return 6.0 * n_params * s + 12.0 * layers * hidden * s * s
 
 
-def train_efficiency(lengths: np.ndarray, epochs: float, runtime_s: float, shape: ModelShape, device_name: str,
-                     n_devices: int, precision: str, tf32: bool) -> dict[str, float | int | str]:
+def train_efficiency(
+    lengths: np.ndarray,
+    epochs: float,
+    runtime_s: float,
+    shape: ModelShape,
+    device_name: str,
+    n_devices: int,
+    precision: str,
+    tf32: bool,
+) -> dict[str, float | int | str]:
     """What `epochs` passes over features of real `lengths` in `runtime_s` seconds achieved, per second and
     against the summed peak of the devices (train_peak_tflops and train_mfu left out where there is none)."""
-    per_epoch = float(train_flops_per_sequence(lengths, shape.non_embedding_params, shape.layers, shape.hidden).sum())
+    per_epoch = float(
+        train_flops_per_sequence(lengths, shape.non_embedding_params, shape.layers, shape.hidden).sum()
+    )
     flops, runtime_s = per_epoch * epochs, max(runtime_s, 1e-9)
     tokens = int(round(float(lengths.sum()) * epochs))
     achieved = flops / runtime_s / 1e12
     peak = (peak_tflops(device_name, precision, tf32) or 0.0) * n_devices
-    return {"train_real_tokens": tokens, "train_tokens_per_second": tokens / runtime_s,
-            "train_samples_per_second": len(lengths) * epochs / runtime_s,
-            "train_model_tflop": flops / 1e12,  # total useful model FLOPs
-            "train_achieved_tflops": achieved,  # TFLOP/s over the whole job
-            **({"train_peak_tflops": peak, "train_mfu": achieved / peak} if peak else {}),
-            "device_name": device_name, "n_devices": n_devices, "precision": precision}
+    return {
+        "train_real_tokens": tokens,
+        "train_tokens_per_second": tokens / runtime_s,
+        "train_samples_per_second": len(lengths) * epochs / runtime_s,
+        "train_model_tflop": flops / 1e12,  # total useful model FLOPs
+        "train_achieved_tflops": achieved,  # TFLOP/s over the whole job
+        **({"train_peak_tflops": peak, "train_mfu": achieved / peak} if peak else {}),
+        "device_name": device_name,
+        "n_devices": n_devices,
+        "precision": precision,
+    }
 
 
 def efficiency_lines(eff: Mapping[str, float | int | str]) -> list[str]:
     """The greppable KEY=value lines of train_efficiency's figures."""
-    lines = [f"TRAIN_TOKENS_PER_SECOND={eff['train_tokens_per_second']:.1f}",
-             f"TRAIN_SAMPLES_PER_SECOND={eff['train_samples_per_second']:.3f}",
-             f"TRAIN_MODEL_TFLOP={eff['train_model_tflop']:.3f}", f"ACHIEVED_TFLOPS={eff['train_achieved_tflops']:.4f}"]
+    lines = [
+        f"TRAIN_TOKENS_PER_SECOND={eff['train_tokens_per_second']:.1f}",
+        f"TRAIN_SAMPLES_PER_SECOND={eff['train_samples_per_second']:.3f}",
+        f"TRAIN_MODEL_TFLOP={eff['train_model_tflop']:.3f}",
+        f"ACHIEVED_TFLOPS={eff['train_achieved_tflops']:.4f}",
+    ]
     if "train_mfu" in eff:
         return lines + [f"PEAK_TFLOPS={eff['train_peak_tflops']:.1f}", f"MFU={eff['train_mfu']:.4f}"]
     return lines + [f"MFU=n/a (device={eff['device_name']}: no peak table entry; achieved FLOP/s above)"]

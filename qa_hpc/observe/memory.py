@@ -21,40 +21,70 @@ MB = 1024 * 1024
 NO_CUDA_NOTE = "no CUDA device"
 # Optimizer state bytes per trainable parameter, first name part that matches (HF "Anatomy of model's memory");
 # unknown optimizers count as Adam-like, the common case.
-OPTIMIZER_BYTES = (("8bit", 2), ("adafactor", 4), ("sgd", 0), ("adam", 8))  # sgd: as the Trainer builds it, no momentum
+OPTIMIZER_BYTES = (
+    ("8bit", 2),
+    ("adafactor", 4),
+    ("sgd", 0),
+    ("adam", 8),
+)  # sgd: as the Trainer builds it, no momentum
 # Korthikanti et al. 2022, bytes per layer per s*b*h: (constant, per a*s/h, bytes per activation) by 16-bit or fp32
 ACTIVATIONS = {True: (34, 5, 2), False: (66, 9, 4)}
 
 
-def anatomy_estimate(shape: ModelShape, precision: str, optim_name: str, batch_size: int, seq_len: int,
-                     gradient_checkpointing: bool = False) -> dict[str, Any]:
+def anatomy_estimate(
+    shape: ModelShape,
+    precision: str,
+    optim_name: str,
+    batch_size: int,
+    seq_len: int,
+    gradient_checkpointing: bool = False,
+) -> dict[str, Any]:
     """Training memory per process predicted from the model's shape: 4 B weights + 4 B gradients + 8 B AdamW states
     = 16 B/param in fp32, plus a 16-bit copy of the weights in mixed precision; activations per ACTIVATIONS, with
     s = max_seq_length (an upper bound when batches are padded to their longest feature)."""
     mixed, optim = precision in ("fp16", "bf16"), str(getattr(optim_name, "value", optim_name))
-    bpp = {"weights": 6 if mixed else 4, "gradients": 4,
-           "optimizer": next((n for key, n in OPTIMIZER_BYTES if key in optim.lower()), 8)}
+    bpp = {
+        "weights": 6 if mixed else 4,
+        "gradients": 4,
+        "optimizer": next((n for key, n in OPTIMIZER_BYTES if key in optim.lower()), 8),
+    }
     h, a, layers, s, b = shape.hidden, shape.heads, shape.layers, seq_len, batch_size
     if h and a and layers:
         (const, per_head, act_bytes), sbh = ACTIVATIONS[mixed], s * b * h
         per_layer = sbh * (const + per_head * a * s / h)
         embeddings = sbh * (2 * act_bytes + 1)  # embedding sum, layer norm output, dropout mask
         # checkpointing keeps only each layer's input, plus one layer recomputed at a time
-        activations = embeddings + (layers * sbh * act_bytes + per_layer if gradient_checkpointing
-                                    else layers * per_layer)
-        formula = (f"{layers} layers x s*b*h*({const} + {per_head}*a*s/h) bytes, s={s} b={b} h={h} a={a} (Korthikanti"
-                   " et al. 2022)" + ("; gradient checkpointing: layer inputs + one layer" if gradient_checkpointing
-                                      else ""))
+        activations = embeddings + (
+            layers * sbh * act_bytes + per_layer if gradient_checkpointing else layers * per_layer
+        )
+        formula = (
+            f"{layers} layers x s*b*h*({const} + {per_head}*a*s/h) bytes, s={s} b={b} h={h} a={a} (Korthikanti"
+            " et al. 2022)"
+            + ("; gradient checkpointing: layer inputs + one layer" if gradient_checkpointing else "")
+        )
     else:
-        activations, formula = 0.0, "model config lacks hidden_size/num_attention_heads/num_hidden_layers; " \
-                                    "activations not estimated"
-    nbytes = {"weights": shape.params * bpp["weights"], "gradients": shape.trainable_params * bpp["gradients"],
-              "optimizer": shape.trainable_params * bpp["optimizer"], "activations": activations}
-    return {"params": shape.params, "trainable_params": shape.trainable_params, "precision": precision,
-            "optimizer": optim, "bytes_per_param": {**bpp, "total": sum(bpp.values())},
-            **{f"{part}_mb": round(n / MB, 1) for part, n in nbytes.items()},
-            "total_mb": round(sum(nbytes.values()) / MB, 1), "batch_size": batch_size, "seq_len": seq_len,
-            "activation_formula": formula}
+        activations, formula = (
+            0.0,
+            "model config lacks hidden_size/num_attention_heads/num_hidden_layers; activations not estimated",
+        )
+    nbytes = {
+        "weights": shape.params * bpp["weights"],
+        "gradients": shape.trainable_params * bpp["gradients"],
+        "optimizer": shape.trainable_params * bpp["optimizer"],
+        "activations": activations,
+    }
+    return {
+        "params": shape.params,
+        "trainable_params": shape.trainable_params,
+        "precision": precision,
+        "optimizer": optim,
+        "bytes_per_param": {**bpp, "total": sum(bpp.values())},
+        **{f"{part}_mb": round(n / MB, 1) for part, n in nbytes.items()},
+        "total_mb": round(sum(nbytes.values()) / MB, 1),
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "activation_formula": formula,
+    }
 
 
 def measure_process(rank: int, device: torch.device) -> dict[str, Any]:
@@ -64,10 +94,18 @@ def measure_process(rank: int, device: torch.device) -> dict[str, Any]:
     if torch.cuda.is_available():
         index = torch.cuda.current_device() if device.index is None else device.index
         props = torch.cuda.get_device_properties(index)
-        figures = {"total_mb": props.total_memory, "peak_allocated_mb": torch.cuda.max_memory_allocated(index),
-                   "peak_reserved_mb": torch.cuda.max_memory_reserved(index),
-                   "allocated_mb": torch.cuda.memory_allocated(index), "reserved_mb": torch.cuda.memory_reserved(index)}
-        cuda = {"device_index": index, "device_name": props.name, **{k: round(v / MB, 1) for k, v in figures.items()}}
+        figures = {
+            "total_mb": props.total_memory,
+            "peak_allocated_mb": torch.cuda.max_memory_allocated(index),
+            "peak_reserved_mb": torch.cuda.max_memory_reserved(index),
+            "allocated_mb": torch.cuda.memory_allocated(index),
+            "reserved_mb": torch.cuda.memory_reserved(index),
+        }
+        cuda = {
+            "device_index": index,
+            "device_name": props.name,
+            **{k: round(v / MB, 1) for k, v in figures.items()},
+        }
         try:  # torch maps its device index to NVML's (CUDA_VISIBLE_DEVICES, UUIDs)
             nvml, note = {"used_mb": round(torch.cuda.device_memory_used(device) / MB, 1)}, None
         except Exception as err:  # noqa: BLE001 - no NVML on this node is not an error of the run
@@ -77,30 +115,48 @@ def measure_process(rank: int, device: torch.device) -> dict[str, Any]:
     return {"rank": rank, "host": platform.node(), "cuda": cuda, "nvml": nvml, "nvml_note": note, "cpu": cpu}
 
 
-def memory_report(ranks: list[dict[str, Any]], estimate: Mapping[str, Any] | None,
-                  output_dir: str) -> tuple[dict[str, Any], list[str]]:
+def memory_report(
+    ranks: list[dict[str, Any]], estimate: Mapping[str, Any] | None, output_dir: str
+) -> tuple[dict[str, Any], list[str]]:
     """memory.json from every rank's measure_process() figures, written there (rank 0's figures at the top, the max
     over ranks, every rank, and the estimate beside the peak), and its KEY=value lines for the log."""
     main, gpus = ranks[0], [r["cuda"] for r in ranks if r["cuda"]]
-    peaks = {"cuda_peak_allocated_mb": max((g["peak_allocated_mb"] for g in gpus), default=None),
-             "cuda_peak_reserved_mb": max((g["peak_reserved_mb"] for g in gpus), default=None),
-             "cpu_peak_rss_mb": max(r["cpu"]["peak_rss_mb"] for r in ranks)}
-    report = {"cuda": main["cuda"], "nvml": main["nvml"], "cpu": main["cpu"], "max_over_ranks": peaks,
-              "world_size": len(ranks), "ranks": ranks, "estimate": dict(estimate) if estimate else None,
-              "note": main["nvml_note"]}
+    peaks = {
+        "cuda_peak_allocated_mb": max((g["peak_allocated_mb"] for g in gpus), default=None),
+        "cuda_peak_reserved_mb": max((g["peak_reserved_mb"] for g in gpus), default=None),
+        "cpu_peak_rss_mb": max(r["cpu"]["peak_rss_mb"] for r in ranks),
+    }
+    report = {
+        "cuda": main["cuda"],
+        "nvml": main["nvml"],
+        "cpu": main["cpu"],
+        "max_over_ranks": peaks,
+        "world_size": len(ranks),
+        "ranks": ranks,
+        "estimate": dict(estimate) if estimate else None,
+        "note": main["nvml_note"],
+    }
     if main["cuda"]:
-        lines = [f"MEMORY_CUDA_PEAK_ALLOCATED_MB={peaks['cuda_peak_allocated_mb']:.1f}",
-                 f"MEMORY_CUDA_PEAK_RESERVED_MB={peaks['cuda_peak_reserved_mb']:.1f}"]
+        lines = [
+            f"MEMORY_CUDA_PEAK_ALLOCATED_MB={peaks['cuda_peak_allocated_mb']:.1f}",
+            f"MEMORY_CUDA_PEAK_RESERVED_MB={peaks['cuda_peak_reserved_mb']:.1f}",
+        ]
         lines += [f"MEMORY_NVML_USED_MB={main['nvml']['used_mb']:.1f}"] if main["nvml"] else []
     else:
         lines = [f"MEMORY_CUDA=none ({NO_CUDA_NOTE})"]
     lines.append(f"MEMORY_CPU_PEAK_RSS_MB={peaks['cpu_peak_rss_mb']:.1f}")
     if estimate:
         measured = peaks["cuda_peak_allocated_mb"] if gpus else peaks["cpu_peak_rss_mb"]
-        report.update(measured_peak_mb=measured, measured_source="cuda peak allocated (max over ranks)" if gpus else
-                      "cpu peak RSS (max over ranks; includes the Python runtime and libraries)",
-                      estimate_over_measured=round(estimate["total_mb"] / measured, 3) if measured else None)
-        lines += [f"MEMORY_ESTIMATE_MB={estimate['total_mb']:.1f}",
-                  f"MEMORY_ESTIMATE_BYTES_PER_PARAM={estimate['bytes_per_param']['total']}"]
+        report.update(
+            measured_peak_mb=measured,
+            measured_source="cuda peak allocated (max over ranks)"
+            if gpus
+            else "cpu peak RSS (max over ranks; includes the Python runtime and libraries)",
+            estimate_over_measured=round(estimate["total_mb"] / measured, 3) if measured else None,
+        )
+        lines += [
+            f"MEMORY_ESTIMATE_MB={estimate['total_mb']:.1f}",
+            f"MEMORY_ESTIMATE_BYTES_PER_PARAM={estimate['bytes_per_param']['total']}",
+        ]
     write_json_atomic(os.path.join(output_dir, "memory.json"), report)
     return report, lines + [f"RUN_NODES={len({r['host'] for r in ranks})}"]

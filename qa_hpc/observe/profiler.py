@@ -31,29 +31,52 @@ class ProfilerCallback(TrainerCallback):
         self.kept_steps: list[int] = []  # global steps recorded in the current cycle
         self.written: list[list[int]] = []  # the global steps of each cycle written out
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                       **kwargs: object) -> None:
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> None:
         self.rank, c = args.process_index, self.cfg
         os.makedirs(self.out_dir, exist_ok=True)
         first = state.global_step + 1  # ProfilerStep#S completes global step S, also after a resume
-        schedule = torch.profiler.schedule(wait=c.profile_wait, warmup=c.profile_warmup, active=c.profile_active,
-                                           repeat=c.profile_repeat, skip_first=first)
+        schedule = torch.profiler.schedule(
+            wait=c.profile_wait,
+            warmup=c.profile_warmup,
+            active=c.profile_active,
+            repeat=c.profile_repeat,
+            skip_first=first,
+        )
         self.prof = torch.profiler.profile(
-            activities=self.activities, on_trace_ready=self._trace_ready, schedule=schedule,
-            record_shapes=c.profile_record_shapes, profile_memory=c.profile_memory, with_stack=c.profile_with_stack)
+            activities=self.activities,
+            on_trace_ready=self._trace_ready,
+            schedule=schedule,
+            record_shapes=c.profile_record_shapes,
+            profile_memory=c.profile_memory,
+            with_stack=c.profile_with_stack,
+        )
         self.prof.step_num, self.prof.current_action = first, self.prof.schedule(first)
         self.prof.start()
         if state.is_world_process_zero:
             kept = first + c.profile_wait + c.profile_warmup
-            span = (f"global steps {kept}-{kept + c.profile_active - 1}"
-                    + (f" and {c.profile_repeat - 1} more cycle(s)" if c.profile_repeat > 1 else "")
-                    if c.profile_repeat else "every cycle until training ends (repeat=0)")
-            logger.info("PROFILER on: wait=%d warmup=%d active=%d repeat=%d activities=%s; will keep %s; writing to "
-                        "%s", c.profile_wait, c.profile_warmup, c.profile_active, c.profile_repeat,
-                        "+".join(a.name for a in self.activities), span, self.out_dir)
+            span = (
+                f"global steps {kept}-{kept + c.profile_active - 1}"
+                + (f" and {c.profile_repeat - 1} more cycle(s)" if c.profile_repeat > 1 else "")
+                if c.profile_repeat
+                else "every cycle until training ends (repeat=0)"
+            )
+            logger.info(
+                "PROFILER on: wait=%d warmup=%d active=%d repeat=%d activities=%s; will keep %s; writing to "
+                "%s",
+                c.profile_wait,
+                c.profile_warmup,
+                c.profile_active,
+                c.profile_repeat,
+                "+".join(a.name for a in self.activities),
+                span,
+                self.out_dir,
+            )
 
-    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                    **kwargs: object) -> None:
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> None:
         if self.prof is None:
             return
         if self.prof.current_action in KEPT:
@@ -64,15 +87,21 @@ class ProfilerCallback(TrainerCallback):
         if self.cfg.profile_repeat and len(self.written) >= self.cfg.profile_repeat:
             self._stop()  # schedule done: no profiler cost for the rest of training
 
-    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                     **kwargs: object) -> None:
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> None:
         self._stop()
         c = self.cfg
         if not self.written:
-            logger.warning("PROFILER wrote nothing: training ended before the first kept step (the schedule needs %d "
-                           "steps from the start of training: wait=%d + warmup=%d + active=%d); lower "
-                           "--profile_warmup/--profile_wait", c.profile_wait + c.profile_warmup + c.profile_active,
-                           c.profile_wait, c.profile_warmup, c.profile_active)
+            logger.warning(
+                "PROFILER wrote nothing: training ended before the first kept step (the schedule needs %d "
+                "steps from the start of training: wait=%d + warmup=%d + active=%d); lower "
+                "--profile_warmup/--profile_wait",
+                c.profile_wait + c.profile_warmup + c.profile_active,
+                c.profile_wait,
+                c.profile_warmup,
+                c.profile_active,
+            )
 
     def _stop(self) -> None:
         prof, self.prof = self.prof, None
@@ -88,14 +117,26 @@ class ProfilerCallback(TrainerCallback):
         summary = os.path.join(self.out_dir, f"profiler_summary{f'_rank{rank}' if rank else ''}.txt")
         span = f"{steps[0]}-{steps[-1]}" if steps else "none"
         with open(summary, "w" if cycle == 1 else "a", encoding="utf-8") as fh:
-            fh.write(f"# torch.profiler key_averages, rank {rank}, cycle {cycle}: global steps {span} ({len(steps)} "
-                     f"steps, ProfilerStep#<step> in the trace)\n# activities: "
-                     f"{'+'.join(a.name for a in self.activities)}; sorted by {self.sort_by}; record_shapes="
-                     f"{c.profile_record_shapes} profile_memory={c.profile_memory} with_stack={c.profile_with_stack}"
-                     "\n# Times are summed over the profiled steps and include the profiler's own overhead.\n"
-                     + prof.key_averages().table(sort_by=self.sort_by, row_limit=c.profile_row_limit) + "\n")
+            fh.write(
+                f"# torch.profiler key_averages, rank {rank}, cycle {cycle}: global steps {span} ({len(steps)} "
+                f"steps, ProfilerStep#<step> in the trace)\n# activities: "
+                f"{'+'.join(a.name for a in self.activities)}; sorted by {self.sort_by}; record_shapes="
+                f"{c.profile_record_shapes} profile_memory={c.profile_memory} with_stack={c.profile_with_stack}"
+                "\n# Times are summed over the profiled steps and include the profiler's own overhead.\n"
+                + prof.key_averages().table(sort_by=self.sort_by, row_limit=c.profile_row_limit)
+                + "\n"
+            )
         if len(steps) < c.profile_active:
-            logger.warning("PROFILER: training ended inside a profiling window; the trace holds %d step(s), not "
-                           "--profile_active=%d", len(steps), c.profile_active)
-        logger.info("PROFILED_STEPS=%s rank=%d trace=%s summary=%s (table totals include profiler overhead)",
-                    span, rank, trace, summary)
+            logger.warning(
+                "PROFILER: training ended inside a profiling window; the trace holds %d step(s), not "
+                "--profile_active=%d",
+                len(steps),
+                c.profile_active,
+            )
+        logger.info(
+            "PROFILED_STEPS=%s rank=%d trace=%s summary=%s (table totals include profiler overhead)",
+            span,
+            rank,
+            trace,
+            summary,
+        )

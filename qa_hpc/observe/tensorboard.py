@@ -23,8 +23,11 @@ logger = logging.getLogger(__name__)
 
 # whole-run logs the parent would mix into the train/ curves: (key that marks them, tag folder, key prefix)
 OWN_LOGS = (("train_runtime", "train_total/", "train_"), ("predict_runtime", "predict/", "predict_"))
-GPU_MEMORY = {"allocated": torch.cuda.memory_allocated, "reserved": torch.cuda.memory_reserved,
-              "peak_allocated": torch.cuda.max_memory_allocated}
+GPU_MEMORY = {
+    "allocated": torch.cuda.memory_allocated,
+    "reserved": torch.cuda.memory_reserved,
+    "peak_allocated": torch.cuda.max_memory_allocated,
+}
 
 
 def _finite(value: object) -> bool:
@@ -44,19 +47,33 @@ class TensorBoard(TensorBoardCallback):
 
     def _count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         ids, mask = kwargs.get("input_ids", args[0] if args else None), kwargs.get("attention_mask")
-        if module.training and isinstance(ids, torch.Tensor):  # evaluation forwards are not training throughput
+        if module.training and isinstance(
+            ids, torch.Tensor
+        ):  # evaluation forwards are not training throughput
             self.samples, self.tokens = self.samples + ids.shape[0], self.tokens + ids.numel()
             self.real = self.real + (mask.sum() if isinstance(mask, torch.Tensor) else ids.numel())
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                       model: torch.nn.Module | None = None, **kwargs: object) -> None:
+    def on_train_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        model: torch.nn.Module | None = None,
+        **kwargs: object,
+    ) -> None:
         if model is not None and self.hook is None:
             self.hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
         self.on_evaluate(args, state, control)
         super().on_train_begin(args, state, control, model=model, **kwargs)
 
-    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-               logs: Mapping[str, object] | None = None, **kwargs: object) -> None:
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: Mapping[str, object] | None = None,
+        **kwargs: object,
+    ) -> None:
         logs = dict(logs or {})
         if "loss" in logs and "learning_rate" in logs:
             logs.update(self._interval(args, state))  # a collective: every rank gets here
@@ -67,33 +84,43 @@ class TensorBoard(TensorBoardCallback):
         own = next(((folder, prefix) for marker, folder, prefix in OWN_LOGS if marker in logs), None)
         if own is None:
             return super().on_log(args, state, control, logs=logs, **kwargs)  # train/<key>, eval/<key>
-        self.write_scalars({own[0] + key.removeprefix(own[1]): value for key, value in logs.items()},
-                           state.global_step)
+        self.write_scalars(
+            {own[0] + key.removeprefix(own[1]): value for key, value in logs.items()}, state.global_step
+        )
         self.tb_writer.flush()
 
-    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                    **kwargs: object) -> None:
+    def on_evaluate(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> None:
         self.interval_start, self.interval_step = time.perf_counter(), state.global_step  # not step time
 
     on_save = on_evaluate  # nor is checkpointing
 
-    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                     **kwargs: object) -> None:
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> None:
         if self.hook is not None:  # the writer stays open for the evaluation after training
             self.hook.remove()
             self.hook = None
 
     def _interval(self, args: TrainingArguments, state: TrainerState) -> dict[str, float]:
         """This interval's speed, padding and memory, under keys the parent files as train/<key>."""
-        counts = torch.stack([torch.as_tensor(n, device=args.device) for n in (self.samples, self.tokens, self.real)])
+        counts = torch.stack(
+            [torch.as_tensor(n, device=args.device) for n in (self.samples, self.tokens, self.real)]
+        )
         self.samples = self.tokens = self.real = 0
-        samples, tokens, real = (int(x) for x in reduce(counts, reduction="sum").tolist())  # a collective under DDP
+        samples, tokens, real = (
+            int(x) for x in reduce(counts, reduction="sum").tolist()
+        )  # a collective under DDP
         elapsed, steps = time.perf_counter() - self.interval_start, state.global_step - self.interval_step
         self.on_evaluate(args, state, None)
         values: dict[str, float] = {}
         if steps > 0 and elapsed > 0:
-            values.update(step_time_seconds=elapsed / steps, samples_per_second=samples / elapsed,
-                          tokens_per_second=real / elapsed)
+            values.update(
+                step_time_seconds=elapsed / steps,
+                samples_per_second=samples / elapsed,
+                tokens_per_second=real / elapsed,
+            )
         if tokens:
             values["real_token_fraction"] = real / tokens
         if torch.cuda.is_available():
@@ -108,11 +135,15 @@ class TensorBoard(TensorBoardCallback):
             if _finite(value):
                 self.tb_writer.add_scalar(tag, value, step)
 
-    def write_totals(self, hparams: Mapping[str, float | str], metrics: Mapping[str, object], step: int) -> None:
+    def write_totals(
+        self, hparams: Mapping[str, float | str], metrics: Mapping[str, object], step: int
+    ) -> None:
         """The run's totals: the HPARAMS tab (metrics as hparam/* scalars) and a run_summary text; closes. Rank 0."""
         numbers = {f"hparam/{k}": float(v) for k, v in metrics.items() if _finite(v)}
         self.write_scalars(numbers, step)
-        for summary in hparams_summary(dict(hparams), numbers):  # into this event file: not add_hparams' subfolder
+        for summary in hparams_summary(
+            dict(hparams), numbers
+        ):  # into this event file: not add_hparams' subfolder
             self.tb_writer._get_file_writer().add_summary(summary)
         rows = "\n".join(f"| {k} | {v} |" for k, v in {**hparams, **metrics}.items())
         self.tb_writer.add_text("run_summary", "| run total | value |\n|---|---|\n" + rows, step)

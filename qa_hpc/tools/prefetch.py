@@ -50,8 +50,12 @@ def report(model: str, dataset: str) -> bool:
         splits = {split: len(ds) for split, ds in datasets.load_dataset(dataset).items()}
     except Exception:  # noqa: BLE001 - any failure means "not cached"
         splits = {}
-    print(f"CACHED dataset={dataset} " + " ".join(f"{k}={v}" for k, v in splits.items()) if splits
-          else f"MISSING dataset={dataset}", flush=True)
+    print(
+        f"CACHED dataset={dataset} " + " ".join(f"{k}={v}" for k, v in splits.items())
+        if splits
+        else f"MISSING dataset={dataset}",
+        flush=True,
+    )
     return bool(path and splits)
 
 

@@ -29,36 +29,48 @@ from qa_hpc.tools.figures import curves_figure, write_plots
 NEEDED = ("status", "params", "plan", "results")  # a record without them is from an older layout
 PROFILE_TABLE, TOP_OPS = "profiler_summary.txt", 10
 # section -> "label=the record's field; ..." (global_batch and loss.final: see field())
-SECTIONS = {title: [tuple(item.split("=")) for item in spec.split("; ")] for title, spec in {
-    "Environment": "host=hostname; GPU=gpu_name; GPUs on the node=gpu_count; CPU model=cpu_model; CPU flags=cpu_flags; "
-                   "CPUs=cpu_count; CUDA=cuda_version; driver=driver_version; python=python; torch=torch_version; "
-                   "transformers=transformers_version; datasets=datasets_version; Slurm job=slurm_job_id; Slurm "
-                   "nodes=slurm_nodelist; node count=slurm_job_num_nodes; processes=plan.world_size; processes per "
-                   "node=plan.local_world_size; threads per process=effective.threads",
-    "Parameters": "model=params.model; dataset=params.dataset; epochs=params.epochs; max steps=params.max_steps; "
-                  "training samples=params.max_train_samples; batch per device=params.per_device_train_batch_size; "
-                  "world size=params.world_size; gradient accumulation=params.gradient_accumulation_steps; global "
-                  "batch=global_batch; learning rate=params.learning_rate; max_seq_length=params.max_seq_length; "
-                  "doc_stride=params.doc_stride; seed=params.seed; precision=effective.precision; TF32=effective.tf32;"
-                  " attention=effective.attn_implementation; optimizer=effective.optim",
-    "Training": "runtime s=results.train_runtime; samples/s=results.train_samples_per_second; real tokens/s="
-                "results.train_tokens_per_second; steps/s=results.train_steps_per_second; model TFLOP="
-                "results.train_model_tflop; achieved TFLOP/s=results.train_achieved_tflops; peak TFLOP/s="
-                "results.train_peak_tflops; MFU (achieved / peak)=results.train_mfu; final loss=loss.final; "
-                "mean loss=results.train_loss",
-    "Evaluation": "exact match=results.eval_exact_match; exact=results.eval_exact; F1=results.eval_f1; HasAns exact="
-                  "results.eval_HasAns_exact; HasAns F1=results.eval_HasAns_f1; NoAns exact=results.eval_NoAns_exact; "
-                  "NoAns F1=results.eval_NoAns_f1; runtime s=results.eval_runtime; postprocess s="
-                  "results.eval_postprocess_seconds; questions=results.eval_examples; features=results.eval_samples",
-    "Memory (MB)": "measured peak=memory.measured_peak_mb; measured as=memory.measured_source; CUDA peak allocated="
-                   "memory.max_over_ranks.cuda_peak_allocated_mb; CUDA peak reserved="
-                   "memory.max_over_ranks.cuda_peak_reserved_mb; CPU peak RSS=memory.max_over_ranks.cpu_peak_rss_mb; "
-                   "estimate=memory.estimate.total_mb; estimate / measured=memory.estimate_over_measured; "
-                   "note=memory.note",
-}.items()}
+SECTIONS = {
+    title: [tuple(item.split("=")) for item in spec.split("; ")]
+    for title, spec in {
+        "Environment": "host=hostname; GPU=gpu_name; GPUs on the node=gpu_count; CPU model=cpu_model; CPU flags=cpu_flags; "
+        "CPUs=cpu_count; CUDA=cuda_version; driver=driver_version; python=python; torch=torch_version; "
+        "transformers=transformers_version; datasets=datasets_version; Slurm job=slurm_job_id; Slurm "
+        "nodes=slurm_nodelist; node count=slurm_job_num_nodes; processes=plan.world_size; processes per "
+        "node=plan.local_world_size; threads per process=effective.threads",
+        "Parameters": "model=params.model; dataset=params.dataset; epochs=params.epochs; max steps=params.max_steps; "
+        "training samples=params.max_train_samples; batch per device=params.per_device_train_batch_size; "
+        "world size=params.world_size; gradient accumulation=params.gradient_accumulation_steps; global "
+        "batch=global_batch; learning rate=params.learning_rate; max_seq_length=params.max_seq_length; "
+        "doc_stride=params.doc_stride; seed=params.seed; precision=effective.precision; TF32=effective.tf32;"
+        " attention=effective.attn_implementation; optimizer=effective.optim",
+        "Training": "runtime s=results.train_runtime; samples/s=results.train_samples_per_second; real tokens/s="
+        "results.train_tokens_per_second; steps/s=results.train_steps_per_second; model TFLOP="
+        "results.train_model_tflop; achieved TFLOP/s=results.train_achieved_tflops; peak TFLOP/s="
+        "results.train_peak_tflops; MFU (achieved / peak)=results.train_mfu; final loss=loss.final; "
+        "mean loss=results.train_loss",
+        "Evaluation": "exact match=results.eval_exact_match; exact=results.eval_exact; F1=results.eval_f1; HasAns exact="
+        "results.eval_HasAns_exact; HasAns F1=results.eval_HasAns_f1; NoAns exact=results.eval_NoAns_exact; "
+        "NoAns F1=results.eval_NoAns_f1; runtime s=results.eval_runtime; postprocess s="
+        "results.eval_postprocess_seconds; questions=results.eval_examples; features=results.eval_samples",
+        "Memory (MB)": "measured peak=memory.measured_peak_mb; measured as=memory.measured_source; CUDA peak allocated="
+        "memory.max_over_ranks.cuda_peak_allocated_mb; CUDA peak reserved="
+        "memory.max_over_ranks.cuda_peak_reserved_mb; CPU peak RSS=memory.max_over_ranks.cpu_peak_rss_mb; "
+        "estimate=memory.estimate.total_mb; estimate / measured=memory.estimate_over_measured; "
+        "note=memory.note",
+    }.items()
+}
 # A comparison compares devices; runs that differ in one of these Parameters compare more than that.
-SAME = ("model", "dataset", "training samples", "epochs", "max steps", "global batch", "learning rate",
-        "max_seq_length", "precision")
+SAME = (
+    "model",
+    "dataset",
+    "training samples",
+    "epochs",
+    "max steps",
+    "global batch",
+    "learning rate",
+    "max_seq_length",
+    "precision",
+)
 # sections whose rows a run may lack without saying so (v1 has no HasAns, a CPU no MFU)
 OPTIONAL, NOT_RECORDED = {"Training", "Evaluation"}, "not recorded"
 
@@ -66,8 +78,10 @@ OPTIONAL, NOT_RECORDED = {"Training", "Evaluation"}, "not recorded"
 def field(run: pd.Series, path: str, missing: Any = None) -> Any:
     """A record's field by its dotted name (`missing` when absent); global_batch and loss.final from the records."""
     if path == "global_batch":
-        parts = [field(run, f"params.{k}") for k in ("per_device_train_batch_size", "world_size",
-                                                     "gradient_accumulation_steps")]
+        parts = [
+            field(run, f"params.{k}")
+            for k in ("per_device_train_batch_size", "world_size", "gradient_accumulation_steps")
+        ]
         return None if None in parts else parts[0] * parts[1] * parts[2]
     if path == "loss.final":
         return run["loss_curve"][-1][1] if run["loss_curve"] else None
@@ -79,7 +93,9 @@ def field(run: pd.Series, path: str, missing: Any = None) -> Any:
 
 def number(value: Any) -> str:
     """As recorded, rounded for reading: 4 significant digits below 1, 2 decimals above, ints whole."""
-    if value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value)):  # pd.NA: a missing Int64
+    if (
+        value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value))
+    ):  # pd.NA: a missing Int64
         return NA
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return (", ".join(map(str, value)) if isinstance(value, list) else str(value)).replace("|", "/")
@@ -92,7 +108,9 @@ def beside_output(run: pd.Series, path: str) -> Path:
     """A path the record keeps as the run was given it: relative ones are relative to the dir the run started in,
     which holds the output dir (the checkout for the job scripts' outputs/<job>) or is this one (the job scripts)."""
     out = Path(run["output_dir"])
-    return next((base / path for base in (out, *out.parents, Path.cwd()) if (base / path).exists()), out / path)
+    return next(
+        (base / path for base in (out, *out.parents, Path.cwd()) if (base / path).exists()), out / path
+    )
 
 
 def shown(path: str | Path) -> str:
@@ -100,8 +118,9 @@ def shown(path: str | Path) -> str:
     return str(Path(path).relative_to(Path.cwd())) if Path(path).is_relative_to(Path.cwd()) else str(path)
 
 
-def read_curves(log_dir: Path, started: float | None = None,
-                first_step: int | None = None) -> dict[str, list[tuple[int, float, float]]]:
+def read_curves(
+    log_dir: Path, started: float | None = None, first_step: int | None = None
+) -> dict[str, list[tuple[int, float, float]]]:
     """tag -> [(step, wall time, value)] from the event files under log_dir: with `started` (the run's start, unix
     time) its own launch, and the ones before it when it resumed them (its first loss is past `first_step`, the
     first in trainer_state.json); a later launch replaces the points from its first step on, as TensorBoard does."""
@@ -109,12 +128,20 @@ def read_curves(log_dir: Path, started: float | None = None,
 
     # a file's name: events.out.tfevents.<time>.<host>...; no files when log_dir is not a dir
     files = sorted(log_dir.rglob("events.out.tfevents.*"), key=lambda p: (int(p.name.split(".")[3]), p.name))
-    own = next((i for i, f in enumerate(files) if started and int(f.name.split(".")[3]) >= started), len(files))
+    own = next(
+        (i for i, f in enumerate(files) if started and int(f.name.split(".")[3]) >= started), len(files)
+    )
     launches = []
-    for file in files[:own + 1]:
-        events = EventAccumulator(str(file), size_guidance={SCALARS: 0}).Reload()  # 0: every point, not a sample
-        launches.append({tag: [(e.step, e.wall_time, e.value) for e in events.Scalars(tag)]
-                         for tag in events.Tags()["scalars"]})
+    for file in files[: own + 1]:
+        events = EventAccumulator(
+            str(file), size_guidance={SCALARS: 0}
+        ).Reload()  # 0: every point, not a sample
+        launches.append(
+            {
+                tag: [(e.step, e.wall_time, e.value) for e in events.Scalars(tag)]
+                for tag in events.Tags()["scalars"]
+            }
+        )
     if launches and first_step is not None and launches[-1].get("train/loss", [(0,)])[0][0] <= first_step:
         launches = launches[-1:]  # it started afresh: the launches before are other runs' into the same dir
     curves: dict[str, list[tuple[int, float, float]]] = {}
@@ -134,13 +161,17 @@ def profile_lines(run: pd.Series) -> list[str]:
         return [f"Profiled, but there is no `{shown(table)}`."]
     lines = table.read_text(encoding="utf-8", errors="replace").splitlines()
     rule = next((i for i, line in enumerate(lines) if line.startswith("---")), len(lines))
-    ops = [line for line in lines[rule + 3:] if line.strip() and not line.startswith("-")][:TOP_OPS]
-    return [f"Top {len(ops)} operations of `{shown(table)}`:", "", "```text", *lines[:rule + 3], *ops, "```"]
+    ops = [line for line in lines[rule + 3 :] if line.strip() and not line.startswith("-")][:TOP_OPS]
+    return [f"Top {len(ops)} operations of `{shown(table)}`:", "", "```text", *lines[: rule + 3], *ops, "```"]
 
 
 def section(run: pd.Series, title: str) -> list[str]:
-    rows = [(label, field(run, path, NOT_RECORDED)) for label, path in SECTIONS[title]]  # a field set to null: n/a
-    rows = [(label, value) for label, value in rows if value not in (None, NOT_RECORDED) or title not in OPTIONAL]
+    rows = [
+        (label, field(run, path, NOT_RECORDED)) for label, path in SECTIONS[title]
+    ]  # a field set to null: n/a
+    rows = [
+        (label, value) for label, value in rows if value not in (None, NOT_RECORDED) or title not in OPTIONAL
+    ]
     if not rows:
         return [f"### {title}", "", f"No {title.lower()} in the record.", ""]
     cells = pd.DataFrame([(label, number(value)) for label, value in rows])
@@ -150,24 +181,42 @@ def section(run: pd.Series, title: str) -> list[str]:
 def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
     """One run: how it ended, its records' tables, its curves and its profile."""
     tensorboard, given = field(run, "plan.tensorboard"), field(run, "plan.logging_dir")
-    log_dir = beside_output(run, given) if given else Path(run["output_dir"], "runs")  # default: runs/<time>_<host>
-    started = (dt.datetime.fromisoformat(run["timestamp"]).timestamp() - run["wall_clock_seconds"]
-               if pd.notna(run["timestamp"]) and pd.notna(run["wall_clock_seconds"]) else None)
+    log_dir = (
+        beside_output(run, given) if given else Path(run["output_dir"], "runs")
+    )  # default: runs/<time>_<host>
+    started = (
+        dt.datetime.fromisoformat(run["timestamp"]).timestamp() - run["wall_clock_seconds"]
+        if pd.notna(run["timestamp"]) and pd.notna(run["wall_clock_seconds"])
+        else None
+    )
     first = run["loss_curve"][0][0] if run["loss_curve"] else None
     curves = read_curves(log_dir, started, first) if tensorboard else {}
     restarts = field(run, "slurm_restart_count")
     ended = f" ({run['reason']})" if pd.notna(run["reason"]) else ""  # failed: the error; preempted: where
-    lines = [f"## {run['run']}", "", f"`{shown(run['output_dir'])}`: **{run['status']}**{ended}, exit code "
-             f"{number(run['exit_code'])}, wall clock {number(run['wall_clock_seconds'])} s"
-             + (f", requeued {restarts} time(s)" if restarts else ""), ""]
+    lines = [
+        f"## {run['run']}",
+        "",
+        f"`{shown(run['output_dir'])}`: **{run['status']}**{ended}, exit code "
+        f"{number(run['exit_code'])}, wall clock {number(run['wall_clock_seconds'])} s"
+        + (f", requeued {restarts} time(s)" if restarts else ""),
+        "",
+    ]
     for title in SECTIONS:
         lines += section(run, title)
         if title == "Training":
             if curves:
                 curves_figure(curves, run["run"]).savefig(out / figure)
-            lines += [f"![training curves of {run['run']}]({figure})" if curves else (f"No TensorBoard events in "
-                      f"`{shown(log_dir)}`" if tensorboard else "TensorBoard was off (`--report_to none`)")
-                      + ": no training curves." * (not curves), ""]
+            lines += [
+                f"![training curves of {run['run']}]({figure})"
+                if curves
+                else (
+                    f"No TensorBoard events in `{shown(log_dir)}`"
+                    if tensorboard
+                    else "TensorBoard was off (`--report_to none`)"
+                )
+                + ": no training curves." * (not curves),
+                "",
+            ]
     return lines + ["### Profiler", "", *profile_lines(run), ""]
 
 
@@ -175,23 +224,53 @@ def comparison(table: pd.DataFrame, base: int, out: Path) -> list[str]:
     """The scaling table against the baseline, the warning when runs differ in more than devices, the figures."""
     table = add_speedup(table, base, "train_runtime")
     devices = table["world_size"] / table.at[base, "world_size"]
-    cells = pd.DataFrame({"run": table["run"], "wall clock s": table["wall_clock_seconds"],
-                          "train s": table["train_runtime"], "precision": table["precision"],
-                          "world size": table["world_size"],
-                          "global batch": [field(run, "global_batch") for _, run in table.iterrows()],
-                          "train samples/s": table["train_samples_per_second"], "speedup": table["speedup"],
-                          "efficiency": table["speedup"] / devices, "EM": table["exact_match"], "F1": table["f1"],
-                          "peak memory MB": table["peak_memory_mb"]}).astype(object).map(number)
+    cells = (
+        pd.DataFrame(
+            {
+                "run": table["run"],
+                "wall clock s": table["wall_clock_seconds"],
+                "train s": table["train_runtime"],
+                "precision": table["precision"],
+                "world size": table["world_size"],
+                "global batch": [field(run, "global_batch") for _, run in table.iterrows()],
+                "train samples/s": table["train_samples_per_second"],
+                "speedup": table["speedup"],
+                "efficiency": table["speedup"] / devices,
+                "EM": table["exact_match"],
+                "F1": table["f1"],
+                "peak memory MB": table["peak_memory_mb"],
+            }
+        )
+        .astype(object)
+        .map(number)
+    )
     paths = dict(SECTIONS["Parameters"])
     differ = {name: [number(field(run, paths[name])) for _, run in table.iterrows()] for name in SAME}
     differ = {name: values for name, values in differ.items() if len(set(values)) > 1}
-    warning = ["**Warning: the runs differ in " + "; ".join(f"{k} ({', '.join(v)})" for k, v in differ.items())
-               + "**: the speedup measures more than the number of devices.", ""] if differ else []
+    warning = (
+        [
+            "**Warning: the runs differ in "
+            + "; ".join(f"{k} ({', '.join(v)})" for k, v in differ.items())
+            + "**: the speedup measures more than the number of devices.",
+            "",
+        ]
+        if differ
+        else []
+    )
     pngs = [path.name for path in write_plots(table, out)]
-    return ["## Comparison", "", *warning, md_table(cells), "",
-            f"Baseline {table.at[base, 'run']}. speedup = its train time / the run's; efficiency = speedup / "
-            "(the run's devices / the baseline's); train samples/s over all ranks; peak memory as in each run's "
-            "Memory table.", "", *(f"![{name}]({name})" for name in pngs), ""]
+    return [
+        "## Comparison",
+        "",
+        *warning,
+        md_table(cells),
+        "",
+        f"Baseline {table.at[base, 'run']}. speedup = its train time / the run's; efficiency = speedup / "
+        "(the run's devices / the baseline's); train samples/s over all ranks; peak memory as in each run's "
+        "Memory table.",
+        "",
+        *(f"![{name}]({name})" for name in pngs),
+        "",
+    ]
 
 
 def problem(raw: str, record: dict | None) -> str | None:
@@ -202,11 +281,15 @@ def problem(raw: str, record: dict | None) -> str | None:
     if not path.is_dir():
         return f"{raw}: not a directory"
     if SUMMARY_FILE not in older:
-        return f"{raw}: no {SUMMARY_FILE}" + (f", only {', '.join(older)} (an older layout" if older else
-                                              " (not a run's output dir") + ", or a run killed before its end)"
+        return (
+            f"{raw}: no {SUMMARY_FILE}"
+            + (f", only {', '.join(older)} (an older layout" if older else " (not a run's output dir")
+            + ", or a run killed before its end)"
+        )
     if missing:
-        return f"{raw}: {SUMMARY_FILE} " + (f"has no {', '.join(missing)} (an older layout)" if record else
-                                            "cannot be read")
+        return f"{raw}: {SUMMARY_FILE} " + (
+            f"has no {', '.join(missing)} (an older layout)" if record else "cannot be read"
+        )
     return None
 
 
@@ -215,39 +298,66 @@ def to_html(markdown_text: str, out: Path) -> str:
     import markdown  # installed with tensorboard
 
     body = markdown.markdown(markdown_text, extensions=["tables", "fenced_code"])
-    body = re.sub(r'src="([^"/]+\.png)"', lambda m: 'src="data:image/png;base64,'
-                  + base64.b64encode((out / m.group(1)).read_bytes()).decode() + '"', body)
-    style = "body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse}td,th{border:1px " \
-            "solid #ccc;padding:2px 6px}pre{overflow-x:auto}"
+    body = re.sub(
+        r'src="([^"/]+\.png)"',
+        lambda m: (
+            'src="data:image/png;base64,' + base64.b64encode((out / m.group(1)).read_bytes()).decode() + '"'
+        ),
+        body,
+    )
+    style = (
+        "body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse}td,th{border:1px "
+        "solid #ccc;padding:2px 6px}pre{overflow-x:auto}"
+    )
     return f"<!doctype html><meta charset=utf-8><title>run report</title><style>{style}</style>\n{body}\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qa_hpc.tools.report", description=__doc__.split("\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a run's --output_dir (with run_summary.json)")
-    parser.add_argument("--baseline", help="the run the others are compared with: its dir, job name or id (default: "
-                        "the first RUN_DIR)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="where report.md, report.html and figures go")
+    parser = argparse.ArgumentParser(
+        prog="python -m qa_hpc.tools.report",
+        description=__doc__.split("\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN_DIR", help="a run's --output_dir (with run_summary.json)"
+    )
+    parser.add_argument(
+        "--baseline",
+        help="the run the others are compared with: its dir, job name or id (default: the first RUN_DIR)",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="where report.md, report.html and figures go"
+    )
     args = parser.parse_args(argv)
     found = [raw for raw in args.runs if (Path(raw) / SUMMARY_FILE).is_file()]
     table = read_runs(found)[0].set_index("output_dir", drop=False) if found else pd.DataFrame()
-    order = [str(Path(raw).resolve()) for raw in args.runs]  # RUN_DIR order: the first is the default baseline
+    order = [
+        str(Path(raw).resolve()) for raw in args.runs
+    ]  # RUN_DIR order: the first is the default baseline
     records = [table.at[d, "record"] if d in table.index else None for d in order]
     error = next(filter(None, map(problem, args.runs, records)), None)
     if error is None:
         table = table.loc[order].reset_index(drop=True)
-        name = Path(args.baseline).resolve().name if args.baseline and Path(args.baseline).is_dir() else args.baseline
+        name = (
+            Path(args.baseline).resolve().name
+            if args.baseline and Path(args.baseline).is_dir()
+            else args.baseline
+        )
         base, error = pick_baseline(table, name, "train_runtime") if name else (0, None)
     if error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# Run report: {' vs '.join(table['run'])}", "",
-             f"Written {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} by `python -m qa_hpc.tools.report` from "
-             + ", ".join(f"`{shown(d)}`" for d in table["output_dir"]) + ".", ""]
+    lines = [
+        f"# Run report: {' vs '.join(table['run'])}",
+        "",
+        f"Written {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} by `python -m qa_hpc.tools.report` from "
+        + ", ".join(f"`{shown(d)}`" for d in table["output_dir"])
+        + ".",
+        "",
+    ]
     lines += comparison(table, base, out) if len(table) > 1 else []
     for i, run in table.iterrows():
         lines += run_section(run, f"run{i + 1}_training.png", out)

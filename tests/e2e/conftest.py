@@ -13,10 +13,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from fixtures.procs import PYTHON, REPO, RUN_QA, offline_env, torchrun
 from fixtures.runs import (
-    PROBE, SECRET, TIMEOUT, Run, ddp_full_flags, ddp_side_dirs, flat, plain_flags, read, windows,
+    PROBE,
+    SECRET,
+    TIMEOUT,
+    Run,
+    ddp_full_flags,
+    ddp_side_dirs,
+    flat,
+    plain_flags,
+    read,
+    windows,
 )
 
 
@@ -25,8 +33,14 @@ def _launch(job: tuple[str, str], project: Path, command: Callable[[Path], list[
     out, log = project / "outputs" / job[0], project / "logs" / f"{job[0]}-{job[1]}.out"
     started = time.monotonic()
     with open(log, "w", encoding="utf-8") as fh:
-        proc = subprocess.run(command(out), cwd=project, stdout=fh, stderr=subprocess.STDOUT,
-                              env=offline_env(SLURM_JOB_NAME=job[0], SLURM_JOB_ID=job[1], **env), timeout=TIMEOUT)
+        proc = subprocess.run(
+            command(out),
+            cwd=project,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=offline_env(SLURM_JOB_NAME=job[0], SLURM_JOB_ID=job[1], **env),
+            timeout=TIMEOUT,
+        )
     return Run(out, log, proc.returncode, time.monotonic() - started, job)
 
 
@@ -45,11 +59,33 @@ def features_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def plain(project: Path, tiny_bert: Path, demo_files: dict[str, Path], features_cache: Path) -> Run:
-    return _launch(("qa-tiny", "1001"), project, lambda out: [
-        PYTHON, RUN_QA, *plain_flags(tiny_bert, demo_files, out), "--do_predict", "--test_file",
-        str(demo_files["test"]), "--features_cache_dir", str(features_cache), "--profile", "--profile_wait", "1",
-        "--profile_warmup", "1", "--profile_active", "2", "--profile_memory", "--profile_record_shapes", "--token",
-        SECRET, "--log_level", "debug"])
+    return _launch(
+        ("qa-tiny", "1001"),
+        project,
+        lambda out: [
+            PYTHON,
+            RUN_QA,
+            *plain_flags(tiny_bert, demo_files, out),
+            "--do_predict",
+            "--test_file",
+            str(demo_files["test"]),
+            "--features_cache_dir",
+            str(features_cache),
+            "--profile",
+            "--profile_wait",
+            "1",
+            "--profile_warmup",
+            "1",
+            "--profile_active",
+            "2",
+            "--profile_memory",
+            "--profile_record_shapes",
+            "--token",
+            SECRET,
+            "--log_level",
+            "debug",
+        ],
+    )
 
 
 @pytest.fixture(scope="session")
@@ -58,9 +94,25 @@ def failed(project: Path, tiny_bert: Path, demo_files: dict[str, Path], tmp_path
     data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 3  # off its text
     broken = tmp_path_factory.mktemp("broken") / "broken_train.json"
     broken.write_text(json.dumps(data), encoding="utf-8")
-    return _launch(("qa-tiny-bad", "1003"), project, lambda out: [
-        PYTHON, RUN_QA, "--model_name_or_path", str(tiny_bert), "--output_dir", str(out), "--do_train", "--train_file",
-        str(broken), "--max_seq_length", "128", "--doc_stride", "32"])
+    return _launch(
+        ("qa-tiny-bad", "1003"),
+        project,
+        lambda out: [
+            PYTHON,
+            RUN_QA,
+            "--model_name_or_path",
+            str(tiny_bert),
+            "--output_dir",
+            str(out),
+            "--do_train",
+            "--train_file",
+            str(broken),
+            "--max_seq_length",
+            "128",
+            "--doc_stride",
+            "32",
+        ],
+    )
 
 
 @pytest.fixture(scope="session")
@@ -80,8 +132,10 @@ def ddp_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     files = {split: out / f"{split}.json" for split in ("train", "validation", "test")}
     files["validation"].write_text(json.dumps(validation), encoding="utf-8")
     for split, n, seed in (("train", 24, 21), ("test", 7, 23)):
-        files[split].write_text(json.dumps(generate_squad(n, seed=seed, context_words=60, title_prefix=f"r-{split}")),
-                                encoding="utf-8")
+        files[split].write_text(
+            json.dumps(generate_squad(n, seed=seed, context_words=60, title_prefix=f"r-{split}")),
+            encoding="utf-8",
+        )
     return files
 
 
@@ -90,10 +144,16 @@ def ddp(project: Path, tiny_bert: Path, ddp_data: dict[str, Path]) -> Run:
     """The 2-rank run; its log is torchrun's output followed by each rank's (torchrun --redirects)."""
     rank_dir, params = ddp_side_dirs(project)
     launch = ("--standalone", "--nproc_per_node", "2", "--redirects", "3", "--log-dir", str(rank_dir))
-    run = _launch(("qa-tiny-ddp", "1002"), project,
-                  lambda out: torchrun(PROBE, *ddp_full_flags(tiny_bert, ddp_data, out), launch=launch),
-                  PYTHONPATH=str(REPO), QA_PROBE_PARAMS_DIR=str(params))
-    logs = sorted(rank_dir.glob("*/attempt_0/*/std*.log"), key=lambda p: (p.parent.name, p.name != "stdout.log"))
+    run = _launch(
+        ("qa-tiny-ddp", "1002"),
+        project,
+        lambda out: torchrun(PROBE, *ddp_full_flags(tiny_bert, ddp_data, out), launch=launch),
+        PYTHONPATH=str(REPO),
+        QA_PROBE_PARAMS_DIR=str(params),
+    )
+    logs = sorted(
+        rank_dir.glob("*/attempt_0/*/std*.log"), key=lambda p: (p.parent.name, p.name != "stdout.log")
+    )
     with open(run.log, "a", encoding="utf-8") as fh:  # rank 0's stdout and stderr, then rank 1's
         for path in logs:
             fh.write(path.read_text(encoding="utf-8", errors="replace"))

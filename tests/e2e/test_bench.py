@@ -10,18 +10,36 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from bench import side_by_side
 from fixtures.procs import PYTHON, REPO, offline_env, ok, run
 from fixtures.runs import plain_flags, read
+
+from bench import side_by_side
 
 
 def test_postprocess_bench_reports_identical_outputs(demo_files, tmp_path):
     out = tmp_path / "bench.json"
     for v2 in ([], ["--version_2_with_negative"]):
-        log = ok(run([PYTHON, "-m", "bench.postprocess_bench", "--validation_file", demo_files["validation"],
-                      "--random_logits", "--cache_dir", tmp_path / "cache", "--repeats", "1", "--sizes", "5,16",
-                      "--json_out", out, *v2]))
+        log = ok(
+            run(
+                [
+                    PYTHON,
+                    "-m",
+                    "bench.postprocess_bench",
+                    "--validation_file",
+                    demo_files["validation"],
+                    "--random_logits",
+                    "--cache_dir",
+                    tmp_path / "cache",
+                    "--repeats",
+                    "1",
+                    "--sizes",
+                    "5,16",
+                    "--json_out",
+                    out,
+                    *v2,
+                ]
+            )
+        )
         for key in ("POSTPROCESS ", "POSTPROCESS_DATASET ", "POSTPROCESS_WRITE "):
             rows = [line for line in log.splitlines() if line.startswith(key)]
             assert len(rows) == 2 and all("identical=True" in line for line in rows), log
@@ -35,10 +53,35 @@ TRAIN_STEP = [PYTHON, "-m", "bench.train_step", "--device", "cpu"]
 
 def test_variants_report_steps_and_json(tiny_bert: Path, tmp_path: Path) -> None:
     out = tmp_path / "steps.json"
-    log = ok(run([*TRAIN_STEP, "--model", tiny_bert, "--variants", "fp32,fp32+fused,fp32+eager_attn", "--batch", "2",
-                  "--widths", "16,24", "--steps", "2", "--warmup", "1", "--rounds", "2", "--json_out", out]))
+    log = ok(
+        run(
+            [
+                *TRAIN_STEP,
+                "--model",
+                tiny_bert,
+                "--variants",
+                "fp32,fp32+fused,fp32+eager_attn",
+                "--batch",
+                "2",
+                "--widths",
+                "16,24",
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--rounds",
+                "2",
+                "--json_out",
+                out,
+            ]
+        )
+    )
     step_lines = [line for line in log.splitlines() if line.startswith("STEP ")]
-    assert [line.split()[1] for line in step_lines] == ["variant=fp32", "variant=fp32+fused", "variant=fp32+eager_attn"]
+    assert [line.split()[1] for line in step_lines] == [
+        "variant=fp32",
+        "variant=fp32+fused",
+        "variant=fp32+eager_attn",
+    ]
     assert all("mfu=n/a" in line for line in step_lines), "no peak on a CPU"
     data = json.loads(out.read_text())
     assert data["meta"]["widths"] == [16, 24] and data["meta"]["device"]
@@ -49,7 +92,9 @@ def test_variants_report_steps_and_json(tiny_bert: Path, tmp_path: Path) -> None
     assert data["rows"][0]["speedup_vs_first"] == 1.0
 
 
-@pytest.mark.parametrize("variant, says", [("fp16", "fp16 and tf32 need a CUDA GPU"), ("fp32+turbo", "'fp32+turbo'")])
+@pytest.mark.parametrize(
+    "variant, says", [("fp16", "fp16 and tf32 need a CUDA GPU"), ("fp32+turbo", "'fp32+turbo'")]
+)
 def test_a_variant_that_cannot_run_is_refused_naming_it(variant: str, says: str, tiny_bert: Path) -> None:
     proc = run([*TRAIN_STEP, "--model", tiny_bert, "--variants", variant, "--steps", "1"])
     assert proc.returncode != 0 and says in proc.stderr, proc.stderr[-3000:]
@@ -57,25 +102,61 @@ def test_a_variant_that_cannot_run_is_refused_naming_it(variant: str, says: str,
 
 def test_side_by_side_reads_hf_result_files_and_reports_fraction_of_peak(tmp_path: Path, capsys):
     # "ours" prints KEY=value lines; "hf" prints a table and writes all_results.json, like HF's script
-    ours = (f"{PYTHON} -c \"print('train_runtime=10'); print('TRAIN_MODEL_TFLOP=2.0'); "
-            f"print('ACHIEVED_TFLOPS=0.2'); print('eval_f1=40.0')\" # {{out}}")
-    hf = (f"mkdir -p {{out}} && {PYTHON} -c \"import json,sys; json.dump({{'train_runtime': 20.0, "
-          f"'eval_f1': 41.0, 'eval_exact_match': 30.0}}, open(sys.argv[1] + '/all_results.json', 'w'))\" "
-          "{out} --bf16")
-    rc = side_by_side.main(["--repeats", "1", "--workdir", str(tmp_path), "--peak_tflops", "0.5", "--peak_bf16_tflops",
-                            "1.0", "--cmd", f"ours={ours}", "--cmd", f"hf={hf}"])
+    ours = (
+        f"{PYTHON} -c \"print('train_runtime=10'); print('TRAIN_MODEL_TFLOP=2.0'); "
+        f"print('ACHIEVED_TFLOPS=0.2'); print('eval_f1=40.0')\" # {{out}}"
+    )
+    hf = (
+        f"mkdir -p {{out}} && {PYTHON} -c \"import json,sys; json.dump({{'train_runtime': 20.0, "
+        f"'eval_f1': 41.0, 'eval_exact_match': 30.0}}, open(sys.argv[1] + '/all_results.json', 'w'))\" "
+        "{out} --bf16"
+    )
+    rc = side_by_side.main(
+        [
+            "--repeats",
+            "1",
+            "--workdir",
+            str(tmp_path),
+            "--peak_tflops",
+            "0.5",
+            "--peak_bf16_tflops",
+            "1.0",
+            "--cmd",
+            f"ours={ours}",
+            "--cmd",
+            f"hf={hf}",
+        ]
+    )
     assert rc == 0
     runs = json.loads((tmp_path / "side_by_side.json").read_text())["runs"]
     assert runs["hf"][0]["eval_f1"] == 41.0 and runs["hf"][0]["train_runtime"] == 20.0
     assert runs["hf"][0]["ACHIEVED_TFLOPS"] == pytest.approx(0.1)  # ours' useful work / hf's train time
     assert runs["ours"][0]["peak_fraction"] == pytest.approx(0.4)
     assert runs["hf"][0]["peak_fraction"] == pytest.approx(0.1)  # a --bf16 command: against the bf16 peak
-    assert "| fraction of CPU GEMM peak at the run's precision | 0.4 | 0.1 | 4.00x |" in capsys.readouterr().out
+    assert (
+        "| fraction of CPU GEMM peak at the run's precision | 0.4 | 0.1 | 4.00x |" in capsys.readouterr().out
+    )
 
 
 def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
-    log = ok(run([PYTHON, "-m", "bench.cpu_peak", "--size", "128", "--repeats", "2", "--warmup", "1", "--json_out",
-                  tmp_path / "peak.json"], timeout=120))
+    log = ok(
+        run(
+            [
+                PYTHON,
+                "-m",
+                "bench.cpu_peak",
+                "--size",
+                "128",
+                "--repeats",
+                "2",
+                "--warmup",
+                "1",
+                "--json_out",
+                tmp_path / "peak.json",
+            ],
+            timeout=120,
+        )
+    )
     line = [x for x in log.splitlines() if x.startswith("CPU_PEAK_TFLOPS=")]
     assert line and float(line[0].split("=")[1]) > 0
     peak = json.loads((tmp_path / "peak.json").read_text())
@@ -85,18 +166,29 @@ def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
     assert bool(bf16) == any(torch.cpu.get_capabilities().get(f) for f in ("amx_bf16", "avx512_bf16"))
 
 
-@pytest.mark.parametrize("script", ["gpu_smoke.sh", "reference_comparison.sh", "hf_eval_scramble.sh",
-                                    "accuracy_full.sh", "cpu_levers.sh", "profile_train_step.sh"])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "gpu_smoke.sh",
+        "reference_comparison.sh",
+        "hf_eval_scramble.sh",
+        "accuracy_full.sh",
+        "cpu_levers.sh",
+        "profile_train_step.sh",
+    ],
+)
 def test_scripts_name_the_missing_gpu_or_data(script: str, tmp_path: Path):
     nowhere = tmp_path / "nowhere"
     out_arg = [str(tmp_path / "out")] if script == "accuracy_full.sh" else []
-    env = offline_env(CUDA_VISIBLE_DEVICES="", SQUAD_DIR=str(nowhere), PY=PYTHON,
-                      QA_VENV=str(Path(PYTHON).parents[1]))  # this python
+    env = offline_env(
+        CUDA_VISIBLE_DEVICES="", SQUAD_DIR=str(nowhere), PY=PYTHON, QA_VENV=str(Path(PYTHON).parents[1])
+    )  # this python
     proc = run(["bash", REPO / "bench" / script, *out_arg], timeout=120, env=env)
     ok(proc, 2)
     if script == "gpu_smoke.sh":  # one line, on stderr
         assert proc.stdout == "" and proc.stderr.strip().splitlines() == [
-            "GPU_SMOKE=not_run: no GPU here (torch sees none); run bench/gpu_smoke.sh on a GPU node"], proc.stderr
+            "GPU_SMOKE=not_run: no GPU here (torch sees none); run bench/gpu_smoke.sh on a GPU node"
+        ], proc.stderr
     else:
         assert f"ERROR: no {nowhere}/" in proc.stderr and "../shared/data/squad-v1.1" in proc.stderr
 
@@ -115,19 +207,44 @@ sys.exit(gpu_smoke.train(sys.argv[1:], (SlowFirstStep(),)))
 """
 
 
-def test_gpu_smoke_steady_state_leaves_the_slow_first_step_out(tiny_bert: Path, demo_files: dict, tmp_path: Path):
+def test_gpu_smoke_steady_state_leaves_the_slow_first_step_out(
+    tiny_bert: Path, demo_files: dict, tmp_path: Path
+):
     out, results = tmp_path / "out", tmp_path / "results"
-    train = [*plain_flags(tiny_bert, demo_files, out), "--report_to", "none", "--max_steps", "8",
-             "--per_device_train_batch_size", "4"]
+    train = [
+        *plain_flags(tiny_bert, demo_files, out),
+        "--report_to",
+        "none",
+        "--max_steps",
+        "8",
+        "--per_device_train_batch_size",
+        "4",
+    ]
     ok(run([PYTHON, "-c", SLOW_FIRST_STEP, *train]))
-    log = ok(run([PYTHON, "bench/gpu_smoke.py", "record", out, "--label", "cpu", "--warmup", "1",
-                  "--results_dir", results]))
+    log = ok(
+        run(
+            [
+                PYTHON,
+                "bench/gpu_smoke.py",
+                "record",
+                out,
+                "--label",
+                "cpu",
+                "--warmup",
+                "1",
+                "--results_dir",
+                results,
+            ]
+        )
+    )
     assert re.search(r"^SMOKE label=cpu device=cpu gpus=1 precision=fp32 median_step_seconds=", log, re.M)
     steps = read(out / "step_times.json")["step_seconds"]
     (record,) = [read(p) for p in results.glob("gpu_smoke_*_cpu.json")]
     assert len(steps) == 8 and steps[0] >= 3.0 and max(steps[1:]) < 3.0
     assert record["median_step_seconds"] == pytest.approx(sorted(steps[1:])[3]) and record["steps_timed"] == 7
-    assert record["whole_run_step_seconds"] > record["median_step_seconds"] + 3.0 / 8  # the whole run holds it
+    assert (
+        record["whole_run_step_seconds"] > record["median_step_seconds"] + 3.0 / 8
+    )  # the whole run holds it
     assert record["samples_per_second"] == pytest.approx(4 / record["median_step_seconds"])
     assert record["projected_2_epochs_seconds"] == pytest.approx(2 * 88524 / record["samples_per_second"])
     assert record["learned"] is True and record["mfu"] is None and record["torch"]

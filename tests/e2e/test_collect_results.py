@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from fixtures.procs import PYTHON, ok, run
 from fixtures.runs import Run, read
 
@@ -43,7 +42,9 @@ def test_the_collector_runs_as_users_type_it(tiny_project):
 
 def test_rows_carry_the_figures_the_runs_wrote(tiny_project, capsys):
     root, runs = tiny_project
-    out = json.loads(collect(capsys, root, "logs", "outputs", "--format", "json", "--baseline", "qa-tiny-1001").stdout)
+    out = json.loads(
+        collect(capsys, root, "logs", "outputs", "--format", "json", "--baseline", "qa-tiny-1001").stdout
+    )
     rows = {r["run"]: r for r in out["runs"]}
     assert list(rows) == ["qa-tiny-1001", "qa-tiny-ddp-1002", "qa-tiny-bad-1003"]
     assert out["baseline"] == "qa-tiny-1001" and out["speedup_on"] == "train_runtime"
@@ -64,7 +65,9 @@ def test_rows_carry_the_figures_the_runs_wrote(tiny_project, capsys):
         assert row["train_runtime"] == pytest.approx(train["train_runtime"], abs=1e-3)
         assert row["train_samples_per_second"] == pytest.approx(train["train_samples_per_second"], rel=1e-3)
         assert row["train_tokens_per_second"] == record["results"]["train_tokens_per_second"] > 0
-        assert row["eval_samples_per_second"] == pytest.approx(evaluation["eval_samples_per_second"], abs=1e-3)
+        assert row["eval_samples_per_second"] == pytest.approx(
+            evaluation["eval_samples_per_second"], abs=1e-3
+        )
         assert row["exact_match"] == pytest.approx(evaluation["eval_exact_match"], abs=1e-4)
         assert row["f1"] == pytest.approx(evaluation["eval_f1"], abs=1e-4)
         assert row["peak_memory_mb"] == pytest.approx(memory["max_over_ranks"]["cpu_peak_rss_mb"], abs=0.05)
@@ -80,7 +83,15 @@ def test_rows_carry_the_figures_the_runs_wrote(tiny_project, capsys):
     last_error = [ln for ln in runs["failed"].text.splitlines() if ln.startswith("ERROR: ")][-1]
     assert bad["status"] == "failed" and bad["reason"] == last_error.removeprefix("ERROR: ").strip()
     assert "answer_start" in bad["reason"] and bad["logs"] == [str(runs["failed"].log.resolve())]
-    for key in ("wall_clock_seconds", "train_runtime", "exact_match", "f1", "speedup", "exit_code", "output_dir"):
+    for key in (
+        "wall_clock_seconds",
+        "train_runtime",
+        "exact_match",
+        "f1",
+        "speedup",
+        "exit_code",
+        "output_dir",
+    ):
         assert bad[key] is None, key
 
 
@@ -98,12 +109,17 @@ def test_markdown_and_csv(tiny_project, capsys):
     assert row["qa-tiny-1001"][11] == f"{memory:,.0f} MB (rss)"
     assert row["qa-tiny-bad-1003"][13].startswith("FAILED: ") and row["qa-tiny-bad-1003"][5] == "n/a"
     assert row["qa-tiny-bad-1003"][3] == "n/a" and len(row["qa-tiny-bad-1003"][13]) <= len("FAILED: ") + 100
-    records = list(csv.DictReader(io.StringIO(collect(capsys, root, "logs", "outputs", "--format", "csv").stdout)))
+    records = list(
+        csv.DictReader(io.StringIO(collect(capsys, root, "logs", "outputs", "--format", "csv").stdout))
+    )
     assert [r["run"] for r in records] == ["qa-tiny-1001", "qa-tiny-ddp-1002", "qa-tiny-bad-1003"]
     assert float(records[1]["train_runtime"]) == pytest.approx(
-        read(runs["ddp"].out / "train_results.json")["train_runtime"], abs=1e-3)
+        read(runs["ddp"].out / "train_results.json")["train_runtime"], abs=1e-3
+    )
     assert records[1]["nodes"] == "1" and records[1]["procs_per_node"] == "2"  # integers, not 1.0
-    assert records[2]["status"] == "failed" and records[2]["train_runtime"] == "" and records[2]["nodes"] == ""
+    assert (
+        records[2]["status"] == "failed" and records[2]["train_runtime"] == "" and records[2]["nodes"] == ""
+    )
     assert records[2]["logs"] == str(runs["failed"].log.resolve())  # paths joined by ";", not a list's repr
 
 
@@ -122,7 +138,11 @@ def test_plots_draw_the_records_numbers(tiny_project, tmp_path, capsys):
     heights = [bar.get_height() for bar in ax.patches]
     assert heights == pytest.approx([r["results"]["train_samples_per_second"] for r in records] + [0.0])
     assert [bar.get_facecolor() == ax.patches[0].get_facecolor() for bar in ax.patches] == [True, True, False]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["qa-tiny-1001", "qa-tiny-ddp-1002", "qa-tiny-bad-1003"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "qa-tiny-1001",
+        "qa-tiny-ddp-1002",
+        "qa-tiny-bad-1003",
+    ]
 
 
 def test_defaults_missing_fields_and_bad_baseline(tiny_project, tmp_path, capsys):
@@ -140,7 +160,9 @@ def test_defaults_missing_fields_and_bad_baseline(tiny_project, tmp_path, capsys
         assert rows["cut-off"]["status"] == "incomplete" and rows["cut-off"]["train_runtime"] is None
         assert rows["qa-tiny-1001"]["status"] == "ok"
         assert "matches no run" in collect(capsys, root, "--baseline", "no-such-run", code=2).stderr
-        assert "has no train_runtime" in collect(capsys, root, "--baseline", "qa-tiny-bad-1003", code=2).stderr
+        assert (
+            "has no train_runtime" in collect(capsys, root, "--baseline", "qa-tiny-bad-1003", code=2).stderr
+        )
         assert "no paths given" in collect(capsys, tmp_path, code=2).stderr
     finally:
         (root / "logs" / "qa-tiny-pending-1004.out").unlink()

@@ -15,15 +15,39 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from fixtures.procs import (
-    REPO, RUN_QA, LoggedProcess, free_port, offline_env, ok, rank_pids, run, run_qa, side_by_side, tiny_flags, torchrun,
+    REPO,
+    RUN_QA,
+    LoggedProcess,
+    free_port,
+    offline_env,
+    ok,
+    rank_pids,
+    run,
+    run_qa,
+    side_by_side,
+    tiny_flags,
+    torchrun,
 )
 from fixtures.runs import (
-    DDP_BATCH, DDP_EVAL_STEPS, PROBE, TIMEOUT, Run, assert_closing_line_is_wall_clock_and_bounded,
-    assert_resumed_exactly, ddp_full_flags, ddp_side_dirs, ddp_train_flags, flat, max_diff, rank_stdout, read, windows,
+    DDP_BATCH,
+    DDP_EVAL_STEPS,
+    PROBE,
+    TIMEOUT,
+    Run,
+    assert_closing_line_is_wall_clock_and_bounded,
+    assert_resumed_exactly,
+    ddp_full_flags,
+    ddp_side_dirs,
+    ddp_train_flags,
+    flat,
+    max_diff,
+    rank_stdout,
+    read,
+    windows,
 )
+from safetensors.torch import load_file
+
 from qa_hpc.errors import EXIT_PREEMPTED
 
 
@@ -36,22 +60,30 @@ def probe_env(params: Path, **extra: str) -> dict[str, str]:
     return offline_env(PYTHONPATH=str(REPO), QA_PROBE_PARAMS_DIR=str(params), **extra)
 
 
-def test_two_ranks_split_the_data_evaluate_every_question_once_and_rank0_closes(ddp: Run, ddp_data: dict) -> None:
+def test_two_ranks_split_the_data_evaluate_every_question_once_and_rank0_closes(
+    ddp: Run, ddp_data: dict
+) -> None:
     out, log = ddp.ok().out, ddp.text
     assert "DISTRIBUTED world_size=2" in log and "backend=gloo" in log
     train_feats = read(out / "train_results.json")["train_samples"]
     assert train_feats == len(windows(flat(read(ddp_data["train"])))["input_ids"])
-    assert read(out / "trainer_state.json")["global_step"] == 2 * math.ceil(train_feats / (DDP_BATCH * 2))  # 2 epochs
+    assert read(out / "trainer_state.json")["global_step"] == 2 * math.ceil(
+        train_feats / (DDP_BATCH * 2)
+    )  # 2 epochs
     n_feat = len(windows(flat(read(ddp_data["validation"])))["input_ids"])
     assert n_feat % 2 == 1 and read(out / "eval_results.json")["eval_samples"] == n_feat
-    assert sorted(read(out / "eval_predictions.json")) == sorted(r["id"] for r in flat(read(ddp_data["validation"])))
+    assert sorted(read(out / "eval_predictions.json")) == sorted(
+        r["id"] for r in flat(read(ddp_data["validation"]))
+    )
     # the metrics were computed once, on rank 0: only it prints them, and its closing line
     rank0, rank1 = rank_stdout(ddp, 0), rank_stdout(ddp, 1)
     assert rank0.count("eval_f1=") == 1 and "eval_f1=" not in rank1 and "WALL_CLOCK_SECONDS=" not in rank1
     assert_closing_line_is_wall_clock_and_bounded(rank0, read(out / "run_summary.json"), ddp.measured)
 
 
-def test_gradients_are_synchronized_across_ranks(ddp: Run, ddp_data: dict, tiny_bert: Path, tmp_path: Path) -> None:
+def test_gradients_are_synchronized_across_ranks(
+    ddp: Run, ddp_data: dict, tiny_bert: Path, tmp_path: Path
+) -> None:
     params = ddp_side_dirs(ddp.ok().log.parents[1])[1]
     steps = read(ddp.out / "trainer_state.json")["global_step"]
     initial = load_file(tiny_bert / "model.safetensors")
@@ -64,25 +96,45 @@ def test_gradients_are_synchronized_across_ranks(ddp: Run, ddp_data: dict, tiny_
 
     # the same training without the all-reduce, by two torchrun agents as two nodes meeting at a c10d endpoint
     out, alone = tmp_path / "out", tmp_path / "params"
-    cmd = torchrun(PROBE, *ddp_train_flags(tiny_bert, ddp_data, out), "--do_eval", "--validation_file",
-                   str(ddp_data["validation"]), "--save_strategy", "no",
-                   launch=("--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d", "--max_restarts=0",
-                           f"--rdzv_endpoint=127.0.0.1:{free_port()}", "--rdzv_id=qa-test"))
-    logs = "".join(ok(node) for node in side_by_side(*[(cmd, probe_env(alone, QA_PROBE_NO_GRAD_SYNC="1"))] * 2))
+    cmd = torchrun(
+        PROBE,
+        *ddp_train_flags(tiny_bert, ddp_data, out),
+        "--do_eval",
+        "--validation_file",
+        str(ddp_data["validation"]),
+        "--save_strategy",
+        "no",
+        launch=(
+            "--nnodes=2",
+            "--nproc_per_node=1",
+            "--rdzv_backend=c10d",
+            "--max_restarts=0",
+            f"--rdzv_endpoint=127.0.0.1:{free_port()}",
+            "--rdzv_id=qa-test",
+        ),
+    )
+    logs = "".join(
+        ok(node) for node in side_by_side(*[(cmd, probe_env(alone, QA_PROBE_NO_GRAD_SYNC="1"))] * 2)
+    )
     assert "DISTRIBUTED world_size=2" in logs and logs.count("WALL_CLOCK_SECONDS=") == 1
-    assert read(out / "trainer_state.json")["global_step"] == steps and "eval_f1" in read(out / "eval_results.json")
+    assert read(out / "trainer_state.json")["global_step"] == steps and "eval_f1" in read(
+        out / "eval_results.json"
+    )
     alone0, alone1 = load_file(alone / "rank0.safetensors"), load_file(alone / "rank1.safetensors")
     assert max_diff(alone0, alone1) > 1e-3, "without the all-reduce the ranks' shards must lead them apart"
     assert max_diff(rank0, alone0) > 1e-3 and max_diff(rank0, alone1) > 1e-3
 
 
-def test_best_checkpoint_is_loaded_on_every_rank_and_scores_like_one_process(ddp: Run, ddp_data: dict,
-                                                                              tmp_path: Path) -> None:
+def test_best_checkpoint_is_loaded_on_every_rank_and_scores_like_one_process(
+    ddp: Run, ddp_data: dict, tmp_path: Path
+) -> None:
     out = ddp.ok().out
     state = read(out / "trainer_state.json")
     steps, f1 = state["global_step"], evals(state)
     assert sorted(f1) == list(range(DDP_EVAL_STEPS, steps + 1, DDP_EVAL_STEPS)), state["log_history"]
-    best_step = min(s for s in f1 if f1[s] == max(f1.values()))  # the first of equals: greater_is_better is strict
+    best_step = min(
+        s for s in f1 if f1[s] == max(f1.values())
+    )  # the first of equals: greater_is_better is strict
     best = out / f"checkpoint-{best_step}"
     assert state["best_model_checkpoint"] == str(best) and state["best_metric"] == f1[best_step]
     # a best before the last step, or loading it would change nothing (these settings give one)
@@ -97,8 +149,22 @@ def test_best_checkpoint_is_loaded_on_every_rank_and_scores_like_one_process(ddp
     # of the logits came from its own copy of the model, had loaded the same checkpoint, and the gather handed each
     # feature its own logits (in one process they are its own: tests/unit/test_features.py)
     one = tmp_path / "one"
-    ok(run_qa(tiny_flags(out, one, "--do_eval", "--validation_file", str(ddp_data["validation"]), "--do_predict",
-                         "--test_file", str(ddp_data["test"]), "--per_device_eval_batch_size", "3")))
+    ok(
+        run_qa(
+            tiny_flags(
+                out,
+                one,
+                "--do_eval",
+                "--validation_file",
+                str(ddp_data["validation"]),
+                "--do_predict",
+                "--test_file",
+                str(ddp_data["test"]),
+                "--per_device_eval_batch_size",
+                "3",
+            )
+        )
+    )
     assert len(read(out / "predict_predictions.json")) == 7
     for name in ("eval_predictions.json", "predict_predictions.json"):
         assert read(one / name) == read(out / name), name
@@ -107,8 +173,9 @@ def test_best_checkpoint_is_loaded_on_every_rank_and_scores_like_one_process(ddp
         assert [two[f"{split}_{k}"] for k in keys] == [single[f"{split}_{k}"] for k in keys], split
 
 
-def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(ddp: Run, tiny_bert: Path, ddp_data: dict,
-                                                                  tmp_path: Path) -> None:
+def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(
+    ddp: Run, tiny_bert: Path, ddp_data: dict, tmp_path: Path
+) -> None:
     reference_params = ddp_side_dirs(ddp.ok().log.parents[1])[1]
     steps = read(ddp.out / "trainer_state.json")["global_step"]
     out, params = tmp_path / "out", tmp_path / "params"
@@ -126,14 +193,18 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(ddp: Run, tiny
     assert len({s for _, s in stops}) == 1, f"ranks stopped at different steps: {stops}"
     step = int(stops[0][1])
     assert 1 <= step < steps
-    assert re.search(rf"PREEMPTED signal=\w+ global_step={step} ", log), log[-4000:]  # rank 0: it was not signalled
+    assert re.search(rf"PREEMPTED signal=\w+ global_step={step} ", log), log[
+        -4000:
+    ]  # rank 0: it was not signalled
     # torchrun's report: the first worker to finish exited EX_TEMPFAIL; torchrun then ends the other with
     # SIGTERM if it is still shutting down (the checkpoint and the record were written before any exit)
     codes = re.findall(r"exitcode\s*: (-?\d+)", log)
     assert str(EXIT_PREEMPTED) in codes and set(codes) <= {str(EXIT_PREEMPTED), "-15"}, log[-4000:]
     assert not params.exists(), "the first run must stop before its last step"
     checkpoint = out / f"checkpoint-{step}"
-    assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt", "trainer_state.json"} <= set(os.listdir(checkpoint))
+    assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt", "trainer_state.json"} <= set(
+        os.listdir(checkpoint)
+    )
     record = read(out / "run_summary.json")
     stopped = (record["status"], record["exit_code"], record["stopped"]["global_step"])
     assert stopped == ("preempted", EXIT_PREEMPTED, step), record
@@ -142,27 +213,56 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(ddp: Run, tiny
     resumed, reference = read(out / "trainer_state.json"), read(ddp.out / "trainer_state.json")
     assert evals(resumed) == pytest.approx(evals(reference))
     for rank in (0, 1):
-        a, b = load_file(params / f"rank{rank}.safetensors"), load_file(reference_params / f"rank{rank}.safetensors")
+        a, b = (
+            load_file(params / f"rank{rank}.safetensors"),
+            load_file(reference_params / f"rank{rank}.safetensors"),
+        )
         assert max_diff(a, b) < 1e-6, f"rank {rank}'s final parameters differ by {max_diff(a, b)}"
     assert Path(resumed["best_model_checkpoint"]).name == Path(reference["best_model_checkpoint"]).name
     assert read(out / "predict_predictions.json") == read(ddp.out / "predict_predictions.json")
     assert read(out / "run_summary.json")["status"] == "ok"
 
 
-@pytest.mark.parametrize("sig, flags, within, named", [
-    # the launcher's failure report names the dead rank, its pid and the signal
-    (signal.SIGKILL, (), 120, [r"rank\s*:\s*1 \(local_rank: 1\)", r"pid: {1}\b", "SIGKILL"]),
-    # frozen (SIGSTOP: a hung node or file system): alive but silent, sockets open, only a timeout can tell;
-    # --ddp_timeout reaches gloo too, so rank 0 gives up after 10 s (not 1800), says so, and the launcher stops
-    (signal.SIGSTOP, ("--ddp_timeout", "10"), 150,
-     [r"ERROR: rank 0 \(pid {0}\) failed: .*[Tt]ime(d )?out", r"rank\s*:\s*0 \(local_rank: 0\)"]),
-], ids=["killed", "frozen"])
-def test_a_killed_or_frozen_rank_ends_the_job_in_bounded_time_named(sig, flags, within, named, tiny_bert: Path,
-                                                                    demo_files: dict[str, Path], tmp_path: Path):
-    cmd = torchrun(RUN_QA, *tiny_flags(tiny_bert, tmp_path / "out", "--do_train", "--train_file",
-                                       str(demo_files["train"]), "--max_train_samples", "8", "--num_train_epochs",
-                                       "200", "--per_device_train_batch_size", "4", "--logging_steps", "1",
-                                       "--save_strategy", "no", *flags))
+@pytest.mark.parametrize(
+    "sig, flags, within, named",
+    [
+        # the launcher's failure report names the dead rank, its pid and the signal
+        (signal.SIGKILL, (), 120, [r"rank\s*:\s*1 \(local_rank: 1\)", r"pid: {1}\b", "SIGKILL"]),
+        # frozen (SIGSTOP: a hung node or file system): alive but silent, sockets open, only a timeout can tell;
+        # --ddp_timeout reaches gloo too, so rank 0 gives up after 10 s (not 1800), says so, and the launcher stops
+        (
+            signal.SIGSTOP,
+            ("--ddp_timeout", "10"),
+            150,
+            [r"ERROR: rank 0 \(pid {0}\) failed: .*[Tt]ime(d )?out", r"rank\s*:\s*0 \(local_rank: 0\)"],
+        ),
+    ],
+    ids=["killed", "frozen"],
+)
+def test_a_killed_or_frozen_rank_ends_the_job_in_bounded_time_named(
+    sig, flags, within, named, tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
+):
+    cmd = torchrun(
+        RUN_QA,
+        *tiny_flags(
+            tiny_bert,
+            tmp_path / "out",
+            "--do_train",
+            "--train_file",
+            str(demo_files["train"]),
+            "--max_train_samples",
+            "8",
+            "--num_train_epochs",
+            "200",
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--save_strategy",
+            "no",
+            *flags,
+        ),
+    )
     job, pids = LoggedProcess(cmd, tmp_path / "torchrun.log"), {}
     try:
         job.wait_for(r"\{'loss'", count=2)  # both ranks are in the training loop
@@ -185,6 +285,9 @@ def test_ranks_vote_only_every_n_steps_and_stop_together() -> None:
     cmd = torchrun(REPO / "tests" / "fixtures" / "vote_ranks.py", "20", "1:4", "3:4", "10:4")
     log = ok(run(cmd, timeout=120, env=offline_env(PYTHONPATH=str(REPO))))
     stopped = sorted(re.findall(r"STOPPED every=(\d+) rank=(\d) step=(\d+) votes=(\d+)", log))
-    want = [(str(every), str(r), str(step), str(step // every)) for every, step in ((1, 4), (10, 10), (3, 6))
-            for r in (0, 1)]
+    want = [
+        (str(every), str(r), str(step), str(step // every))
+        for every, step in ((1, 4), (10, 10), (3, 6))
+        for r in (0, 1)
+    ]
     assert stopped == sorted(want), log

@@ -18,11 +18,20 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, skip_or_fail
 from fixtures.outputs import scalars, tensorboard_events
-from fixtures.procs import (PYTHON, RUN_QA, LoggedProcess, accelerate, demo_job_env, free_port, offline_env, ok, run,
-                            side_by_side)
+from fixtures.procs import (
+    PYTHON,
+    RUN_QA,
+    LoggedProcess,
+    accelerate,
+    demo_job_env,
+    free_port,
+    offline_env,
+    ok,
+    run,
+    side_by_side,
+)
 from fixtures.runs import Run, plain_flags
 
 
@@ -30,15 +39,25 @@ def run_demo_job(script: str, env: dict[str, str], tmp: Path, job: str) -> str:
     """bash SCRIPT with nothing cached, nothing reachable: the offline demo ran, labelled everywhere, scored the 5
     questions asked for (arguments after the script win), its log copied to QA_LOG_DIR; the log."""
     log = ok(run(["bash", REPO / script, "--max_eval_samples", "5"], env=env))
-    for says in ("MISSING model=bert-base-uncased", "MISSING dataset=squad", "OFFLINE DEMO - NOT THE BASELINE",
-                 "RUN_MODE=offline_demo"):
+    for says in (
+        "MISSING model=bert-base-uncased",
+        "MISSING dataset=squad",
+        "OFFLINE DEMO - NOT THE BASELINE",
+        "RUN_MODE=offline_demo",
+    ):
         assert says in log, says
     assert "RUN_MODE=baseline" not in log and re.search(r"^WALL_CLOCK_SECONDS=\d+$", log, re.M)
     assert re.search(r"JOB_SECONDS=\d+ JOB_EXIT_CODE=0$", log, re.M)
     results = json.loads((tmp / "out" / "eval_results.json").read_text())
     f1 = re.search(r"^eval_f1=(\d+\.\d+)$", log, re.M)
-    assert f1 and float(f1.group(1)) == pytest.approx(results["eval_f1"], abs=1e-4) and results["eval_examples"] == 5
-    assert re.search(r"^eval_exact_match=\d+\.\d+$", log, re.M) and (tmp / "out" / "OFFLINE_DEMO.txt").is_file()
+    assert (
+        f1
+        and float(f1.group(1)) == pytest.approx(results["eval_f1"], abs=1e-4)
+        and results["eval_examples"] == 5
+    )
+    assert (
+        re.search(r"^eval_exact_match=\d+\.\d+$", log, re.M) and (tmp / "out" / "OFFLINE_DEMO.txt").is_file()
+    )
     (copy,) = (tmp / "logs").glob(f"{job}-local-*.out")
     assert "RUN_MODE=offline_demo" in copy.read_text()
     return log
@@ -50,8 +69,10 @@ def test_job_ft3_falls_back_to_the_offline_demo_and_labels_it(tiny_bert: Path, t
     env = demo_job_env(tiny_bert, tmp_path, QA_PRECISION="bf16", OMP_NUM_THREADS=None)
     log = run_demo_job("job_ft3.sh", env, tmp_path, "bert_squad_ft3")
     cpus = len(os.sched_getaffinity(0))
-    assert (f"PLAN device=cpu precision=bf16 (--precision bf16) tf32=off threads={cpus} ({cpus} CPUs / 1 process(es) "
-            "on this node) dataloader_workers=0 world_size=1 ") in log, log[-3000:]
+    assert (
+        f"PLAN device=cpu precision=bf16 (--precision bf16) tf32=off threads={cpus} ({cpus} CPUs / 1 process(es) "
+        "on this node) dataloader_workers=0 world_size=1 "
+    ) in log, log[-3000:]
     assert re.search(r"^EFFECTIVE rank=0 precision=bf16 ", log, re.M)
     train = json.loads((tmp_path / "data" / "train.json").read_text())["data"]  # generated with the overrides
     assert sum(len(p["qas"]) for a in train for p in a["paragraphs"]) == 16
@@ -74,9 +95,16 @@ def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
     """QA_SKIP_PREFETCH=1: setup only checks the cache and finishes. Then the login-node branch, not offline: it
     asks the hub (down: 503) for the model, once, says what is missing, and still ends ready (exit 0), keeping
     the demo data the first run made."""
-    work = tmp_path / "checkout"  # without data, caches and outputs; the project's venv linked in (pip is CI's)
-    shutil.copytree(REPO, work, ignore=shutil.ignore_patterns(".git", ".venv", "hf_cache", "outputs", "logs", "runs",
-                                                              "data", "__pycache__"))
+    work = (
+        tmp_path / "checkout"
+    )  # without data, caches and outputs; the project's venv linked in (pip is CI's)
+    shutil.copytree(
+        REPO,
+        work,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "hf_cache", "outputs", "logs", "runs", "data", "__pycache__"
+        ),
+    )
     (work / ".venv").symlink_to(REPO / ".venv")
     env = offline_env(QA_SKIP_PIP="1", QA_SKIP_PREFETCH="1", QA_DEMO_TRAIN="20", QA_DEMO_EVAL="5")
     log = ok(run(["bash", "setup_bert.sh"], env=env, cwd=work))
@@ -85,9 +113,15 @@ def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
     assert (work / "data" / "demo" / "validation.json").is_file() and (work / "logs").is_dir()
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RecordingHub) as hub:
         threading.Thread(target=hub.serve_forever, daemon=True).start()
-        env = offline_env(QA_SKIP_PIP="1", QA_DEMO_TRAIN="20", QA_DEMO_EVAL="5", HF_HUB_OFFLINE=None,
-                          HF_DATASETS_OFFLINE=None, TRANSFORMERS_OFFLINE=None,
-                          HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}")
+        env = offline_env(
+            QA_SKIP_PIP="1",
+            QA_DEMO_TRAIN="20",
+            QA_DEMO_EVAL="5",
+            HF_HUB_OFFLINE=None,
+            HF_DATASETS_OFFLINE=None,
+            TRANSFORMERS_OFFLINE=None,
+            HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}",
+        )
         try:
             log = ok(run(["bash", "setup_bert.sh"], env=env, cwd=work))
         finally:
@@ -95,7 +129,11 @@ def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
     lines = log.splitlines()
     assert "prefetching bert-base-uncased + squad" in log, log[-3000:]
     assert _RecordingHub.seen == ["/api/models/bert-base-uncased"]
-    assert "HUB_REACHABLE=0" in lines and "MISSING dataset=squad" in lines and "SETUP_READY=offline_demo" in lines
+    assert (
+        "HUB_REACHABLE=0" in lines
+        and "MISSING dataset=squad" in lines
+        and "SETUP_READY=offline_demo" in lines
+    )
     assert "Traceback" not in log and "demo data in data/demo" in log  # the first run's data kept
     assert (work / "hf_cache").is_dir() and not list((work / "hf_cache").glob("**/models--*"))
 
@@ -106,17 +144,26 @@ def test_job_cpu_runs_the_demo_on_the_cpu_with_both_levers_on(tiny_bert: Path, t
     (AVX512-BF16 or AMX: torch's own capability check), else fp32."""
     import torch
 
-    fast = next((name for name in ("amx_bf16", "avx512_bf16") if torch.cpu.get_capabilities().get(name)), None)
+    fast = next(
+        (name for name in ("amx_bf16", "avx512_bf16") if torch.cpu.get_capabilities().get(name)), None
+    )
     want, why = ("bf16", f"CPU has {fast}") if fast else ("fp32", "CPU has no amx_bf16 or avx512_bf16")
     cpus = len(os.sched_getaffinity(0))
-    env = demo_job_env(tiny_bert, tmp_path, OMP_NUM_THREADS=None, QA_CPU_ALLOCATOR="auto", QA_CPU_AFFINITY="1")
+    env = demo_job_env(
+        tiny_bert, tmp_path, OMP_NUM_THREADS=None, QA_CPU_ALLOCATOR="auto", QA_CPU_AFFINITY="1"
+    )
     log = run_demo_job("job_cpu.sh", env, tmp_path, "bert_squad_cpu")
     assert re.search(r"CPU_LEVERS allocator=\S+ .*affinity=OMP_PROC_BIND=close", log)
     plan = re.search(r"\bPLAN device=.*$", log, re.M)  # a log record: time, rank, logger first
-    assert plan and plan.group(0).startswith(f"PLAN device=cpu precision={want} (auto: {why}) tf32=off threads={cpus} "
-                                             "(OMP_NUM_THREADS) dataloader_workers=0 world_size=1 "), log[-3000:]
-    assert re.search(rf"^EFFECTIVE rank=0 precision={want} tf32=off param_dtype=float32 threads={cpus} .*device=cpu ",
-                     log, re.M)
+    assert plan and plan.group(0).startswith(
+        f"PLAN device=cpu precision={want} (auto: {why}) tf32=off threads={cpus} "
+        "(OMP_NUM_THREADS) dataloader_workers=0 world_size=1 "
+    ), log[-3000:]
+    assert re.search(
+        rf"^EFFECTIVE rank=0 precision={want} tf32=off param_dtype=float32 threads={cpus} .*device=cpu ",
+        log,
+        re.M,
+    )
 
 
 def _get(url: str, timeout: float = 5.0):
@@ -135,14 +182,19 @@ def test_start_tensorboard_serves_a_runs_scalars(plain: Run, tmp_path: Path):
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    server = LoggedProcess(["bash", str(REPO / "scripts" / "start_tensorboard.sh"), str(logdir)],
-                           tmp_path / "tensorboard.log", env=offline_env(PORT=str(port), BIND="127.0.0.1"))
+    server = LoggedProcess(
+        ["bash", str(REPO / "scripts" / "start_tensorboard.sh"), str(logdir)],
+        tmp_path / "tensorboard.log",
+        env=offline_env(PORT=str(port), BIND="127.0.0.1"),
+    )
     try:
         tags: dict = {}
         deadline = time.monotonic() + 120
         while "train/loss" not in tags.get(run_dir.name, {}):  # up, and the run loaded
             assert server.proc.poll() is None, f"exited {server.proc.returncode}:\n{server.text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no train/loss of {run_dir.name} after 120 s:\n{server.text()}"
+            assert time.monotonic() < deadline, (
+                f"no train/loss of {run_dir.name} after 120 s:\n{server.text()}"
+            )
             try:
                 tags = _get(f"{base}/data/plugin/scalars/tags")
             except (urllib.error.URLError, ConnectionError, TimeoutError):
@@ -151,25 +203,60 @@ def test_start_tensorboard_serves_a_runs_scalars(plain: Run, tmp_path: Path):
         assert _get(f"{base}/data/runs") == [run_dir.name]
         query = urllib.parse.urlencode({"run": run_dir.name, "tag": "train/loss"})
         served = _get(f"{base}/data/plugin/scalars/scalars?{query}")  # [[wall_time, step, value], ...]
-        assert [(step, value) for _, step, value in served] == [(s, pytest.approx(v, rel=1e-6)) for s, v in expected]
+        assert [(step, value) for _, step, value in served] == [
+            (s, pytest.approx(v, rel=1e-6)) for s, v in expected
+        ]
         text = server.text()
         assert f"TENSORBOARD_URL=http://127.0.0.1:{port}" in text and "serving 1 event file(s)" in text
     finally:
         server.kill_all()
 
 
-@pytest.mark.parametrize("config, world, launch, precision, want, reason", [
-    # tiny_flags says --precision fp32; auto (the default) leaves it to accelerate's config or --mixed_precision
-    ("cpu.yaml", 1, (), "auto", "fp32", "accelerate mixed_precision=no"),  # cpu.yaml says mixed_precision: 'no'
-    ("cpu_multi.yaml", 2, ("--mixed_precision", "bf16"), "auto", "bf16", "accelerate mixed_precision=bf16"),
-    ("cpu.yaml", 1, ("--mixed_precision", "bf16"), "fp32", "fp32", "--precision fp32"),  # the flag wins
-])
-def test_accelerate_launch_cpu_configs(config: str, world: int, launch: tuple[str, ...], precision: str, want: str,
-                                       reason: str, tiny_bert: Path, demo_files: dict, tmp_path: Path):
+@pytest.mark.parametrize(
+    "config, world, launch, precision, want, reason",
+    [
+        # tiny_flags says --precision fp32; auto (the default) leaves it to accelerate's config or --mixed_precision
+        (
+            "cpu.yaml",
+            1,
+            (),
+            "auto",
+            "fp32",
+            "accelerate mixed_precision=no",
+        ),  # cpu.yaml says mixed_precision: 'no'
+        (
+            "cpu_multi.yaml",
+            2,
+            ("--mixed_precision", "bf16"),
+            "auto",
+            "bf16",
+            "accelerate mixed_precision=bf16",
+        ),
+        ("cpu.yaml", 1, ("--mixed_precision", "bf16"), "fp32", "fp32", "--precision fp32"),  # the flag wins
+    ],
+)
+def test_accelerate_launch_cpu_configs(
+    config: str,
+    world: int,
+    launch: tuple[str, ...],
+    precision: str,
+    want: str,
+    reason: str,
+    tiny_bert: Path,
+    demo_files: dict,
+    tmp_path: Path,
+):
     """Each config runs, and accelerate's mixed precision is what trains (unless --precision says otherwise)."""
     out = tmp_path / "out"
-    args = [*plain_flags(tiny_bert, demo_files, out), "--report_to", "none", "--save_strategy", "no", "--precision",
-            precision]
+    args = [
+        *plain_flags(tiny_bert, demo_files, out),
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--precision",
+        precision,
+    ]
     log = ok(run(accelerate(config, RUN_QA, *args, launch=launch), cwd=tmp_path))
     assert f"precision={want} ({reason})" in log
     assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
@@ -179,22 +266,43 @@ def test_accelerate_launch_cpu_configs(config: str, world: int, launch: tuple[st
     assert len(re.findall(r"^eval_f1=", log, re.M)) == 1  # computed and printed once
     train = json.loads((out / "train_results.json").read_text())
     state = json.loads((out / "trainer_state.json").read_text())
-    assert state["global_step"] == 2 * -(-train["train_samples"] // (8 * world))  # 2 epochs of batches of 8 per rank
+    assert state["global_step"] == 2 * -(
+        -train["train_samples"] // (8 * world)
+    )  # 2 epochs of batches of 8 per rank
 
 
 # --- settings through the launchers: what the user asks for reaches run_qa.py unchanged ------------------
 
 
-@pytest.mark.parametrize("qa_precision, args, code, says", [
-    ("none", (), 0, "PLAN device=cpu precision=fp32 (--precision fp32)"),  # the old name of fp32 (bf16: the demo run)
-    ("bf16", ("--precision", "fp32"), 0, "PLAN device=cpu precision=fp32 (--precision fp32)"),  # the job's own win
-    ("fp8", (), 2, "ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32"),
-    ("auto", ("--no_such_flag", "1"), 2, "JOB_EXIT_CODE=2"),  # the run's own status is the job's
-])
-def test_job_precision_reaches_run_qa_and_bad_settings_exit_2(qa_precision: str, args: tuple[str, ...], code: int,
-                                                              says: str, tiny_bert: Path, tmp_path: Path):
-    log = ok(run(["bash", REPO / "job_ft3.sh", *args, "--max_steps", "1", "--max_eval_samples", "2"],
-                 env=demo_job_env(tiny_bert, tmp_path, QA_PRECISION=qa_precision)), code)
+@pytest.mark.parametrize(
+    "qa_precision, args, code, says",
+    [
+        (
+            "none",
+            (),
+            0,
+            "PLAN device=cpu precision=fp32 (--precision fp32)",
+        ),  # the old name of fp32 (bf16: the demo run)
+        (
+            "bf16",
+            ("--precision", "fp32"),
+            0,
+            "PLAN device=cpu precision=fp32 (--precision fp32)",
+        ),  # the job's own win
+        ("fp8", (), 2, "ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32"),
+        ("auto", ("--no_such_flag", "1"), 2, "JOB_EXIT_CODE=2"),  # the run's own status is the job's
+    ],
+)
+def test_job_precision_reaches_run_qa_and_bad_settings_exit_2(
+    qa_precision: str, args: tuple[str, ...], code: int, says: str, tiny_bert: Path, tmp_path: Path
+):
+    log = ok(
+        run(
+            ["bash", REPO / "job_ft3.sh", *args, "--max_steps", "1", "--max_eval_samples", "2"],
+            env=demo_job_env(tiny_bert, tmp_path, QA_PRECISION=qa_precision),
+        ),
+        code,
+    )
     assert says in log, log[-3000:]
     assert bool(re.search(r"^EFFECTIVE rank=0 precision=fp32 ", log, re.M)) == (code == 0), log[-3000:]
     assert bool(re.search(r"^WALL_CLOCK_SECONDS=", log, re.M)) == (code == 0), log[-3000:]
@@ -207,12 +315,15 @@ def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_pa
     jobs = side_by_side(*((["bash", REPO / script], env) for script, env in zip(scripts, envs)))
     for script, job in zip(scripts, jobs):
         log = ok(job, 2)
-        assert "asked for a GPU (CUDA_VISIBLE_DEVICES=0)" in log and "torch.cuda.is_available()=False" in log, script
+        assert (
+            "asked for a GPU (CUDA_VISIBLE_DEVICES=0)" in log and "torch.cuda.is_available()=False" in log
+        ), script
         assert "'loss'" not in log and "WALL_CLOCK_SECONDS" not in log, script
 
 
 def test_rendezvous_port_is_the_jobs_own():
     """Two jobs on one node must not meet on one port: the port follows the job id (QA_RDZV_PORT overrides)."""
+
     def port(**env: str) -> str:
         script = f"source {REPO}/scripts/env_setup.sh && qa_rdzv_port"
         return run(["bash", "-c", script], env=offline_env(**env)).stdout.strip()
@@ -224,8 +335,12 @@ def test_rendezvous_port_is_the_jobs_own():
 def test_single_gpu_config_keeps_the_gpus_slurm_gave(tmp_path: Path):
     """accelerate's gpu_ids would overwrite CUDA_VISIBLE_DEVICES: the config leaves it as Slurm set it."""
     script = tmp_path / "show.py"
-    script.write_text('import os\nprint("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))\n')
-    log = ok(run(accelerate("single_gpu.yaml", script), env=offline_env(CUDA_VISIBLE_DEVICES="3"), cwd=tmp_path))
+    script.write_text(
+        'import os\nprint("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))\n'
+    )
+    log = ok(
+        run(accelerate("single_gpu.yaml", script), env=offline_env(CUDA_VISIBLE_DEVICES="3"), cwd=tmp_path)
+    )
     assert "CUDA_VISIBLE_DEVICES=3" in log
 
 
@@ -248,23 +363,41 @@ def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("levers_demo_data")
 
 
-def levers_job(tiny_bert: Path, tmp: Path, data: Path, script: str = "job_cpu.sh", gpus: int = 0, code: int = 0,
-               **extra: str) -> str:
+def levers_job(
+    tiny_bert: Path,
+    tmp: Path,
+    data: Path,
+    script: str = "job_cpu.sh",
+    gpus: int = 0,
+    code: int = 0,
+    **extra: str,
+) -> str:
     """A job in demo mode with the stand-in python (`gpus`: what it says torch sees) and torchrun (prints its
     arguments, then reports as the training process), exiting with `code`; its log."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir(exist_ok=True)
     (tmp / "report.py").write_text(REPORT)
-    for name, body in {"python": f'[ "$1" = run_qa.py ] && exec {PYTHON} {tmp / "report.py"}\n'
-                                 f'[ "$*" = "-m qa_hpc.plan --gpu-count" ] && [ {gpus} -gt 0 ] && echo {gpus} && exit\n'
-                                 f'exec {PYTHON} "$@"',
-                       "torchrun": f'echo "TORCHRUN $*"; exec {PYTHON} {tmp / "report.py"}',
-                       "numactl": "exit 0"}.items():
+    for name, body in {
+        "python": f'[ "$1" = run_qa.py ] && exec {PYTHON} {tmp / "report.py"}\n'
+        f'[ "$*" = "-m qa_hpc.plan --gpu-count" ] && [ {gpus} -gt 0 ] && echo {gpus} && exit\n'
+        f'exec {PYTHON} "$@"',
+        "torchrun": f'echo "TORCHRUN $*"; exec {PYTHON} {tmp / "report.py"}',
+        "numactl": "exit 0",
+    }.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    unset = dict.fromkeys(("LD_PRELOAD", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "OMP_NUM_THREADS"))
-    env = demo_job_env(tiny_bert, tmp, QA_MODE="demo", QA_VENV="none", QA_DEMO_DATA=str(data),
-                       PATH=f"{bin_dir}:{os.environ['PATH']}", **(unset | extra))
+    unset = dict.fromkeys(
+        ("LD_PRELOAD", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "OMP_NUM_THREADS")
+    )
+    env = demo_job_env(
+        tiny_bert,
+        tmp,
+        QA_MODE="demo",
+        QA_VENV="none",
+        QA_DEMO_DATA=str(data),
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        **(unset | extra),
+    )
     return ok(run(["bash", REPO / script], env=env), code)
 
 
@@ -275,7 +408,9 @@ def child_env(log: str) -> dict[str, str]:
 
 
 def test_jemalloc_is_preloaded_into_the_training_process(tiny_bert: Path, tmp_path: Path, demo_data: Path):
-    lib = run(["bash", "-c", f"source {REPO}/scripts/env_setup.sh; qa_find_lib libjemalloc.so"]).stdout.strip()
+    lib = run(
+        ["bash", "-c", f"source {REPO}/scripts/env_setup.sh; qa_find_lib libjemalloc.so"]
+    ).stdout.strip()
     if not lib:
         skip_or_fail("libjemalloc not installed (Debian: apt-get install -y libjemalloc2)")
     log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_ALLOCATOR="jemalloc", QA_CPU_AFFINITY="0")
@@ -284,23 +419,48 @@ def test_jemalloc_is_preloaded_into_the_training_process(tiny_bert: Path, tmp_pa
     assert "CHILD_MAPS jemalloc=1" in log
 
 
-@pytest.mark.parametrize("levers, says, child", [
-    ({"QA_CPU_ALLOCATOR": "jemalloc", "QA_CPU_LIB_SEARCH": "{empty}"},  # logged, not fatal
-     "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=jemalloc: no libjemalloc library found", {"LD_PRELOAD": "<unset>"}),
-    # binds threads, and counts them: bound, run_qa.py's own mask is the first place's one CPU
-    ({"QA_CPU_ALLOCATOR": "none", "QA_CPU_AFFINITY": "1"}, "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=none) "
-     "affinity=OMP_PROC_BIND=close,OMP_PLACES=threads,OMP_NUM_THREADS={cpus}",
-     {"OMP_PROC_BIND": "close", "OMP_PLACES": "threads", "OMP_NUM_THREADS": "{cpus}"}),
-    ({"QA_CPU_AFFINITY": "1", "SLURM_CPUS_PER_TASK": "1"}, "OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"}),
-    ({"QA_CPU_AFFINITY": "0"}, "affinity=off (QA_CPU_AFFINITY=0)", {"OMP_PROC_BIND": "<unset>", "OMP_NUM_THREADS":
-                                                                    "<unset>"}),
-    ({"QA_CPU_AFFINITY": "1", "OMP_PLACES": "cores"}, "affinity=kept the user's",
-     {"OMP_PLACES": "cores", "OMP_PROC_BIND": "<unset>", "OMP_NUM_THREADS": "{cpus}"}),
-    # an unknown value is a usage error (exit 2): no training process starts
-    ({"QA_CPU_ALLOCATOR": "mimalloc"}, "QA_CPU_ALLOCATOR=mimalloc: use auto, jemalloc, tcmalloc or none", None),
-])
-def test_levers_reach_the_training_process(levers: dict[str, str], says: str, child: dict[str, str] | None,
-                                           tiny_bert: Path, tmp_path: Path, demo_data: Path):
+@pytest.mark.parametrize(
+    "levers, says, child",
+    [
+        (
+            {"QA_CPU_ALLOCATOR": "jemalloc", "QA_CPU_LIB_SEARCH": "{empty}"},  # logged, not fatal
+            "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=jemalloc: no libjemalloc library found",
+            {"LD_PRELOAD": "<unset>"},
+        ),
+        # binds threads, and counts them: bound, run_qa.py's own mask is the first place's one CPU
+        (
+            {"QA_CPU_ALLOCATOR": "none", "QA_CPU_AFFINITY": "1"},
+            "CPU_LEVERS allocator=none (QA_CPU_ALLOCATOR=none) "
+            "affinity=OMP_PROC_BIND=close,OMP_PLACES=threads,OMP_NUM_THREADS={cpus}",
+            {"OMP_PROC_BIND": "close", "OMP_PLACES": "threads", "OMP_NUM_THREADS": "{cpus}"},
+        ),
+        ({"QA_CPU_AFFINITY": "1", "SLURM_CPUS_PER_TASK": "1"}, "OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"}),
+        (
+            {"QA_CPU_AFFINITY": "0"},
+            "affinity=off (QA_CPU_AFFINITY=0)",
+            {"OMP_PROC_BIND": "<unset>", "OMP_NUM_THREADS": "<unset>"},
+        ),
+        (
+            {"QA_CPU_AFFINITY": "1", "OMP_PLACES": "cores"},
+            "affinity=kept the user's",
+            {"OMP_PLACES": "cores", "OMP_PROC_BIND": "<unset>", "OMP_NUM_THREADS": "{cpus}"},
+        ),
+        # an unknown value is a usage error (exit 2): no training process starts
+        (
+            {"QA_CPU_ALLOCATOR": "mimalloc"},
+            "QA_CPU_ALLOCATOR=mimalloc: use auto, jemalloc, tcmalloc or none",
+            None,
+        ),
+    ],
+)
+def test_levers_reach_the_training_process(
+    levers: dict[str, str],
+    says: str,
+    child: dict[str, str] | None,
+    tiny_bert: Path,
+    tmp_path: Path,
+    demo_data: Path,
+):
     (tmp_path / "empty").mkdir()
     levers = {k: v.format(empty=tmp_path / "empty") for k, v in levers.items()}
     cpus = str(len(os.sched_getaffinity(0)))
@@ -310,17 +470,30 @@ def test_levers_reach_the_training_process(levers: dict[str, str], says: str, ch
     assert {k: child_env(log)[k] for k in child} == child
 
 
-@pytest.mark.parametrize("binding, torchrun_has, threads", [
-    ("exclusive", "--numa-binding=exclusive", "8"),  # the default, numactl there
-    ("none", "", "<unset>"),
-])
-def test_ddp_job_binds_each_gpu_worker_near_its_gpu(binding: str, torchrun_has: str, threads: str, tiny_bert: Path,
-                                                    tmp_path: Path, demo_data: Path):
+@pytest.mark.parametrize(
+    "binding, torchrun_has, threads",
+    [
+        ("exclusive", "--numa-binding=exclusive", "8"),  # the default, numactl there
+        ("none", "", "<unset>"),
+    ],
+)
+def test_ddp_job_binds_each_gpu_worker_near_its_gpu(
+    binding: str, torchrun_has: str, threads: str, tiny_bert: Path, tmp_path: Path, demo_data: Path
+):
     """A made-up node, 4 GPUs and 32 CPUs for the task: each worker an exclusive share of the CPUs of its GPU's NUMA
     node, and that share as its threads (run_qa.py's plan takes OMP_NUM_THREADS); QA_NUMA_BINDING=none: neither."""
-    log = levers_job(tiny_bert, tmp_path, demo_data, "job_ddp.sh", gpus=4, QA_NUMA_BINDING=binding,
-                     SLURM_CPUS_PER_TASK="32")
+    log = levers_job(
+        tiny_bert,
+        tmp_path,
+        demo_data,
+        "job_ddp.sh",
+        gpus=4,
+        QA_NUMA_BINDING=binding,
+        SLURM_CPUS_PER_TASK="32",
+    )
     torchrun = re.search(r"^TORCHRUN (.*)$", log, re.M)
-    assert torchrun and "--nproc_per_node=4 " in torchrun.group(1) and "--ddp_backend nccl" in torchrun.group(1)
+    assert (
+        torchrun and "--nproc_per_node=4 " in torchrun.group(1) and "--ddp_backend nccl" in torchrun.group(1)
+    )
     assert ("--numa-binding" in torchrun.group(1)) == bool(torchrun_has) and torchrun_has in torchrun.group(1)
     assert child_env(log)["OMP_NUM_THREADS"] == threads and f"numa_binding={binding} " in log

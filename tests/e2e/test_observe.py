@@ -11,27 +11,38 @@ import re
 import psutil
 import pytest
 import torch
-
 from fixtures.outputs import profiler_steps, scalars, tensorboard_events
 from fixtures.runs import DDP_BATCH, Run, read
 
 CUDA = torch.cuda.is_available()
-TRAIN_TAGS = ["train/loss", "train/learning_rate", "train/grad_norm", "train/step_time_seconds",
-              "train/samples_per_second", "train/tokens_per_second"]
+TRAIN_TAGS = [
+    "train/loss",
+    "train/learning_rate",
+    "train/grad_norm",
+    "train/step_time_seconds",
+    "train/samples_per_second",
+    "train/tokens_per_second",
+]
 GPU_TAGS = ["train/gpu_memory_allocated_mb", "train/gpu_memory_reserved_mb"]
 
 
 def _train_token_counts(run: Run) -> tuple[int, ...]:
     """features and real tokens of the train split, as run_qa logged them before training."""
-    return tuple(map(int, re.search(r"TOKENS split=train features=(\d+) real_tokens=(\d+)", run.text).groups()))
+    return tuple(
+        map(int, re.search(r"TOKENS split=train features=(\d+) real_tokens=(\d+)", run.text).groups())
+    )
 
 
 def _interval_totals(acc) -> tuple[float, float]:
     """Samples and real tokens summed over the logging intervals (rate x step time x steps)."""
     samples = tokens = 0.0
     previous = 0
-    for (step, step_time), (_, sps), (_, tps) in zip(*(scalars(acc, f"train/{name}") for name in (
-            "step_time_seconds", "samples_per_second", "tokens_per_second"))):
+    for (step, step_time), (_, sps), (_, tps) in zip(
+        *(
+            scalars(acc, f"train/{name}")
+            for name in ("step_time_seconds", "samples_per_second", "tokens_per_second")
+        )
+    ):
         elapsed, previous = step_time * (step - previous), step
         samples, tokens = samples + sps * elapsed, tokens + tps * elapsed
     return samples, tokens
@@ -47,7 +58,9 @@ def test_every_scalar_is_written_at_the_logging_steps_and_adds_up(plain: Run):
     # loss, learning rate and grad norm are the Trainer's own numbers
     logged = [e for e in read(plain.out / "trainer_state.json")["log_history"] if "loss" in e]
     for key in ("loss", "learning_rate", "grad_norm"):
-        assert [v for _, v in scalars(acc, f"train/{key}")] == pytest.approx([e[key] for e in logged], rel=1e-6), key
+        assert [v for _, v in scalars(acc, f"train/{key}")] == pytest.approx(
+            [e[key] for e in logged], rel=1e-6
+        ), key
     eval_results = read(plain.out / "eval_results.json")
     for key in ("exact_match", "f1"):
         assert scalars(acc, f"eval/{key}")[-1][1] == pytest.approx(eval_results[f"eval_{key}"])
@@ -68,7 +81,7 @@ def _header_and_rows(table: str) -> tuple[list[str], list[list[str]]]:
     lines = [ln for ln in table.splitlines() if ln.strip() and not ln.startswith("#")]
     rules = [i for i, ln in enumerate(lines) if set(ln.strip()) <= {"-", " "}]
     header = re.split(r"\s{2,}", lines[rules[0] + 1].strip())
-    return header, [re.split(r"\s{2,}", ln.strip()) for ln in lines[rules[1] + 1: rules[2]]]
+    return header, [re.split(r"\s{2,}", ln.strip()) for ln in lines[rules[1] + 1 : rules[2]]]
 
 
 def _seconds(cell: str) -> float:
@@ -82,8 +95,17 @@ def test_profiler_table_and_trace_cover_the_scheduled_steps(plain: Run):
     assert "PROFILED_STEPS=3-4" in plain.text and "include profiler overhead" in plain.text
     assert "will keep global steps 3-4" in plain.text
     header, rows = _header_and_rows(text)
-    columns = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "CPU Mem",
-               "Self CPU Mem"] + (["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"] if CUDA else [])
+    columns = [
+        "Name",
+        "Self CPU %",
+        "Self CPU",
+        "CPU total %",
+        "CPU total",
+        "CPU time avg",
+        "# of Calls",
+        "CPU Mem",
+        "Self CPU Mem",
+    ] + (["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"] if CUDA else [])
     assert set(columns) <= set(header), header  # the memory columns: --profile_memory reached the profiler
     names = [r[0] for r in rows]
     # the ops of a BERT training step: matmuls, the fused AdamW update, layer norm, softmax
@@ -100,10 +122,14 @@ def test_profiler_table_and_trace_cover_the_scheduled_steps(plain: Run):
     steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"]
     mm = [e for e in events if e.get("name") == "aten::mm" and e.get("ph") == "X"]
     # every matmul lies inside one of the two profiled step spans
-    assert mm and all(any(s["ts"] <= op["ts"] and op["ts"] + op["dur"] <= s["ts"] + s["dur"] + 1 for s in steps)
-                      for op in mm)
+    assert mm and all(
+        any(s["ts"] <= op["ts"] and op["ts"] + op["dur"] <= s["ts"] + s["dur"] + 1 for s in steps)
+        for op in mm
+    )
     # --profile_record_shapes and --profile_memory reached the profiler
-    assert any("Input Dims" in (e.get("args") or {}) for e in mm) and any(e.get("name") == "[memory]" for e in events)
+    assert any("Input Dims" in (e.get("args") or {}) for e in mm) and any(
+        e.get("name") == "[memory]" for e in events
+    )
 
 
 def test_memory_report_lines_and_estimate(plain: Run):
@@ -116,13 +142,22 @@ def test_memory_report_lines_and_estimate(plain: Run):
         cuda = report["cuda"]
         assert 0 < cuda["peak_allocated_mb"] <= cuda["peak_reserved_mb"] <= cuda["total_mb"]
         assert report["nvml"] is None or report["nvml"]["used_mb"] >= cuda["peak_reserved_mb"] * 0.5
-        assert float(kv["MEMORY_CUDA_PEAK_ALLOCATED_MB"]) == report["max_over_ranks"]["cuda_peak_allocated_mb"]
+        assert (
+            float(kv["MEMORY_CUDA_PEAK_ALLOCATED_MB"]) == report["max_over_ranks"]["cuda_peak_allocated_mb"]
+        )
     else:
         assert report["cuda"] is None and report["nvml"] is None and report["note"] == "no CUDA device"
-        assert report["measured_source"].startswith("cpu peak RSS") and kv["MEMORY_CUDA"] == "none (no CUDA device)"
+        assert (
+            report["measured_source"].startswith("cpu peak RSS")
+            and kv["MEMORY_CUDA"] == "none (no CUDA device)"
+        )
     assert float(kv["MEMORY_CPU_PEAK_RSS_MB"]) == pytest.approx(rss, abs=0.05)
     assert float(kv["MEMORY_ESTIMATE_MB"]) == pytest.approx(report["estimate"]["total_mb"], abs=0.05)
-    assert (kv["MEMORY_ESTIMATE_BYTES_PER_PARAM"], kv["RUN_NODES"], kv["RUN_PRECISION"]) == ("16", "1", "fp32")
+    assert (kv["MEMORY_ESTIMATE_BYTES_PER_PARAM"], kv["RUN_NODES"], kv["RUN_PRECISION"]) == (
+        "16",
+        "1",
+        "fp32",
+    )
 
 
 def test_ddp_counts_every_rank_rank0_alone_writes_scalars_each_rank_its_trace(ddp: Run):

@@ -14,18 +14,29 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from fixtures.outputs import temp_files
 from fixtures.procs import (
-    PYTHON, REPO, RUN_QA, LoggedProcess, files_under, offline_env, ok, one_error_line, run, run_qa, tiny_flags,
+    PYTHON,
+    REPO,
+    RUN_QA,
+    LoggedProcess,
+    files_under,
+    offline_env,
+    ok,
+    one_error_line,
+    run,
+    run_qa,
+    tiny_flags,
 )
 from fixtures.runs import Run, assert_resumed_exactly, plain_flags, read
+
 from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.errors import EXIT_IOERR, EXIT_OOM, EXIT_PREEMPTED
 
 
-def test_sigterm_checkpoints_exits_75_and_resumes_exactly(plain: Run, tiny_bert: Path, demo_files: dict[str, Path],
-                                                         tmp_path: Path) -> None:
+def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
+    plain: Run, tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
+) -> None:
     """The plain run's training, signalled once it trains; the same command resumes it exactly."""
     out = tmp_path / "run"
     args = [*plain_flags(tiny_bert, demo_files, out), "--report_to", "none"]
@@ -42,8 +53,13 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(plain: Run, tiny_bert:
     step = int(stopped.group(1))
     assert 2 <= step < read(plain.ok().out / "trainer_state.json")["global_step"]
     checkpoint = out / f"checkpoint-{step}"
-    assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "model.safetensors"} <= set(
-        os.listdir(checkpoint))
+    assert {
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng_state.pth",
+        "trainer_state.json",
+        "model.safetensors",
+    } <= set(os.listdir(checkpoint))
     # nothing but the checkpoint and the run's record, which says it was preempted: no results
     assert all(f.startswith(f"checkpoint-{step}/") or f == "run_summary.json" for f in files_under(out))
     record = read(out / "run_summary.json")
@@ -82,21 +98,35 @@ except OutputError as err:
     print(err)
     sys.exit(74)
 """
-OLD_PREDICTIONS, OLD_STATE = {"q1": "old answer"}, {"global_step": 3, "log_history": [{"loss": 2.0, "step": 3}]}
+OLD_PREDICTIONS, OLD_STATE = (
+    {"q1": "old answer"},
+    {"global_step": 3, "log_history": [{"loss": 2.0, "step": 3}]},
+)
 OLD_TRAIN, NEW_EVAL = {f"train_m{i}": 0.25 for i in range(20000)}, {f"eval_m{i}": 0.5 for i in range(15000)}
 
 
-@pytest.mark.parametrize("what, on_limit, limit, before, written, cut", [
-    # EFBIG half-way through the temp file: OutputError naming file and reason, the old file intact, no temp left
-    ("predictions", "ignore", 1 << 20, {"eval_predictions.json": OLD_PREDICTIONS}, {}, None),
-    # killed mid-write: the old file intact, the partial temp file beside it
-    ("state", "kill", 1 << 20, {"trainer_state.json": OLD_STATE}, {}, "trainer_state.json"),
-    # eval_results.json (~0.4 MB) is written, then all_results.json (old metrics + new, ~0.9 MB) is cut
-    ("results", "kill", 700_000, {"all_results.json": OLD_TRAIN, "eval_results.json": {"eval_f1": 1.0}},
-     {"eval_results.json": NEW_EVAL}, "all_results.json"),
-], ids=["write-fails", "killed-trainer-state", "killed-results"])
-def test_a_writer_stopped_mid_write_leaves_whole_files_old_or_new(what, on_limit, limit, before, written, cut,
-                                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "what, on_limit, limit, before, written, cut",
+    [
+        # EFBIG half-way through the temp file: OutputError naming file and reason, the old file intact, no temp left
+        ("predictions", "ignore", 1 << 20, {"eval_predictions.json": OLD_PREDICTIONS}, {}, None),
+        # killed mid-write: the old file intact, the partial temp file beside it
+        ("state", "kill", 1 << 20, {"trainer_state.json": OLD_STATE}, {}, "trainer_state.json"),
+        # eval_results.json (~0.4 MB) is written, then all_results.json (old metrics + new, ~0.9 MB) is cut
+        (
+            "results",
+            "kill",
+            700_000,
+            {"all_results.json": OLD_TRAIN, "eval_results.json": {"eval_f1": 1.0}},
+            {"eval_results.json": NEW_EVAL},
+            "all_results.json",
+        ),
+    ],
+    ids=["write-fails", "killed-trainer-state", "killed-results"],
+)
+def test_a_writer_stopped_mid_write_leaves_whole_files_old_or_new(
+    what, on_limit, limit, before, written, cut, tmp_path: Path
+) -> None:
     for name, content in before.items():
         (tmp_path / name).write_text(json.dumps(content))
     proc = run([PYTHON, "-c", WRITER, tmp_path, what, limit, on_limit], timeout=300)
@@ -107,8 +137,12 @@ def test_a_writer_stopped_mid_write_leaves_whole_files_old_or_new(what, on_limit
         assert f"cannot write {tmp_path / next(iter(before))}: File too large" in proc.stdout and left == []
         return
     assert proc.returncode == -signal.SIGXFSZ, proc.stderr[-3000:]  # killed by the kernel mid-write
-    assert len(left) == 1 and left[0].startswith(f".{cut}.") and (tmp_path / left[0]).stat().st_size == limit, left
-    write_json_atomic(tmp_path / cut, NEW_EVAL)  # the next write (e.g. the resumed run's) removes the dead one's temp
+    assert (
+        len(left) == 1 and left[0].startswith(f".{cut}.") and (tmp_path / left[0]).stat().st_size == limit
+    ), left
+    write_json_atomic(
+        tmp_path / cut, NEW_EVAL
+    )  # the next write (e.g. the resumed run's) removes the dead one's temp
     assert temp_files(tmp_path) == [] and read(tmp_path / cut) == NEW_EVAL
 
 
@@ -119,14 +153,33 @@ def _limit(which: int, nbytes: int):
     return lambda: resource.setrlimit(which, (nbytes, nbytes))
 
 
-def test_disk_full_while_saving_a_checkpoint(tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path) -> None:
+def test_disk_full_while_saving_a_checkpoint(
+    tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
+) -> None:
     out = tmp_path / "out"
-    args = tiny_flags(tiny_bert, out, "--do_train", "--do_eval", "--train_file", str(demo_files["train"]),
-                      "--validation_file", str(demo_files["validation"]), "--max_train_samples", "4",
-                      "--max_eval_samples", "4", "--max_steps", "2", "--per_device_train_batch_size", "4")
+    args = tiny_flags(
+        tiny_bert,
+        out,
+        "--do_train",
+        "--do_eval",
+        "--train_file",
+        str(demo_files["train"]),
+        "--validation_file",
+        str(demo_files["validation"]),
+        "--max_train_samples",
+        "4",
+        "--max_eval_samples",
+        "4",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+    )
     # the tiny model's weights are ~8 MB: the checkpoint cannot be written under a 4 MiB limit
     log = ok(run_qa(args, preexec_fn=_limit(resource.RLIMIT_FSIZE, 4 << 20)), EXIT_IOERR)
-    assert one_error_line(log).startswith(f"ERROR: cannot write {out}/checkpoint-2: File too large"), log[-3000:]
+    assert one_error_line(log).startswith(f"ERROR: cannot write {out}/checkpoint-2: File too large"), log[
+        -3000:
+    ]
     # training had finished its steps; nothing claims success and no JSON is truncated: the run's record
     # says it failed, with the exit code and the reason
     assert not any(f.endswith("results.json") for f in files_under(out))
@@ -161,21 +214,47 @@ def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tin
     env = offline_env(MALLOC_ARENA_MAX="2", PYTHONPATH=str(REPO))
 
     def fit(batch: int, out: str, limit: int | None = None):
-        args = tiny_flags(tiny_bert, tmp_path / out, "--train_file", str(train), "--do_train", "--max_seq_length",
-                          "512", "--doc_stride", "128", "--pad_to_max_length", "--attn_implementation", "eager",
-                          "--max_steps", "1", "--per_device_train_batch_size", str(batch), "--save_strategy", "no",
-                          "--features_cache_dir", str(tmp_path / "cache"))  # 512/128 win over tiny_flags' 128/32
-        return run([PYTHON, "-c", VMPEAK_WRAPPER, RUN_QA, *args], timeout=300, env=env, cwd=str(tmp_path),
-                   preexec_fn=_limit(resource.RLIMIT_AS, limit) if limit else None)
+        args = tiny_flags(
+            tiny_bert,
+            tmp_path / out,
+            "--train_file",
+            str(train),
+            "--do_train",
+            "--max_seq_length",
+            "512",
+            "--doc_stride",
+            "128",
+            "--pad_to_max_length",
+            "--attn_implementation",
+            "eager",
+            "--max_steps",
+            "1",
+            "--per_device_train_batch_size",
+            str(batch),
+            "--save_strategy",
+            "no",
+            "--features_cache_dir",
+            str(tmp_path / "cache"),
+        )  # 512/128 win over tiny_flags' 128/32
+        return run(
+            [PYTHON, "-c", VMPEAK_WRAPPER, RUN_QA, *args],
+            timeout=300,
+            env=env,
+            cwd=str(tmp_path),
+            preexec_fn=_limit(resource.RLIMIT_AS, limit) if limit else None,
+        )
 
     small = ok(fit(2, "small"))
     assert "TOKENS split=train features=160 " in small
     peak = int(re.search(r"^VMPEAK_KB=(\d+)$", small, re.M).group(1)) * 1024
     big = fit(160, "big", peak + MARGIN)
-    assert big.returncode == EXIT_OOM, f"exit {big.returncode}, small-batch peak {peak >> 20} MiB\n{big.stderr[-3000:]}"
+    assert big.returncode == EXIT_OOM, (
+        f"exit {big.returncode}, small-batch peak {peak >> 20} MiB\n{big.stderr[-3000:]}"
+    )
     assert one_error_line(big.stderr).startswith(
         "ERROR: out of memory on cpu during train with --per_device_train_batch_size 160 "
         "--gradient_accumulation_steps 1 --max_seq_length 512; try --per_device_train_batch_size 80 "
-        "--gradient_accumulation_steps 2 (same effective batch of 160 per device)"), big.stderr[-3000:]
+        "--gradient_accumulation_steps 2 (same effective batch of 160 per device)"
+    ), big.stderr[-3000:]
     summary = read(tmp_path / "big" / "run_summary.json")
     assert (summary["status"], summary["exit_code"]) == ("failed", EXIT_OOM)

@@ -11,7 +11,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
 from fixtures.outputs import scalars, tensorboard_events
 from fixtures.procs import PYTHON, ok, run
 from fixtures.runs import Run, read
@@ -56,25 +55,43 @@ def test_every_number_is_the_records(report, name, request):
     got = tables(md)
     title = f"{run.job[0]}-{run.job[1]}"
     section = lambda s: {k: v[0] for k, v in got[(title, s)].items()}  # noqa: E731
-    expect = {"Training": {"runtime s": record["results"]["train_runtime"], "mean loss": train["train_loss"],
-                           "samples/s": record["results"]["train_samples_per_second"], "final loss": losses[-1],
-                           "real tokens/s": record["results"]["train_tokens_per_second"],
-                           "achieved TFLOP/s": record["results"]["train_achieved_tflops"]},
-              "Evaluation": {"exact match": evaluation["eval_exact_match"], "F1": evaluation["eval_f1"],
-                             "runtime s": evaluation["eval_runtime"], "questions": evaluation["eval_examples"],
-                             "postprocess s": evaluation["eval_postprocess_seconds"]},
-              "Memory (MB)": {"CPU peak RSS": memory["max_over_ranks"]["cpu_peak_rss_mb"],
-                              "estimate": memory["estimate"]["total_mb"]}}
+    expect = {
+        "Training": {
+            "runtime s": record["results"]["train_runtime"],
+            "mean loss": train["train_loss"],
+            "samples/s": record["results"]["train_samples_per_second"],
+            "final loss": losses[-1],
+            "real tokens/s": record["results"]["train_tokens_per_second"],
+            "achieved TFLOP/s": record["results"]["train_achieved_tflops"],
+        },
+        "Evaluation": {
+            "exact match": evaluation["eval_exact_match"],
+            "F1": evaluation["eval_f1"],
+            "runtime s": evaluation["eval_runtime"],
+            "questions": evaluation["eval_examples"],
+            "postprocess s": evaluation["eval_postprocess_seconds"],
+        },
+        "Memory (MB)": {
+            "CPU peak RSS": memory["max_over_ranks"]["cpu_peak_rss_mb"],
+            "estimate": memory["estimate"]["total_mb"],
+        },
+    }
     for title_, figures in expect.items():
         for label, value in figures.items():
             assert num(section(title_)[label]) == pytest.approx(value, rel=5e-3, abs=5e-5), (title_, label)
     assert "MFU (achieved / peak)" not in section("Training")  # a CPU has no peak: the row is left out
     params, env = section("Parameters"), section("Environment")
     batch, world = (8, 1) if name == "plain" else (4, 2)  # per device x world size x accumulation 1
-    assert (params["batch per device"], params["world size"], params["global batch"]) == (str(batch), str(world), "8")
+    assert (params["batch per device"], params["world size"], params["global batch"]) == (
+        str(batch),
+        str(world),
+        "8",
+    )
     assert env["host"] == record["hostname"] and env["torch"] == record["torch_version"]
     assert env["CPU model"] == record["cpu_model"] and env["CPU flags"] == ", ".join(record["cpu_flags"])
-    assert env["datasets"] == record["datasets_version"] and env["driver"] == env["GPU"] == "n/a"  # null on a CPU
+    assert (
+        env["datasets"] == record["datasets_version"] and env["driver"] == env["GPU"] == "n/a"
+    )  # null on a CPU
     assert env["processes"] == str(world)
     assert f"**ok**, exit code 0, wall clock {record['wall_clock_seconds']:,.2f} s" in md
     summary = (run.out / "profiler" / "profiler_summary.txt").read_text(encoding="utf-8").splitlines()
@@ -102,18 +119,27 @@ def test_the_comparison_is_computed_by_hand(report, plain, ddp):
 
 def test_figures_are_pngs_holding_every_event(report, plain, ddp, tmp_path):
     import matplotlib.image
+
+    from qa_hpc.tools.collect_results import read_runs
     from qa_hpc.tools.figures import curves_figure, loss_figure
     from qa_hpc.tools.report import read_curves
-    from qa_hpc.tools.collect_results import read_runs
 
     md, out = report
-    for png in ("loss_curves.png", "throughput.png", "wall_time.png", "run1_training.png", "run2_training.png"):
+    for png in (
+        "loss_curves.png",
+        "throughput.png",
+        "wall_time.png",
+        "run1_training.png",
+        "run2_training.png",
+    ):
         assert f"({png})" in md and (out / png).read_bytes()[:8] == PNG_MAGIC
         assert matplotlib.image.imread(str(out / png)).std() > 0.05, png  # not blank
-    for run in (plain, ddp):
-        events = tensorboard_events(run.out)
-        axes = curves_figure(read_curves(run.out / "runs"), "run").axes
-        for ax, tag in zip(axes, ("train/loss", "train/grad_norm", "train/learning_rate", "train/samples_per_second")):
+    for shared_run in (plain, ddp):
+        events = tensorboard_events(shared_run.out)
+        axes = curves_figure(read_curves(shared_run.out / "runs"), "run").axes
+        for ax, tag in zip(
+            axes, ("train/loss", "train/grad_norm", "train/learning_rate", "train/samples_per_second")
+        ):
             (line,) = ax.get_lines()
             assert list(line.get_ydata()) == pytest.approx([value for _, value in scalars(events, tag)]), tag
     # the job scripts' runs/<job name> holds every run of that name: an earlier other run's launch is not this one's
@@ -122,13 +148,15 @@ def test_figures_are_pngs_holding_every_event(report, plain, ddp, tmp_path):
     (tmp_path / "runs").mkdir()
     shutil.copy(own, tmp_path / "runs" / own.name)
     parts = other.name.split(".")
-    shutil.copy(other, tmp_path / "runs" / ".".join([*parts[:3], str(int(own.name.split(".")[3]) - 100), *parts[4:]]))
+    shutil.copy(
+        other, tmp_path / "runs" / ".".join([*parts[:3], str(int(own.name.split(".")[3]) - 100), *parts[4:]])
+    )
     record = read(plain.out / "run_summary.json")
     started = datetime.fromisoformat(record["timestamp"]).timestamp() - record["wall_clock_seconds"]
     assert read_curves(tmp_path / "runs", started, 1) == read_curves(plain.out / "runs")
     table = read_runs([str(plain.out), str(ddp.out)])[0]
-    for line, run in zip(loss_figure(table).axes[0].get_lines(), (plain, ddp)):
-        history = read(run.out / "trainer_state.json")["log_history"]
+    for line, shared_run in zip(loss_figure(table).axes[0].get_lines(), (plain, ddp)):
+        history = read(shared_run.out / "trainer_state.json")["log_history"]
         assert list(line.get_ydata()) == [e["loss"] for e in history if "loss" in e]
 
 
@@ -150,16 +178,30 @@ def test_a_run_without_events_or_profile_says_so(plain, tmp_path, capsys):
 def test_a_failed_run_in_the_comparison_has_n_a_figures(plain, tmp_path, capsys):
     from qa_hpc.tools.report import main
 
-    failed = shutil.copytree(plain.ok().out, tmp_path / "failed", ignore=shutil.ignore_patterns("runs", "profiler"))
-    record = read(failed / "run_summary.json")  # out of memory in its first step: no results, a plan but no EFFECTIVE
-    record.update(status="failed", exit_code=3, error="OutOfMemory: ...", results={}, effective=None,
-                  slurm_job_id="1009")
+    failed = shutil.copytree(
+        plain.ok().out, tmp_path / "failed", ignore=shutil.ignore_patterns("runs", "profiler")
+    )
+    record = read(
+        failed / "run_summary.json"
+    )  # out of memory in its first step: no results, a plan but no EFFECTIVE
+    record.update(
+        status="failed",
+        exit_code=3,
+        error="OutOfMemory: ...",
+        results={},
+        effective=None,
+        slurm_job_id="1009",
+    )
     del record["plan"]["world_size"]
     (failed / "run_summary.json").write_text(json.dumps(record), encoding="utf-8")
-    assert main([str(plain.out), str(failed), "--out", str(tmp_path / "report")]) == 0, capsys.readouterr().err
+    assert main([str(plain.out), str(failed), "--out", str(tmp_path / "report")]) == 0, (
+        capsys.readouterr().err
+    )
     rows = tables((tmp_path / "report" / "report.md").read_text(encoding="utf-8"))[("Comparison", None)]
     cells = dict(zip(rows.pop("run"), rows["qa-tiny-1009"]))
-    assert [cells[key] for key in ("train s", "world size", "speedup", "efficiency", "EM")] == ["n/a"] * 5, cells
+    assert [cells[key] for key in ("train s", "world size", "speedup", "efficiency", "EM")] == ["n/a"] * 5, (
+        cells
+    )
 
 
 def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
@@ -170,9 +212,12 @@ def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
         path.mkdir()
     (older / "all_results.json").write_text('{"eval_f1": 1.0}', encoding="utf-8")
     (cut / "run_summary.json").write_text(json.dumps({"status": "ok", "results": {}}), encoding="utf-8")
-    cases = {str(tmp_path / "nowhere"): "not a directory", str(empty): "no run_summary.json (not a run's output dir",
-             str(older): "no run_summary.json, only all_results.json (an older layout",
-             str(cut): "run_summary.json has no params, plan (an older layout)"}
+    cases = {
+        str(tmp_path / "nowhere"): "not a directory",
+        str(empty): "no run_summary.json (not a run's output dir",
+        str(older): "no run_summary.json, only all_results.json (an older layout",
+        str(cut): "run_summary.json has no params, plan (an older layout)",
+    }
     for path, message in cases.items():
         assert main([str(plain.out), path, "--out", str(tmp_path / "report")]) == 2
         err = capsys.readouterr().err

@@ -13,17 +13,35 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from conftest import build_tiny_bert
 from fixtures.outputs import temp_files
 from fixtures.procs import PYTHON, REPO, files_under, offline_env, ok, run, run_qa, tiny_flags
-from fixtures.runs import SECRET, Run, assert_closing_line_is_wall_clock_and_bounded, flat, plain_flags, read, windows
+from fixtures.runs import (
+    SECRET,
+    Run,
+    assert_closing_line_is_wall_clock_and_bounded,
+    flat,
+    plain_flags,
+    read,
+    windows,
+)
+from safetensors.torch import load_file
 
 EPOCHS, TRAIN_QUESTIONS = 2, 8  # the plain run's --num_train_epochs and --max_train_samples
-OUTPUTS = {"train_results.json", "eval_results.json", "predict_results.json", "all_results.json", "trainer_state.json",
-           "run_summary.json", "eval_predictions.json", "eval_nbest_predictions.json", "predict_predictions.json",
-           "predict_nbest_predictions.json", "config.json", "model.safetensors"}
+OUTPUTS = {
+    "train_results.json",
+    "eval_results.json",
+    "predict_results.json",
+    "all_results.json",
+    "trainer_state.json",
+    "run_summary.json",
+    "eval_predictions.json",
+    "eval_nbest_predictions.json",
+    "predict_predictions.json",
+    "predict_nbest_predictions.json",
+    "config.json",
+    "model.safetensors",
+}
 
 
 def score_squad(*args: str) -> dict:
@@ -46,9 +64,13 @@ def test_train_eval_predict_writes_what_hf_users_expect(plain: Run, demo_files: 
     assert OUTPUTS <= set(files_under(out)) and not (out / "eval_null_odds.json").exists()  # v1: no null odds
     eval_results = read(out / "eval_results.json")
     assert {"eval_exact_match", "eval_f1", "eval_runtime", "eval_samples_per_second"} <= set(eval_results)
-    assert eval_results["eval_examples"] == 16 and eval_results["eval_samples"] > 16  # long contexts: several windows
+    assert (
+        eval_results["eval_examples"] == 16 and eval_results["eval_samples"] > 16
+    )  # long contexts: several windows
     assert eval_results["eval_runtime"] >= eval_results["eval_postprocess_seconds"]
-    assert {"train_runtime", "train_samples_per_second", "train_loss"} <= set(read(out / "train_results.json"))
+    assert {"train_runtime", "train_samples_per_second", "train_loss"} <= set(
+        read(out / "train_results.json")
+    )
     assert {"train_loss", "eval_f1", "predict_runtime"} <= set(read(out / "all_results.json"))
     preds, nbest = read(out / "eval_predictions.json"), read(out / "eval_nbest_predictions.json")
     assert len(preds) == 16 and set(nbest) == set(preds)
@@ -63,24 +85,54 @@ def test_train_eval_predict_writes_what_hf_users_expect(plain: Run, demo_files: 
 def test_run_summary_and_final_lines(plain: Run, tiny_bert: Path) -> None:
     out, log = plain.ok().out, plain.text
     summary, eval_results = read(out / "run_summary.json"), read(out / "eval_results.json")
-    assert {"timestamp", "gpu_available", "gpu_count", "gpu_name", "cuda_version", "torch_version",
-            "transformers_version", "params", "results", "wall_clock_seconds"} <= set(summary)
+    assert {
+        "timestamp",
+        "gpu_available",
+        "gpu_count",
+        "gpu_name",
+        "cuda_version",
+        "torch_version",
+        "transformers_version",
+        "params",
+        "results",
+        "wall_clock_seconds",
+    } <= set(summary)
     assert (summary["status"], summary["exit_code"]) == ("ok", 0)
     assert summary["results"]["eval_f1"] == eval_results["eval_f1"]
-    params = {"model": str(tiny_bert), "world_size": 1, "precision": "fp32", "max_seq_length": 128, "doc_stride": 32,
-              "per_device_train_batch_size": 8, "epochs": EPOCHS}
+    params = {
+        "model": str(tiny_bert),
+        "world_size": 1,
+        "precision": "fp32",
+        "max_seq_length": 128,
+        "doc_stride": 32,
+        "per_device_train_batch_size": 8,
+        "epochs": EPOCHS,
+    }
     assert {k: summary["params"][k] for k in params} == params
     assert_closing_line_is_wall_clock_and_bounded(log, summary, plain.measured)
     kv = plain.kv()
     for key in ("eval_f1", "eval_exact_match"):
         assert float(kv[key]) == pytest.approx(eval_results[key], abs=1e-4)
-    assert "PLAN device=cpu precision=fp32 (--precision fp32)" in log and "FEATURES_CACHE split=train computed" in log
+    assert (
+        "PLAN device=cpu precision=fp32 (--precision fp32)" in log
+        and "FEATURES_CACHE split=train computed" in log
+    )
     # the global batch, and the optimizer steps as the Trainer counted them: 2 epochs of ceil(features / 8) batches
     steps = read(out / "trainer_state.json")["max_steps"]
-    assert re.search(rf"run_qa: PLAN_BATCH global_batch=8 \(8 per device x 1 processes x 1 accumulation\) "
-                     rf"optimizer_steps={steps} learning_rate=5e-05$", log, re.M) and "PLAN_SCALING" not in log
+    assert (
+        re.search(
+            rf"run_qa: PLAN_BATCH global_batch=8 \(8 per device x 1 processes x 1 accumulation\) "
+            rf"optimizer_steps={steps} learning_rate=5e-05$",
+            log,
+            re.M,
+        )
+        and "PLAN_SCALING" not in log
+    )
     assert re.search(rf"run_qa: PLAN .* threads={summary['plan']['threads']} ", log)
-    assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in log and "postprocess=vectorized" in log
+    assert (
+        "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in log
+        and "postprocess=vectorized" in log
+    )
     assert_effective_is_the_plan(summary)
 
 
@@ -112,10 +164,19 @@ def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives
     vectorized run's files byte for byte, and `evaluate` writes only into HF_HOME (nothing in the cwd)."""
     out, hf_home, cwd = tmp_path / "eval", tmp_path / "hf_home", tmp_path / "cwd"
     cwd.mkdir()
-    config = {"model_name_or_path": str(plain.ok().out), "validation_file": str(demo_files["validation"]),
-              "do_eval": True, "output_dir": str(out), "max_seq_length": 128, "doc_stride": 32,
-              "per_device_eval_batch_size": 16, "report_to": "none", "postprocess": "loop",
-              "features_cache_dir": str(features_cache), "precision": "fp32"}  # as the plain run
+    config = {
+        "model_name_or_path": str(plain.ok().out),
+        "validation_file": str(demo_files["validation"]),
+        "do_eval": True,
+        "output_dir": str(out),
+        "max_seq_length": 128,
+        "doc_stride": 32,
+        "per_device_eval_batch_size": 16,
+        "report_to": "none",
+        "postprocess": "loop",
+        "features_cache_dir": str(features_cache),
+        "precision": "fp32",
+    }  # as the plain run
     (tmp_path / "args.json").write_text(json.dumps(config))
     log = ok(run_qa([str(tmp_path / "args.json")], env=offline_env(HF_HOME=str(hf_home)), cwd=str(cwd)))
     assert "FEATURES_CACHE split=eval reused" in log and "postprocess=loop" in log
@@ -188,28 +249,63 @@ def build_null_biased_bert(out_dir: Path, first_null_position: int) -> Path:
 
 
 # eval_* keys that are not scores (timing and counts): everything else must be the scorer's
-EVAL_BOOKKEEPING = {"eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_postprocess_seconds",
-                    "eval_samples", "eval_examples", "eval_model_preparation_time", "eval_loss"}
-THRESHOLD = "5.0"  # --null_score_diff_threshold: not the default 0.0, so the run must pass its own to the metric
+EVAL_BOOKKEEPING = {
+    "eval_runtime",
+    "eval_samples_per_second",
+    "eval_steps_per_second",
+    "eval_postprocess_seconds",
+    "eval_samples",
+    "eval_examples",
+    "eval_model_preparation_time",
+    "eval_loss",
+}
+THRESHOLD = (
+    "5.0"  # --null_score_diff_threshold: not the default 0.0, so the run must pass its own to the metric
+)
 
 
-def test_version_2_with_negative_abstains_and_answers(tokenizer, demo_files_v2: dict[str, Path], tmp_path: Path):
+def test_version_2_with_negative_abstains_and_answers(
+    tokenizer, demo_files_v2: dict[str, Path], tmp_path: Path
+):
     """v2 train + eval where the null path runs both ways: empty answer <=> null score difference > threshold."""
     questions = {qa["id"]: qa for qa in flat(read(demo_files_v2["validation"]))}
     n_tokens = {qid: len(tokenizer(qa["question"])["input_ids"]) for qid, qa in questions.items()}
     # the question length that splits the questions most evenly into abstentions and answers
-    first_null = min(sorted(set(n_tokens.values()))[1:],
-                     key=lambda n: abs(2 * sum(v >= n for v in n_tokens.values()) - len(n_tokens)))
+    first_null = min(
+        sorted(set(n_tokens.values()))[1:],
+        key=lambda n: abs(2 * sum(v >= n for v in n_tokens.values()) - len(n_tokens)),
+    )
     expected_empty = {qid for qid, n in n_tokens.items() if n >= first_null}  # from the model's design alone
     impossible = {qid for qid, qa in questions.items() if not qa["answers"]}
     assert 0 < len(expected_empty) < len(questions) and 0 < len(impossible) < len(questions)
     assert impossible & expected_empty and impossible - expected_empty, "want right and wrong abstentions"
 
     model, out = build_null_biased_bert(tmp_path / "model", first_null), tmp_path / "v2"
-    ok(run_qa(tiny_flags(model, out, "--train_file", str(demo_files_v2["train"]), "--validation_file",
-                         str(demo_files_v2["validation"]), "--version_2_with_negative", "--null_score_diff_threshold",
-                         THRESHOLD, "--max_train_samples", "16", "--do_train", "--do_eval",
-                         "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--seed", "7")))
+    ok(
+        run_qa(
+            tiny_flags(
+                model,
+                out,
+                "--train_file",
+                str(demo_files_v2["train"]),
+                "--validation_file",
+                str(demo_files_v2["validation"]),
+                "--version_2_with_negative",
+                "--null_score_diff_threshold",
+                THRESHOLD,
+                "--max_train_samples",
+                "16",
+                "--do_train",
+                "--do_eval",
+                "--per_device_train_batch_size",
+                "8",
+                "--num_train_epochs",
+                "1",
+                "--seed",
+                "7",
+            )
+        )
+    )
     preds, odds = read(out / "eval_predictions.json"), read(out / "eval_null_odds.json")
     assert set(preds) == set(odds) == set(questions)
     for qid in questions:  # both directions, every question
@@ -219,14 +315,25 @@ def test_version_2_with_negative_abstains_and_answers(tokenizer, demo_files_v2: 
 
     results = read(out / "eval_results.json")
     assert [results[f"eval_{k}total"] for k in ("", "NoAns_", "HasAns_")] == [
-        len(questions), len(impossible), len(questions) - len(impossible)]
+        len(questions),
+        len(impossible),
+        len(questions) - len(impossible),
+    ]
     # an unanswerable question scores 1 exactly when abstained on (EM and F1 alike)
     no_ans = 100.0 * len(impossible & expected_empty) / len(impossible)
-    assert results["eval_NoAns_exact"] == pytest.approx(no_ans) and results["eval_NoAns_f1"] == pytest.approx(no_ans)
+    assert results["eval_NoAns_exact"] == pytest.approx(no_ans) and results["eval_NoAns_f1"] == pytest.approx(
+        no_ans
+    )
     # every score equals the standalone scorer's on the files the run wrote, at the run's threshold
-    scored = score_squad(str(demo_files_v2["validation"]), str(out / "eval_predictions.json"),
-                         "--version_2_with_negative", "--na_prob_file", str(out / "eval_null_odds.json"),
-                         "--na_prob_thresh", THRESHOLD)
+    scored = score_squad(
+        str(demo_files_v2["validation"]),
+        str(out / "eval_predictions.json"),
+        "--version_2_with_negative",
+        "--na_prob_file",
+        str(out / "eval_null_odds.json"),
+        "--na_prob_thresh",
+        THRESHOLD,
+    )
     assert {"exact", "f1", "total", "HasAns_total", "NoAns_total", "best_f1", "best_f1_thresh"} <= set(scored)
     assert {k: results[f"eval_{k}"] for k in scored} == scored  # identical, not merely close
     assert set(results) - {f"eval_{k}" for k in scored} - {"epoch"} <= EVAL_BOOKKEEPING
@@ -238,9 +345,15 @@ def test_fp16_checkpoint_trains_with_fp32_weights_as_planned(tiny_bert, demo_fil
     half = tmp_path / "half"
     AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).half().save_pretrained(half)
     AutoTokenizer.from_pretrained(str(tiny_bert)).save_pretrained(half)
-    assert AutoModelForQuestionAnswering.from_pretrained(str(half)).dtype == torch.float16  # what "auto" would give
+    assert (
+        AutoModelForQuestionAnswering.from_pretrained(str(half)).dtype == torch.float16
+    )  # what "auto" would give
     out = tmp_path / "out"
-    log = ok(run_qa(tiny_flags(half, out, "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "2")))
+    log = ok(
+        run_qa(
+            tiny_flags(half, out, "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "2")
+        )
+    )
     assert re.search(r"^EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32 ", log, re.M)
     assert_effective_is_the_plan(read(out / "run_summary.json"))
     assert load_file(out / "model.safetensors")["qa_outputs.weight"].dtype == torch.float32

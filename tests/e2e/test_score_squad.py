@@ -13,15 +13,28 @@ from fixtures.procs import PYTHON, REPO, offline_env, ok, run
 
 
 def test_bad_dataset_is_exit_2_naming_file_record_and_field(tmp_path: Path) -> None:
-    data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [
-        {"id": "n0", "question": "?", "answers": [{"text": 3, "answer_start": 0}]}]}]}]}
+    data = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": "c",
+                        "qas": [{"id": "n0", "question": "?", "answers": [{"text": 3, "answer_start": 0}]}],
+                    }
+                ],
+            }
+        ],
+    }
     dev, preds, out = tmp_path / "dev.json", tmp_path / "preds.json", tmp_path / "eval.json"
     dev.write_text(json.dumps(data), encoding="utf-8")
     preds.write_text(json.dumps({"n0": "the river Quent"}), encoding="utf-8")
     proc = run([PYTHON, REPO / "score_squad.py", dev, preds, "--out_file", out], timeout=60, encoding="utf-8")
     assert proc.returncode == 2 and proc.stdout == "" and not out.exists(), proc.stderr
-    assert (f"{dev}: data[0].paragraphs[0].qas[0] (id 'n0'): field 'answers[0].text': must be a "
-            "string, got int") in proc.stderr
+    assert (
+        f"{dev}: data[0].paragraphs[0].qas[0] (id 'n0'): field 'answers[0].text': must be a string, got int"
+    ) in proc.stderr
 
 
 def test_a_hub_metric_cached_earlier_loads_offline(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, skip_or_fail
 from fixtures.procs import demo_job_env, free_port, rank_pids, run
 from fixtures.runs import read
@@ -45,8 +44,10 @@ def slurm() -> dict[str, bool]:
     started = not slurm_running()
     if started:
         if os.geteuid() != 0:
-            skip_or_fail("no SLURM with 2 idle nodes running, and starting a local one needs root "
-                         "(ci/slurm/start-local-slurm.sh; .ci/run does it)")
+            skip_or_fail(
+                "no SLURM with 2 idle nodes running, and starting a local one needs root "
+                "(ci/slurm/start-local-slurm.sh; .ci/run does it)"
+            )
         if not shutil.which("slurmctld") and not shutil.which("apt-get"):
             skip_or_fail("no SLURM running or installed, and no apt-get to install one")
         proc = run(["bash", SLURM_DIR / "start-local-slurm.sh"], env=dict(os.environ, SLURM_CI_GPUS="1"))
@@ -59,13 +60,24 @@ def slurm() -> dict[str, bool]:
 
 def job_env(tiny_bert: Path, tmp: Path, **extra: str) -> dict[str, str]:
     """The launchers' demo overrides, and a rendezvous port of the test's own (sbatch passes them to the job)."""
-    return demo_job_env(tiny_bert, tmp, QA_RDZV_PORT=str(free_port()), OMP_NUM_THREADS=None, **extra)  # nproc reads it
+    return demo_job_env(
+        tiny_bert, tmp, QA_RDZV_PORT=str(free_port()), OMP_NUM_THREADS=None, **extra
+    )  # nproc reads it
 
 
 def sbatch_cmd(script: str, tmp: Path, *extra: str, name: str) -> list[str]:
     # small resources so the jobs fit the emulated nodes; the scripts' own #SBATCH lines do the rest
-    return ["sbatch", "--wait", f"--job-name={name}", "--cpus-per-task=1", "--mem=2G", "--time=15",
-            f"--output={tmp}/%x-%j.out", *extra, str(REPO / script)]
+    return [
+        "sbatch",
+        "--wait",
+        f"--job-name={name}",
+        "--cpus-per-task=1",
+        "--mem=2G",
+        "--time=15",
+        f"--output={tmp}/%x-%j.out",
+        *extra,
+        str(REPO / script),
+    ]
 
 
 def wait_for(predicate, timeout: float, what: str, log: Path | None = None) -> None:
@@ -83,11 +95,18 @@ def job_field(job_id: str, field: str) -> str:
     return match.group(1) if match else ""
 
 
-def submit(script: str, tmp: Path, env: dict[str, str], *extra: str, name: str, args: tuple[str, ...]
-           ) -> tuple[subprocess.Popen, Path]:
+def submit(
+    script: str, tmp: Path, env: dict[str, str], *extra: str, name: str, args: tuple[str, ...]
+) -> tuple[subprocess.Popen, Path]:
     """sbatch --wait in the background (killed if the job never trains); returns once training logged a loss."""
-    proc = subprocess.Popen(sbatch_cmd(script, tmp, *extra, name=name) + list(args), cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        sbatch_cmd(script, tmp, *extra, name=name) + list(args),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_for(lambda: next(tmp.glob(f"{name}-*.out"), None) is not None, 120, "the job to start")
         log = next(tmp.glob(f"{name}-*.out"))
@@ -99,16 +118,25 @@ def submit(script: str, tmp: Path, env: dict[str, str], *extra: str, name: str, 
     return proc, log
 
 
-def run_preempted_job(script: str, tmp: Path, env: dict[str, str], *extra: str, name: str,
-                      args: tuple[str, ...] = ()) -> tuple[int, str]:
+def run_preempted_job(
+    script: str, tmp: Path, env: dict[str, str], *extra: str, name: str, args: tuple[str, ...] = ()
+) -> tuple[int, str]:
     """Submit with sbatch --wait; preempt it once training runs; let the requeued job start at once."""
-    proc, log = submit(script, tmp, env, *extra, name=name,
-                       args=("--max_steps", str(MAX_STEPS), "--logging_steps", "1", "--save_steps", "1000", *args))
+    proc, log = submit(
+        script,
+        tmp,
+        env,
+        *extra,
+        name=name,
+        args=("--max_steps", str(MAX_STEPS), "--logging_steps", "1", "--save_steps", "1000", *args),
+    )
     job_id = log.stem.rsplit("-", 1)[1]
     try:
         # what SLURM does at the time limit minus 300 s (#SBATCH --signal=B:USR1@300)
         assert _sh("scancel", "--batch", "--signal=USR1", job_id).returncode == 0
-        wait_for(lambda: "REQUEUE job" in log.read_text(errors="replace"), 120, "the job to requeue itself", log)
+        wait_for(
+            lambda: "REQUEUE job" in log.read_text(errors="replace"), 120, "the job to requeue itself", log
+        )
 
         def release() -> bool:
             """SLURM may hold a requeued job ~2 minutes (BeginTime): let it start now."""
@@ -117,7 +145,11 @@ def run_preempted_job(script: str, tmp: Path, env: dict[str, str], *extra: str, 
             # only once the first run has fully left the nodes: a job released while its old
             # credential is still being revoked is killed as "non-startable"
             nodes_idle = all(t == "idle" for t in _sh("sinfo", "-h", "-N", "-o", "%t").stdout.split())
-            if job_field(job_id, "Restarts") == "1" and job_field(job_id, "JobState") == "PENDING" and nodes_idle:
+            if (
+                job_field(job_id, "Restarts") == "1"
+                and job_field(job_id, "JobState") == "PENDING"
+                and nodes_idle
+            ):
                 time.sleep(3)
                 subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=20)
                 return True
@@ -151,9 +183,13 @@ def assert_resumed_and_scored(rc: int, log: str, out: Path, first_exit: str) -> 
     stopped_at = int(resumed.group(1).rsplit("-", 1)[1])
     assert stopped_at == int(stopped[0]) and 0 < stopped_at < MAX_STEPS
     # rank 0 logs each step it trains (--logging_steps 1): no step was trained twice, none skipped
-    assert first.count("{'loss'") == stopped_at and second.count("{'loss'") == MAX_STEPS - stopped_at, log[-3000:]
+    assert first.count("{'loss'") == stopped_at and second.count("{'loss'") == MAX_STEPS - stopped_at, log[
+        -3000:
+    ]
     assert len(re.findall(r"^WALL_CLOCK_SECONDS=\d+", log, re.M)) == 1  # the first run stopped before the end
-    assert re.search(r"^eval_f1=\d+\.\d+$", log, re.M) and re.search(r"^eval_exact_match=\d+\.\d+$", log, re.M)
+    assert re.search(r"^eval_f1=\d+\.\d+$", log, re.M) and re.search(
+        r"^eval_exact_match=\d+\.\d+$", log, re.M
+    )
     assert read(out / "trainer_state.json")["global_step"] == MAX_STEPS
     assert read(out / "eval_results.json")["eval_examples"] == 9
     assert (out / "OFFLINE_DEMO.txt").is_file()
@@ -161,17 +197,26 @@ def assert_resumed_and_scored(rc: int, log: str, out: Path, first_exit: str) -> 
 
 def test_ft3_job_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path, tmp_path: Path):
     # --gres=none: the CI nodes' GPUs are fake, and a GPU job whose torch sees none stops (test below)
-    rc, log = run_preempted_job("job_ft3.sh", tmp_path, job_env(tiny_bert, tmp_path), "--gres=none", name="ft3test")
+    rc, log = run_preempted_job(
+        "job_ft3.sh", tmp_path, job_env(tiny_bert, tmp_path), "--gres=none", name="ft3test"
+    )
     assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="75")  # run_qa.py's own status
     assert "DISTRIBUTED world_size=1" in log
 
 
-def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path,
-                                                                                   tmp_path: Path):
+def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_scores(
+    slurm, tiny_bert: Path, tmp_path: Path
+):
     """scancel --signal=USR1 reaches every process of the step, the ranks' dataloader workers too: they must
     neither die nor print (a worker killed by the signal would fail its rank with a traceback)."""
-    rc, log = run_preempted_job("job_ddp.sh", tmp_path, job_env(tiny_bert, tmp_path), "--gres=none",
-                                name="ddptest", args=("--dataloader_num_workers", "2"))
+    rc, log = run_preempted_job(
+        "job_ddp.sh",
+        tmp_path,
+        job_env(tiny_bert, tmp_path),
+        "--gres=none",
+        name="ddptest",
+        args=("--dataloader_num_workers", "2"),
+    )
     # srun reports torchrun's status: 1 when a worker exits 75 (the ranks' own 75 is in torchrun's report), or 143
     # when --kill-on-bad-exit ended the other node's torchrun while it was still tearing its workers down
     assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="(1|143)")
@@ -187,17 +232,24 @@ def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_score
         assert f"[rank{rank}] INFO run_qa: DISTRIBUTED world_size=2 rank={rank}" in log
 
 
-@pytest.mark.parametrize("gres, args, what", [
-    ("--gres=none", ("--no_such_flag", "1"), "--no_such_flag"),
-    # --gres=gpu:1 (fake GPUs here): Slurm sets CUDA_VISIBLE_DEVICES, torch sees none
-    ("--gres=gpu:1", (), "asked for a GPU (CUDA_VISIBLE_DEVICES="),
-])
-def test_failing_job_stops_at_once_and_exits_2(slurm, tiny_bert: Path, tmp_path: Path, gres: str,
-                                               args: tuple[str, ...], what: str):
+@pytest.mark.parametrize(
+    "gres, args, what",
+    [
+        ("--gres=none", ("--no_such_flag", "1"), "--no_such_flag"),
+        # --gres=gpu:1 (fake GPUs here): Slurm sets CUDA_VISIBLE_DEVICES, torch sees none
+        ("--gres=gpu:1", (), "asked for a GPU (CUDA_VISIBLE_DEVICES="),
+    ],
+)
+def test_failing_job_stops_at_once_and_exits_2(
+    slurm, tiny_bert: Path, tmp_path: Path, gres: str, args: tuple[str, ...], what: str
+):
     if gres != "--gres=none" and not slurm["gpu_gres"]:
         pytest.fail("the CI cluster has no gres/gpu: start it with SLURM_CI_GPUS=1 (.ci/run does)")
-    proc = run(sbatch_cmd("job_ft3.sh", tmp_path, gres, name="failtest") + list(args), env=job_env(tiny_bert, tmp_path),
-               timeout=JOB_TIMEOUT)
+    proc = run(
+        sbatch_cmd("job_ft3.sh", tmp_path, gres, name="failtest") + list(args),
+        env=job_env(tiny_bert, tmp_path),
+        timeout=JOB_TIMEOUT,
+    )
     log = next(tmp_path.glob("failtest-*.out")).read_text(errors="replace")
     assert proc.returncode == 2, log[-3000:]
     assert what in log and "JOB_EXIT_CODE=2" in log and "REQUEUE" not in log and "'loss'" not in log
@@ -214,21 +266,32 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(slurm, tiny_bert: Path, tmp_path: Path):
+def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(
+    slurm, tiny_bert: Path, tmp_path: Path
+):
     """2 nodes x 2 processes, --cpus-per-task=2: each node's step gets 2 CPUs, each rank 1 thread. Then a rank dies
     (SIGKILL) while the other node's ranks hang in a collective, as NCCL ranks do when a peer is gone (emulated
     with SIGSTOP: gloo itself would notice). Its node's torchrun exits 1; srun must end the whole step at once
     (without --kill-on-bad-exit it waits for the hung node until the collective timeout, 30 min by default)."""
     env = job_env(tiny_bert, tmp_path, QA_CPU_PROCS_PER_NODE="2")
-    proc, log_file = submit("job_ddp.sh", tmp_path, env, "--gres=none", "--cpus-per-task=2", name="cpustest",
-                            args=("--max_steps", "1000", "--logging_steps", "1", "--save_strategy", "no",
-                                  "--ddp_timeout", "600"))
+    proc, log_file = submit(
+        "job_ddp.sh",
+        tmp_path,
+        env,
+        "--gres=none",
+        "--cpus-per-task=2",
+        name="cpustest",
+        args=("--max_steps", "1000", "--logging_steps", "1", "--save_strategy", "no", "--ddp_timeout", "600"),
+    )
     text = lambda: log_file.read_text(errors="replace")  # noqa: E731
     stopped: list[int] = []
     try:
         wait_for(lambda: len(rank_pids(text())) == 4, 60, "every rank's pid", log_file)
         log = text()
-        assert sorted(re.findall(r"STEP_CPUS node=(node\d) cpus=(\d+)", log)) == [("node1", "2"), ("node2", "2")]
+        assert sorted(re.findall(r"STEP_CPUS node=(node\d) cpus=(\d+)", log)) == [
+            ("node1", "2"),
+            ("node2", "2"),
+        ]
         effective = re.findall(r"^EFFECTIVE rank=(\d) .*threads=(\d+) ", log, re.M)
         assert sorted(effective) == [("0", "1"), ("1", "1"), ("2", "1"), ("3", "1")], log[-4000:]
         assert "threads=1 (2 CPUs / 2 process(es) on this node)" in log
@@ -237,7 +300,9 @@ def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(slurm, t
         stopped = [pid for pid in pids.values() if _parent(pid) != dying_node]
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
-        os.kill(next(pid for rank, pid in pids.items() if rank and _parent(pid) == dying_node), signal.SIGKILL)
+        os.kill(
+            next(pid for rank, pid in pids.items() if rank and _parent(pid) == dying_node), signal.SIGKILL
+        )
         died = time.time()
         proc.communicate(timeout=150)
         assert time.time() - died < 100, text()[-3000:]

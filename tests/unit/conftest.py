@@ -30,8 +30,11 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 def _guarded() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(subprocess.Popen, "_execute_child",
-                      lambda popen, args, *a, **k: _refuse(f"starts a process ({args!r:.200})"))
+        patch.setattr(
+            subprocess.Popen,
+            "_execute_child",
+            lambda popen, args, *a, **k: _refuse(f"starts a process ({args!r:.200})"),
+        )
         patch.setattr(os, "fork", lambda: _refuse("forks"))
         patch.setattr(os, "system", lambda cmd: _refuse(f"starts a shell ({cmd!r:.200})"))
         if (trainer := sys.modules.get("transformers.trainer")) is not None:

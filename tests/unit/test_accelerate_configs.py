@@ -12,8 +12,13 @@ def test_accelerate_configs_load_as_intended() -> None:
     from accelerate.commands.config.config_args import load_config_from_file
 
     expect = {  # distributed type, processes, machines
-        "cpu.yaml": ("NO", 1, 1), "cpu_multi.yaml": ("MULTI_GPU", 2, 1), "single_gpu.yaml": ("NO", 1, 1),
-        "multi_gpu.yaml": ("MULTI_GPU", 4, 1), "multi_node.yaml": ("MULTI_GPU", 8, 2), "fsdp.yaml": ("FSDP", 4, 1)}
+        "cpu.yaml": ("NO", 1, 1),
+        "cpu_multi.yaml": ("MULTI_GPU", 2, 1),
+        "single_gpu.yaml": ("NO", 1, 1),
+        "multi_gpu.yaml": ("MULTI_GPU", 4, 1),
+        "multi_node.yaml": ("MULTI_GPU", 8, 2),
+        "fsdp.yaml": ("FSDP", 4, 1),
+    }
     assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == sorted(expect)
     for name, want in expect.items():
         cfg = load_config_from_file(str(CONFIGS / name))
@@ -29,12 +34,26 @@ def test_multi_node_command_as_documented_rendezvous_c10d_on_the_first_node() ->
     from accelerate.commands.launch import _filter_args, _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_multi_gpu_env
 
-    argv = ["--config_file", str(CONFIGS / "multi_node.yaml"), "--rdzv_backend", "c10d", "--machine_rank", "1",
-            "--main_process_port", "15123", "--main_process_ip", "gpu-node7", "run_qa.py"]
+    argv = [
+        "--config_file",
+        str(CONFIGS / "multi_node.yaml"),
+        "--rdzv_backend",
+        "c10d",
+        "--machine_rank",
+        "1",
+        "--main_process_port",
+        "15123",
+        "--main_process_ip",
+        "gpu-node7",
+        "run_qa.py",
+    ]
     args, _, _ = _validate_launch_command(launch_command_parser().parse_args(argv))
     prepare_multi_gpu_env(args)
-    torchrun_args = _filter_args(args, distrib_run.get_args_parser(), ["--training_script", args.training_script,
-                                                                       "--training_script_args", []])
+    torchrun_args = _filter_args(
+        args,
+        distrib_run.get_args_parser(),
+        ["--training_script", args.training_script, "--training_script_args", []],
+    )
     launch, _, _ = distrib_run.config_from_args(torchrun_args)
     assert (launch.rdzv_backend, launch.rdzv_endpoint) == ("c10d", "gpu-node7:15123")
     assert (launch.min_nodes, launch.max_nodes, launch.nproc_per_node) == (2, 2, 4)

@@ -13,8 +13,15 @@ from qa_hpc.dropout import ATTENTION_NAME, BulkDropout, bulk_dropout, install
 
 
 def tiny_bert_config(**dropout: float) -> BertConfig:
-    return BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                      vocab_size=100, attn_implementation="sdpa", **dropout)
+    return BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=100,
+        attn_implementation="sdpa",
+        **dropout,
+    )
 
 
 def test_drops_p_of_the_elements_scales_the_rest_and_masks_the_gradient() -> None:
@@ -50,8 +57,9 @@ def test_same_seed_same_masks_and_eval_outputs_unchanged() -> None:
 def test_padding_stays_masked_in_training() -> None:
     """The explicit attention path (training) must mask padded keys as SDPA does: same logits when nothing drops."""
     torch.manual_seed(0)  # p > 0: dropout runs, but p * 65536 rounds to 0
-    torch_model = BertForQuestionAnswering(tiny_bert_config(hidden_dropout_prob=1e-9,
-                                                            attention_probs_dropout_prob=1e-9)).train()
+    torch_model = BertForQuestionAnswering(
+        tiny_bert_config(hidden_dropout_prob=1e-9, attention_probs_dropout_prob=1e-9)
+    ).train()
     install(bulk_model := copy.deepcopy(torch_model))
     ids, mask = torch.randint(0, 100, (2, 9)), torch.tensor([[1] * 9, [1] * 5 + [0] * 4])
     want, got = (m(input_ids=ids, attention_mask=mask).start_logits for m in (torch_model, bulk_model))
@@ -61,8 +69,9 @@ def test_padding_stays_masked_in_training() -> None:
 def test_attention_dropout_draws_the_bulk_mask() -> None:
     """With only attention dropout on, the installed model drops other attention weights than torch's SDPA would
     under the same seed (its own mask), and the same ones again under that seed."""
-    torch_model = BertForQuestionAnswering(tiny_bert_config(hidden_dropout_prob=0.0,
-                                                            attention_probs_dropout_prob=0.5)).train()
+    torch_model = BertForQuestionAnswering(
+        tiny_bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)
+    ).train()
     install(bulk_model := copy.deepcopy(torch_model))
     ids = torch.randint(0, 100, (2, 9))
     logits = []

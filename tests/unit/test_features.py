@@ -14,11 +14,23 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, TrainerCallback, default_data_collator
+from transformers import (
+    AutoModelForQuestionAnswering,
+    DataCollatorWithPadding,
+    TrainerCallback,
+    default_data_collator,
+)
 
 from qa_hpc.errors import UsageError
-from qa_hpc.features import (FeatureConfig, FeatureError, _read_splits, build_data, prepare_train_features,
-                             prepare_validation_features, real_lengths)
+from qa_hpc.features import (
+    FeatureConfig,
+    FeatureError,
+    _read_splits,
+    build_data,
+    prepare_train_features,
+    prepare_validation_features,
+    real_lengths,
+)
 from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from qa_hpc.model import load_config, load_model, load_tokenizer
 from qa_hpc.squad_io import load_qa_records
@@ -32,8 +44,12 @@ def long_example(qid: str, answer: str, position: str) -> dict:
     filler = " ".join(f"sentence number {i} talks about nothing in particular." for i in range(80))
     cut = {"early": 0, "middle": filler.index(" ", len(filler) // 2), "late": len(filler)}[position]
     context = f"{filler[:cut]} The capital of the region is {answer}. {filler[cut:]}".strip()
-    return {"id": qid, "question": QUESTION, "context": context,
-            "answers": {"text": [answer], "answer_start": [context.index(answer)]}}
+    return {
+        "id": qid,
+        "question": QUESTION,
+        "context": context,
+        "answers": {"text": [answer], "answer_start": [context.index(answer)]},
+    }
 
 
 def batch(examples: list[dict]) -> dict[str, list]:
@@ -42,71 +58,118 @@ def batch(examples: list[dict]) -> dict[str, list]:
 
 @pytest.mark.parametrize("pad", [False, True])
 def test_train_labels_recover_gold_span_in_every_window_that_holds_it(tokenizer, pad):
-    examples = batch([long_example("a", "Velmora Tusk", "early"), long_example("b", "Quillen Bay", "middle"),
-                      long_example("c", "Ardent Hollow", "late")])
-    feats = prepare_train_features(examples, tokenizer, FeatureConfig(max_seq_length=128, doc_stride=32,
-                                                                     pad_to_max_length=pad))
+    examples = batch(
+        [
+            long_example("a", "Velmora Tusk", "early"),
+            long_example("b", "Quillen Bay", "middle"),
+            long_example("c", "Ardent Hollow", "late"),
+        ]
+    )
+    feats = prepare_train_features(
+        examples, tokenizer, FeatureConfig(max_seq_length=128, doc_stride=32, pad_to_max_length=pad)
+    )
     # the tokenizer's own windows and offsets, to map the labels back to characters independently
-    enc = tokenizer(examples["question"], examples["context"], truncation="only_second", max_length=128, stride=32,
-                    return_overflowing_tokens=True, return_offsets_mapping=True,
-                    padding="max_length" if pad else False)
+    enc = tokenizer(
+        examples["question"],
+        examples["context"],
+        truncation="only_second",
+        max_length=128,
+        stride=32,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding="max_length" if pad else False,
+    )
     windows: dict[int, list[bool]] = {0: [], 1: [], 2: []}  # per example: does each window hold the answer?
     for i, (s, e) in enumerate(zip(feats["start_positions"], feats["end_positions"])):
         ex, offsets = enc["overflow_to_sample_mapping"][i], enc["offset_mapping"][i]
         context_tokens = [k for k, sid in enumerate(enc.sequence_ids(i)) if sid == 1]
         a_start = examples["answers"][ex]["answer_start"][0]
         a_end = a_start + len(examples["answers"][ex]["text"][0])
-        windows[ex].append(offsets[context_tokens[0]][0] <= a_start and offsets[context_tokens[-1]][1] >= a_end)
+        windows[ex].append(
+            offsets[context_tokens[0]][0] <= a_start and offsets[context_tokens[-1]][1] >= a_end
+        )
         if windows[ex][-1]:
-            assert examples["context"][ex][offsets[s][0]:offsets[e][1]] == examples["answers"][ex]["text"][0]
+            assert (
+                examples["context"][ex][offsets[s][0] : offsets[e][1]] == examples["answers"][ex]["text"][0]
+            )
         else:
             assert s == 0 and e == 0, "windows without the whole answer point at CLS"
         assert not pad or len(feats["input_ids"][i]) == 128
     assert all(len(w) >= 4 for w in windows.values()), windows
-    first = [w.index(True) for w in windows.values()]  # the early answer in the first window, the late in a third+
+    first = [
+        w.index(True) for w in windows.values()
+    ]  # the early answer in the first window, the late in a third+
     assert first[0] == 0 and first[1] >= 1 and first[2] >= 2, windows
 
 
 def test_an_unanswerable_example_points_at_cls(tokenizer):
-    ex = {"id": "x", "question": "Who?", "context": "Ann met Bob.", "answers": {"text": [], "answer_start": []}}
+    ex = {
+        "id": "x",
+        "question": "Who?",
+        "context": "Ann met Bob.",
+        "answers": {"text": [], "answer_start": []},
+    }
     feats = prepare_train_features(batch([ex]), tokenizer, FeatureConfig(max_seq_length=64, doc_stride=16))
     assert (feats["start_positions"], feats["end_positions"]) == ([0], [0])
 
 
 def test_validation_features_keep_offsets_only_in_context(tokenizer):
-    feats = prepare_validation_features(batch([long_example("a", "Velmora Tusk", "late")]), tokenizer,
-                                        FeatureConfig(max_seq_length=128, doc_stride=32))
+    feats = prepare_validation_features(
+        batch([long_example("a", "Velmora Tusk", "late")]),
+        tokenizer,
+        FeatureConfig(max_seq_length=128, doc_stride=32),
+    )
     assert set(feats["example_id"]) == {"a"} and len(feats["example_id"]) >= 4
     q_len = len(tokenizer(QUESTION, add_special_tokens=False)["input_ids"])
     for ids, offsets in zip(feats["input_ids"], feats["offset_mapping"]):
-        assert all(o is None for o in offsets[: q_len + 2]) and offsets[-1] is None  # CLS, question, SEP; last SEP
+        assert (
+            all(o is None for o in offsets[: q_len + 2]) and offsets[-1] is None
+        )  # CLS, question, SEP; last SEP
         assert all(o is not None for o in offsets[q_len + 2 : len(ids) - 1])
 
 
 def test_question_too_long_names_record_and_field(tokenizer):
-    ex = {"id": "q-long", "question": "why " * 120, "context": "Ann met Bob.",
-          "answers": {"text": ["Bob"], "answer_start": [8]}}
-    with pytest.raises(FeatureError, match=r"train.json: record id='q-long': field 'question' has 120 tokens"):
-        prepare_train_features(batch([ex]), tokenizer,
-                               FeatureConfig(max_seq_length=128, doc_stride=32, source="train.json"))
+    ex = {
+        "id": "q-long",
+        "question": "why " * 120,
+        "context": "Ann met Bob.",
+        "answers": {"text": ["Bob"], "answer_start": [8]},
+    }
+    with pytest.raises(
+        FeatureError, match=r"train.json: record id='q-long': field 'question' has 120 tokens"
+    ):
+        prepare_train_features(
+            batch([ex]), tokenizer, FeatureConfig(max_seq_length=128, doc_stride=32, source="train.json")
+        )
 
 
 def test_a_split_comes_from_its_file_or_a_dataset_that_has_it(tmp_path):
     """Neither --validation_file nor --dataset_name, or a dataset (here a local folder) without that split: one
     UsageError naming what to give, before anything is tokenized."""
-    with pytest.raises(UsageError, match="^no --validation_file and no --dataset_name to read the validation split"):
+    with pytest.raises(
+        UsageError, match="^no --validation_file and no --dataset_name to read the validation split"
+    ):
         _read_splits(DataTrainingArguments(dataset_name=None), ModelArguments(), ["validation"])
     (tmp_path / "train.json").write_text('{"id": "q0", "question": "?", "context": "c"}\n')
     with pytest.raises(UsageError, match=r"^dataset \S+ has no 'validation' split \(has \['train'\]\)$"):
-        _read_splits(DataTrainingArguments(dataset_name=str(tmp_path)), ModelArguments(cache_dir=str(tmp_path / "c")),
-                     ["train", "validation"])
+        _read_splits(
+            DataTrainingArguments(dataset_name=str(tmp_path)),
+            ModelArguments(cache_dir=str(tmp_path / "c")),
+            ["train", "validation"],
+        )
 
 
 @pytest.fixture(scope="module")
 def eval_setup(tiny_bert, tokenizer, demo_files):
-    examples = datasets.Dataset.from_list(load_qa_records(demo_files["validation"], split="validation")[0][:4])
-    features = examples.map(prepare_validation_features, batched=True, remove_columns=examples.column_names,
-                            fn_kwargs={"tokenizer": tokenizer, "cfg": FeatureConfig(128, 32)})
+    examples = datasets.Dataset.from_list(
+        load_qa_records(demo_files["validation"], split="validation")[0][:4]
+    )
+    features = examples.map(
+        prepare_validation_features,
+        batched=True,
+        remove_columns=examples.column_names,
+        fn_kwargs={"tokenizer": tokenizer, "cfg": FeatureConfig(128, 32)},
+    )
     order = length_order(features)  # several windows per example, the last one shorter
     assert order is not None and (order != np.arange(len(order))).any(), "eval data must need sorting"
     return features, AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).eval()
@@ -117,20 +180,37 @@ def eval_setup(tiny_bert, tokenizer, demo_files):
 @pytest.mark.parametrize(("strategy", "sort_eval"), [("group_by_length", False), ("random", True)])
 def test_gathered_logits_belong_to_their_feature(eval_setup, tokenizer, tmp_path, strategy, sort_eval):
     features, model = eval_setup
-    args = QATrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=7, report_to="none",
-                               train_sampling_strategy=strategy)
-    trainer = QuestionAnsweringTrainer(model=model, args=args, eval_dataset=features, processing_class=tokenizer,
-                                       sort_eval_by_length=sort_eval,
-                                       data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8))
+    args = QATrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_eval_batch_size=7,
+        report_to="none",
+        train_sampling_strategy=strategy,
+    )
+    trainer = QuestionAnsweringTrainer(
+        model=model,
+        args=args,
+        eval_dataset=features,
+        processing_class=tokenizer,
+        sort_eval_by_length=sort_eval,
+        data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
+    )
     (start, end), _, n = trainer._gather_logits(features, "Evaluation", None, "eval")
     assert n == len(features) == len(start)
     with torch.no_grad():  # one feature at a time, no padding, no Trainer: the ground truth
-        for i, (ids, mask, types) in enumerate(zip(features["input_ids"], features["attention_mask"],
-                                                   features["token_type_ids"])):
-            out = model(input_ids=torch.tensor([ids]), attention_mask=torch.tensor([mask]),
-                        token_type_ids=torch.tensor([types]))
-            np.testing.assert_allclose(start[i][: len(ids)], out.start_logits[0], atol=1e-4, err_msg=f"feature {i}")
-            np.testing.assert_allclose(end[i][: len(ids)], out.end_logits[0], atol=1e-4, err_msg=f"feature {i}")
+        for i, (ids, mask, types) in enumerate(
+            zip(features["input_ids"], features["attention_mask"], features["token_type_ids"])
+        ):
+            out = model(
+                input_ids=torch.tensor([ids]),
+                attention_mask=torch.tensor([mask]),
+                token_type_ids=torch.tensor([types]),
+            )
+            np.testing.assert_allclose(
+                start[i][: len(ids)], out.start_logits[0], atol=1e-4, err_msg=f"feature {i}"
+            )
+            np.testing.assert_allclose(
+                end[i][: len(ids)], out.end_logits[0], atol=1e-4, err_msg=f"feature {i}"
+            )
 
 
 class _Stages(TrainerCallback):  # which callback event each stage raised, with its metrics' prefixes
@@ -149,8 +229,13 @@ def test_evaluate_and_predict_raise_their_own_callback_event(eval_setup, tokeniz
     features, model = eval_setup
     stages = _Stages()
     args = QATrainingArguments(output_dir=str(tmp_path), report_to="none")
-    trainer = QuestionAnsweringTrainer(model=model, args=args, processing_class=tokenizer, callbacks=[stages],
-                                       data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8))
+    trainer = QuestionAnsweringTrainer(
+        model=model,
+        args=args,
+        processing_class=tokenizer,
+        callbacks=[stages],
+        data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
+    )
     trainer.evaluate(features, features)
     trainer.predict(features, features)
     assert stages.seen == [("on_evaluate", {"eval"}), ("on_predict", {"predict"})]
@@ -172,32 +257,58 @@ def test_length_order_is_longest_first_and_none_when_uniform():
 def _build(tiny_bert, files, tmp_path, caplog, padding_side: str = "right", strategy: str = "random", **data):
     """build_data on ``files`` with a tiny BERT, and the log it wrote."""
     model_args = ModelArguments(model_name_or_path=str(tiny_bert))
-    data_args = DataTrainingArguments(**{"train_file": str(files["train"]), "validation_file": str(files["validation"]),
-                                         "max_seq_length": 128, "doc_stride": 32,
-                                         "features_cache_dir": str(tmp_path / "cache"), **data})
-    training_args = QATrainingArguments(output_dir=str(tmp_path / "out"), do_train=True, do_eval=True, use_cpu=True,
-                                        per_device_train_batch_size=8, per_device_eval_batch_size=8, report_to="none",
-                                        train_sampling_strategy=strategy)
+    data_args = DataTrainingArguments(
+        **{
+            "train_file": str(files["train"]),
+            "validation_file": str(files["validation"]),
+            "max_seq_length": 128,
+            "doc_stride": 32,
+            "features_cache_dir": str(tmp_path / "cache"),
+            **data,
+        }
+    )
+    training_args = QATrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        do_train=True,
+        do_eval=True,
+        use_cpu=True,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        report_to="none",
+        train_sampling_strategy=strategy,
+    )
     tokenizer = load_tokenizer(model_args)
     tokenizer.padding_side = padding_side  # "left": context first, so other features
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="qa_hpc.features"):
         data = build_data(model_args, data_args, training_args, tokenizer)
-    return SimpleNamespace(model_args=model_args, training_args=training_args, tokenizer=tokenizer, data=data,
-                           log=caplog.text)
+    return SimpleNamespace(
+        model_args=model_args, training_args=training_args, tokenizer=tokenizer, data=data, log=caplog.text
+    )
 
 
 @pytest.mark.parametrize("pad", [False, True], ids=["dynamic", "pad_to_max_length"])
 def test_batch_widths_and_token_counts(tiny_bert, demo_files, tmp_path, caplog, pad):
-    b = _build(tiny_bert, demo_files, tmp_path, caplog, pad_to_max_length=pad,
-               strategy="random" if pad else "group_by_length")
+    b = _build(
+        tiny_bert,
+        demo_files,
+        tmp_path,
+        caplog,
+        pad_to_max_length=pad,
+        strategy="random" if pad else "group_by_length",
+    )
     logged = re.search(r"TOKENS split=train features=\d+ real_tokens=(\d+) tokens_at_max_length=(\d+)", b.log)
     real, at_max = sum(sum(m) for m in b.data.train["attention_mask"]), len(b.data.train) * 128
     assert tuple(map(int, logged.groups())) == (real, at_max) and real < at_max
     trainer = QuestionAnsweringTrainer(  # as run_qa.py builds it (its collator)
-        model=load_model(b.model_args, load_config(b.model_args)), args=b.training_args, train_dataset=b.data.train,
+        model=load_model(b.model_args, load_config(b.model_args)),
+        args=b.training_args,
+        train_dataset=b.data.train,
         processing_class=b.tokenizer,
-        data_collator=default_data_collator if pad else DataCollatorWithPadding(b.tokenizer, pad_to_multiple_of=8))
+        data_collator=default_data_collator
+        if pad
+        else DataCollatorWithPadding(b.tokenizer, pad_to_multiple_of=8),
+    )
     widths, seen = [], 0
     for batch in trainer.get_train_dataloader():
         widths.append(batch["input_ids"].shape[1])
@@ -211,18 +322,24 @@ def test_batch_widths_and_token_counts(tiny_bert, demo_files, tmp_path, caplog, 
         assert all(w % 8 == 0 for w in widths) and len(set(widths)) > 1 and max(widths) <= 128
 
 
-def test_features_cache_reused_until_file_tokenizer_or_settings_change(tiny_bert, demo_files, tmp_path, caplog):
+def test_features_cache_reused_until_file_tokenizer_or_settings_change(
+    tiny_bert, demo_files, tmp_path, caplog
+):
     files = {split: Path(shutil.copy(demo_files[split], tmp_path)) for split in ("train", "validation")}
 
     written: dict[str, int] = {}  # cache folder -> when its features file was written
 
-    def cache(**changed) -> dict[str, str]:  # split -> reused|computed; features said reused are not written again
+    def cache(
+        **changed,
+    ) -> dict[str, str]:  # split -> reused|computed; features said reused are not written again
         b = _build(tiny_bert, files, tmp_path, caplog, **changed)
         assert len(b.data.train) > 0 and len(b.data.eval_features) > 0
         said = {}
         for split, how, folder in re.findall(r"FEATURES_CACHE split=(\w+) (\w+) .* path=(\S+)", b.log):
             stamp = (Path(folder) / "features.arrow").stat().st_mtime_ns
-            assert how == "computed" or written[folder] == stamp, f"{split} features said reused but were written"
+            assert how == "computed" or written[folder] == stamp, (
+                f"{split} features said reused but were written"
+            )
             written[folder], said[split] = stamp, how
         return said
 
@@ -230,6 +347,8 @@ def test_features_cache_reused_until_file_tokenizer_or_settings_change(tiny_bert
     assert (cache(), cache(), cache(doc_stride=48)) == (computed, reused, computed)
     assert (cache(padding_side="left"), cache(overwrite_cache=True)) == (computed, computed)
     text = files["validation"].read_text(encoding="utf-8")
-    files["validation"].write_text(text.replace("?", " ?", 1), encoding="utf-8")  # same size class, other bytes
+    files["validation"].write_text(
+        text.replace("?", " ?", 1), encoding="utf-8"
+    )  # same size class, other bytes
     assert cache() == {"train": "reused", "eval": "computed"}
     assert cache(max_train_samples=5) == {"train": "computed", "eval": "reused"}

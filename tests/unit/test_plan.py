@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import AutoModelForQuestionAnswering, Trainer
 
-from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags
 from qa_hpc.errors import UsageError
+from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags
 from qa_hpc.plan import DeviceFacts, FlagValues, PlanError, decide
 
 DEFAULTS = read_flags([])  # every flag at its default, as run_qa.py parses them
@@ -23,28 +23,58 @@ def ask(**given: object) -> FlagValues:
     return {**DEFAULTS, **given}
 
 
-GPUS = {"A100": (8, 0), "H100": (9, 0), "V100": (7, 0), "T4": (7, 5), "CPU": None, "AVX512BF16": None, "AMX": None}
+GPUS = {
+    "A100": (8, 0),
+    "H100": (9, 0),
+    "V100": (7, 0),
+    "T4": (7, 5),
+    "CPU": None,
+    "AVX512BF16": None,
+    "AMX": None,
+}
 CPU_BF16 = {"AVX512BF16": "avx512_bf16", "AMX": "amx_bf16"}  # CPUs that do bf16 GEMMs in hardware
 
 
-def facts(device: str, ranks: int = 1, cpus: int = 32, omp: int | None = None, accelerate: str | None = None,
-          launcher: str | None = None, gpus_visible: int = 1, asked: str | None = None,
-          vendor: str = "AuthenticAMD") -> DeviceFacts:
+def facts(
+    device: str,
+    ranks: int = 1,
+    cpus: int = 32,
+    omp: int | None = None,
+    accelerate: str | None = None,
+    launcher: str | None = None,
+    gpus_visible: int = 1,
+    asked: str | None = None,
+    vendor: str = "AuthenticAMD",
+) -> DeviceFacts:
     cuda = GPUS[device] is not None
     return DeviceFacts(
-        cuda_available=cuda, gpu_count=gpus_visible if cuda else 0, capability=GPUS[device],
-        gpu_name=f"NVIDIA {device}" if cuda else None, cpus=cpus, world_size=ranks, local_world_size=ranks,
+        cuda_available=cuda,
+        gpu_count=gpus_visible if cuda else 0,
+        capability=GPUS[device],
+        gpu_name=f"NVIDIA {device}" if cuda else None,
+        cpus=cpus,
+        world_size=ranks,
+        local_world_size=ranks,
         launcher=launcher or ("accelerate" if accelerate else "torchrun" if ranks > 1 else "python"),
-        omp_num_threads=omp, accelerate_mixed_precision=accelerate, gpus_requested=asked,
-        torch_version="2.13.0", torch_cuda="13.0" if cuda else None, cpu_bf16=CPU_BF16.get(device), cpu_vendor=vendor,
+        omp_num_threads=omp,
+        accelerate_mixed_precision=accelerate,
+        gpus_requested=asked,
+        torch_version="2.13.0",
+        torch_cuda="13.0" if cuda else None,
+        cpu_bf16=CPU_BF16.get(device),
+        cpu_vendor=vendor,
     )
 
 
 def rows(table: str, columns: int) -> list[list[str]]:
     """Whitespace-separated columns; the last one keeps its spaces (a refusal's words); '-' is not given;
     a first column "A100,V100" is one row per device."""
-    return [[device, *rest.split(None, columns - 2)] for line in table.strip().splitlines()
-            for devices, rest in [line.split(None, 1)] for device in devices.split(",")]
+    return [
+        [device, *rest.split(None, columns - 2)]
+        for line in table.strip().splitlines()
+        for devices, rest in [line.split(None, 1)]
+        for device in devices.split(",")
+    ]
 
 
 def decided(request: FlagValues, device_facts: DeviceFacts, want: str):
@@ -94,7 +124,9 @@ CPU,AMX            fp32 - bf16 fp32
 @pytest.mark.parametrize("device, precision, hf, accelerate, want", rows(PRECISION_TABLE, 5))
 def test_precision_for_every_device(device, precision, hf, accelerate, want, ranks):
     request = ask(precision=precision, bf16=hf == "bf16", fp16=hf == "fp16")
-    plan = decided(request, facts(device, ranks=ranks, accelerate=None if accelerate == "-" else accelerate), want)
+    plan = decided(
+        request, facts(device, ranks=ranks, accelerate=None if accelerate == "-" else accelerate), want
+    )
     if plan is not None:
         assert plan.precision == want
         fields = plan.training_fields(None)
@@ -124,7 +156,9 @@ def test_tf32_for_every_device(device, tf32, defaults, precision, want):
     """--precision fp32 is true fp32: TF32 off (and the MFU against the fp32 peak, which reads plan.tf32).
     Without --speed_defaults the dataloader workers are as asked (0) too."""
     given = None if tf32 == "-" else tf32 == "true"
-    plan = decided(ask(tf32=given, speed_defaults=defaults == "true", precision=precision), facts(device), want)
+    plan = decided(
+        ask(tf32=given, speed_defaults=defaults == "true", precision=precision), facts(device), want
+    )
     if plan is not None:
         assert plan.tf32 == (want == "on")
         # TrainingArguments gets tf32 only where it means something (it refuses True off Ampere)
@@ -155,19 +189,35 @@ V100 32 4 32 torchrun   0 0 32 4
 """
 
 
-@pytest.mark.parametrize("device, cpus, ranks, omp, launcher, asked, given_workers, threads, workers",
-                         rows(THREADS_TABLE, 9))
+@pytest.mark.parametrize(
+    "device, cpus, ranks, omp, launcher, asked, given_workers, threads, workers", rows(THREADS_TABLE, 9)
+)
 def test_threads_and_workers(device, cpus, ranks, omp, launcher, asked, given_workers, threads, workers):
-    plan = decide(ask(num_threads=int(asked), dataloader_num_workers=int(given_workers)),
-                  facts(device, ranks=int(ranks), cpus=int(cpus), omp=None if omp == "-" else int(omp),
-                        launcher=launcher))
+    plan = decide(
+        ask(num_threads=int(asked), dataloader_num_workers=int(given_workers)),
+        facts(
+            device, ranks=int(ranks), cpus=int(cpus), omp=None if omp == "-" else int(omp), launcher=launcher
+        ),
+    )
     assert (plan.threads, plan.dataloader_num_workers) == (int(threads), int(workers))
 
 
-@pytest.mark.parametrize("device_facts, words", [  # a GPU job whose torch sees no GPU; one process on several GPUs
-    (facts("CPU", asked="CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0"), ["asked for a GPU (CUDA_VISIBLE_DEVICES=0, "
-     "SLURM_JOB_GPUS=0)", "torch 2.13.0", "CPU-only build", "torch.cuda.is_available()=False", "--use_cpu"]),
-    (facts("A100", gpus_visible=4), ["torchrun --nproc_per_node=4"])])
+@pytest.mark.parametrize(
+    "device_facts, words",
+    [  # a GPU job whose torch sees no GPU; one process on several GPUs
+        (
+            facts("CPU", asked="CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0"),
+            [
+                "asked for a GPU (CUDA_VISIBLE_DEVICES=0, SLURM_JOB_GPUS=0)",
+                "torch 2.13.0",
+                "CPU-only build",
+                "torch.cuda.is_available()=False",
+                "--use_cpu",
+            ],
+        ),
+        (facts("A100", gpus_visible=4), ["torchrun --nproc_per_node=4"]),
+    ],
+)
 def test_a_gpu_setup_that_cannot_run_is_refused_unless_the_cpu_is_asked_for(device_facts, words):
     with pytest.raises(PlanError) as err:
         decide(ask(), device_facts)
@@ -185,52 +235,140 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
     assert not off.tensorboard and off.profile_dir is None and off.training_fields(None)["use_cpu"] is False
 
 
-@pytest.mark.parametrize("device_facts, given, parts", [  # a stop vote syncs a GPU: sparse on several of them
-    (facts("H100", ranks=4), {}, ("PLAN device=cuda(NVIDIA H100)", "precision=bf16 (auto: GPU sm_90 has bf16)",
-     "tf32=on", "threads=4 (32 CPUs / 4 process(es) on this node - 4 dataloader workers)", "dataloader_workers=4",
-     "world_size=4", "launcher=torchrun", "stop_vote_every=10", "dropout_mask=torch (auto: GPU)")),
-    (facts("AVX512BF16"), {}, ("PLAN device=cpu precision=bf16 (auto: CPU has avx512_bf16) tf32=off threads=32 (32 "
-     "CPUs", "dropout_mask=bulk (auto: AuthenticAMD CPU, where torch draws masks one element at a time)")),
-    (facts("AMX"), {}, ("precision=bf16 (auto: CPU has amx_bf16)",)),
-    (facts("CPU"), {}, ("precision=fp32 (auto: CPU has no amx_bf16 or avx512_bf16)", "stop_vote_every=1")),
-    (facts("CPU", ranks=4), {}, ("stop_vote_every=1",)), (facts("A100"), {}, ("stop_vote_every=1",)),
-    (facts("CPU", vendor="GenuineIntel"), {}, ("dropout_mask=torch (auto: Intel CPU, where torch draws masks in",)),
-    (facts("CPU"), {"dropout_mask": "torch"}, ("dropout_mask=torch (--dropout_mask torch)",)),
-    (facts("CPU", vendor="GenuineIntel"), {"dropout_mask": "bulk"}, ("dropout_mask=bulk (--dropout_mask bulk)",))])
+@pytest.mark.parametrize(
+    "device_facts, given, parts",
+    [  # a stop vote syncs a GPU: sparse on several of them
+        (
+            facts("H100", ranks=4),
+            {},
+            (
+                "PLAN device=cuda(NVIDIA H100)",
+                "precision=bf16 (auto: GPU sm_90 has bf16)",
+                "tf32=on",
+                "threads=4 (32 CPUs / 4 process(es) on this node - 4 dataloader workers)",
+                "dataloader_workers=4",
+                "world_size=4",
+                "launcher=torchrun",
+                "stop_vote_every=10",
+                "dropout_mask=torch (auto: GPU)",
+            ),
+        ),
+        (
+            facts("AVX512BF16"),
+            {},
+            (
+                "PLAN device=cpu precision=bf16 (auto: CPU has avx512_bf16) tf32=off threads=32 (32 CPUs",
+                "dropout_mask=bulk (auto: AuthenticAMD CPU, where torch draws masks one element at a time)",
+            ),
+        ),
+        (facts("AMX"), {}, ("precision=bf16 (auto: CPU has amx_bf16)",)),
+        (
+            facts("CPU"),
+            {},
+            ("precision=fp32 (auto: CPU has no amx_bf16 or avx512_bf16)", "stop_vote_every=1"),
+        ),
+        (facts("CPU", ranks=4), {}, ("stop_vote_every=1",)),
+        (facts("A100"), {}, ("stop_vote_every=1",)),
+        (
+            facts("CPU", vendor="GenuineIntel"),
+            {},
+            ("dropout_mask=torch (auto: Intel CPU, where torch draws masks in",),
+        ),
+        (facts("CPU"), {"dropout_mask": "torch"}, ("dropout_mask=torch (--dropout_mask torch)",)),
+        (
+            facts("CPU", vendor="GenuineIntel"),
+            {"dropout_mask": "bulk"},
+            ("dropout_mask=bulk (--dropout_mask bulk)",),
+        ),
+    ],
+)
 def test_plan_log_line_names_every_decision(device_facts, given, parts):
     plan = decide(ask(**given), device_facts)
     assert all(part in plan.log_line() for part in parts), plan.log_line()
     assert f"dropout_mask={plan.dropout_mask} (" in plan.log_line()
 
 
-@pytest.mark.parametrize("ranks, accumulation, max_steps, want", [  # the BASELINE: 88,524 features, 2 epochs
-    (1, 1, -1, ["PLAN_BATCH global_batch=24 (24 per device x 1 processes x 1 accumulation) optimizer_steps=7378 "
-                "learning_rate=4e-05"]),  # 2 x ceil(88524 / 24)
-    (8, 1, -1, ["global_batch=192 (24 per device x 8 processes x 1 accumulation) optimizer_steps=924 ",
+@pytest.mark.parametrize(
+    "ranks, accumulation, max_steps, want",
+    [  # the BASELINE: 88,524 features, 2 epochs
+        (
+            1,
+            1,
+            -1,
+            [
+                "PLAN_BATCH global_batch=24 (24 per device x 1 processes x 1 accumulation) optimizer_steps=7378 "
+                "learning_rate=4e-05"
+            ],
+        ),  # 2 x ceil(88524 / 24)
+        (
+            8,
+            1,
+            -1,
+            [
+                "global_batch=192 (24 per device x 8 processes x 1 accumulation) optimizer_steps=924 ",
                 "PLAN_SCALING global_batch_ratio=8 (x the 1-device run's 24 at the same learning_rate=4e-05): to keep "
                 "the 1-device recipe: --per_device_train_batch_size 3 --gradient_accumulation_steps 1; to scale the "
-                "learning rate on purpose (linear rule): --learning_rate 0.00032"]),  # 2 x ceil(ceil(88524 / 8) / 24)
-    (5, 2, -1, ["global_batch=240 (24 per device x 5 processes x 2 accumulation) optimizer_steps=738 ",
-                "a global batch of 48 cannot be split over 5 processes"]),  # 2 x ceil(ceil(ceil(88524 / 5) / 24) / 2)
-    (1, 1, 10, ["optimizer_steps=10 "])])
-def test_batch_lines_say_the_global_batch_steps_and_how_to_keep_the_1_device_recipe(ranks, accumulation, max_steps,
-                                                                                    want):
-    args = types.SimpleNamespace(per_device_train_batch_size=24, world_size=ranks, learning_rate=4e-5,
-                                 gradient_accumulation_steps=accumulation, num_train_epochs=2.0, max_steps=max_steps)
+                "learning rate on purpose (linear rule): --learning_rate 0.00032",
+            ],
+        ),  # 2 x ceil(ceil(88524 / 8) / 24)
+        (
+            5,
+            2,
+            -1,
+            [
+                "global_batch=240 (24 per device x 5 processes x 2 accumulation) optimizer_steps=738 ",
+                "a global batch of 48 cannot be split over 5 processes",
+            ],
+        ),  # 2 x ceil(ceil(ceil(88524 / 5) / 24) / 2)
+        (1, 1, 10, ["optimizer_steps=10 "]),
+    ],
+)
+def test_batch_lines_say_the_global_batch_steps_and_how_to_keep_the_1_device_recipe(
+    ranks, accumulation, max_steps, want
+):
+    args = types.SimpleNamespace(
+        per_device_train_batch_size=24,
+        world_size=ranks,
+        learning_rate=4e-5,
+        gradient_accumulation_steps=accumulation,
+        num_train_epochs=2.0,
+        max_steps=max_steps,
+    )
     lines = batch_lines(args, 88_524)
     assert len(lines) == len(want) and all(part in line for line, part in zip(lines, want))
 
 
 # --- what really runs, read back and checked against the plan --------------------------------------------------
-def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stops_the_run(tiny_bert, demo_files,
-                                                                                          tmp_path):
+def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stops_the_run(
+    tiny_bert, demo_files, tmp_path
+):
     """Built and read back in process: the settings path of run_qa.setup, the Trainer, the effective settings."""
     import run_qa
     from qa_hpc.preemption import StopRequest
 
-    argv = ["--model_name_or_path", str(tiny_bert), "--output_dir", str(tmp_path / "out"), "--max_seq_length", "128",
-            "--doc_stride", "32", "--report_to", "none", "--disable_tqdm", "true", "--do_train",
-            "--train_file", str(demo_files["train"]), "--max_steps", "1", "--num_threads", "1", "--precision", "fp32"]
+    argv = [
+        "--model_name_or_path",
+        str(tiny_bert),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--max_seq_length",
+        "128",
+        "--doc_stride",
+        "32",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--do_train",
+        "--train_file",
+        str(demo_files["train"]),
+        "--max_steps",
+        "1",
+        "--num_threads",
+        "1",
+        "--precision",
+        "fp32",
+    ]
     plan, flags = decide_and_build(read_flags(argv))
     threads = torch.get_num_threads()
     try:
@@ -245,20 +383,27 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
     expected["dataloader_pin_memory"] = False  # TrainingArguments itself turns pinned memory off on the CPU
     assert run.trainer.args.to_dict() == expected
     run.effective.check(plan)  # the same: no error
-    with pytest.raises(RuntimeError, match="settings: precision: planned fp32, effective bf16; param_dtype: planned "
-                       "float32, effective float16; threads: planned 1, effective 8$"):
+    with pytest.raises(
+        RuntimeError,
+        match="settings: precision: planned fp32, effective bf16; param_dtype: planned "
+        "float32, effective float16; threads: planned 1, effective 8$",
+    ):
         dataclasses.replace(run.effective, precision="bf16", param_dtype="float16", threads=8).check(plan)
 
 
 @pytest.mark.parametrize("precision, want", [("bf16", "bfloat16"), ("fp32", "float32")])
 def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
     """bf16 is autocast in the eval forward too (its matmuls run in bf16); fp32 stays fp32."""
-    _, flags = decide_and_build(read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision",
-                                            precision]))
+    _, flags = decide_and_build(
+        read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision", precision])
+    )
     model, seen = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)), []
-    model.bert.encoder.layer[0].attention.self.query.register_forward_hook(lambda m, i, o: seen.append(str(o.dtype)))
+    model.bert.encoder.layer[0].attention.self.query.register_forward_hook(
+        lambda m, i, o: seen.append(str(o.dtype))
+    )
     Trainer(model=model, args=flags.training).predict(
-        datasets.Dataset.from_dict({"input_ids": [[101, 2000, 102] * 4], "attention_mask": [[1] * 12]}))
+        datasets.Dataset.from_dict({"input_ids": [[101, 2000, 102] * 4], "attention_mask": [[1] * 12]})
+    )
     assert seen == [f"torch.{want}"]
 
 

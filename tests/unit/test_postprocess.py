@@ -16,8 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qa_hpc.features import FeatureConfig, prepare_validation_features
-from qa_hpc.postprocess import (QAPredictions, by_example_then_score, mask_padding, postprocess_qa_predictions,
-                                write_prediction_files)
+from qa_hpc.postprocess import (
+    QAPredictions,
+    by_example_then_score,
+    mask_padding,
+    postprocess_qa_predictions,
+    write_prediction_files,
+)
 from qa_hpc.postprocess_loop import PostprocessConfig, postprocess_qa_predictions_loop
 from qa_hpc.squad_io import load_qa_records
 
@@ -28,7 +33,9 @@ def assert_same(ref: QAPredictions, got: QAPredictions) -> None:
     assert (ref.answers, ref.null_odds) == (got.answers, got.null_odds) and ref.nbest == got.nbest == plain
     assert list(ref.answers) == list(got.answers) == list(got.nbest) == list(plain)
     # orjson also tells what == cannot: 0.0 is written "0.0", -0.0 "-0.0"
-    assert orjson.dumps([ref.answers, ref.nbest, ref.null_odds]) == orjson.dumps([got.answers, plain, got.null_odds])
+    assert orjson.dumps([ref.answers, ref.nbest, ref.null_odds]) == orjson.dumps(
+        [got.answers, plain, got.null_odds]
+    )
 
 
 def both(examples: dict, features: dict, logits, cfg: PostprocessConfig) -> QAPredictions:
@@ -36,33 +43,55 @@ def both(examples: dict, features: dict, logits, cfg: PostprocessConfig) -> QAPr
     ref = postprocess_qa_predictions_loop(examples, features, logits, cfg)
     got = postprocess_qa_predictions(examples, features, logits, cfg)
     assert_same(ref, got)
-    sliced = pa.chunked_array([pa.array([[(7, 9)]] + list(features["offset_mapping"])).slice(1)])  # nonzero offset
-    assert_same(ref, postprocess_qa_predictions(examples, {**features, "offset_mapping": sliced}, logits, cfg))
+    sliced = pa.chunked_array(
+        [pa.array([[(7, 9)]] + list(features["offset_mapping"])).slice(1)]
+    )  # nonzero offset
+    assert_same(
+        ref, postprocess_qa_predictions(examples, {**features, "offset_mapping": sliced}, logits, cfg)
+    )
     return got
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), n_examples=st.integers(1, 6), width=st.integers(1, 48),
-       tie_step=st.sampled_from([0.0, 0.25, 1.0]), dtype=st.sampled_from(["float32", "float64", "float16"]),
-       pad_frac=st.sampled_from([0.0, 0.5, 1.0]), v2=st.booleans(), n_best=st.integers(1, 25),
-       max_answer_length=st.integers(1, 12), threshold=st.floats(-2.0, 2.0))
-def test_array_path_equals_loop_on_generated_logits(seed, n_examples, width, tie_step, dtype, pad_frac, v2, n_best,
-                                                    max_answer_length, threshold):
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n_examples=st.integers(1, 6),
+    width=st.integers(1, 48),
+    tie_step=st.sampled_from([0.0, 0.25, 1.0]),
+    dtype=st.sampled_from(["float32", "float64", "float16"]),
+    pad_frac=st.sampled_from([0.0, 0.5, 1.0]),
+    v2=st.booleans(),
+    n_best=st.integers(1, 25),
+    max_answer_length=st.integers(1, 12),
+    threshold=st.floats(-2.0, 2.0),
+)
+def test_array_path_equals_loop_on_generated_logits(
+    seed, n_examples, width, tie_step, dtype, pad_frac, v2, n_best, max_answer_length, threshold
+):
     """0-3 features per example, offsets None at random, logits rounded to make ties (as bf16 does), -100 padding."""
     rng = np.random.default_rng(seed)
     ids = [f"q{i}" for i in range(n_examples)]
     contexts = ["".join(chr(97 + c) for c in rng.integers(0, 26, size=120)) for _ in ids]
     feature_ids = [qid for qid in ids for _ in range(int(rng.integers(0, 4)))]
-    offsets = [[None if rng.random() < 0.3 else (a, a + int(rng.integers(0, 15)))
-                for a in rng.integers(0, 100, size=int(rng.integers(1, width + 1))).tolist()] for _ in feature_ids]
+    offsets = [
+        [
+            None if rng.random() < 0.3 else (a, a + int(rng.integers(0, 15)))
+            for a in rng.integers(0, 100, size=int(rng.integers(1, width + 1))).tolist()
+        ]
+        for _ in feature_ids
+    ]
     start, end = rng.normal(size=(2, len(feature_ids), width))
     if tie_step > 0:
         start, end = np.round(start / tie_step) * tie_step, np.round(end / tie_step) * tie_step
     for f, row in enumerate(offsets):
         if rng.random() < pad_frac:
-            start[f, len(row):] = end[f, len(row):] = -100.0
-    both({"id": ids, "context": contexts}, {"example_id": feature_ids, "offset_mapping": offsets},
-         (start.astype(dtype), end.astype(dtype)), PostprocessConfig(v2, n_best, max_answer_length, threshold))
+            start[f, len(row) :] = end[f, len(row) :] = -100.0
+    both(
+        {"id": ids, "context": contexts},
+        {"example_id": feature_ids, "offset_mapping": offsets},
+        (start.astype(dtype), end.astype(dtype)),
+        PostprocessConfig(v2, n_best, max_answer_length, threshold),
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
@@ -80,13 +109,16 @@ def test_candidate_order_equals_lexsort_with_ties_zeros_infinities_and_nan(dtype
 
 def test_real_tokenizer_features_v1_and_v2(tokenizer, demo_files_v2):
     """Long contexts in several windows, random logits padded with -100, both versions."""
-    records, _ = load_qa_records(demo_files_v2["validation"], split="validation", version_2_with_negative=True)
+    records, _ = load_qa_records(
+        demo_files_v2["validation"], split="validation", version_2_with_negative=True
+    )
     examples = {k: [r[k] for r in records] for k in records[0]}
     feats = prepare_validation_features(examples, tokenizer, FeatureConfig(max_seq_length=96, doc_stride=24))
     assert len(feats["input_ids"]) > len(records), "several windows per example"
     lengths = np.array([len(ids) for ids in feats["input_ids"]])
-    logits = mask_padding(np.random.default_rng(0).normal(size=(2, len(lengths), lengths.max())).astype(np.float32),
-                          lengths)
+    logits = mask_padding(
+        np.random.default_rng(0).normal(size=(2, len(lengths), lengths.max())).astype(np.float32), lengths
+    )
     for v2 in (False, True):
         both(examples, feats, logits, PostprocessConfig(version_2_with_negative=v2))
 
@@ -94,7 +126,10 @@ def test_real_tokenizer_features_v1_and_v2(tokenizer, demo_files_v2):
 @pytest.mark.parametrize("v2", [False, True])
 def test_a_repeated_id_keeps_its_first_place_and_its_last_list(v2, tmp_path):
     examples = {"id": ["a", "b", "a"], "context": ["xyz abc", "pqr", "uvw def"]}
-    features = {"example_id": ["a", "b", "a"], "offset_mapping": [[None, (0, 3), (4, 7)], [(0, 3)], [None, (4, 7)]]}
+    features = {
+        "example_id": ["a", "b", "a"],
+        "offset_mapping": [[None, (0, 3), (4, 7)], [(0, 3)], [None, (4, 7)]],
+    }
     logits = (np.array([[1.0, 2.0, 0.5], [0.0, 1.0, -1.0], [3.0, 1.0, -100]]),) * 2
     preds = both(examples, features, logits, PostprocessConfig(version_2_with_negative=v2))
     assert list(preds.answers) == ["a", "b"] and preds.answers["a"] == "uvw"  # the last context
@@ -103,16 +138,26 @@ def test_a_repeated_id_keeps_its_first_place_and_its_last_list(v2, tmp_path):
 LOOP_TOO = [postprocess_qa_predictions_loop, postprocess_qa_predictions]
 
 
-@pytest.mark.parametrize(("paths", "feature_ids", "offsets", "rows", "message"), [
-    (LOOP_TOO, ["zzz"], [[(0, 1)]], 1, "feature 0 belongs to unknown example id 'zzz'"),
-    (LOOP_TOO, ["a", "a"], [[(0, 1)]] * 2, 1, "got 1 logit rows for 2 features"),
-    *[([postprocess_qa_predictions], ["a"] * len(o), o, len(o), "pairs") for o in (
-        [[(1, 2, 3)], [(4,)]], [[(1, 2, 3)], [(4, 5)]], [[(0, 3), (4, None)]])]])  # offsets that are not pairs
+@pytest.mark.parametrize(
+    ("paths", "feature_ids", "offsets", "rows", "message"),
+    [
+        (LOOP_TOO, ["zzz"], [[(0, 1)]], 1, "feature 0 belongs to unknown example id 'zzz'"),
+        (LOOP_TOO, ["a", "a"], [[(0, 1)]] * 2, 1, "got 1 logit rows for 2 features"),
+        *[
+            ([postprocess_qa_predictions], ["a"] * len(o), o, len(o), "pairs")
+            for o in ([[(1, 2, 3)], [(4,)]], [[(1, 2, 3)], [(4, 5)]], [[(0, 3), (4, None)]])
+        ],
+    ],
+)  # offsets that are not pairs
 def test_bad_features_are_named(paths, feature_ids, offsets, rows, message):
     for postprocess in paths:
         with pytest.raises(ValueError, match=message):
-            postprocess({"id": ["a"], "context": ["abcdef"]}, {"example_id": feature_ids, "offset_mapping": offsets},
-                        (np.zeros((rows, 2), np.float32),) * 2, PostprocessConfig())
+            postprocess(
+                {"id": ["a"], "context": ["abcdef"]},
+                {"example_id": feature_ids, "offset_mapping": offsets},
+                (np.zeros((rows, 2), np.float32),) * 2,
+                PostprocessConfig(),
+            )
 
 
 @pytest.mark.slow
@@ -120,18 +165,28 @@ def test_full_dev_set_real_logits_identical():
     """All 10,570 dev questions, logits of a real MiniLM forward pass (cached by bench/dev_logits.py)."""
     import argparse
 
-    from bench.dev_logits import add_args, load_or_build
     from conftest import shared_squad_file
+
+    from bench.dev_logits import add_args, load_or_build
 
     parser = argparse.ArgumentParser()
     add_args(parser)
-    dev, _, _ = load_or_build(parser.parse_args(["--validation_file", str(shared_squad_file("dev-v1.1.json"))]))
+    dev, _, _ = load_or_build(
+        parser.parse_args(["--validation_file", str(shared_squad_file("dev-v1.1.json"))])
+    )
     assert len(dev.examples["id"]) == 10570
-    arrow = {"example_id": dev.features["example_id"], "offset_mapping": pa.array(dev.features["offset_mapping"])}
+    arrow = {
+        "example_id": dev.features["example_id"],
+        "offset_mapping": pa.array(dev.features["offset_mapping"]),
+    }
     for v2 in (False, True):
         cfg = PostprocessConfig(version_2_with_negative=v2)
-        ref = postprocess_qa_predictions_loop(dev.examples, dev.features, (dev.start_logits, dev.end_logits), cfg)
-        assert_same(ref, postprocess_qa_predictions(dev.examples, arrow, (dev.start_logits, dev.end_logits), cfg))
+        ref = postprocess_qa_predictions_loop(
+            dev.examples, dev.features, (dev.start_logits, dev.end_logits), cfg
+        )
+        assert_same(
+            ref, postprocess_qa_predictions(dev.examples, arrow, (dev.start_logits, dev.end_logits), cfg)
+        )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
@@ -144,18 +199,38 @@ def test_mask_padding_sets_padding_in_the_logits_dtype_on_new_arrays(dtype):
         got_start, got_end = mask_padding((start, start[::-1]), lengths)
     for got, raw in ((got_start, start), (got_end, start[::-1])):
         assert got.dtype == np.dtype(dtype)
-        np.testing.assert_array_equal(got, np.where(np.arange(12) < lengths[:, None], raw, np.float16(-100.0)))
+        np.testing.assert_array_equal(
+            got, np.where(np.arange(12) < lengths[:, None], raw, np.float16(-100.0))
+        )
 
 
 def test_prediction_files_hold_the_predictions(tmp_path):
     nbest = {  # awkward ids and texts, a v2 null (logits None), non-finite values (JSON has none: written as null)
-        "q-1": [{"text": "Zürich \"old\" town", "probability": 0.75, "score": 3.5, "start_logit": 1.25,
-                 "end_logit": 2.25},
-                {"text": "line\nbreak\ttab", "probability": 0.25, "score": 2.4000000000000004, "start_logit": 1e-7,
-                 "end_logit": 2.4}],
-        "é\"2": [{"text": "", "probability": 0.6, "score": -0.5, "start_logit": None, "end_logit": None}],
-        "q\\3": [{"text": "日本", "probability": 1.0, "score": np.nan, "start_logit": np.inf, "end_logit": -np.inf}]}
-    answers, null_odds = {qid: lst[0]["text"] for qid, lst in nbest.items()}, {"q-1": -0.5, "é\"2": 1.25, "q\\3": 0.0}
+        "q-1": [
+            {
+                "text": 'Zürich "old" town',
+                "probability": 0.75,
+                "score": 3.5,
+                "start_logit": 1.25,
+                "end_logit": 2.25,
+            },
+            {
+                "text": "line\nbreak\ttab",
+                "probability": 0.25,
+                "score": 2.4000000000000004,
+                "start_logit": 1e-7,
+                "end_logit": 2.4,
+            },
+        ],
+        'é"2': [{"text": "", "probability": 0.6, "score": -0.5, "start_logit": None, "end_logit": None}],
+        "q\\3": [
+            {"text": "日本", "probability": 1.0, "score": np.nan, "start_logit": np.inf, "end_logit": -np.inf}
+        ],
+    }
+    answers, null_odds = (
+        {qid: lst[0]["text"] for qid, lst in nbest.items()},
+        {"q-1": -0.5, 'é"2': 1.25, "q\\3": 0.0},
+    )
     written = write_prediction_files(QAPredictions(answers, nbest, null_odds), str(tmp_path / "out"), "eval")
     names = ["eval_predictions.json", "eval_nbest_predictions.json", "eval_null_odds.json"]
     assert written == [str(tmp_path / "out" / name) for name in names]
@@ -164,15 +239,21 @@ def test_prediction_files_hold_the_predictions(tmp_path):
     assert read == [answers, nbest, null_odds] and list(read[1]) == list(nbest)
     text = (tmp_path / "out" / "eval_nbest_predictions.json").read_text("utf-8")
     assert text.endswith("}\n") and '\n  "q-1": [\n' in text and "Zürich" in text, "indented, UTF-8 as is"
-    write_prediction_files(QAPredictions({}, {}, None), str(tmp_path / "v1"), "predict")  # v1: no null odds file
-    assert sorted(p.name for p in (tmp_path / "v1").iterdir()) == ["predict_nbest_predictions.json",
-                                                                   "predict_predictions.json"]
+    write_prediction_files(
+        QAPredictions({}, {}, None), str(tmp_path / "v1"), "predict"
+    )  # v1: no null odds file
+    assert sorted(p.name for p in (tmp_path / "v1").iterdir()) == [
+        "predict_nbest_predictions.json",
+        "predict_predictions.json",
+    ]
 
 
 # ---- hand-built logits: the loop's rules (and the array path, which must agree) -------------------------
 
 CONTEXT = "alpha beta gamma delta epsilon zeta"
-OFFSETS = [None] * 4 + [(0, 5), (6, 10), (11, 16), (17, 22), (23, 30), (31, 35)] + [None]  # CLS, question, SEP, ...
+OFFSETS = (
+    [None] * 4 + [(0, 5), (6, 10), (11, 16), (17, 22), (23, 30), (31, 35)] + [None]
+)  # CLS, question, SEP, ...
 
 
 def row(start: dict[int, float], end: dict[int, float], width: int = len(OFFSETS)):
@@ -186,35 +267,97 @@ def run(rows: list, ids: list[str] | None = None, **cfg) -> QAPredictions:
     ids = ids or ["q"] * len(rows)
     examples = {"id": sorted(set(ids), key=ids.index), "context": [CONTEXT] * len(set(ids))}
     features = {"example_id": ids, "offset_mapping": [OFFSETS] * len(rows)}
-    return both(examples, features, (np.stack([s for s, _ in rows]), np.stack([e for _, e in rows])),
-                PostprocessConfig(**cfg))
+    return both(
+        examples,
+        features,
+        (np.stack([s for s, _ in rows]), np.stack([e for _, e in rows])),
+        PostprocessConfig(**cfg),
+    )
 
 
 V2 = {"version_2_with_negative": True}
 NULL_ROW = row({0: 3.0, 5: 2.0}, {0: 3.0, 5: 2.0})  # null = s[0]+e[0] = 6; best span 5..5 = 4; diff 2
 
 
-@pytest.mark.parametrize(("rows", "ids", "cfg", "answers", "null_odds"), [
-    ([row({5: 4.0, 6: 3.0}, {6: 4.5, 7: 1.0})], None, {}, {"q": "beta gamma"}, None),  # tokens 5..6 = words 1..2
-    # (1,0)=18 is question/CLS, (9,8)=16 runs backwards, (4,8)=15 is 5 tokens (max 3): the best valid is (6,8)=10
-    ([row({1: 9.0, 9: 8.0, 4: 7.0, 6: 2.0}, {0: 9.0, 8: 8.0, 7: 2.0})], None, {"max_answer_length": 3},
-     {"q": "gamma delta epsilon"}, None),
-    # n_best limits candidates: the only valid pair uses the 3rd best start and 3rd best end
-    ([row({9: 9.0, 8: 8.0, 4: 7.0}, {4: 8.0, 1: 9.0, 0: 8.5})], None, {"n_best_size": 3}, {"q": "alpha"}, None),
-    ([row({9: 9.0, 8: 8.0, 4: 7.0}, {4: 8.0, 1: 9.0, 0: 8.5})], None, {"n_best_size": 2}, {"q": ""}, None),
-    ([row({5: 1.0, 13: 50.0}, {5: 1.0, 14: 50.0}, width=17)], None, {}, {"q": "beta"}, None),  # padding never chosen
-    ([row({4: 2.0}, {4: 2.0}), row({8: 3.0}, {9: 3.0})], ["q", "q"], {}, {"q": "epsilon zeta"}, None),  # windows
-    ([row({4: 2.0}, {4: 2.0}), row({9: 3.0}, {9: 3.0})], ["a", "b"], {}, {"a": "alpha", "b": "zeta"}, None),
-    ([NULL_ROW], None, V2, {"q": ""}, {"q": 2.0}),  # v2: null wins by 2 ...
-    ([NULL_ROW], None, {**V2, "null_score_diff_threshold": 2.5}, {"q": "beta"}, {"q": 2.0}),  # ... unless threshold
-    # the null score is the minimum over windows: 10 and 2; best span 6..6 = 6: 2 - 6
-    ([row({0: 5.0, 5: 1.0}, {0: 5.0, 5: 1.0}), row({0: 1.0, 6: 3.0}, {0: 1.0, 6: 3.0})], ["q", "q"], V2,
-     {"q": "gamma"}, {"q": -4.0}),
-])
+@pytest.mark.parametrize(
+    ("rows", "ids", "cfg", "answers", "null_odds"),
+    [
+        (
+            [row({5: 4.0, 6: 3.0}, {6: 4.5, 7: 1.0})],
+            None,
+            {},
+            {"q": "beta gamma"},
+            None,
+        ),  # tokens 5..6 = words 1..2
+        # (1,0)=18 is question/CLS, (9,8)=16 runs backwards, (4,8)=15 is 5 tokens (max 3): the best valid is (6,8)=10
+        (
+            [row({1: 9.0, 9: 8.0, 4: 7.0, 6: 2.0}, {0: 9.0, 8: 8.0, 7: 2.0})],
+            None,
+            {"max_answer_length": 3},
+            {"q": "gamma delta epsilon"},
+            None,
+        ),
+        # n_best limits candidates: the only valid pair uses the 3rd best start and 3rd best end
+        (
+            [row({9: 9.0, 8: 8.0, 4: 7.0}, {4: 8.0, 1: 9.0, 0: 8.5})],
+            None,
+            {"n_best_size": 3},
+            {"q": "alpha"},
+            None,
+        ),
+        (
+            [row({9: 9.0, 8: 8.0, 4: 7.0}, {4: 8.0, 1: 9.0, 0: 8.5})],
+            None,
+            {"n_best_size": 2},
+            {"q": ""},
+            None,
+        ),
+        (
+            [row({5: 1.0, 13: 50.0}, {5: 1.0, 14: 50.0}, width=17)],
+            None,
+            {},
+            {"q": "beta"},
+            None,
+        ),  # padding never chosen
+        (
+            [row({4: 2.0}, {4: 2.0}), row({8: 3.0}, {9: 3.0})],
+            ["q", "q"],
+            {},
+            {"q": "epsilon zeta"},
+            None,
+        ),  # windows
+        (
+            [row({4: 2.0}, {4: 2.0}), row({9: 3.0}, {9: 3.0})],
+            ["a", "b"],
+            {},
+            {"a": "alpha", "b": "zeta"},
+            None,
+        ),
+        ([NULL_ROW], None, V2, {"q": ""}, {"q": 2.0}),  # v2: null wins by 2 ...
+        (
+            [NULL_ROW],
+            None,
+            {**V2, "null_score_diff_threshold": 2.5},
+            {"q": "beta"},
+            {"q": 2.0},
+        ),  # ... unless threshold
+        # the null score is the minimum over windows: 10 and 2; best span 6..6 = 6: 2 - 6
+        (
+            [row({0: 5.0, 5: 1.0}, {0: 5.0, 5: 1.0}), row({0: 1.0, 6: 3.0}, {0: 1.0, 6: 3.0})],
+            ["q", "q"],
+            V2,
+            {"q": "gamma"},
+            {"q": -4.0},
+        ),
+    ],
+)
 def test_hand_built_logits(rows, ids, cfg, answers, null_odds):
     preds = run(rows, ids, **cfg)
     assert (preds.answers, preds.null_odds) == (answers, null_odds)
     for nbest in preds.nbest.values():
-        assert sum(p["probability"] for p in nbest) == pytest.approx(1.0) and all(p["text"] in CONTEXT for p in nbest)
-        assert nbest == sorted(nbest, key=lambda p: -p["score"]) and (nbest[0]["text"] != "beta gamma" or
-                                                                      nbest[0]["score"] == 8.5)
+        assert sum(p["probability"] for p in nbest) == pytest.approx(1.0) and all(
+            p["text"] in CONTEXT for p in nbest
+        )
+        assert nbest == sorted(nbest, key=lambda p: -p["score"]) and (
+            nbest[0]["text"] != "beta gamma" or nbest[0]["score"] == 8.5
+        )

@@ -14,14 +14,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from fixtures.outputs import temp_files
+
 from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.errors import EXIT_OOM, BatchContext, OutputError, check_writable_dir, guarded, write_failure
 from qa_hpc.preemption import StopRequest, last_complete_checkpoint
 
 
-def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(tmp_path: Path) -> None:
+def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(
+    tmp_path: Path,
+) -> None:
     target = tmp_path / "x.json"
     write_json_atomic(target, {"eval_f1": 88.1})
     with pytest.raises(TypeError):  # serialized before any file is touched
@@ -55,7 +57,9 @@ def test_stop_request_handler_only_sets_a_flag() -> None:
             signal.signal(s, h)
 
 
-def test_resume_skips_an_incompletely_written_checkpoint(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_resume_skips_an_incompletely_written_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A job killed while saving leaves a checkpoint without a readable trainer_state.json."""
     for step, state in ((4, '{"global_step": 4}'), (6, '{"global_step": 6}'), (8, '{"global_st')):
         (tmp_path / f"checkpoint-{step}").mkdir()
@@ -86,31 +90,70 @@ def test_write_failure_names_the_reason_from_rust_and_torch_errors(tmp_path: Pat
     # an error with no errno on a writable disk is not a write failure: left to the traceback
     assert write_failure(RuntimeError("shape mismatch"), target) is None
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))  # Python ignores SIGXFSZ: writes fail with EFBIG
+    resource.setrlimit(
+        resource.RLIMIT_FSIZE, (1 << 20, hard)
+    )  # Python ignores SIGXFSZ: writes fail with EFBIG
     try:
-        err = write_failure(RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64"), target)
+        err = write_failure(
+            RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64"), target
+        )
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     assert isinstance(err, OutputError) and err.errno == errno.EFBIG
     assert str(err).startswith(f"cannot write {target}: File too large") and "ulimit -f" in str(err)
 
 
-@pytest.mark.parametrize("phase, precision, expected", [
-    ("train", "bf16", ["ERROR: out of memory on cuda:0 during train", "--per_device_train_batch_size 32",
-                       "--per_device_train_batch_size 16 --gradient_accumulation_steps 2"]),  # same effective batch
-    ("eval", "bf16", ["ERROR: out of memory on cuda:0 during eval with --per_device_eval_batch_size 64",
-                      "try --per_device_eval_batch_size 32"]),
-    ("eval", "fp32", ["ERROR: out of memory on cuda:0 during eval", "32 (evaluation batches do not change the "
-                      "results), or --precision bf16"]),
-])
-def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(phase: str, precision: str, expected: list,
-                                                                         capsys, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "phase, precision, expected",
+    [
+        (
+            "train",
+            "bf16",
+            [
+                "ERROR: out of memory on cuda:0 during train",
+                "--per_device_train_batch_size 32",
+                "--per_device_train_batch_size 16 --gradient_accumulation_steps 2",
+            ],
+        ),  # same effective batch
+        (
+            "eval",
+            "bf16",
+            [
+                "ERROR: out of memory on cuda:0 during eval with --per_device_eval_batch_size 64",
+                "try --per_device_eval_batch_size 32",
+            ],
+        ),
+        (
+            "eval",
+            "fp32",
+            [
+                "ERROR: out of memory on cuda:0 during eval",
+                "32 (evaluation batches do not change the results), or --precision bf16",
+            ],
+        ),
+    ],
+)
+def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(
+    phase: str, precision: str, expected: list, capsys, monkeypatch
+) -> None:
     import run_qa
 
     def main() -> int:
-        with guarded(phase, "out", BatchContext(train_batch_size=32, eval_batch_size=64, gradient_accumulation_steps=1,
-                                                max_seq_length=384, device="cuda:0", precision=precision)):
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
+        with guarded(
+            phase,
+            "out",
+            BatchContext(
+                train_batch_size=32,
+                eval_batch_size=64,
+                gradient_accumulation_steps=1,
+                max_seq_length=384,
+                device="cuda:0",
+                precision=precision,
+            ),
+        ):
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)"
+            )
 
     monkeypatch.setattr(run_qa, "main", main)
     assert run_qa.cli() == EXIT_OOM

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import needed_module, shared_squad_file
+
 from qa_hpc.squad_io import DataError, load_qa_records, load_references
 
 CTX = "Paris is the capital of France. It lies on the Seine."
@@ -22,22 +22,37 @@ _DROP = object()
 
 def _rec(i: int = 0, **kw) -> dict:
     """A flat record; a value _DROP leaves its key out."""
-    r = {"id": f"q{i}", "title": "T", "context": CTX, "question": "What is the capital of France?",
-         "answers": {"text": ["Paris"], "answer_start": [0]}, **kw}
+    r = {
+        "id": f"q{i}",
+        "title": "T",
+        "context": CTX,
+        "question": "What is the capital of France?",
+        "answers": {"text": ["Paris"], "answer_start": [0]},
+        **kw,
+    }
     return {k: v for k, v in r.items() if v is not _DROP}
 
 
 RECORDS = [  # non-ASCII text, a comma, quotes and a newline: CSV quoting and UTF-8 both matter
-    _rec(0, title='Zürich, "quoted"', context="Café Grüner opened in 1901.\nIts owner, Ana Núñez, sold \"strong\" "
-         "coffee.", question="Who owned Café Grüner?", answers={"text": ["Ana Núñez"], "answer_start": [39]}),
+    _rec(
+        0,
+        title='Zürich, "quoted"',
+        context='Café Grüner opened in 1901.\nIts owner, Ana Núñez, sold "strong" coffee.',
+        question="Who owned Café Grüner?",
+        answers={"text": ["Ana Núñez"], "answer_start": [39]},
+    ),
     _rec(1, title=""),
-    _rec(2, title="", question="Which river?", answers={"text": ["Seine"], "answer_start": [47]}),  # same paragraph
+    _rec(
+        2, title="", question="Which river?", answers={"text": ["Seine"], "answer_start": [47]}
+    ),  # same paragraph
 ]
 IMPOSSIBLE = _rec(3, title="", context="No answer here.", answers={"text": [], "answer_start": []})
 
 
 def _pairs(r: dict) -> list[dict]:
-    return [{"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]
+    return [
+        {"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])
+    ]
 
 
 def _nested(recs: list[dict], v2: bool = False) -> dict:
@@ -84,22 +99,44 @@ FORMATS = {
     "nested": ("nested.json", lambda recs, v2: _j(_nested(recs, v2)), "squad-nested"),
     "nested_gzip": ("train.json.gz", lambda recs, v2: gzip.compress(_j(_nested(recs, v2))), "squad-nested"),
     "flat_list": ("flat.json", lambda recs, v2: _j(recs), "json"),
-    "flat_answer_objects": ("objs.json", lambda recs, v2: _j([dict(r, answers=_pairs(r)) for r in recs]), "json"),
+    "flat_answer_objects": (
+        "objs.json",
+        lambda recs, v2: _j([dict(r, answers=_pairs(r)) for r in recs]),
+        "json",
+    ),
     "hf_data": ("hf.json", lambda recs, v2: _j({"version": "0.1", "data": recs}), "json"),
     "sniffed_txt": ("records.txt", lambda recs, v2: _j(recs), "json"),
     "pretty_json_named_jsonl": ("pretty.jsonl", lambda recs, v2: json.dumps(recs, indent=2).encode(), "json"),
     "jsonl": ("recs.jsonl", lambda recs, v2: b"".join(_j(r) + b"\n" for r in recs), "jsonl"),
     "jsonl_as_json": ("lines.json", lambda recs, v2: b"\n".join(_j(r) for r in recs) + b"\n\n", "jsonl"),
-    "csv_answers_json": ("answers.csv", lambda recs, v2: _csv(
-        [*COLS, "answers"], [[*_row(r)[:4], json.dumps(r["answers"])] for r in recs]), "csv"),
+    "csv_answers_json": (
+        "answers.csv",
+        lambda recs, v2: _csv([*COLS, "answers"], [[*_row(r)[:4], json.dumps(r["answers"])] for r in recs]),
+        "csv",
+    ),
     "csv_pair": ("pair.csv", lambda recs, v2: _csv([*COLS, *PAIR_COLS], [_row(r) for r in recs]), "csv"),
-    "csv_bom_answer_objects": ("excel.csv", lambda recs, v2: b"\xef\xbb\xbf" + _csv(  # what Excel on Windows writes
-        ["id", "question", "context", "answers", "title"],
-        [[r["id"], r["question"], r["context"], json.dumps(_pairs(r)), r["title"]] for r in recs]), "csv"),
+    "csv_bom_answer_objects": (
+        "excel.csv",
+        lambda recs, v2: (
+            b"\xef\xbb\xbf"
+            + _csv(  # what Excel on Windows writes
+                ["id", "question", "context", "answers", "title"],
+                [[r["id"], r["question"], r["context"], json.dumps(_pairs(r)), r["title"]] for r in recs],
+            )
+        ),
+        "csv",
+    ),
     "parquet_struct": ("struct.parquet", lambda recs, v2: _parquet(recs), "parquet"),
-    "parquet_list": ("list.parquet", lambda recs, v2: _parquet([dict(r, answers=_pairs(r)) for r in recs]), "parquet"),
-    "parquet_json_string": ("str.parquet", lambda recs, v2: _parquet(
-        [dict(r, answers=json.dumps(r["answers"])) for r in recs]), "parquet"),
+    "parquet_list": (
+        "list.parquet",
+        lambda recs, v2: _parquet([dict(r, answers=_pairs(r)) for r in recs]),
+        "parquet",
+    ),
+    "parquet_json_string": (
+        "str.parquet",
+        lambda recs, v2: _parquet([dict(r, answers=json.dumps(r["answers"])) for r in recs]),
+        "parquet",
+    ),
 }
 
 
@@ -117,17 +154,28 @@ def test_every_format_gives_the_same_records_and_references(tmp_path, form, v2):
     recs, rep = load_qa_records(path, version_2_with_negative=v2)
     assert recs == expected
     assert (rep.path, rep.fmt, rep.n_records, rep.n_impossible, rep.skipped, rep.fixed) == (
-        str(path), FORMATS[form][2], len(expected), int(v2), {}, 0)
+        str(path),
+        FORMATS[form][2],
+        len(expected),
+        int(v2),
+        {},
+        0,
+    )
     assert load_references(path) == {r["id"]: r["answers"]["text"] for r in expected}
 
 
 @pytest.mark.parametrize("form", ["nested", "jsonl", "csv_answers_json", "parquet_list"])
 def test_multiple_answers_all_kept_and_each_checked(tmp_path, form):
-    rec = _rec(0, context="Rome was founded in 753 BC, or so the story says: 753 BC.",
-               answers={"text": ["753 BC", "753", "753 BC"], "answer_start": [20, 20, 50]})
+    rec = _rec(
+        0,
+        context="Rome was founded in 753 BC, or so the story says: 753 BC.",
+        answers={"text": ["753 BC", "753", "753 BC"], "answer_start": [20, 20, 50]},
+    )
     assert load_qa_records(_write(tmp_path, form, [rec]))[0] == [rec]
     path = _write(tmp_path, form, [dict(rec, answers={"text": ["753 BC", "story"], "answer_start": [20, 3]})])
-    with pytest.raises(DataError, match=r"\(id 'q0'\): field 'answers\[1\]\.text': answer text 'story' not found"):
+    with pytest.raises(
+        DataError, match=r"\(id 'q0'\): field 'answers\[1\]\.text': answer text 'story' not found"
+    ):
         load_qa_records(path)
 
 
@@ -138,7 +186,9 @@ def test_test_split_may_leave_answers_out(tmp_path, form):
     if form == "csv":  # a table without an answers column
         path.write_bytes(_csv(COLS, [[r[c] for c in COLS] for r in recs]))
     recs, _ = load_qa_records(path, split="test")
-    assert [(r["id"], r["answers"]) for r in recs] == [(f"q{i}", {"text": [], "answer_start": []}) for i in range(2)]
+    assert [(r["id"], r["answers"]) for r in recs] == [
+        (f"q{i}", {"text": [], "answer_start": []}) for i in range(2)
+    ]
     with pytest.raises(DataError, match="answers"):
         load_qa_records(path, split="train")
 
@@ -150,6 +200,7 @@ def test_bad_options_are_value_errors(tmp_path, kwargs):
 
 
 # --------------------------------------------------------------------------- bad input
+
 
 def _ans(text: str, start) -> dict:
     return {"answers": {"text": [text], "answer_start": [start]}}
@@ -170,97 +221,338 @@ def _case(case: str, name: str, content, *fragments: str, load=load_qa_records, 
 
 
 BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (position and id) and the field
-    _case("missing_context", "n.json", {"data": [{"title": "T", "paragraphs": [{"qas": [{"id": "q0"}]}]}]},
-          "data[0].paragraphs[0]: field 'context': missing (paragraph has keys ['qas'])"),
-    _case("missing_question", "f.json", [_rec(0), _rec(1, question=_DROP)],
-          "[1] (id 'q1'): field 'question': missing (record has keys ['id', 'title', 'context', 'answers'])"),
-    _case("missing_answers", "f.json", [_rec(0), _rec(1, answers=_DROP)],
-          "[1] (id 'q1'): field 'answers': missing (", "answers may be left out only for split='test'"),
-    _case("missing_answers_nested", "n.json", _nested([_rec(0, answers=_DROP)]),
-          f"{QAS}[0] (id 'q0'): field 'answers': missing (record has keys"),
-    _case("null_answers_nested", "n.json", _qas({"id": "q0", "question": "?", "answers": None}),  # null: absent
-          f"{QAS}[0] (id 'q0'): field 'answers': missing (record has keys ['id', 'question', 'context', 'title'])"),
-    _case("missing_id", "hf.json", {"data": [_rec(0), _rec(1, id=_DROP)]}, "data[1]: field 'id': missing (record has"),
-    _case("start_out_of_range", "f.json", [_rec(0, **_ans("Paris", 999))],
-          "[0] (id 'q0'): field 'answers[0].answer_start': 999 is out of range for a context of 53 characters"),
-    _case("text_not_at_start", "f.json", [_rec(0), _rec(1, **_ans("France", 3))],
-          "[1] (id 'q1'): field 'answers[0].text': answer text 'France' not found at answer_start 3 (context has",
-          "the text does occur at 24 (answer_check='fix' corrects such offsets, 'skip' drops such records)"),
-    _case("empty_question", "n.json", _nested([_rec(0), _rec(1, question="  \n")]),
-          f"{QAS}[1] (id 'q1'): field 'question': is empty or whitespace only"),
-    _case("empty_context", "f.json", [_rec(0, context=" \t ")], "[0] (id 'q0'): field 'context': is empty or",
-          split="validation"),
-    _case("duplicate_id", "f.json", [_rec(0), _rec(1), _rec(0)],
-          "[2] (id 'q0'): field 'id': duplicate id 'q0': first seen at [0], again at [2]"),
-    _case("duplicate_id_jsonl", "r.jsonl", _j(_rec(0)) + b"\n\n" + _j(_rec(0)),
-          "line 3 (id 'q0'): field 'id': duplicate id 'q0': first seen at line 1, again at line 3"),
-    _case("invalid_utf8", "latin1.json", b'[{"id": "q0", "context": "caf\xe9"}]',
-          "not valid UTF-8 at byte offset 29 (line 1, byte 30 of the line; bytes b'\\xe9\"}]'", "Re-save"),
-    _case("truncated_json", "cut.json", _j(_nested([_rec(0)]))[:-9],
-          "not valid JSON: ", "at line 1, column", "- the file ends early; it looks truncated"),
-    _case("not_json", "notes.json", b"id,question\nq1,hello\n", "not valid JSON: Expecting value at line 1, column 1"),
-    _case("top_level_without_data", "obj.json", {"version": "1.1", "articles": []},
-          "wrong top-level shape: found an object with keys ['version', 'articles'], without a 'data' field; expected"),
-    _case("csv_missing_column", "c.csv", _csv(["id", "question", "answers"], [["q0", "?", "{}"]]), "CSV line 1: field "
-          "'context': missing required column 'context' (columns found: 'id', 'question', 'answers')"),
+    _case(
+        "missing_context",
+        "n.json",
+        {"data": [{"title": "T", "paragraphs": [{"qas": [{"id": "q0"}]}]}]},
+        "data[0].paragraphs[0]: field 'context': missing (paragraph has keys ['qas'])",
+    ),
+    _case(
+        "missing_question",
+        "f.json",
+        [_rec(0), _rec(1, question=_DROP)],
+        "[1] (id 'q1'): field 'question': missing (record has keys ['id', 'title', 'context', 'answers'])",
+    ),
+    _case(
+        "missing_answers",
+        "f.json",
+        [_rec(0), _rec(1, answers=_DROP)],
+        "[1] (id 'q1'): field 'answers': missing (",
+        "answers may be left out only for split='test'",
+    ),
+    _case(
+        "missing_answers_nested",
+        "n.json",
+        _nested([_rec(0, answers=_DROP)]),
+        f"{QAS}[0] (id 'q0'): field 'answers': missing (record has keys",
+    ),
+    _case(
+        "null_answers_nested",
+        "n.json",
+        _qas({"id": "q0", "question": "?", "answers": None}),  # null: absent
+        f"{QAS}[0] (id 'q0'): field 'answers': missing (record has keys ['id', 'question', 'context', 'title'])",
+    ),
+    _case(
+        "missing_id",
+        "hf.json",
+        {"data": [_rec(0), _rec(1, id=_DROP)]},
+        "data[1]: field 'id': missing (record has",
+    ),
+    _case(
+        "start_out_of_range",
+        "f.json",
+        [_rec(0, **_ans("Paris", 999))],
+        "[0] (id 'q0'): field 'answers[0].answer_start': 999 is out of range for a context of 53 characters",
+    ),
+    _case(
+        "text_not_at_start",
+        "f.json",
+        [_rec(0), _rec(1, **_ans("France", 3))],
+        "[1] (id 'q1'): field 'answers[0].text': answer text 'France' not found at answer_start 3 (context has",
+        "the text does occur at 24 (answer_check='fix' corrects such offsets, 'skip' drops such records)",
+    ),
+    _case(
+        "empty_question",
+        "n.json",
+        _nested([_rec(0), _rec(1, question="  \n")]),
+        f"{QAS}[1] (id 'q1'): field 'question': is empty or whitespace only",
+    ),
+    _case(
+        "empty_context",
+        "f.json",
+        [_rec(0, context=" \t ")],
+        "[0] (id 'q0'): field 'context': is empty or",
+        split="validation",
+    ),
+    _case(
+        "duplicate_id",
+        "f.json",
+        [_rec(0), _rec(1), _rec(0)],
+        "[2] (id 'q0'): field 'id': duplicate id 'q0': first seen at [0], again at [2]",
+    ),
+    _case(
+        "duplicate_id_jsonl",
+        "r.jsonl",
+        _j(_rec(0)) + b"\n\n" + _j(_rec(0)),
+        "line 3 (id 'q0'): field 'id': duplicate id 'q0': first seen at line 1, again at line 3",
+    ),
+    _case(
+        "invalid_utf8",
+        "latin1.json",
+        b'[{"id": "q0", "context": "caf\xe9"}]',
+        "not valid UTF-8 at byte offset 29 (line 1, byte 30 of the line; bytes b'\\xe9\"}]'",
+        "Re-save",
+    ),
+    _case(
+        "truncated_json",
+        "cut.json",
+        _j(_nested([_rec(0)]))[:-9],
+        "not valid JSON: ",
+        "at line 1, column",
+        "- the file ends early; it looks truncated",
+    ),
+    _case(
+        "not_json",
+        "notes.json",
+        b"id,question\nq1,hello\n",
+        "not valid JSON: Expecting value at line 1, column 1",
+    ),
+    _case(
+        "top_level_without_data",
+        "obj.json",
+        {"version": "1.1", "articles": []},
+        "wrong top-level shape: found an object with keys ['version', 'articles'], without a 'data' field; expected",
+    ),
+    _case(
+        "csv_missing_column",
+        "c.csv",
+        _csv(["id", "question", "answers"], [["q0", "?", "{}"]]),
+        "CSV line 1: field "
+        "'context': missing required column 'context' (columns found: 'id', 'question', 'answers')",
+    ),
     # the other shapes, formats and fields
     _case("top_level_string", "s.json", "hello", "wrong top-level shape: found a str ('hello'); expected"),
     _case("top_level_single_record", "one.json", _rec(), "found a single record, without a 'data' field"),
-    _case("data_not_a_list", "d.json", {"data": {"x": 1}}, "field 'data': wrong shape: found an object with keys"),
-    _case("record_not_an_object", "f.json", [_rec(0), "q1"], "[1]: expected a record object", "found a str ('q1')"),
-    _case("article_in_flat_file", "f.json", [_rec(0), _rec(1), {"paragraphs": []}], "[2]: field 'paragraphs': this"),
+    _case(
+        "data_not_a_list",
+        "d.json",
+        {"data": {"x": 1}},
+        "field 'data': wrong shape: found an object with keys",
+    ),
+    _case(
+        "record_not_an_object",
+        "f.json",
+        [_rec(0), "q1"],
+        "[1]: expected a record object",
+        "found a str ('q1')",
+    ),
+    _case(
+        "article_in_flat_file",
+        "f.json",
+        [_rec(0), _rec(1), {"paragraphs": []}],
+        "[2]: field 'paragraphs': this",
+    ),
     # the layout is voted by every item: a broken first article is still reported as an article
-    _case("first_article_misspelt", "n.json", {"data": [{"paragraph": []}, *_nested([_rec(1), _rec(2, title="U")])[
-        "data"]]}, "data[0]: field 'paragraphs': missing (article has keys ['paragraph'])"),
-    _case("first_record_only_title", "f.json", [{"title": "T"}, _rec(1), _rec(2)], "[0]: field 'id': missing ("),
-    _case("int_id", "n.json", _nested([_rec(0, id=17)]), f"{QAS}[0]: field 'id': must be a string, got int 17"),
-    _case("context_not_string", "f.json", [_rec(0, context=["a"])], "(id 'q0'): field 'context': must be a string"),
-    _case("start_is_string", "n.json", _nested([_rec(0, **_ans("Paris", "0"))]), "'answers[0].answer_start': must be"),
-    _case("negative_start", "f.json", [_rec(0, **_ans("Paris", -1))], "field 'answers[0].answer_start': -1 is out"),
-    _case("answer_lists_differ", "f.json", [_rec(0, answers={"text": ["P"], "answer_start": []})], "has 1 texts but 0"),
-    _case("start_key_missing", "f.json", [_rec(0, answers={"text": ["Paris"]})], "'answers.answer_start': missing"),
-    _case("no_answer_without_v2", "f.json", [_rec(0), _rec(1, answers={"text": [], "answer_start": []})],
-          "[1] (id 'q1'): field 'answers': record has no answer", "--version_2_with_negative", split="validation"),
-    _case("impossible_without_v2", "n.json", _nested([_rec(0, answers=[], is_impossible=True)]),
-          f"{QAS}[0] (id 'q0'): field 'is_impossible': record has no answer (is_impossible is true)"),
-    _case("impossible_not_bool", "n.json", _nested([_rec(0, is_impossible="yes")]), "(id 'q0'): field 'is_impossible'",
-          version_2_with_negative=True),
-    _case("fix_text_nowhere", "f.json", [_rec(0, **_ans("Lyon", 0))], "(id 'q0'): field 'answers[0].text'",
-          "the text does not occur anywhere in the context", answer_check="fix"),
-    _case("fix_keeps_range_check", "f.json", [_rec(0, **_ans("Paris", 500))], "500 is out of", answer_check="fix"),
-    _case("skip_keeps_range_check", "f.json", [_rec(0, **_ans("Paris", 500))], "500 is out of", answer_check="skip"),
-    _case("jsonl_bad_line", "r.jsonl", _j(_rec(0)) + b'\n{"id": "q2",\n', "line 2: not valid JSON: ", "(the line ends"),
-    _case("csv_pair_start_not_int", "c.csv", _csv(TABLE, [["q0", "?", CTX, "Paris", "0"], ["q1", "?", CTX, "P", "x"]]),
-          "CSV line 3 (id 'q1'): field 'answer_start': must be an integer character offset, got str 'x'"),
-    _case("csv_pair_text_not_at_start", "c.csv", _csv(TABLE, [["q1", "?", CTX, "Seine", "40"]]),
-          "CSV line 2 (id 'q1'): field 'answer_text': answer text 'Seine' not found at answer_start 40"),
-    _case("csv_pair_start_empty", "c.csv", _csv(TABLE, [["q0", "?", CTX, "P", ""]]), "'answer_start': is empty but"),
-    _case("csv_answers_bad_json", "c.csv", _csv([*TABLE[:3], "answers"], [["q0", "?", CTX, "{'text': []}"]]),
-          "CSV line 2 (id 'q0'): field 'answers': is not valid JSON"),
-    _case("csv_lines_of_multiline_fields", "c.csv", _csv(TABLE, [["a", "?", "one\ntwo\nParis", "Paris", "8"],
-                                                                ["b", "?", CTX, "Paris", "0", "extra"]]),
-          "CSV line 5 (id 'b'): row has 6 fields but the header has 5"),
-    _case("csv_short_row", "c.csv", _csv(TABLE, [["q0", "?", CTX]]),
-          "CSV line 2 (id 'q0'): field 'answer_text': row has 3 fields but the header has 5 (no value for answer_"),
-    _case("parquet_missing_column", "p.parquet", lambda: _parquet([_rec(0, question=_DROP)]), "column 'question'"),
-    _case("parquet_int_id", "p.parquet", lambda: _parquet([_rec(0, id=5)]), "row 0: field 'id': must be a string"),
+    _case(
+        "first_article_misspelt",
+        "n.json",
+        {"data": [{"paragraph": []}, *_nested([_rec(1), _rec(2, title="U")])["data"]]},
+        "data[0]: field 'paragraphs': missing (article has keys ['paragraph'])",
+    ),
+    _case(
+        "first_record_only_title", "f.json", [{"title": "T"}, _rec(1), _rec(2)], "[0]: field 'id': missing ("
+    ),
+    _case(
+        "int_id", "n.json", _nested([_rec(0, id=17)]), f"{QAS}[0]: field 'id': must be a string, got int 17"
+    ),
+    _case(
+        "context_not_string",
+        "f.json",
+        [_rec(0, context=["a"])],
+        "(id 'q0'): field 'context': must be a string",
+    ),
+    _case(
+        "start_is_string",
+        "n.json",
+        _nested([_rec(0, **_ans("Paris", "0"))]),
+        "'answers[0].answer_start': must be",
+    ),
+    _case(
+        "negative_start",
+        "f.json",
+        [_rec(0, **_ans("Paris", -1))],
+        "field 'answers[0].answer_start': -1 is out",
+    ),
+    _case(
+        "answer_lists_differ",
+        "f.json",
+        [_rec(0, answers={"text": ["P"], "answer_start": []})],
+        "has 1 texts but 0",
+    ),
+    _case(
+        "start_key_missing",
+        "f.json",
+        [_rec(0, answers={"text": ["Paris"]})],
+        "'answers.answer_start': missing",
+    ),
+    _case(
+        "no_answer_without_v2",
+        "f.json",
+        [_rec(0), _rec(1, answers={"text": [], "answer_start": []})],
+        "[1] (id 'q1'): field 'answers': record has no answer",
+        "--version_2_with_negative",
+        split="validation",
+    ),
+    _case(
+        "impossible_without_v2",
+        "n.json",
+        _nested([_rec(0, answers=[], is_impossible=True)]),
+        f"{QAS}[0] (id 'q0'): field 'is_impossible': record has no answer (is_impossible is true)",
+    ),
+    _case(
+        "impossible_not_bool",
+        "n.json",
+        _nested([_rec(0, is_impossible="yes")]),
+        "(id 'q0'): field 'is_impossible'",
+        version_2_with_negative=True,
+    ),
+    _case(
+        "fix_text_nowhere",
+        "f.json",
+        [_rec(0, **_ans("Lyon", 0))],
+        "(id 'q0'): field 'answers[0].text'",
+        "the text does not occur anywhere in the context",
+        answer_check="fix",
+    ),
+    _case(
+        "fix_keeps_range_check",
+        "f.json",
+        [_rec(0, **_ans("Paris", 500))],
+        "500 is out of",
+        answer_check="fix",
+    ),
+    _case(
+        "skip_keeps_range_check",
+        "f.json",
+        [_rec(0, **_ans("Paris", 500))],
+        "500 is out of",
+        answer_check="skip",
+    ),
+    _case(
+        "jsonl_bad_line",
+        "r.jsonl",
+        _j(_rec(0)) + b'\n{"id": "q2",\n',
+        "line 2: not valid JSON: ",
+        "(the line ends",
+    ),
+    _case(
+        "csv_pair_start_not_int",
+        "c.csv",
+        _csv(TABLE, [["q0", "?", CTX, "Paris", "0"], ["q1", "?", CTX, "P", "x"]]),
+        "CSV line 3 (id 'q1'): field 'answer_start': must be an integer character offset, got str 'x'",
+    ),
+    _case(
+        "csv_pair_text_not_at_start",
+        "c.csv",
+        _csv(TABLE, [["q1", "?", CTX, "Seine", "40"]]),
+        "CSV line 2 (id 'q1'): field 'answer_text': answer text 'Seine' not found at answer_start 40",
+    ),
+    _case(
+        "csv_pair_start_empty",
+        "c.csv",
+        _csv(TABLE, [["q0", "?", CTX, "P", ""]]),
+        "'answer_start': is empty but",
+    ),
+    _case(
+        "csv_answers_bad_json",
+        "c.csv",
+        _csv([*TABLE[:3], "answers"], [["q0", "?", CTX, "{'text': []}"]]),
+        "CSV line 2 (id 'q0'): field 'answers': is not valid JSON",
+    ),
+    _case(
+        "csv_lines_of_multiline_fields",
+        "c.csv",
+        _csv(TABLE, [["a", "?", "one\ntwo\nParis", "Paris", "8"], ["b", "?", CTX, "Paris", "0", "extra"]]),
+        "CSV line 5 (id 'b'): row has 6 fields but the header has 5",
+    ),
+    _case(
+        "csv_short_row",
+        "c.csv",
+        _csv(TABLE, [["q0", "?", CTX]]),
+        "CSV line 2 (id 'q0'): field 'answer_text': row has 3 fields but the header has 5 (no value for answer_",
+    ),
+    _case(
+        "parquet_missing_column",
+        "p.parquet",
+        lambda: _parquet([_rec(0, question=_DROP)]),
+        "column 'question'",
+    ),
+    _case(
+        "parquet_int_id",
+        "p.parquet",
+        lambda: _parquet([_rec(0, id=5)]),
+        "row 0: field 'id': must be a string",
+    ),
     _case("not_parquet", "x.parquet", b"this is not parquet", "not a readable Parquet file"),
-    _case("unknown_format", "notes.txt", b"just some words\n", "cannot tell the format from the extension '.txt'"),
+    _case(
+        "unknown_format",
+        "notes.txt",
+        b"just some words\n",
+        "cannot tell the format from the extension '.txt'",
+    ),
     _case("empty_list", "e.json", [], "contains no records (format json)"),
-    _case("all_skipped", "f.json", [_rec(0, **_ans("Paris", 3))], "all 1 records were skipped", answer_check="skip"),
+    _case(
+        "all_skipped",
+        "f.json",
+        [_rec(0, **_ans("Paris", 3))],
+        "all 1 records were skipped",
+        answer_check="skip",
+    ),
     # the scorer's reading: only ids and answer texts, still named by file, record and field
     _case("ref_empty", "dev.json", [], "contains no questions (format json)", **REF),
     _case("ref_no_id", "dev.json", _qas({"answers": []}), f"{QAS}[0]: field 'id': missing", **REF),
-    _case("ref_no_answers", "dev.json", _qas({"id": "q1"}), f"{QAS}[0] (id 'q1'): field 'answers': missing", **REF),
-    _case("ref_no_text", "dev.json", _qas({"id": "q1", "answers": [{"answer_start": 0}]}),
-          f"{QAS}[0] (id 'q1'): field 'answers[0].text': missing (answer has keys ['answer_start'])", **REF),
-    _case("ref_text_not_string", "dev.json", _qas({"id": "q1", "answers": [{"text": 3}]}),  # as docs/REFERENCE.md
-          f"{QAS}[0] (id 'q1'): field 'answers[0].text': must be a string, got int", **REF),
-    _case("ref_answers_string", "dev.json", _qas({"id": "q1", "answers": "P"}), "field 'answers': must be a", **REF),
-    _case("ref_duplicate", "dev.json", _qas(*[{"id": "q1", "answers": []}] * 2), f"{QAS}[1] (id 'q1'): field 'id'",
-          **REF),
-    _case("ref_csv_no_id", "dev.csv", _csv(["qid", "answers"], [["q1", "[]"]]),
-          "CSV line 1: field 'id': missing required column 'id'", **REF),
+    _case(
+        "ref_no_answers",
+        "dev.json",
+        _qas({"id": "q1"}),
+        f"{QAS}[0] (id 'q1'): field 'answers': missing",
+        **REF,
+    ),
+    _case(
+        "ref_no_text",
+        "dev.json",
+        _qas({"id": "q1", "answers": [{"answer_start": 0}]}),
+        f"{QAS}[0] (id 'q1'): field 'answers[0].text': missing (answer has keys ['answer_start'])",
+        **REF,
+    ),
+    _case(
+        "ref_text_not_string",
+        "dev.json",
+        _qas({"id": "q1", "answers": [{"text": 3}]}),  # as docs/REFERENCE.md
+        f"{QAS}[0] (id 'q1'): field 'answers[0].text': must be a string, got int",
+        **REF,
+    ),
+    _case(
+        "ref_answers_string",
+        "dev.json",
+        _qas({"id": "q1", "answers": "P"}),
+        "field 'answers': must be a",
+        **REF,
+    ),
+    _case(
+        "ref_duplicate",
+        "dev.json",
+        _qas(*[{"id": "q1", "answers": []}] * 2),
+        f"{QAS}[1] (id 'q1'): field 'id'",
+        **REF,
+    ),
+    _case(
+        "ref_csv_no_id",
+        "dev.csv",
+        _csv(["qid", "answers"], [["q1", "[]"]]),
+        "CSV line 1: field 'id': missing required column 'id'",
+        **REF,
+    ),
 ]
 
 
@@ -272,39 +564,57 @@ def test_bad_input_names_file_record_and_field(tmp_path, name, content, load, kw
     with pytest.raises(DataError) as info:
         load(path, **kwargs)
     message = str(info.value)
-    assert message.startswith(f"{path}: ") and all(f in message.removeprefix(f"{path}: ") for f in fragments), message
+    assert message.startswith(f"{path}: ") and all(
+        f in message.removeprefix(f"{path}: ") for f in fragments
+    ), message
 
 
 @pytest.mark.parametrize("load,what", [(load_qa_records, "file"), (load_references, "dataset file")])
 def test_missing_file_and_directory(tmp_path, load, what):
-    with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'nope.json'}: {what} not found (resolved to")):
+    with pytest.raises(
+        DataError, match=re.escape(f"{tmp_path / 'nope.json'}: {what} not found (resolved to")
+    ):
         load(tmp_path / "nope.json")
     (tmp_path / "train.json").write_bytes(_j(RECORDS))
-    with pytest.raises(DataError, match=re.escape(f"{tmp_path}: is a directory, expected a data file; data files in "
-                                                  "it: train.json")):
+    with pytest.raises(
+        DataError,
+        match=re.escape(f"{tmp_path}: is a directory, expected a data file; data files in it: train.json"),
+    ):
         load(tmp_path)
 
 
-FIXABLE = [_rec(i, context="Bern is a city. Bern has a bear park. The river is the Aare.", **a) for i, a in enumerate([
-    _ans("Bern", 0),  # fine
-    _ans("Bern", 18),  # nearest is 16
-    {"answers": {"text": ["Aare", "the Aare"], "answer_start": [54, 52]}},  # both off by one
-    _ans("Bern", 5)])]  # nearest is 0 (5 away, not 11)
+FIXABLE = [
+    _rec(i, context="Bern is a city. Bern has a bear park. The river is the Aare.", **a)
+    for i, a in enumerate(
+        [
+            _ans("Bern", 0),  # fine
+            _ans("Bern", 18),  # nearest is 16
+            {"answers": {"text": ["Aare", "the Aare"], "answer_start": [54, 52]}},  # both off by one
+            _ans("Bern", 5),
+        ]
+    )
+]  # nearest is 0 (5 away, not 11)
 
 
-@pytest.mark.parametrize("mode,starts,counts", [
-    ("fix", [[0], [16], [55, 51], [0]], "records=4 impossible=0 skipped=0 fixed=4"),
-    ("skip", [[0]], "records=1 impossible=0 skipped=3 fixed=0 skipped_answer_not_at_start=3")])
+@pytest.mark.parametrize(
+    "mode,starts,counts",
+    [
+        ("fix", [[0], [16], [55, 51], [0]], "records=4 impossible=0 skipped=0 fixed=4"),
+        ("skip", [[0]], "records=1 impossible=0 skipped=3 fixed=0 skipped_answer_not_at_start=3"),
+    ],
+)
 def test_answer_check_fix_and_skip_are_counted(tmp_path, mode, starts, counts):
     (tmp_path / "fix.json").write_bytes(_j(FIXABLE))
     recs, rep = load_qa_records(tmp_path / "fix.json", answer_check=mode)
     assert [r["answers"]["answer_start"] for r in recs] == starts
-    assert all(r["context"][s:s + len(t)] == t for r in recs for t, s in zip(*r["answers"].values()))
+    assert all(r["context"][s : s + len(t)] == t for r in recs for t, s in zip(*r["answers"].values()))
     assert rep.summary() == f"DATA_LOADED file={tmp_path / 'fix.json'} format=json {counts}"
 
 
-@pytest.mark.parametrize("name,split,n,titles", [("dev-v1.1.json", "validation", 10570, 48),
-                                                 ("train-v1.1.first44articles.json", "train", 11877, 44)])
+@pytest.mark.parametrize(
+    "name,split,n,titles",
+    [("dev-v1.1.json", "validation", 10570, 48), ("train-v1.1.first44articles.json", "train", 11877, 44)],
+)
 def test_real_squad(name, split, n, titles):
     recs, rep = load_qa_records(shared_squad_file(name), split=split)
     assert rep.n_records == len(recs) == n and len({r["title"] for r in recs}) == titles
@@ -315,14 +625,41 @@ def test_real_squad(name, split, n, titles):
 def test_references_need_only_ids_and_texts(tmp_path):
     """What evaluate-v1.1.py/v2.0.py score without complaint: no context, question or answer_start, a text
     not in any context, an empty text, duplicates; an unanswerable question's plausible answer is ignored."""
-    data = {"data": [{"paragraphs": [{"qas": [
-        {"id": "a", "answers": [{"text": "Paris"}, {"text": ""}, {"text": "Paris"}]},
-        {"id": "b", "answers": [{"text": "Seine", "answer_start": 999}], "is_impossible": False},
-        {"id": "c", "answers": [], "is_impossible": True, "plausible_answers": [{"text": "x", "answer_start": 0}]}]}]}]}
+    data = {
+        "data": [
+            {
+                "paragraphs": [
+                    {
+                        "qas": [
+                            {"id": "a", "answers": [{"text": "Paris"}, {"text": ""}, {"text": "Paris"}]},
+                            {
+                                "id": "b",
+                                "answers": [{"text": "Seine", "answer_start": 999}],
+                                "is_impossible": False,
+                            },
+                            {
+                                "id": "c",
+                                "answers": [],
+                                "is_impossible": True,
+                                "plausible_answers": [{"text": "x", "answer_start": 0}],
+                            },
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
     flat = [{"id": "q1", "answers": {"text": ["P"], "answer_start": [0]}}, {"id": "q2", "answers": []}]
-    files = {"dev.json": _j(data), "f.jsonl": b"\n".join(map(_j, flat)),
-             "pair.csv": _csv(["id", "answer_text"], [["q1", "P"], ["q2", ""]])}
+    files = {
+        "dev.json": _j(data),
+        "f.jsonl": b"\n".join(map(_j, flat)),
+        "pair.csv": _csv(["id", "answer_text"], [["q1", "P"], ["q2", ""]]),
+    }
     for name, content in files.items():
         (tmp_path / name).write_bytes(content)
     assert load_references(tmp_path / "dev.json") == {"a": ["Paris", "", "Paris"], "b": ["Seine"], "c": []}
-    assert load_references(tmp_path / "f.jsonl") == load_references(tmp_path / "pair.csv") == {"q1": ["P"], "q2": []}
+    assert (
+        load_references(tmp_path / "f.jsonl")
+        == load_references(tmp_path / "pair.csv")
+        == {"q1": ["P"], "q2": []}
+    )

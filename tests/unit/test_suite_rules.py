@@ -7,22 +7,28 @@ import re
 import subprocess
 
 import pytest
+from conftest import REPO, needed_module, shared_squad_file, skip_or_fail
 from transformers import Trainer  # imported before the tests run: the guard patches Trainer.train
 
-from conftest import REPO, needed_module, shared_squad_file, skip_or_fail
 
-
-@pytest.mark.parametrize("ci, fails", [("true", True), ("TRUE", True), ("1", True), (None, False), ("false", False),
-                                       ("", False)])
-def test_a_missing_resource_fails_under_ci_and_skips_elsewhere_saying_why(monkeypatch, ci: str | None, fails: bool):
+@pytest.mark.parametrize(
+    "ci, fails", [("true", True), ("TRUE", True), ("1", True), (None, False), ("false", False), ("", False)]
+)
+def test_a_missing_resource_fails_under_ci_and_skips_elsewhere_saying_why(
+    monkeypatch, ci: str | None, fails: bool
+):
     monkeypatch.delenv("CI", raising=False) if ci is None else monkeypatch.setenv("CI", ci)
     prefix = "CI=true, and a resource this test needs is missing: " if fails else ""
-    for call, arg, says in ((skip_or_fail, "gone", "gone"),
-                            (shared_squad_file, "no-such-file.json", "real SQuAD data not found at "),
-                            (needed_module, "no_such_module_qa", "module no_such_module_qa not importable")):
+    for call, arg, says in (
+        (skip_or_fail, "gone", "gone"),
+        (shared_squad_file, "no-such-file.json", "real SQuAD data not found at "),
+        (needed_module, "no_such_module_qa", "module no_such_module_qa not importable"),
+    ):
         with pytest.raises((pytest.skip.Exception, pytest.fail.Exception)) as outcome:
             call(arg)
-        assert isinstance(outcome.value, pytest.fail.Exception if fails else pytest.skip.Exception), outcome.value
+        assert isinstance(outcome.value, pytest.fail.Exception if fails else pytest.skip.Exception), (
+            outcome.value
+        )
         assert str(outcome.value).startswith(prefix + says), outcome.value
     assert needed_module("json").dumps([1]) == "[1]"
 
@@ -37,6 +43,8 @@ def test_a_unit_test_that_starts_a_process_or_trains_fails() -> None:
 
 def test_ci_runs_the_readme_test_command() -> None:
     readme = (REPO / "README.md").read_text()
-    command = re.search(r"```bash\n(\S.*?)\s+#", readme[readme.index("\n## Tests"):]).group(1).strip()
-    lines = [ln for ln in (REPO / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    command = re.search(r"```bash\n(\S.*?)\s+#", readme[readme.index("\n## Tests") :]).group(1).strip()
+    lines = [
+        ln for ln in (REPO / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
     assert lines[-1] == command == ".venv/bin/python -m pytest"

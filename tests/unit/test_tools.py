@@ -41,26 +41,40 @@ def test_deterministic_ids_and_exact_offsets(v1, v2):
     assert first_context(generate_squad(N, seed=0, title_prefix="other")) != first_context(v1)
     ids = [qa["id"] for _, qa in _qas(v1)]
     assert len(set(ids)) == len(ids) == N and ids[0] == "demo-000000" and ids[-1] == f"demo-{N - 1:06d}"
-    assert min(len(p["qas"]) for art in v1["data"] for p in art["paragraphs"][:-1]) >= 3  # several per paragraph
+    assert (
+        min(len(p["qas"]) for art in v1["data"] for p in art["paragraphs"][:-1]) >= 3
+    )  # several per paragraph
     for ctx, qa in _qas(v1) + _qas(v2):
         for a in qa["answers"]:
-            assert ctx[a["answer_start"]:a["answer_start"] + len(a["text"])] == a["text"] == a["text"].strip() != ""
+            assert (
+                ctx[a["answer_start"] : a["answer_start"] + len(a["text"])]
+                == a["text"]
+                == a["text"].strip()
+                != ""
+            )
     with pytest.raises(ValueError):
         generate_squad(0)
 
 
 def test_long_contexts_varied_questions_and_late_answers(v1, tokenizer):
     contexts = [p["context"] for art in v1["data"] for p in art["paragraphs"]]
-    assert all(len(p["context"].split()) < 120 for art in generate_squad(30, context_words=60)["data"]
-               for p in art["paragraphs"])
+    assert all(
+        len(p["context"].split()) < 120
+        for art in generate_squad(30, context_words=60)["data"]
+        for p in art["paragraphs"]
+    )
     tokens = tokenizer(contexts[:60], add_special_tokens=False)["input_ids"]  # MiniLM's uncased WordPiece
     assert sum(len(ids) > 384 for ids in tokens) / len(tokens) > 0.9
     assert tokenizer.unk_token_id not in {i for ids in tokens for i in ids}  # invented names: known pieces
     # answers in later windows: the token position of the answer start passes the first window
-    late = [len(tokenizer(ctx[:qa["answers"][0]["answer_start"]], add_special_tokens=False)["input_ids"]) > 352
-            for ctx, qa in _qas(v1)[:300]]
+    late = [
+        len(tokenizer(ctx[: qa["answers"][0]["answer_start"]], add_special_tokens=False)["input_ids"]) > 352
+        for ctx, qa in _qas(v1)[:300]
+    ]
     assert sum(late) / len(late) > 0.25
-    assert {"Who", "What", "How", "Which", "When", "In", "Where"} <= {qa["question"].split()[0] for _, qa in _qas(v1)}
+    assert {"Who", "What", "How", "Which", "When", "In", "Where"} <= {
+        qa["question"].split()[0] for _, qa in _qas(v1)
+    }
     answers = [qa["answers"][0]["text"] for _, qa in _qas(v1)]
     assert any(re.fullmatch(r"1\d\d\d", a) for a in answers) and any(a.endswith("metres") for a in answers)
 
@@ -70,8 +84,14 @@ def test_v2_asks_about_entities_the_paragraph_never_names(v1, v2):
     impossible = [qa for _, qa in qas if qa["is_impossible"]]
     assert 0.25 < len(impossible) / len(qas) < 0.42 and all(qa["answers"] == [] for qa in impossible)
     for ctx, qa in qas:
-        names = [w for w in re.findall(r"[A-Za-z]+", qa["question"])[1:] if w[0].isupper() and w not in {"Mount", "Lake"}]
-        assert names and (any(n not in ctx for n in names) if qa["is_impossible"] else all(n in ctx for n in names))
+        names = [
+            w
+            for w in re.findall(r"[A-Za-z]+", qa["question"])[1:]
+            if w[0].isupper() and w not in {"Mount", "Lake"}
+        ]
+        assert names and (
+            any(n not in ctx for n in names) if qa["is_impossible"] else all(n in ctx for n in names)
+        )
     assert not any("is_impossible" in qa for _, qa in _qas(v1))
 
 
@@ -88,8 +108,10 @@ def test_cli_writes_the_same_bytes_atomically_and_they_load_cleanly(tmp_path, ca
         assert hashlib.sha256(a).hexdigest()[:12] in out
     # the bytes of this version: the README's demo figures were measured on data made by it
     assert "sha256=ae5435f13128" in out and "sha256=d72dc9814842" in out and "sha256=425eeed0f7d1" in out
-    (train, rep), (val, _), (test, _) = (load_qa_records(tmp_path / "a" / f"{split}.json", split=split)
-                                         for split in ("train", "validation", "test"))
+    (train, rep), (val, _), (test, _) = (
+        load_qa_records(tmp_path / "a" / f"{split}.json", split=split)
+        for split in ("train", "validation", "test")
+    )
     assert (rep.fmt, rep.n_records, rep.skipped, rep.fixed, len(val)) == ("squad-nested", 60, {}, 0, 20)
     assert [r["id"] for r in test] == [r["id"] for r in val] and all(r["answers"]["text"] == [] for r in test)
     assert not {r["context"] for r in train} & {r["context"] for r in val}, "train and eval differ"
@@ -99,7 +121,9 @@ def test_cli_writes_the_same_bytes_atomically_and_they_load_cleanly(tmp_path, ca
     assert json.loads(v2.read_text())["version"] == "2.0" and 0 < rep.n_impossible < 60
     assert rep.n_impossible == sum(qa["is_impossible"] for _, qa in _qas(json.loads(v2.read_text())))
     test_qas = _qas(json.loads((tmp_path / "c" / "test.json").read_text()))
-    assert test_qas and not any({"answers", "is_impossible"} & qa.keys() for _, qa in test_qas), "no answer given away"
+    assert test_qas and not any({"answers", "is_impossible"} & qa.keys() for _, qa in test_qas), (
+        "no answer given away"
+    )
 
 
 # --- collect_results ----------------------------------------------------------------------------------------
@@ -123,38 +147,65 @@ def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fiel
     out_dir.mkdir(parents=True)
     world, per_node = fields.pop("layout", (1, 1))
     return write_run_summary(
-        str(out_dir / "run_summary.json"), params={"world_size": world, "precision": "bf16"},
+        str(out_dir / "run_summary.json"),
+        params={"world_size": world, "precision": "bf16"},
         plan={"device": "cuda", "precision": "bf16", "world_size": world, "local_world_size": per_node},
         effective={"precision": "bf16", "world_size": world, "device": "cuda", "device_name": "NVIDIA H100"},
-        **fields)
+        **fields,
+    )
 
 
 @pytest.fixture
 def jobs(tmp_path, monkeypatch, capsys) -> dict:
     """A checkout's logs/ and outputs/ after Slurm jobs that failed, were preempted or killed, and local runs."""
     logs, outputs = tmp_path / "logs", tmp_path / "outputs"
-    oom = write_record(outputs / "bert_squad_ddp", monkeypatch, ("bert_squad_ddp", "77"), status="failed",
-                       exit_code=3, wall_clock_seconds=180.0, results={}, layout=(8, 4),
-                       error="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    oom = write_record(
+        outputs / "bert_squad_ddp",
+        monkeypatch,
+        ("bert_squad_ddp", "77"),
+        status="failed",
+        exit_code=3,
+        wall_clock_seconds=180.0,
+        results={},
+        layout=(8, 4),
+        error="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    )
     stopped = {"signal": "SIGUSR1", "global_step": 40, "checkpoint": "outputs/bert_squad_ft3/checkpoint-40"}
-    write_record(outputs / "bert_squad_ft3", monkeypatch, ("bert_squad_ft3", "78"), status="preempted",
-                 exit_code=75, wall_clock_seconds=3500.0, results={}, stopped=stopped)
-    local = write_record(outputs / "bert_squad_cpu", monkeypatch, None, status="ok", exit_code=0,
-                         wall_clock_seconds=95.5, results={"train_runtime": 80.25, "eval_f1": 12.5})
+    write_record(
+        outputs / "bert_squad_ft3",
+        monkeypatch,
+        ("bert_squad_ft3", "78"),
+        status="preempted",
+        exit_code=75,
+        wall_clock_seconds=3500.0,
+        results={},
+        stopped=stopped,
+    )
+    local = write_record(
+        outputs / "bert_squad_cpu",
+        monkeypatch,
+        None,
+        status="ok",
+        exit_code=0,
+        wall_clock_seconds=95.5,
+        results={"train_runtime": 80.25, "eval_f1": 12.5},
+    )
     # outside Slurm, the demo's dir of a killed run (no record)
     (outputs / "offline_demo-bert_squad_gpu").mkdir()
-    (outputs / "offline_demo-bert_squad_gpu" / "trainer_state.json").write_text('{"log_history": []}', encoding="utf-8")
+    (outputs / "offline_demo-bert_squad_gpu" / "trainer_state.json").write_text(
+        '{"log_history": []}', encoding="utf-8"
+    )
     logs.mkdir()
     for name, text in {
         "bert_squad_ddp-77": "[qa-hpc 10:00:00] JOB name=bert_squad_ddp id=77 nodes=gpu[01-02] restart_count=0\n"
-                             "ERROR: rank 3 (pid 99) failed: RuntimeError: a peer went away\n",
+        "ERROR: rank 3 (pid 99) failed: RuntimeError: a peer went away\n",
         # an earlier job of the same name: the job scripts reuse outputs/<job name>, so its record is gone
         "bert_squad_ddp-76": "[qa-hpc 09:00:00] JOB name=bert_squad_ddp id=76\n",
         # killed by the cgroup OOM killer before it could write a record: no ERROR line either
         "bert_squad_ft3-79": "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=79.batch.\n",
         # stopped by the job script itself (bad QA_PRECISION) after run_qa.py's own complaint
         "bert_squad_cpu-80": "ERROR: --per_device_train_batch_size must be >= 1\n"
-                             "[qa-hpc 10:00:02] ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32\n",
+        "[qa-hpc 10:00:02] ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32\n",
         # `bash job_cpu.sh` twice outside Slurm: the newer log belongs to the record in outputs/bert_squad_cpu
         "bert_squad_cpu-local-20260101-090000": "[qa-hpc 09:00:00] JOB name=local\n",
         "bert_squad_cpu-local-20260102-090000": "[qa-hpc 09:00:00] JOB name=local\n",
@@ -162,29 +213,50 @@ def jobs(tmp_path, monkeypatch, capsys) -> dict:
         "bert_squad_gpu-local-20260103-090000": "ERROR: --num_train_epochs must be > 0\n",
     }.items():
         (logs / f"{name}.out").write_text(text, encoding="utf-8")
-    return {"root": tmp_path, "logs": logs.resolve(), "outputs": outputs.resolve(), "oom": oom, "stopped": stopped,
-            "local": local, "rows": rows_of(capsys, tmp_path, "logs", "outputs")}
+    return {
+        "root": tmp_path,
+        "logs": logs.resolve(),
+        "outputs": outputs.resolve(),
+        "oom": oom,
+        "stopped": stopped,
+        "local": local,
+        "rows": rows_of(capsys, tmp_path, "logs", "outputs"),
+    }
 
 
 def test_a_slurm_log_and_its_record_are_one_row(jobs, capsys):
     """The record wins over its log; a log without a record says why (its last ERROR line, or none)."""
     rows, logs, oom = jobs["rows"], jobs["logs"], jobs["oom"]
-    assert set(rows) == {"bert_squad_ddp-76", "bert_squad_ddp-77", "bert_squad_ft3-78", "bert_squad_ft3-79",
-                         "bert_squad_cpu-80", "bert_squad_cpu", "bert_squad_cpu-local-20260101-090000",
-                         "bert_squad_gpu"}
+    assert set(rows) == {
+        "bert_squad_ddp-76",
+        "bert_squad_ddp-77",
+        "bert_squad_ft3-78",
+        "bert_squad_ft3-79",
+        "bert_squad_cpu-80",
+        "bert_squad_cpu",
+        "bert_squad_cpu-local-20260101-090000",
+        "bert_squad_gpu",
+    }
     row = rows["bert_squad_ddp-77"]
     assert row["status"] == "failed" and row["exit_code"] == oom["exit_code"] == 3
     assert row["reason"] == f"exit code 3: {oom['error']}"  # the record's error, not the log's
     assert (row["nodes"], row["procs_per_node"], row["world_size"]) == (2, 4, 8)
-    assert row["device"] == "NVIDIA H100" and row["precision"] == "bf16" and row["wall_clock_seconds"] == 180.0
+    assert (
+        row["device"] == "NVIDIA H100" and row["precision"] == "bf16" and row["wall_clock_seconds"] == 180.0
+    )
     assert row["logs"] == [str(logs / "bert_squad_ddp-77.out")]
     row = rows["bert_squad_ddp-76"]
-    assert row["status"] == "incomplete" and f"{jobs['outputs']}/bert_squad_ddp holds the record of job 77" in row[
-        "reason"]
+    assert (
+        row["status"] == "incomplete"
+        and f"{jobs['outputs']}/bert_squad_ddp holds the record of job 77" in row["reason"]
+    )
     row = rows["bert_squad_ft3-78"]
     assert row["status"] == "preempted" and row["exit_code"] == 75 and row["speedup"] is None
     assert "step 40" in row["reason"] and jobs["stopped"]["checkpoint"] in row["reason"]
-    assert rows["bert_squad_ft3-79"]["status"] == "incomplete" and rows["bert_squad_ft3-79"]["output_dir"] is None
+    assert (
+        rows["bert_squad_ft3-79"]["status"] == "incomplete"
+        and rows["bert_squad_ft3-79"]["output_dir"] is None
+    )
     row = rows["bert_squad_cpu-80"]
     assert row["status"] == "failed" and row["exit_code"] is None and row["output_dir"] is None
     assert row["reason"] == "QA_PRECISION=fp8: use auto, bf16, fp16 or fp32"  # the last ERROR line
@@ -197,7 +269,9 @@ def test_runs_outside_slurm_pair_by_job_name(jobs):
     """A `<name>-local-<time>.out` log pairs with the record without a job id in outputs/<name>: the newest wins."""
     rows, logs = jobs["rows"], jobs["logs"]
     row = rows["bert_squad_cpu"]
-    assert row["status"] == "ok" and row["job_id"] is None and row["speedup"] == 1.0  # the only ok run: baseline
+    assert (
+        row["status"] == "ok" and row["job_id"] is None and row["speedup"] == 1.0
+    )  # the only ok run: baseline
     assert (row["train_runtime"], row["f1"]) == (80.25, 12.5)
     assert row["wall_clock_seconds"] == jobs["local"]["wall_clock_seconds"]
     assert row["logs"] == [str(logs / "bert_squad_cpu-local-20260102-090000.out")]

@@ -23,6 +23,7 @@ class EvaluateSquadV2(evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
         return metric_info(v2=True, inputs_description=__doc__)
 
-    def _compute(self, predictions: list[dict], references: list[dict],
-                 no_answer_threshold: float = 1.0) -> Scores:
+    def _compute(
+        self, predictions: list[dict], references: list[dict], no_answer_threshold: float = 1.0
+    ) -> Scores:
         return score_rows(predictions, references, no_answer_threshold)
