@@ -28,6 +28,7 @@ import transformers  # noqa: E402
 from accelerate import PartialState  # noqa: E402
 from transformers import DataCollatorWithPadding, TrainingArguments, default_data_collator  # noqa: E402
 
+from qa_hpc.device import DeviceFacts, read_device_facts  # noqa: E402
 from qa_hpc.dist import end_process_group, launch_env  # noqa: E402
 from qa_hpc.dropout import install as install_bulk_dropout  # noqa: E402
 from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded  # noqa: E402
@@ -64,6 +65,7 @@ class Run:
 
     flags: Flags
     plan: RunPlan
+    facts: DeviceFacts
     args: TrainingArguments  # the finished ones: never changed after setup
     data: QAData
     shape: ModelShape
@@ -95,9 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"RANK_PID rank={launch.rank} local_rank={launch.local_rank} pid={os.getpid()}", flush=True)
     stop = StopRequest()
     stop.install()  # SIGTERM / SIGUSR1 only set a flag; acted on at an optimizer step's end
-    plan, flags = decide_and_build(read_flags(sys.argv[1:] if argv is None else argv))  # every flag dataclass
-    setup_logging(flags.training)  # built once, here, with the plan's fields
-    run = setup(flags, plan, stop)
+    facts = read_device_facts()  # the machine, read once: the plan decides from it, the record keeps it
+    plan, flags = decide_and_build(read_flags(sys.argv[1:] if argv is None else argv), facts)
+    setup_logging(flags.training)  # every flag dataclass built once, here, with the plan's fields
+    run = setup(flags, plan, facts, stop)
     try:
         if run.args.do_train and not train(run, stop):
             return EXIT_PREEMPTED
@@ -128,7 +131,7 @@ def setup_logging(args: TrainingArguments) -> None:
     transformers.utils.logging.enable_explicit_format()
 
 
-def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
+def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) -> Run:
     """Process settings, data, model and trainer; every input is checked before anything is written."""
     args = flags.training
     torch.set_num_threads(plan.threads)  # the one process setting no TrainingArguments field carries
@@ -182,7 +185,7 @@ def setup(flags: Flags, plan: RunPlan, stop: StopRequest) -> Run:
     effective = Effective.read(trainer, flags.speed.postprocess)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
     effective.check(plan)
-    return Run(flags, plan, args, data, shape, trainer, effective, preemption, resume)
+    return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume)
 
 
 def train(run: Run, stop: StopRequest) -> bool:
@@ -269,6 +272,7 @@ def record(run: Run, status: str, exit_code: int, wall: float | None = None, **e
     try:
         write_run_summary(
             os.path.join(run.args.output_dir, SUMMARY_FILE),
+            facts=run.facts,
             status=status,
             exit_code=exit_code,
             wall_clock_seconds=time.time() - _WALL_START if wall is None else wall,

@@ -26,8 +26,7 @@ import time
 
 import torch
 
-from qa_hpc.plan import read_device_facts
-from qa_hpc.record import machine
+from qa_hpc.device import read_cpu
 
 
 def time_matmul(n: int, repeats: int, warmup: int, dtype: torch.dtype = torch.float32) -> list[float]:
@@ -48,7 +47,9 @@ def time_matmul(n: int, repeats: int, warmup: int, dtype: torch.dtype = torch.fl
 
 def measure(n: int, repeats: int, warmup: int) -> dict:
     """The fp32 figures, the bf16 ones where this CPU does bf16 in hardware (None elsewhere: emulated, ~15x slower)."""
-    flop, bf16 = 2.0 * n**3, read_device_facts().cpu_bf16
+    cpu = read_cpu()
+    flop = 2.0 * n**3
+    bf16 = cpu.bf16
     fp32_times = time_matmul(n, repeats, warmup)
     bf16_times = time_matmul(n, repeats, warmup, torch.bfloat16) if bf16 else None
     return {
@@ -64,7 +65,9 @@ def measure(n: int, repeats: int, warmup: int) -> dict:
         "threads": torch.get_num_threads(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch": torch.__version__,
-        **machine(),  # cpu_model, cpu_flags
+        "cpu_model": cpu.model,
+        "cpu_vendor": cpu.vendor,
+        "cpu_flags": list(cpu.flags),
         "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
 

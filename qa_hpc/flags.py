@@ -15,8 +15,9 @@ from typing import NamedTuple, TypeVar
 
 from transformers import HfArgumentParser, TrainingArguments
 
+from qa_hpc.device import DeviceFacts
 from qa_hpc.errors import UsageError
-from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide, read_device_facts
+from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide
 from qa_hpc.squad_io import ANSWER_CHECKS
 
 T = TypeVar("T")
@@ -269,9 +270,9 @@ def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:
     return Flags(*groups)
 
 
-def decide_and_build(values: FlagValues) -> tuple[RunPlan, Flags]:
+def decide_and_build(values: FlagValues, facts: DeviceFacts) -> tuple[RunPlan, Flags]:
     """This process's plan (qa_hpc.plan), then every flag dataclass built once with the plan's fields in."""
-    plan = decide(values, read_device_facts())
+    plan = decide(values, facts)
     os.environ.update(plan.environment(os.environ))  # what TrainingArguments also reads from the launcher
     return plan, build_flags(values, plan.training_fields(values["tf32"]))
 

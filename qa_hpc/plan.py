@@ -6,7 +6,6 @@ docs/REFERENCE.md, "Precision, TF32, threads and the batch across processes".
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -14,10 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from qa_hpc.dist import launch_env
+from qa_hpc.device import CPU_BF16_FEATURES, TEST_MACHINE_VAR, DeviceFacts, read_device_facts
 from qa_hpc.dropout import BulkDropout
 from qa_hpc.errors import EXIT_USAGE, UsageError
-from qa_hpc.record import machine
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -25,7 +23,6 @@ if TYPE_CHECKING:
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ACCELERATE_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}  # accelerate's names -> ours
 BF16_MIN_CAPABILITY = (8, 0)  # bf16 and TF32 tensor cores: Ampere and newer
-CPU_BF16_FEATURES = ("amx_bf16", "avx512_bf16")  # torch.cpu.get_capabilities() names: bf16 GEMMs in hardware
 MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
@@ -34,41 +31,10 @@ LOG_NAMES = {
     "dataloader_num_workers": "dataloader_workers",
     "attn_implementation": "attn",
 }  # short keys in log lines
-GPU_REQUEST_VARS = (
-    "CUDA_VISIBLE_DEVICES",
-    "SLURM_JOB_GPUS",
-    "SLURM_STEP_GPUS",
-    "SLURM_GPUS_ON_NODE",
-)  # GPU asked for
 
 
 class PlanError(UsageError):
     """A request this machine cannot honour; the message says what was asked, what was seen, and what to do."""
-
-
-@dataclass(frozen=True)
-class DeviceFacts:
-    """What this process sees; one more fact is one more field here and in read_device_facts."""
-
-    cuda_available: bool
-    gpu_count: int  # GPUs torch can use in this process
-    capability: tuple[int, int] | None  # compute capability of this rank's GPU
-    gpu_name: str | None
-    cpus: int  # CPUs this process may run on (affinity mask, capped by SLURM_CPUS_PER_TASK)
-    world_size: int
-    local_world_size: int  # processes of this job on this node
-    launcher: str  # torchrun | accelerate | python
-    omp_num_threads: int | None  # OMP_NUM_THREADS as found in the environment
-    accelerate_mixed_precision: str | None  # ACCELERATE_MIXED_PRECISION as found
-    gpus_requested: (
-        str | None
-    )  # what asked for a GPU (CUDA_VISIBLE_DEVICES=..., SLURM_JOB_GPUS=...), if anything
-    cpu_bf16: str | None = None  # the CPU feature that makes bf16 fast (CPU_BF16_FEATURES), None without one
-    cpu_vendor: str = (
-        "unknown"  # /proc/cpuinfo vendor_id: torch draws dropout masks in parallel only on GenuineIntel
-    )
-    torch_version: str = ""
-    torch_cuda: str | None = None  # torch.version.cuda: None for a CPU build
 
 
 @dataclass(frozen=True)
@@ -159,7 +125,7 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
-    dropout, dropout_reason = decide_dropout(flags["dropout_mask"], device, facts.cpu_vendor)
+    dropout, dropout_reason = decide_dropout(flags["dropout_mask"], device, facts.cpu.vendor)
     return RunPlan(
         device=device,
         precision=precision,
@@ -248,8 +214,10 @@ def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere:
             f"supported here: use one of {', '.join(ACCELERATE_PRECISION)}"
         )
     elif device == "cpu":  # auto: bf16 where the CPU does it in hardware (AVX512-BF16/AMX), else fp32
-        precision = "bf16" if facts.cpu_bf16 else "fp32"
-        reason = f"auto: CPU has {facts.cpu_bf16 or 'no ' + ' or '.join(CPU_BF16_FEATURES)}"
+        precision = "bf16" if facts.cpu.bf16 else "fp32"
+        reason = f"auto: CPU has {facts.cpu.bf16 or 'no ' + ' or '.join(CPU_BF16_FEATURES)}"
+        if facts.cpu.source == TEST_MACHINE_VAR:  # a test's made-up CPU must never pass for a real one
+            reason += f", as {TEST_MACHINE_VAR} says"
     else:  # auto on a GPU: bf16 where its tensor cores do it, else fp16
         precision = "bf16" if ampere else "fp16"
         reason = f"auto: GPU {_sm(facts.capability)} has {'' if ampere else 'no '}bf16"
@@ -269,47 +237,6 @@ def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere:
 
 
 # --- what this process sees: the impure half ---------------------------------------------------------------
-def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
-    launch, cuda = launch_env(env), torch.cuda.is_available()
-    count = torch.cuda.device_count() if cuda else 0
-    index = launch.local_rank % count if count else None
-    # Slurm with task/none leaves the affinity mask at the whole node: SLURM_CPUS_PER_TASK is then the allocation
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    slurm_cpus, omp = (env.get(name, "").strip() for name in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"))
-    asked = [
-        f"{name}={env[name].strip()}"
-        for name in GPU_REQUEST_VARS
-        if env.get(name, "").strip() not in ("", "-1", "none", "NoDevFiles")
-        and not (name == "SLURM_GPUS_ON_NODE" and env[name].strip() == "0")
-    ]
-    precision, cpu = (
-        env.get("ACCELERATE_MIXED_PRECISION"),
-        machine(),
-    )  # the CPU's name, vendor and flags, read once
-    return DeviceFacts(
-        cuda_available=cuda,
-        gpu_count=count,
-        capability=tuple(torch.cuda.get_device_capability(index)) if index is not None else None,
-        gpu_name=torch.cuda.get_device_name(index) if index is not None else None,
-        cpus=max(1, min(cpus, int(slurm_cpus)) if slurm_cpus.isdigit() and int(slurm_cpus) else cpus),
-        world_size=launch.world_size,
-        local_world_size=launch.local_world_size,
-        # accelerate launch always sets ACCELERATE_MIXED_PRECISION; torchrun sets TORCHELASTIC_RUN_ID
-        launcher="accelerate"
-        if precision is not None
-        else "torchrun"
-        if "TORCHELASTIC_RUN_ID" in env
-        else "python",
-        omp_num_threads=int(omp) if omp.isdigit() else None,
-        accelerate_mixed_precision=precision.strip().lower() if precision else None,
-        gpus_requested=", ".join(asked) or None,
-        torch_version=torch.__version__,
-        torch_cuda=torch.version.cuda,
-        cpu_bf16=next((name for name in CPU_BF16_FEATURES if name in cpu["cpu_flags"]), None),
-        cpu_vendor=str(cpu["cpu_vendor"]),
-    )
-
-
 # --- what the objects really use ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Effective:
@@ -373,19 +300,7 @@ def main(argv: list[str]) -> int:
     `--machine`: the one MACHINE line bench scripts keep with every result (spaces in names as _)."""
     facts = read_device_facts()
     if argv == ["--machine"]:  # the CPU as run_summary.json records it, the GPU, torch
-        shown = {
-            **machine(),
-            "cpus": facts.cpus,
-            "gpu": facts.gpu_name or "none",
-            "torch": facts.torch_version,
-        }
-        print(
-            "MACHINE "
-            + " ".join(
-                f"{key}={','.join(v) if isinstance(v, list) else v}".replace(" ", "_")
-                for key, v in shown.items()
-            )
-        )
+        print(facts.machine_line())
         return 0
     try:
         require_visible_gpu(facts)

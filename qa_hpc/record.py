@@ -19,6 +19,7 @@ from qa_hpc.atomic_io import write_json_atomic, write_text_atomic
 if TYPE_CHECKING:  # the Trainer module is heavy to import; the collector and tests need none of it
     from transformers import Trainer, TrainingArguments
 
+    from qa_hpc.device import DeviceFacts
     from qa_hpc.flags import DataTrainingArguments, ModelArguments
 
 SUMMARY_FILE = "run_summary.json"
@@ -40,21 +41,6 @@ FINAL_KEYS = (
     "predict_exact_match",
     "predict_f1",
     "predict_runtime",
-)
-# What bench results and run_summary.json record of a CPU, so figures from different machines are never mixed
-CPU_FLAGS = (
-    "avx2",
-    "fma3",
-    "avx512_f",
-    "avx512_bw",
-    "avx512_vl",
-    "avx512_vnni",
-    "avx512_bf16",
-    "avx512_fp16",
-    "amx_tile",
-    "amx_bf16",
-    "amx_int8",
-    "amx_fp16",
 )
 # What run_summary.json's params keep of the data flags, then of the TrainingArguments, under their own names.
 PARAMS = (
@@ -86,60 +72,33 @@ PARAMS = (
 MEMORY_KEYS = ("measured_peak_mb", "measured_source", "max_over_ranks", "estimate_over_measured", "note")
 
 
-def _nvidia_driver() -> str | None:
-    """The NVIDIA driver version as nvidia-smi shows it, through NVML (None where NVML cannot be loaded)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return str(pynvml.nvmlSystemGetDriverVersion())
-    except Exception:  # noqa: BLE001 - a driver library missing or refusing: the record says "not recorded"
-        return None
-
-
-def environment() -> dict[str, Any]:
+def environment(facts: DeviceFacts) -> dict[str, Any]:
     """Hardware and software of this process's machine, and the Slurm job it ran in."""
-    import datasets
-    import torch  # here, not at the top: the collector reads SUMMARY_FILE without loading torch
+    import datasets  # here, not at the top: the collector reads SUMMARY_FILE without loading them
     import transformers
 
-    gpu, env = torch.cuda.is_available(), os.environ.get
+    env = os.environ.get
     return {
         "hostname": platform.node(),
         "python": sys.version.split()[0],
-        "torch_version": torch.__version__,
+        "torch_version": facts.torch_version,
         "transformers_version": transformers.__version__,
         "datasets_version": datasets.__version__,
-        "gpu_available": gpu,
-        "gpu_count": torch.cuda.device_count() if gpu else 0,
-        "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
-        "driver_version": _nvidia_driver() if gpu else None,
-        "cuda_version": torch.version.cuda,
+        "gpu_available": facts.cuda_available,
+        "gpu_count": facts.gpu_count,
+        "gpu_name": facts.gpu_name,
+        "driver_version": facts.driver_version,
+        "cuda_version": facts.torch_cuda,
+        "cudnn_version": facts.cudnn_version,
         "cpu_count": os.cpu_count(),
-        **machine(),
+        "cpu_model": facts.cpu.model,
+        "cpu_vendor": facts.cpu.vendor,
+        "cpu_flags": list(facts.cpu.flags),
         "slurm_job_id": env("SLURM_JOB_ID"),
         "slurm_job_name": env("SLURM_JOB_NAME"),
         "slurm_nodelist": env("SLURM_JOB_NODELIST"),
         "slurm_job_num_nodes": env("SLURM_JOB_NUM_NODES"),
         "slurm_restart_count": int(env("SLURM_RESTART_COUNT", "0") or 0),
-    }
-
-
-def machine() -> dict[str, str | list[str]]:
-    """The CPU as run_summary.json and bench results record it: /proc/cpuinfo's name with family and model (a VM
-    may name only "AMD EPYC"), and which of CPU_FLAGS torch finds."""
-    import torch  # here, not at the top: the collector reads SUMMARY_FILE without loading torch
-
-    try:
-        first_cpu = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n")[0].splitlines()
-    except OSError:
-        first_cpu = []
-    info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}
-    model_name = info.get("model name", platform.machine())
-    return {
-        "cpu_model": f"{model_name} (family {info.get('cpu family', '?')} model {info.get('model', '?')})",
-        "cpu_vendor": info.get("vendor_id", "unknown"),
-        "cpu_flags": [name for name in CPU_FLAGS if torch.cpu.get_capabilities().get(name)],
     }
 
 
@@ -166,6 +125,7 @@ def run_params(
 def write_run_summary(
     path: str,
     *,
+    facts: DeviceFacts,
     status: str,
     exit_code: int,
     wall_clock_seconds: float,
@@ -184,7 +144,7 @@ def write_run_summary(
         "exit_code": exit_code,
         "error": error,  # status: ok | failed | preempted
         "wall_clock_seconds": round(wall_clock_seconds, 3),
-        **environment(),
+        **environment(facts),
         "params": dict(params),
         "plan": dict(plan),
         "effective": dict(effective) if effective else None,

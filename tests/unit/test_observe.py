@@ -15,6 +15,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from transformers import BertConfig, BertForQuestionAnswering, Trainer, TrainerControl, TrainerState
 from transformers.integrations import TensorBoardCallback
 
+from qa_hpc.device import read_device_facts
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.model import ModelShape
@@ -116,7 +117,9 @@ def test_anatomy_estimate(precision, optim, checkpointing, frozen, bytes_per_par
 # --- profiler -----------------------------------------------------------------------------------
 def test_a_profiler_schedule_without_kept_steps_is_refused():
     with pytest.raises(UsageError, match="profile_active"):
-        decide_and_build(read_flags(["--output_dir", "x", "--profile", "--profile_active", "0"]))
+        decide_and_build(
+            read_flags(["--output_dir", "x", "--profile", "--profile_active", "0"]), read_device_facts()
+        )
 
 
 @pytest.mark.parametrize(
@@ -158,7 +161,8 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
         for x in (f"--profile_{flag}", str(n))
     ]
     plan, flags = decide_and_build(
-        read_flags(["--output_dir", str(tmp_path), "--profile", "--report_to", "none", *schedule_flags])
+        read_flags(["--output_dir", str(tmp_path), "--profile", "--report_to", "none", *schedule_flags]),
+        read_device_facts(),
     )
     assert [type(c) for c in observability_callbacks(flags, plan)] == [ProfilerCallback]  # no TensorBoard
     cb, model = ProfilerCallback(flags.observe, str(tmp_path)), torch.nn.Linear(32, 32)
@@ -188,7 +192,8 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
     plan, flags = decide_and_build(
         read_flags(
             ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--use_cpu"]
-        )
+        ),
+        read_device_facts(),
     )
     args, (tb,), model = flags.training, observability_callbacks(flags, plan), _tiny()
     state, control = TrainerState(), TrainerControl()
@@ -266,7 +271,7 @@ def test_finish_writes_memory_report_lines_and_tensorboard_totals(tmp_path):
         "--precision",
         "fp32",
     ]
-    plan, flags = decide_and_build(read_flags(argv))
+    plan, flags = decide_and_build(read_flags(argv), read_device_facts())
     model = _tiny()
     trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
     # --profile is off: no profiler; ours extends transformers' TensorBoard callback, which is not added beside it

@@ -11,9 +11,10 @@ import pytest
 import torch
 from transformers import AutoModelForQuestionAnswering, Trainer
 
+from qa_hpc.device import CpuFacts, DeviceFacts, read_device_facts
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags
-from qa_hpc.plan import DeviceFacts, FlagValues, PlanError, decide
+from qa_hpc.plan import FlagValues, PlanError, decide
 
 DEFAULTS = read_flags([])  # every flag at its default, as run_qa.py parses them
 
@@ -61,8 +62,9 @@ def facts(
         gpus_requested=asked,
         torch_version="2.13.0",
         torch_cuda="13.0" if cuda else None,
-        cpu_bf16=CPU_BF16.get(device),
-        cpu_vendor=vendor,
+        cpu=CpuFacts(
+            model="made-up CPU", vendor=vendor, flags=("avx2", "fma3", *CPU_BF16.get(device, "").split())
+        ),
     )
 
 
@@ -369,10 +371,11 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
         "--precision",
         "fp32",
     ]
-    plan, flags = decide_and_build(read_flags(argv))
+    device_facts = read_device_facts()
+    plan, flags = decide_and_build(read_flags(argv), device_facts)
     threads = torch.get_num_threads()
     try:
-        run = run_qa.setup(flags, plan, StopRequest())
+        run = run_qa.setup(flags, plan, device_facts, StopRequest())
         assert run.effective.threads == torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
@@ -395,7 +398,8 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
 def test_precision_applies_to_evaluation(tiny_bert, tmp_path, precision, want):
     """bf16 is autocast in the eval forward too (its matmuls run in bf16); fp32 stays fp32."""
     _, flags = decide_and_build(
-        read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision", precision])
+        read_flags(["--output_dir", str(tmp_path / "o"), "--report_to", "none", "--precision", precision]),
+        read_device_facts(),
     )
     model, seen = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)), []
     model.bert.encoder.layer[0].attention.self.query.register_forward_hook(

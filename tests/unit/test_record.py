@@ -9,7 +9,8 @@ from pathlib import Path
 from transformers import TrainerState
 
 import qa_hpc.plan
-from qa_hpc.record import CPU_FLAGS, final_lines, save_results, save_trainer_state, write_run_summary
+from qa_hpc.device import CPU_FLAGS, read_device_facts
+from qa_hpc.record import final_lines, save_results, save_trainer_state, write_run_summary
 
 
 def test_closing_lines_keep_the_documented_order_and_end_with_the_wall_clock() -> None:
@@ -30,6 +31,7 @@ def test_the_record_keeps_status_slurm_job_memory_summary_and_cpu(
     path = tmp_path / "run_summary.json"
     written = write_run_summary(
         str(path),
+        facts=read_device_facts(),
         status="preempted",
         exit_code=75,
         wall_clock_seconds=1.23456,

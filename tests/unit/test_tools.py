@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 import qa_hpc.tools.make_demo_data as mdd
+from qa_hpc.device import read_device_facts
 from qa_hpc.record import write_run_summary
 from qa_hpc.squad_io import load_qa_records
 from qa_hpc.tools import collect_results
 from qa_hpc.tools.make_demo_data import generate_squad
 
+FACTS = read_device_facts()  # this machine, as run_qa.py records it
 N = 600  # ~100 paragraphs at the default 450 words: enough for shares, fast to build
 
 
@@ -148,6 +150,7 @@ def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fiel
     world, per_node = fields.pop("layout", (1, 1))
     return write_run_summary(
         str(out_dir / "run_summary.json"),
+        facts=FACTS,
         params={"world_size": world, "precision": "bf16"},
         plan={"device": "cuda", "precision": "bf16", "world_size": world, "local_world_size": per_node},
         effective={"precision": "bf16", "world_size": world, "device": "cuda", "device_name": "NVIDIA H100"},

@@ -1,0 +1,207 @@
+"""What this process runs on, read once: the CPU, the GPU and its libraries, and the process's place in its job.
+
+Every decision (qa_hpc.plan) and every record of a machine (run_summary.json, the MACHINE line bench results keep)
+takes its facts from `read_device_facts()`. Decisions are tested on made-up `DeviceFacts`; a whole process (a job
+script, a bench script, run_qa.py) is tested on another kind of CPU with QA_TEST_MACHINE, which replaces what
+/proc/cpuinfo and torch say of the CPU:
+
+    QA_TEST_MACHINE="cpu_vendor=AuthenticAMD cpu_flags=avx2,fma3 cpu_model=AMD_EPYC_(family_23_model_1)"
+
+Every line that shows the CPU then says `cpu_source=QA_TEST_MACHINE`: it is for tests, never for real runs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from qa_hpc.dist import launch_env
+
+# What bench results and run_summary.json record of a CPU (torch.cpu.get_capabilities() names), so that figures
+# of different machines are never mixed
+CPU_FLAGS = (
+    "avx2",
+    "fma3",
+    "avx512_f",
+    "avx512_bw",
+    "avx512_vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+)
+CPU_BF16_FEATURES = ("amx_bf16", "avx512_bf16")  # bf16 GEMMs in hardware
+# Variables by which a job asks for a GPU
+GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
+TEST_MACHINE_VAR = "QA_TEST_MACHINE"  # made-up CPU facts for a whole process, in tests only
+TEST_MACHINE_KEYS = ("cpu_vendor", "cpu_flags", "cpu_model")
+
+
+@dataclass(frozen=True)
+class CpuFacts:
+    """The CPU as /proc/cpuinfo names it and as torch finds its instruction sets."""
+
+    model: str  # /proc/cpuinfo's name with family and model (a VM may name only "AMD EPYC")
+    vendor: str  # /proc/cpuinfo's vendor_id: GenuineIntel, AuthenticAMD, ...
+    flags: tuple[str, ...]  # which of CPU_FLAGS torch finds
+    source: str = "/proc/cpuinfo"  # or TEST_MACHINE_VAR
+
+    @property
+    def bf16(self) -> str | None:
+        """The feature that makes bf16 fast on this CPU (CPU_BF16_FEATURES), None without one."""
+        return next((name for name in CPU_BF16_FEATURES if name in self.flags), None)
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What this process sees; one more fact is one more field here and in read_device_facts."""
+
+    cuda_available: bool
+    gpu_count: int  # GPUs torch can use in this process
+    capability: tuple[int, int] | None  # compute capability of this rank's GPU
+    gpu_name: str | None
+    cpus: int  # CPUs this process may run on (affinity mask, capped by SLURM_CPUS_PER_TASK)
+    world_size: int
+    local_world_size: int  # processes of this job on this node
+    launcher: str  # torchrun | accelerate | python
+    omp_num_threads: int | None  # OMP_NUM_THREADS as found in the environment
+    accelerate_mixed_precision: str | None  # ACCELERATE_MIXED_PRECISION as found
+    gpus_requested: str | None  # what asked for a GPU (CUDA_VISIBLE_DEVICES=..., SLURM_JOB_GPUS=...), if any
+    cpu: CpuFacts = CpuFacts(model="unknown", vendor="unknown", flags=())
+    torch_version: str = ""
+    torch_cuda: str | None = None  # torch.version.cuda: None for a CPU build
+    cudnn_version: int | None = None  # torch.backends.cudnn.version(), e.g. 91002; None without cuDNN
+    driver_version: str | None = None  # the NVIDIA driver, as nvidia-smi shows it
+
+    def machine_line(self) -> str:
+        """The one MACHINE line bench scripts keep with every result (spaces in names as _)."""
+        shown = {
+            "cpu_model": self.cpu.model,
+            "cpu_vendor": self.cpu.vendor,
+            "cpu_flags": ",".join(self.cpu.flags),
+            "cpus": self.cpus,
+            "gpu": self.gpu_name or "none",
+            "torch": self.torch_version,
+        }
+        if self.cpu.source == TEST_MACHINE_VAR:
+            shown["cpu_source"] = TEST_MACHINE_VAR
+        return "MACHINE " + " ".join(f"{key}={value}".replace(" ", "_") for key, value in shown.items())
+
+
+def read_cpu(env: Mapping[str, str] = os.environ) -> CpuFacts:
+    """This machine's CPU, or the made-up one of QA_TEST_MACHINE."""
+    if env.get(TEST_MACHINE_VAR, "").strip():
+        return parse_test_machine(env[TEST_MACHINE_VAR])
+    try:
+        first_cpu = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n")[0].splitlines()
+    except OSError:
+        first_cpu = []
+    info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}
+    name = info.get("model name", platform.machine())
+    family = info.get("cpu family", "?")
+    model = info.get("model", "?")
+    capabilities = torch.cpu.get_capabilities()
+    return CpuFacts(
+        model=f"{name} (family {family} model {model})",
+        vendor=info.get("vendor_id", "unknown"),
+        flags=tuple(name for name in CPU_FLAGS if capabilities.get(name)),
+    )
+
+
+def parse_test_machine(text: str) -> CpuFacts:
+    """QA_TEST_MACHINE's `key=value` words (as the MACHINE line writes them) -> the CPU they describe."""
+    given = dict(word.partition("=")[::2] for word in text.split())
+    unknown = sorted(set(given) - set(TEST_MACHINE_KEYS))
+    flags = tuple(flag for flag in given.get("cpu_flags", "").split(",") if flag)
+    if unknown or not set(flags) <= set(CPU_FLAGS):
+        raise ValueError(
+            f"{TEST_MACHINE_VAR}={text!r}: give {', '.join(TEST_MACHINE_KEYS)} as key=value words; "
+            f"cpu_flags from {', '.join(CPU_FLAGS)}"
+        )
+    return CpuFacts(
+        model=given.get("cpu_model", "made-up CPU").replace("_", " "),
+        vendor=given.get("cpu_vendor", "unknown"),
+        flags=flags,
+        source=TEST_MACHINE_VAR,
+    )
+
+
+def _nvidia_driver() -> str | None:
+    """The NVIDIA driver version as nvidia-smi shows it, through NVML (None where NVML cannot be loaded)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return str(pynvml.nvmlSystemGetDriverVersion())
+    except Exception:  # noqa: BLE001 - a driver library missing or refusing: the record says "not recorded"
+        return None
+
+
+def _usable_cpus(env: Mapping[str, str]) -> int:
+    """The CPUs this process may run on: its affinity mask, capped by SLURM_CPUS_PER_TASK (Slurm with task/none
+    leaves the mask at the whole node, and the allocation is then only in that variable)."""
+    if hasattr(os, "sched_getaffinity"):
+        cpus = len(os.sched_getaffinity(0))
+    else:
+        cpus = os.cpu_count() or 1
+    slurm_cpus = env.get("SLURM_CPUS_PER_TASK", "").strip()
+    if slurm_cpus.isdigit() and int(slurm_cpus) > 0:
+        cpus = min(cpus, int(slurm_cpus))
+    return max(1, cpus)
+
+
+def _gpus_requested(env: Mapping[str, str]) -> str | None:
+    """What in the environment asked for a GPU, as NAME=value words (None: nothing did)."""
+    asked = []
+    for name in GPU_REQUEST_VARS:
+        value = env.get(name, "").strip()
+        if value in ("", "-1", "none", "NoDevFiles") or (name == "SLURM_GPUS_ON_NODE" and value == "0"):
+            continue
+        asked.append(f"{name}={value}")
+    return ", ".join(asked) or None
+
+
+def _launcher(env: Mapping[str, str]) -> str:
+    # accelerate launch always sets ACCELERATE_MIXED_PRECISION; torchrun sets TORCHELASTIC_RUN_ID
+    if env.get("ACCELERATE_MIXED_PRECISION") is not None:
+        return "accelerate"
+    if "TORCHELASTIC_RUN_ID" in env:
+        return "torchrun"
+    return "python"
+
+
+def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
+    """What this process sees now: the one place that asks torch, /proc and the environment about the machine."""
+    launch = launch_env(env)
+    cuda = torch.cuda.is_available()
+    count = torch.cuda.device_count() if cuda else 0
+    index = launch.local_rank % count if count else None
+    omp = env.get("OMP_NUM_THREADS", "").strip()
+    mixed = env.get("ACCELERATE_MIXED_PRECISION")
+    cudnn = torch.backends.cudnn.version() if cuda and torch.backends.cudnn.is_available() else None
+    return DeviceFacts(
+        cuda_available=cuda,
+        gpu_count=count,
+        capability=tuple(torch.cuda.get_device_capability(index)) if index is not None else None,
+        gpu_name=torch.cuda.get_device_name(index) if index is not None else None,
+        cpus=_usable_cpus(env),
+        world_size=launch.world_size,
+        local_world_size=launch.local_world_size,
+        launcher=_launcher(env),
+        omp_num_threads=int(omp) if omp.isdigit() else None,
+        accelerate_mixed_precision=mixed.strip().lower() if mixed else None,
+        gpus_requested=_gpus_requested(env),
+        cpu=read_cpu(env),
+        torch_version=torch.__version__,
+        torch_cuda=torch.version.cuda,
+        cudnn_version=cudnn,
+        driver_version=_nvidia_driver() if cuda else None,
+    )
