@@ -43,7 +43,13 @@ EVAL_N=${EVAL_N:-200}
 REPEATS=${REPEATS:-2}
 WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/reference_${TRAIN_N}_${EVAL_N}}")
 MACHINE=$("$PY" -m qa_hpc.plan --machine)   # the CPU's flags as the plan reads them: bf16 rows where auto picks bf16
-COMMANDS=${COMMANDS:-ours hf_defaults hf_no_pad hf_grouped$(grep -qwE 'avx512_bf16|amx_bf16' <<<"$MACHINE" && echo " hf_no_pad_bf16 hf_grouped_bf16")}
+DEFAULT_COMMANDS="ours hf_defaults hf_no_pad hf_grouped"
+# an if, not `grep && echo` inside the assignment: on a CPU without bf16 that grep fails and set -e would end the
+# script there, silently
+if grep -qwE 'avx512_bf16|amx_bf16' <<<"$MACHINE"; then
+	DEFAULT_COMMANDS+=" hf_no_pad_bf16 hf_grouped_bf16"
+fi
+COMMANDS=${COMMANDS:-$DEFAULT_COMMANDS}
 
 require_squad
 mkdir -p "$WORKDIR/data"
