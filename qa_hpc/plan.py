@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from qa_hpc.device import CPU_BF16_FEATURES, TEST_MACHINE_VAR, DeviceFacts, read_device_facts
+from qa_hpc.device import CPU_BF16_FEATURES, CpuFacts, DeviceFacts, read_device_facts
 from qa_hpc.dropout import BulkDropout
 from qa_hpc.errors import EXIT_USAGE, UsageError
 
@@ -130,7 +130,7 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
-    dropout, dropout_reason = decide_dropout(flags["dropout_mask"], device, facts.cpu.vendor)
+    dropout, dropout_reason = decide_dropout(flags["dropout_mask"], device, facts.cpu)
     return RunPlan(
         device=device,
         precision=precision,
@@ -172,16 +172,19 @@ def decide_threads(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[
     )
 
 
-def decide_dropout(asked: str, device: str, cpu_vendor: str) -> tuple[str, str]:
+def decide_dropout(asked: str, device: str, cpu: CpuFacts) -> tuple[str, str]:
     """As asked, else bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs
     only)."""
     if asked != "auto":
         return asked, f"--dropout_mask {asked}"
-    if device == "cpu" and cpu_vendor != "GenuineIntel":
-        return "bulk", f"auto: {cpu_vendor} CPU, where torch draws masks one element at a time"
-    return "torch", "auto: " + (
-        "GPU" if device == "cuda" else "Intel CPU, where torch draws masks in parallel"
-    )
+    if device == "cuda":
+        return "torch", "auto: GPU"
+    if cpu.vendor != "GenuineIntel":
+        return (
+            "bulk",
+            f"auto: {cpu.vendor} CPU, where torch draws masks one element at a time{cpu.source_note}",
+        )
+    return "torch", f"auto: Intel CPU, where torch draws masks in parallel{cpu.source_note}"
 
 
 def require_visible_gpu(facts: DeviceFacts) -> None:
@@ -223,8 +226,7 @@ def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere:
     elif device == "cpu":  # auto: bf16 where the CPU does it in hardware (AVX512-BF16/AMX), else fp32
         precision = "bf16" if facts.cpu.bf16 else "fp32"
         reason = f"auto: CPU has {facts.cpu.bf16 or 'no ' + ' or '.join(CPU_BF16_FEATURES)}"
-        if facts.cpu.source == TEST_MACHINE_VAR:  # a test's made-up CPU must never pass for a real one
-            reason += f", as {TEST_MACHINE_VAR} says"
+        reason += facts.cpu.source_note
     else:  # auto on a GPU: bf16 where its tensor cores do it, else fp16
         precision = "bf16" if ampere else "fp16"
         reason = f"auto: GPU {_sm(facts.capability)} has {'' if ampere else 'no '}bf16"
@@ -306,13 +308,13 @@ class Effective:
 def main(argv: list[str]) -> int:
     """`python -m qa_hpc.plan --gpu-count`: the GPUs job_ddp.sh starts a process for (exit 2: asked for, none
     seen); `--machine`: the one MACHINE line bench scripts keep with every result (spaces in names as _)."""
-    facts = read_device_facts()
-    if argv == ["--machine"]:  # the CPU as run_summary.json records it, the GPU, torch
-        print(facts.machine_line())
-        return 0
     try:
+        facts = read_device_facts()  # a QA_TEST_MACHINE that names no CPU: its own message, exit 2
+        if argv == ["--machine"]:  # the CPU as run_summary.json records it, the GPU, torch
+            print(facts.machine_line())
+            return 0
         require_visible_gpu(facts)
-    except PlanError as err:
+    except UsageError as err:
         print(f"ERROR: {err}", file=sys.stderr)
         return EXIT_USAGE
     print(facts.gpu_count)
