@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import threading
 import time
 import urllib.error
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, skip_or_fail
+from fixtures.machines import AVX2_AMD, AVX512_BF16_AMD
 from fixtures.outputs import scalars, tensorboard_events
 from fixtures.procs import (
     PYTHON,
@@ -141,30 +143,49 @@ def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
 
 def test_job_cpu_runs_the_demo_on_the_cpu_with_both_levers_on(tiny_bert: Path, tmp_path: Path):
     """bash job_cpu.sh outside Slurm: one CPU process, allocator and thread binding on, whose torch threads
-    are all the CPUs it may use (not the one its main thread is bound to), in bf16 where this CPU does bf16 in
-    hardware (AVX512-BF16 or AMX: torch's own capability check), else fp32."""
-    import torch
-
-    fast = next(
-        (name for name in ("amx_bf16", "avx512_bf16") if torch.cpu.get_capabilities().get(name)), None
-    )
-    want, why = ("bf16", f"CPU has {fast}") if fast else ("fp32", "CPU has no amx_bf16 or avx512_bf16")
+    are all the CPUs it may use (not the one its main thread is bound to), at the precision and with the
+    dropout masks `auto` picks for its kind of CPU, made up with QA_TEST_MACHINE: the demo on an AVX2-only AMD
+    CPU (fp32, bulk masks) and, side by side, a job on an AVX512-BF16 one (bf16, bulk masks) that a non-empty
+    output dir stops right after its PLAN line (exit 2: cheap, and job_cpu.sh exits with the run's status)."""
+    bf16_dir = tmp_path / "avx512_bf16"
+    (bf16_dir / "out").mkdir(parents=True)
+    (bf16_dir / "out" / "notes.txt").write_text("not a checkpoint")
+    bf16_env = demo_job_env(tiny_bert, bf16_dir, QA_MODE="demo", QA_TEST_MACHINE=AVX512_BF16_AMD.test_machine)
+    bf16_job = LoggedProcess(["bash", str(REPO / "job_cpu.sh")], tmp_path / "avx512_bf16.log", env=bf16_env)
+    try:
+        env = demo_job_env(
+            tiny_bert,
+            tmp_path,
+            OMP_NUM_THREADS=None,
+            QA_CPU_ALLOCATOR="auto",
+            QA_CPU_AFFINITY="1",
+            QA_TEST_MACHINE=AVX2_AMD.test_machine,
+        )
+        log = run_demo_job("job_cpu.sh", env, tmp_path, "bert_squad_cpu")
+        assert bf16_job.proc.wait(timeout=300) == 2, bf16_job.text()[-3000:]
+    finally:
+        if bf16_job.proc.poll() is None:
+            os.killpg(bf16_job.proc.pid, signal.SIGKILL)
     cpus = len(os.sched_getaffinity(0))
-    env = demo_job_env(
-        tiny_bert, tmp_path, OMP_NUM_THREADS=None, QA_CPU_ALLOCATOR="auto", QA_CPU_AFFINITY="1"
-    )
-    log = run_demo_job("job_cpu.sh", env, tmp_path, "bert_squad_cpu")
+    kind = AVX2_AMD
     assert re.search(r"CPU_LEVERS allocator=\S+ .*affinity=OMP_PROC_BIND=close", log)
     plan = re.search(r"\bPLAN device=.*$", log, re.M)  # a log record: time, rank, logger first
     assert plan and plan.group(0).startswith(
-        f"PLAN device=cpu precision={want} (auto: {why}) tf32=off threads={cpus} "
+        f"PLAN device=cpu precision={kind.precision} ({kind.precision_reason}) tf32=off threads={cpus} "
         "(OMP_NUM_THREADS) dataloader_workers=0 world_size=1 "
     ), log[-3000:]
+    assert plan.group(0).endswith(f" dropout_mask={kind.dropout_mask} ({kind.dropout_reason})"), log[-3000:]
     assert re.search(
-        rf"^EFFECTIVE rank=0 precision={want} tf32=off param_dtype=float32 threads={cpus} .*device=cpu ",
+        rf"^EFFECTIVE rank=0 precision={kind.precision} tf32=off param_dtype=float32 threads={cpus} "
+        rf".*device=cpu .*dropout_mask={kind.dropout_mask}$",
         log,
         re.M,
-    )
+    ), log[-3000:]
+    bf16_log = bf16_job.text()
+    kind = AVX512_BF16_AMD
+    assert f" precision={kind.precision} ({kind.precision_reason}) " in bf16_log, bf16_log[-3000:]
+    assert f" dropout_mask={kind.dropout_mask} ({kind.dropout_reason})" in bf16_log, bf16_log[-3000:]
+    assert "is not empty (notes.txt)" in bf16_log and "EFFECTIVE" not in bf16_log, bf16_log[-3000:]
 
 
 def _get(url: str, timeout: float = 5.0):
