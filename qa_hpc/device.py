@@ -1,9 +1,10 @@
-"""What this process runs on, read once: the CPU, the GPU and its libraries, and the process's place in its job.
+"""What this process runs on, read once: the CPU, the GPU and its libraries, and the process's place in its
+job.
 
-Every decision (qa_hpc.plan) and every record of a machine (run_summary.json, the MACHINE line bench results keep)
-takes its facts from `read_device_facts()`. Decisions are tested on made-up `DeviceFacts`; a whole process (a job
-script, a bench script, run_qa.py) is tested on another kind of CPU with QA_TEST_MACHINE, which replaces what
-/proc/cpuinfo and torch say of the CPU:
+Every decision (qa_hpc.plan) and every record of a machine (run_summary.json, the MACHINE line bench results
+keep) takes its facts from `read_device_facts()`. Decisions are tested on made-up `DeviceFacts`; a whole
+process (a job script, a bench script, run_qa.py, and the test that checks it) is tested on another kind of
+CPU with QA_TEST_MACHINE, which replaces what /proc/cpuinfo and torch say of the CPU:
 
     QA_TEST_MACHINE="cpu_vendor=AuthenticAMD cpu_flags=avx2,fma3 cpu_model=AMD_EPYC_(family_23_model_1)"
 
@@ -17,13 +18,15 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
 from qa_hpc.dist import launch_env
+from qa_hpc.errors import UsageError
 
-# What bench results and run_summary.json record of a CPU (torch.cpu.get_capabilities() names), so that figures
-# of different machines are never mixed
+# What bench results and run_summary.json record of a CPU (torch.cpu.get_capabilities() names), so that
+# figures of different machines are never mixed
 CPU_FLAGS = (
     "avx2",
     "fma3",
@@ -58,6 +61,12 @@ class CpuFacts:
     def bf16(self) -> str | None:
         """The feature that makes bf16 fast on this CPU (CPU_BF16_FEATURES), None without one."""
         return next((name for name in CPU_BF16_FEATURES if name in self.flags), None)
+
+    @property
+    def source_note(self) -> str:
+        """What a decision taken from these facts adds to its reason: a test's made-up CPU never passes for a
+        real one."""
+        return f", as {TEST_MACHINE_VAR} says" if self.source == TEST_MACHINE_VAR else ""
 
 
 @dataclass(frozen=True)
@@ -117,21 +126,42 @@ def read_cpu(env: Mapping[str, str] = os.environ) -> CpuFacts:
 
 
 def parse_test_machine(text: str) -> CpuFacts:
-    """QA_TEST_MACHINE's `key=value` words (as the MACHINE line writes them) -> the CPU they describe."""
-    given = dict(word.partition("=")[::2] for word in text.split())
-    unknown = sorted(set(given) - set(TEST_MACHINE_KEYS))
-    flags = tuple(flag for flag in given.get("cpu_flags", "").split(",") if flag)
-    if unknown or not set(flags) <= set(CPU_FLAGS):
-        raise ValueError(
-            f"{TEST_MACHINE_VAR}={text!r}: give {', '.join(TEST_MACHINE_KEYS)} as key=value words; "
-            f"cpu_flags from {', '.join(CPU_FLAGS)}"
+    """QA_TEST_MACHINE's words -> the CPU they describe: each of TEST_MACHINE_KEYS once, as key=value (as the
+    MACHINE line writes them); the flags in CPU_FLAGS' order, as a real read gives them. Anything else is a
+    UsageError naming the variable, the word or the field, and what is wrong."""
+    given: dict[str, str] = {}
+    for place, word in enumerate(text.split(), start=1):
+        key, equals, value = word.partition("=")
+        if key not in TEST_MACHINE_KEYS or not equals:
+            keys = ", ".join(TEST_MACHINE_KEYS)
+            _refuse_test_machine(text, f"word {place} {word!r}", f"not key=value with a key from {keys}")
+        if key in given:
+            _refuse_test_machine(text, f"word {place} {word!r}", f"{key} given twice")
+        given[key] = value
+    missing = [key for key in TEST_MACHINE_KEYS if key not in given]
+    if missing:
+        _refuse_test_machine(
+            text, ", ".join(missing), "missing: a made-up CPU names its vendor, flags and model"
         )
+    # cpu_flags may be empty (a CPU with none of CPU_FLAGS); a vendor and a model always have a name
+    for key in ("cpu_vendor", "cpu_model"):
+        if not given[key]:
+            _refuse_test_machine(text, key, "empty")
+    flags = [flag for flag in given["cpu_flags"].split(",") if flag]
+    unknown = [flag for flag in flags if flag not in CPU_FLAGS]
+    if unknown:
+        known = ", ".join(CPU_FLAGS)
+        _refuse_test_machine(text, "cpu_flags", f"unknown {', '.join(unknown)} (known: {known})")
     return CpuFacts(
-        model=given.get("cpu_model", "made-up CPU").replace("_", " "),
-        vendor=given.get("cpu_vendor", "unknown"),
-        flags=flags,
+        model=given["cpu_model"].replace("_", " "),
+        vendor=given["cpu_vendor"],
+        flags=tuple(flag for flag in CPU_FLAGS if flag in flags),
         source=TEST_MACHINE_VAR,
     )
+
+
+def _refuse_test_machine(text: str, where: str, why: str) -> NoReturn:
+    raise UsageError(f"{TEST_MACHINE_VAR}={text!r}: {where}: {why}")
 
 
 def _nvidia_driver() -> str | None:
@@ -146,8 +176,8 @@ def _nvidia_driver() -> str | None:
 
 
 def _usable_cpus(env: Mapping[str, str]) -> int:
-    """The CPUs this process may run on: its affinity mask, capped by SLURM_CPUS_PER_TASK (Slurm with task/none
-    leaves the mask at the whole node, and the allocation is then only in that variable)."""
+    """The CPUs this process may run on: its affinity mask, capped by SLURM_CPUS_PER_TASK (Slurm with
+    task/none leaves the mask at the whole node, and the allocation is then only in that variable)."""
     if hasattr(os, "sched_getaffinity"):
         cpus = len(os.sched_getaffinity(0))
     else:
@@ -179,7 +209,8 @@ def _launcher(env: Mapping[str, str]) -> str:
 
 
 def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
-    """What this process sees now: the one place that asks torch, /proc and the environment about the machine."""
+    """What this process sees now: the one place that asks torch, /proc and the environment about the
+    machine."""
     launch = launch_env(env)
     cuda = torch.cuda.is_available()
     count = torch.cuda.device_count() if cuda else 0

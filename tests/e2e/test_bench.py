@@ -1,19 +1,22 @@
-"""The bench/ tools as a user runs them, on the CPU (smoke tests: no timing asserted); the scripts that need a GPU or
-the real data refuse clearly where it is missing.
+"""The bench/ tools as a user runs them, on the CPU (smoke tests: no timing asserted); the scripts that need a
+GPU or the real data refuse clearly where it is missing; a branch for one kind of CPU runs for each kind.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
-import torch
+from fixtures import procs
+from fixtures.machines import AVX2_AMD, AVX512_BF16_AMD
 from fixtures.procs import PYTHON, REPO, offline_env, ok, run
 from fixtures.runs import plain_flags, read
 
 from bench import side_by_side
+from qa_hpc.device import parse_test_machine
 
 
 def test_postprocess_bench_reports_identical_outputs(demo_files, tmp_path):
@@ -138,59 +141,96 @@ def test_side_by_side_reads_hf_result_files_and_reports_fraction_of_peak(tmp_pat
     )
 
 
-def test_cpu_peak_prints_a_positive_figure(tmp_path: Path):
-    log = ok(
-        run(
-            [
-                PYTHON,
-                "-m",
-                "bench.cpu_peak",
-                "--size",
-                "128",
-                "--repeats",
-                "2",
-                "--warmup",
-                "1",
-                "--json_out",
-                tmp_path / "peak.json",
-            ],
-            timeout=120,
+def test_cpu_peak_prints_a_positive_figure_and_a_bf16_one_only_on_bf16_cpus(tmp_path: Path):
+    """The bf16 peak only where the CPU does bf16 in hardware (where run_qa.py's auto picks bf16): an
+    AVX2-only and an AVX512-BF16 CPU made up with QA_TEST_MACHINE, side by side (each is mostly interpreter
+    start-up)."""
+    kinds = (AVX2_AMD, AVX512_BF16_AMD)
+    peak = [PYTHON, "-m", "bench.cpu_peak", "--size", "128", "--repeats", "2", "--warmup", "1", "--json_out"]
+    runs = procs.side_by_side(
+        *(
+            ([*peak, tmp_path / f"{kind.name}.json"], offline_env(QA_TEST_MACHINE=kind.test_machine))
+            for kind in kinds
         )
     )
-    line = [x for x in log.splitlines() if x.startswith("CPU_PEAK_TFLOPS=")]
-    assert line and float(line[0].split("=")[1]) > 0
-    peak = json.loads((tmp_path / "peak.json").read_text())
-    assert peak["size"] == 128 and peak["cpu_flags"] and peak["cpu_model"]
-    # the bf16 peak where the CPU does bf16 in hardware (where run_qa.py's auto picks bf16), none elsewhere
-    bf16 = [x for x in log.splitlines() if x.startswith("CPU_PEAK_BF16_TFLOPS=")]
-    assert bool(bf16) == any(torch.cpu.get_capabilities().get(f) for f in ("amx_bf16", "avx512_bf16"))
+    not_measured = (
+        "CPU_PEAK bf16 not measured: this CPU has no avx512_bf16 or amx_bf16 (bf16 is emulated there), "
+        "as QA_TEST_MACHINE says"
+    )
+    for kind, proc in zip(kinds, runs):
+        lines = ok(proc).splitlines()
+        line = [x for x in lines if x.startswith("CPU_PEAK_TFLOPS=")]
+        assert line and float(line[0].split("=")[1]) > 0
+        result = json.loads((tmp_path / f"{kind.name}.json").read_text())
+        assert result["size"] == 128 and result["cpu_source"] == "QA_TEST_MACHINE"
+        assert result["cpu_flags"] == list(parse_test_machine(kind.test_machine).flags)
+        bf16 = [x for x in lines if x.startswith("CPU_PEAK_BF16_TFLOPS=")]
+        assert bool(bf16) == kind.has_bf16 == (result["cpu_peak_bf16_tflops"] is not None), lines
+        assert (not_measured in lines) == (not kind.has_bf16), lines
+
+
+def missing_data_env(nowhere: Path, **extra: str) -> dict[str, str]:
+    """A bench script's environment with the real SQuAD data looked for where there is none, and this
+    python."""
+    return offline_env(
+        CUDA_VISIBLE_DEVICES="",
+        SQUAD_DIR=str(nowhere),
+        PY=PYTHON,
+        QA_VENV=str(Path(PYTHON).parents[1]),
+        **extra,
+    )
+
+
+def names_the_missing_data(proc: subprocess.CompletedProcess, nowhere: Path) -> None:
+    """Exit 2 and one ERROR naming where the data was looked for and where it belongs."""
+    ok(proc, 2)
+    assert f"ERROR: no {nowhere}/" in proc.stderr and "../shared/data/squad-v1.1" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize(
     "script",
     [
         "gpu_smoke.sh",
-        "reference_comparison.sh",
         "hf_eval_scramble.sh",
         "accuracy_full.sh",
+        "accuracy_seeds.sh",
         "cpu_levers.sh",
         "profile_train_step.sh",
     ],
 )
 def test_scripts_name_the_missing_gpu_or_data(script: str, tmp_path: Path):
     nowhere = tmp_path / "nowhere"
-    out_arg = [str(tmp_path / "out")] if script == "accuracy_full.sh" else []
-    env = offline_env(
-        CUDA_VISIBLE_DEVICES="", SQUAD_DIR=str(nowhere), PY=PYTHON, QA_VENV=str(Path(PYTHON).parents[1])
-    )  # this python
-    proc = run(["bash", REPO / "bench" / script, *out_arg], timeout=120, env=env)
-    ok(proc, 2)
+    out_arg = [str(tmp_path / "out")] if script.startswith("accuracy_") else []
+    proc = run(["bash", REPO / "bench" / script, *out_arg], timeout=120, env=missing_data_env(nowhere))
     if script == "gpu_smoke.sh":  # one line, on stderr
+        ok(proc, 2)
         assert proc.stdout == "" and proc.stderr.strip().splitlines() == [
             "GPU_SMOKE=not_run: no GPU here (torch sees none); run bench/gpu_smoke.sh on a GPU node"
         ], proc.stderr
     else:
-        assert f"ERROR: no {nowhere}/" in proc.stderr and "../shared/data/squad-v1.1" in proc.stderr
+        names_the_missing_data(proc, nowhere)
+        assert not (tmp_path / "out").exists()  # nothing written before the data is found
+
+
+def test_reference_comparison_says_its_commands_for_each_kind_of_cpu_then_names_the_missing_data(
+    tmp_path: Path,
+):
+    """HF at bf16 only on a CPU that does bf16 in hardware: its default COMMANDS, first line, on an AVX2-only
+    and on an AVX512-BF16 CPU made up with QA_TEST_MACHINE (side by side: each is mostly python's start-up to
+    read the MACHINE line); then exit 2 naming the missing data, never a silent exit 1."""
+    nowhere = tmp_path / "nowhere"
+    kinds = (AVX2_AMD, AVX512_BF16_AMD)
+    script = ["bash", REPO / "bench" / "reference_comparison.sh"]
+    runs = procs.side_by_side(
+        *((script, missing_data_env(nowhere, QA_TEST_MACHINE=kind.test_machine)) for kind in kinds)
+    )
+    for kind, proc in zip(kinds, runs):
+        names_the_missing_data(proc, nowhere)
+        bf16_rows = " hf_no_pad_bf16 hf_grouped_bf16" if kind.has_bf16 else ""
+        assert proc.stdout.splitlines()[0] == f"COMMANDS=ours hf_defaults hf_no_pad hf_grouped{bf16_rows}", (
+            kind.name,
+            proc.stdout,
+        )
 
 
 SLOW_FIRST_STEP = """import sys, time

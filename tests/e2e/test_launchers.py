@@ -1,6 +1,7 @@
 """The launchers as a user runs them, without Slurm and offline (the hub a closed or recording loopback port):
 setup_bert.sh, the job scripts falling back loudly to the offline demo and exiting with the run's status,
-accelerate launch, and scripts/start_tensorboard.sh serving a real run. Tiny overrides keep each run to seconds.
+accelerate launch, and scripts/start_tensorboard.sh serving a real run. Tiny overrides keep each run to
+seconds.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import threading
 import time
 import urllib.error
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, skip_or_fail
+from fixtures.machines import AVX2_AMD, AVX512_BF16_AMD
 from fixtures.outputs import scalars, tensorboard_events
 from fixtures.procs import (
     PYTHON,
@@ -36,8 +39,8 @@ from fixtures.runs import Run, plain_flags
 
 
 def run_demo_job(script: str, env: dict[str, str], tmp: Path, job: str) -> str:
-    """bash SCRIPT with nothing cached, nothing reachable: the offline demo ran, labelled everywhere, scored the 5
-    questions asked for (arguments after the script win), its log copied to QA_LOG_DIR; the log."""
+    """bash SCRIPT with nothing cached, nothing reachable: the offline demo ran, labelled everywhere, scored
+    the 5 questions asked for (arguments after the script win), its log copied to QA_LOG_DIR; the log."""
     log = ok(run(["bash", REPO / script, "--max_eval_samples", "5"], env=env))
     for says in (
         "MISSING model=bert-base-uncased",
@@ -64,14 +67,14 @@ def run_demo_job(script: str, env: dict[str, str], tmp: Path, job: str) -> str:
 
 
 def test_job_ft3_falls_back_to_the_offline_demo_and_labels_it(tiny_bert: Path, tmp_path: Path):
-    """...and QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what ran, its
-    torch threads the CPUs it may use."""
+    """...and QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what
+    ran, its torch threads the CPUs it may use."""
     env = demo_job_env(tiny_bert, tmp_path, QA_PRECISION="bf16", OMP_NUM_THREADS=None)
     log = run_demo_job("job_ft3.sh", env, tmp_path, "bert_squad_ft3")
     cpus = len(os.sched_getaffinity(0))
     assert (
-        f"PLAN device=cpu precision=bf16 (--precision bf16) tf32=off threads={cpus} ({cpus} CPUs / 1 process(es) "
-        "on this node) dataloader_workers=0 world_size=1 "
+        f"PLAN device=cpu precision=bf16 (--precision bf16) tf32=off threads={cpus} ({cpus} CPUs / 1 "
+        "process(es) on this node) dataloader_workers=0 world_size=1 "
     ) in log, log[-3000:]
     assert re.search(r"^EFFECTIVE rank=0 precision=bf16 ", log, re.M)
     train = json.loads((tmp_path / "data" / "train.json").read_text())["data"]  # generated with the overrides
@@ -92,9 +95,9 @@ class _RecordingHub(http.server.BaseHTTPRequestHandler):
 
 
 def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
-    """QA_SKIP_PREFETCH=1: setup only checks the cache and finishes. Then the login-node branch, not offline: it
-    asks the hub (down: 503) for the model, once, says what is missing, and still ends ready (exit 0), keeping
-    the demo data the first run made."""
+    """QA_SKIP_PREFETCH=1: setup only checks the cache and finishes. Then the login-node branch, not offline:
+    it asks the hub (down: 503) for the model, once, says what is missing, and still ends ready (exit 0),
+    keeping the demo data the first run made."""
     work = (
         tmp_path / "checkout"
     )  # without data, caches and outputs; the project's venv linked in (pip is CI's)
@@ -139,31 +142,50 @@ def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
 
 
 def test_job_cpu_runs_the_demo_on_the_cpu_with_both_levers_on(tiny_bert: Path, tmp_path: Path):
-    """bash job_cpu.sh outside Slurm: one CPU process, allocator and thread binding on, whose torch threads are all the
-    CPUs it may use (not the one its main thread is bound to), in bf16 where this CPU does bf16 in hardware
-    (AVX512-BF16 or AMX: torch's own capability check), else fp32."""
-    import torch
-
-    fast = next(
-        (name for name in ("amx_bf16", "avx512_bf16") if torch.cpu.get_capabilities().get(name)), None
-    )
-    want, why = ("bf16", f"CPU has {fast}") if fast else ("fp32", "CPU has no amx_bf16 or avx512_bf16")
+    """bash job_cpu.sh outside Slurm: one CPU process, allocator and thread binding on, whose torch threads
+    are all the CPUs it may use (not the one its main thread is bound to), at the precision and with the
+    dropout masks `auto` picks for its kind of CPU, made up with QA_TEST_MACHINE: the demo on an AVX2-only AMD
+    CPU (fp32, bulk masks) and, side by side, a job on an AVX512-BF16 one (bf16, bulk masks) that a non-empty
+    output dir stops right after its PLAN line (exit 2: cheap, and job_cpu.sh exits with the run's status)."""
+    bf16_dir = tmp_path / "avx512_bf16"
+    (bf16_dir / "out").mkdir(parents=True)
+    (bf16_dir / "out" / "notes.txt").write_text("not a checkpoint")
+    bf16_env = demo_job_env(tiny_bert, bf16_dir, QA_MODE="demo", QA_TEST_MACHINE=AVX512_BF16_AMD.test_machine)
+    bf16_job = LoggedProcess(["bash", str(REPO / "job_cpu.sh")], tmp_path / "avx512_bf16.log", env=bf16_env)
+    try:
+        env = demo_job_env(
+            tiny_bert,
+            tmp_path,
+            OMP_NUM_THREADS=None,
+            QA_CPU_ALLOCATOR="auto",
+            QA_CPU_AFFINITY="1",
+            QA_TEST_MACHINE=AVX2_AMD.test_machine,
+        )
+        log = run_demo_job("job_cpu.sh", env, tmp_path, "bert_squad_cpu")
+        assert bf16_job.proc.wait(timeout=300) == 2, bf16_job.text()[-3000:]
+    finally:
+        if bf16_job.proc.poll() is None:
+            os.killpg(bf16_job.proc.pid, signal.SIGKILL)
     cpus = len(os.sched_getaffinity(0))
-    env = demo_job_env(
-        tiny_bert, tmp_path, OMP_NUM_THREADS=None, QA_CPU_ALLOCATOR="auto", QA_CPU_AFFINITY="1"
-    )
-    log = run_demo_job("job_cpu.sh", env, tmp_path, "bert_squad_cpu")
+    kind = AVX2_AMD
     assert re.search(r"CPU_LEVERS allocator=\S+ .*affinity=OMP_PROC_BIND=close", log)
     plan = re.search(r"\bPLAN device=.*$", log, re.M)  # a log record: time, rank, logger first
     assert plan and plan.group(0).startswith(
-        f"PLAN device=cpu precision={want} (auto: {why}) tf32=off threads={cpus} "
+        f"PLAN device=cpu precision={kind.precision} ({kind.precision_reason}) tf32=off threads={cpus} "
         "(OMP_NUM_THREADS) dataloader_workers=0 world_size=1 "
     ), log[-3000:]
+    assert plan.group(0).endswith(f" dropout_mask={kind.dropout_mask} ({kind.dropout_reason})"), log[-3000:]
     assert re.search(
-        rf"^EFFECTIVE rank=0 precision={want} tf32=off param_dtype=float32 threads={cpus} .*device=cpu ",
+        rf"^EFFECTIVE rank=0 precision={kind.precision} tf32=off param_dtype=float32 threads={cpus} "
+        rf".*device=cpu .*dropout_mask={kind.dropout_mask}$",
         log,
         re.M,
-    )
+    ), log[-3000:]
+    bf16_log = bf16_job.text()
+    kind = AVX512_BF16_AMD
+    assert f" precision={kind.precision} ({kind.precision_reason}) " in bf16_log, bf16_log[-3000:]
+    assert f" dropout_mask={kind.dropout_mask} ({kind.dropout_reason})" in bf16_log, bf16_log[-3000:]
+    assert "is not empty (notes.txt)" in bf16_log and "EFFECTIVE" not in bf16_log, bf16_log[-3000:]
 
 
 def _get(url: str, timeout: float = 5.0):
@@ -215,7 +237,8 @@ def test_start_tensorboard_serves_a_runs_scalars(plain: Run, tmp_path: Path):
 @pytest.mark.parametrize(
     "config, world, launch, precision, want, reason",
     [
-        # tiny_flags says --precision fp32; auto (the default) leaves it to accelerate's config or --mixed_precision
+        # tiny_flags says --precision fp32; auto (the default) leaves it to accelerate's config or
+        # --mixed_precision
         (
             "cpu.yaml",
             1,
@@ -246,7 +269,8 @@ def test_accelerate_launch_cpu_configs(
     demo_files: dict,
     tmp_path: Path,
 ):
-    """Each config runs, and accelerate's mixed precision is what trains (unless --precision says otherwise)."""
+    """Each config runs, and accelerate's mixed precision is what trains (unless --precision says
+    otherwise)."""
     out = tmp_path / "out"
     args = [
         *plain_flags(tiny_bert, demo_files, out),
@@ -309,7 +333,8 @@ def test_job_precision_reaches_run_qa_and_bad_settings_exit_2(
 
 
 def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_path: Path):
-    """CUDA_VISIBLE_DEVICES names a GPU (as Slurm sets it for --gres=gpu) but torch sees none: exit 2, no training."""
+    """CUDA_VISIBLE_DEVICES names a GPU (as Slurm sets it for --gres=gpu) but torch sees none: exit 2, no
+    training."""
     scripts = ("job_ft3.sh", "job_ddp.sh")
     envs = [demo_job_env(tiny_bert, tmp_path / script, CUDA_VISIBLE_DEVICES="0") for script in scripts]
     jobs = side_by_side(*((["bash", REPO / script], env) for script, env in zip(scripts, envs)))
@@ -322,7 +347,8 @@ def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_pa
 
 
 def test_rendezvous_port_is_the_jobs_own():
-    """Two jobs on one node must not meet on one port: the port follows the job id (QA_RDZV_PORT overrides)."""
+    """Two jobs on one node must not meet on one port: the port follows the job id (QA_RDZV_PORT
+    overrides)."""
 
     def port(**env: str) -> str:
         script = f"source {REPO}/scripts/env_setup.sh && qa_rdzv_port"
@@ -480,8 +506,9 @@ def test_levers_reach_the_training_process(
 def test_ddp_job_binds_each_gpu_worker_near_its_gpu(
     binding: str, torchrun_has: str, threads: str, tiny_bert: Path, tmp_path: Path, demo_data: Path
 ):
-    """A made-up node, 4 GPUs and 32 CPUs for the task: each worker an exclusive share of the CPUs of its GPU's NUMA
-    node, and that share as its threads (run_qa.py's plan takes OMP_NUM_THREADS); QA_NUMA_BINDING=none: neither."""
+    """A made-up node, 4 GPUs and 32 CPUs for the task: each worker an exclusive share of the CPUs of its
+    GPU's NUMA node, and that share as its threads (run_qa.py's plan takes OMP_NUM_THREADS);
+    QA_NUMA_BINDING=none: neither."""
     log = levers_job(
         tiny_bert,
         tmp_path,

@@ -6,6 +6,7 @@ import json
 import types
 from pathlib import Path
 
+import pytest
 from transformers import TrainerState
 
 import qa_hpc.plan
@@ -23,9 +24,18 @@ def test_closing_lines_keep_the_documented_order_and_end_with_the_wall_clock() -
     ]
 
 
+@pytest.mark.parametrize(
+    "test_machine",
+    [None, "cpu_vendor=ARM cpu_flags= cpu_model=Neoverse_V2"],  # this CPU; one with none of CPU_FLAGS
+    ids=["this_cpu", "no_cpu_flags"],
+)
 def test_the_record_keeps_status_slurm_job_memory_summary_and_cpu(
-    tmp_path: Path, monkeypatch, capsys
+    tmp_path: Path, monkeypatch, capsys, test_machine: str | None
 ) -> None:
+    if test_machine is None:
+        monkeypatch.delenv("QA_TEST_MACHINE", raising=False)
+    else:
+        monkeypatch.setenv("QA_TEST_MACHINE", test_machine)
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
     path = tmp_path / "run_summary.json"
@@ -54,15 +64,14 @@ def test_the_record_keeps_status_slurm_job_memory_summary_and_cpu(
     assert (
         on_disk["stopped"]["global_step"] == 4 and on_disk["effective"] is None and on_disk["error"] is None
     )
-    # the CPU it ran on, as the MACHINE line every bench result keeps says it
+    # the CPU it ran on, as the MACHINE line every bench result keeps says it (one with none of CPU_FLAGS: an
+    # empty cpu_flags= there, [] here)
     assert qa_hpc.plan.main(["--machine"]) == 0
     machine = dict(part.split("=", 1) for part in capsys.readouterr().out.split()[1:])
-    assert (
-        machine["cpu_model"] == on_disk["cpu_model"].replace(" ", "_") and " (family " in on_disk["cpu_model"]
-    )
-    assert machine["cpu_flags"].split(",") == on_disk["cpu_flags"] and set(on_disk["cpu_flags"]) <= set(
-        CPU_FLAGS
-    )
+    assert machine["cpu_model"] == on_disk["cpu_model"].replace(" ", "_")
+    assert machine["cpu_vendor"] == on_disk["cpu_vendor"]
+    assert [flag for flag in machine["cpu_flags"].split(",") if flag] == on_disk["cpu_flags"]
+    assert set(on_disk["cpu_flags"]) <= set(CPU_FLAGS)
 
 
 def _trainer(out: Path, main: bool = True) -> types.SimpleNamespace:

@@ -1,0 +1,126 @@
+"""The device facts: QA_TEST_MACHINE's made-up CPU (good and bad values), the CPU as this machine has it, the
+MACHINE line, and bf16 in hardware; then the plan each kind of CPU gets from the facts run_qa.py reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fixtures.machines import AVX2_AMD, CPU_KINDS, CpuKind
+
+import qa_hpc.plan
+from qa_hpc.device import CPU_FLAGS, CpuFacts, parse_test_machine, read_cpu, read_device_facts
+from qa_hpc.errors import UsageError
+from qa_hpc.flags import read_flags
+from qa_hpc.plan import decide
+
+
+def test_a_made_up_cpu_is_the_cpu_its_words_name():
+    assert parse_test_machine(AVX2_AMD.test_machine) == CpuFacts(
+        model="AMD EPYC (family 23 model 1)",
+        vendor="AuthenticAMD",
+        flags=("avx2", "fma3"),
+        source="QA_TEST_MACHINE",
+    )
+    # any order, spaces between words: its flags in CPU_FLAGS' order, as a real read gives them
+    shuffled = parse_test_machine("  cpu_flags=amx_bf16,avx2,avx512_f  cpu_model=X cpu_vendor=GenuineIntel ")
+    assert shuffled.flags == ("avx2", "avx512_f", "amx_bf16") and shuffled.vendor == "GenuineIntel"
+    no_flags = parse_test_machine("cpu_vendor=ARM cpu_flags= cpu_model=Neoverse_V2")  # none of CPU_FLAGS
+    assert no_flags.flags == () and no_flags.model == "Neoverse V2"
+
+
+GOOD = "cpu_vendor=AuthenticAMD cpu_flags=avx2,fma3 cpu_model=EPYC"
+# what is wrong | QA_TEST_MACHINE | words of the message after "QA_TEST_MACHINE='...': "
+BAD = [
+    (
+        "unknown_key",
+        GOOD.replace("cpu_vendor", "cpu_vendr"),
+        "word 1 'cpu_vendr=AuthenticAMD': not key=value",
+    ),
+    ("no_key", GOOD.replace("cpu_vendor=", ""), "word 1 'AuthenticAMD': not key=value with a key from"),
+    ("no_value", GOOD.replace("=EPYC", ""), "word 3 'cpu_model': not key=value with a key from cpu_vendor"),
+    ("twice", GOOD + " cpu_vendor=GenuineIntel", "word 4 'cpu_vendor=GenuineIntel': cpu_vendor given twice"),
+    ("missing", GOOD.replace(" cpu_model=EPYC", ""), "cpu_model: missing: a made-up CPU names its vendor"),
+    ("two_missing", "cpu_model=EPYC", "cpu_vendor, cpu_flags: missing"),
+    ("empty", GOOD.replace("AuthenticAMD", ""), "cpu_vendor: empty"),
+    (
+        "unknown_flags",
+        GOOD.replace("avx2,", "avx2,sse9,avx_512,"),
+        "cpu_flags: unknown sse9, avx_512 (known: avx2",
+    ),
+]
+
+
+@pytest.mark.parametrize("value, says", [pytest.param(value, says, id=name) for name, value, says in BAD])
+def test_a_bad_made_up_cpu_is_refused_naming_the_variable_the_word_and_the_field(value: str, says: str):
+    with pytest.raises(UsageError) as err:
+        parse_test_machine(value)
+    assert str(err.value).startswith(f"QA_TEST_MACHINE={value!r}: ") and says in str(err.value), err.value
+    with pytest.raises(UsageError):  # the whole process: run_qa.py ends with exit 2 and this message
+        read_device_facts({"QA_TEST_MACHINE": value})
+
+
+def test_plan_machine_names_a_bad_made_up_cpu_and_exits_2(monkeypatch, capsys):
+    monkeypatch.setenv("QA_TEST_MACHINE", "cpu_flags=avx2")
+    assert qa_hpc.plan.main(["--machine"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith(
+        "ERROR: QA_TEST_MACHINE='cpu_flags=avx2': cpu_vendor, cpu_model:"
+    )
+
+
+def test_without_qa_test_machine_the_cpu_is_this_machines():
+    """/proc/cpuinfo's vendor and name, torch's own instruction sets; an empty QA_TEST_MACHINE is no CPU."""
+    info = {}
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        for line in cpuinfo.read().split("\n\n")[0].splitlines():
+            key, _, value = line.partition(":")
+            info[key.strip()] = value.strip()
+    found = torch.cpu.get_capabilities()
+    for env in ({}, {"QA_TEST_MACHINE": " "}):
+        cpu = read_cpu(env)
+        assert cpu.source == "/proc/cpuinfo" and cpu.vendor == info.get("vendor_id", "unknown")
+        assert cpu.model.startswith(info.get("model name", "")) and " (family " in cpu.model
+        assert cpu.flags == tuple(flag for flag in CPU_FLAGS if found.get(flag))
+    assert read_cpu({"QA_TEST_MACHINE": AVX2_AMD.test_machine}) == parse_test_machine(AVX2_AMD.test_machine)
+
+
+@pytest.mark.parametrize("kind", CPU_KINDS, ids=lambda kind: kind.name)
+def test_the_machine_line_says_a_made_up_cpu_and_gives_its_words_back(kind: CpuKind):
+    facts = read_device_facts({"QA_TEST_MACHINE": kind.test_machine})
+    line = facts.machine_line()
+    assert line.startswith("MACHINE cpu_model=") and line.endswith(" cpu_source=QA_TEST_MACHINE"), line
+    words = [word for word in line.split() if word.split("=")[0] in ("cpu_model", "cpu_vendor", "cpu_flags")]
+    assert parse_test_machine(" ".join(words)) == facts.cpu  # as QA_TEST_MACHINE takes them
+    real = read_device_facts({}).machine_line()
+    assert "cpu_source" not in real and f" cpus={facts.cpus} gpu=" in real
+
+
+@pytest.mark.parametrize(
+    "flags, bf16",
+    [
+        ((), None),
+        (("avx2", "fma3"), None),
+        (("avx2", "avx512_f", "avx512_vnni"), None),  # AVX-512 without bf16: emulated, ~15x slower
+        (("avx2", "avx512_f", "avx512_bf16"), "avx512_bf16"),
+        (("avx2", "avx512_bf16", "amx_tile", "amx_bf16"), "amx_bf16"),  # AMX first: the faster of the two
+        (("amx_tile", "amx_int8"), None),
+    ],
+)
+def test_bf16_in_hardware_is_avx512_bf16_or_amx_bf16(flags: tuple[str, ...], bf16: str | None):
+    assert CpuFacts(model="m", vendor="v", flags=flags).bf16 == bf16
+
+
+@pytest.mark.parametrize("kind", CPU_KINDS, ids=lambda kind: kind.name)
+def test_each_kind_of_cpu_gets_its_precision_and_dropout_masks_from_the_facts_run_qa_reads(kind: CpuKind):
+    """What run_qa.py decides under QA_TEST_MACHINE (read_device_facts, then decide): the PLAN line says the
+    made-up CPU in both reasons; --precision fp32 and --dropout_mask torch still win."""
+    facts = read_device_facts({"QA_TEST_MACHINE": kind.test_machine})
+    on_cpu = ["--output_dir", "o", "--use_cpu"]
+    plan = decide(read_flags(on_cpu), facts)
+    assert (plan.precision, plan.dropout_mask) == (kind.precision, kind.dropout_mask)
+    line = plan.log_line()
+    assert f" precision={kind.precision} ({kind.precision_reason}) " in line, line
+    assert line.endswith(f" dropout_mask={kind.dropout_mask} ({kind.dropout_reason})"), line
+    asked = decide(read_flags([*on_cpu, "--precision", "fp32", "--dropout_mask", "torch"]), facts)
+    assert (asked.precision, asked.dropout_mask) == ("fp32", "torch")
+    assert "QA_TEST_MACHINE" not in asked.log_line()  # nothing was taken from the made-up CPU
