@@ -1,9 +1,10 @@
-"""The tools, in-process: make_demo_data's generated SQuAD, and collect_results on logs/ and outputs/ left by Slurm
-jobs that failed, were preempted or killed (records from the real writer, qa_hpc.record.write_run_summary).
+"""The tools, in-process: make_demo_data's generated SQuAD, and collect_results on logs/ and outputs/ left by
+Slurm jobs that failed, were preempted or killed (records from the real writer, qa_hpc.record.RunRecord).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -14,7 +15,9 @@ import pytest
 
 import qa_hpc.tools.make_demo_data as mdd
 from qa_hpc.device import read_device_facts
-from qa_hpc.record import write_run_summary
+from qa_hpc.flags import read_flags
+from qa_hpc.plan import decide
+from qa_hpc.record import Environment, Params, Recorded, RunRecord, Stopped
 from qa_hpc.squad_io import load_qa_records
 from qa_hpc.tools import collect_results
 from qa_hpc.tools.make_demo_data import generate_squad
@@ -142,20 +145,32 @@ def rows_of(capsys, root: Path, *args: str) -> dict[str, dict]:
     return {r["run"]: r for r in json.loads(collect(capsys, root, *args, "--format", "json"))["runs"]}
 
 
-def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fields) -> dict:
-    """A record as run_qa.py writes one, through the real writer, under (job name, job id) or outside Slurm."""
+def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fields) -> RunRecord:
+    """A record as run_qa.py writes one, through the real writer, under (job name, job id) or outside Slurm;
+    the plan decided for `layout` (world size, processes per node) of H100s."""
     for key, value in zip(("SLURM_JOB_NAME", "SLURM_JOB_ID"), job or (None, None)):
         monkeypatch.setenv(key, value) if value else monkeypatch.delenv(key, raising=False)
     out_dir.mkdir(parents=True)
     world, per_node = fields.pop("layout", (1, 1))
-    return write_run_summary(
-        str(out_dir / "run_summary.json"),
-        facts=FACTS,
-        params={"world_size": world, "precision": "bf16"},
-        plan={"device": "cuda", "precision": "bf16", "world_size": world, "local_world_size": per_node},
-        effective={"precision": "bf16", "world_size": world, "device": "cuda", "device_name": "NVIDIA H100"},
+    h100 = dataclasses.replace(
+        FACTS,
+        cuda_available=True,
+        gpu_count=1,
+        capability=(9, 0),
+        gpu_name="NVIDIA H100",
+        world_size=world,
+        local_world_size=per_node,
+    )
+    plan = decide(read_flags(["--output_dir", str(out_dir)]), h100)
+    record = RunRecord(
+        environment=Environment.of(FACTS),
+        params=Params(world_size=world, precision=plan.precision, output_dir=str(out_dir)),
+        plan=plan,
+        effective=Recorded(precision="bf16", world_size=world, device="cuda", device_name="NVIDIA H100"),
         **fields,
     )
+    record.write(str(out_dir))
+    return record
 
 
 @pytest.fixture
@@ -169,11 +184,11 @@ def jobs(tmp_path, monkeypatch, capsys) -> dict:
         status="failed",
         exit_code=3,
         wall_clock_seconds=180.0,
-        results={},
+        results=Recorded(),
         layout=(8, 4),
         error="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
     )
-    stopped = {"signal": "SIGUSR1", "global_step": 40, "checkpoint": "outputs/bert_squad_ft3/checkpoint-40"}
+    stopped = Stopped(signal="SIGUSR1", global_step=40, checkpoint="outputs/bert_squad_ft3/checkpoint-40")
     write_record(
         outputs / "bert_squad_ft3",
         monkeypatch,
@@ -181,7 +196,7 @@ def jobs(tmp_path, monkeypatch, capsys) -> dict:
         status="preempted",
         exit_code=75,
         wall_clock_seconds=3500.0,
-        results={},
+        results=Recorded(),
         stopped=stopped,
     )
     local = write_record(
@@ -191,7 +206,7 @@ def jobs(tmp_path, monkeypatch, capsys) -> dict:
         status="ok",
         exit_code=0,
         wall_clock_seconds=95.5,
-        results={"train_runtime": 80.25, "eval_f1": 12.5},
+        results=Recorded(train_runtime=80.25, eval_f1=12.5),
     )
     # outside Slurm, the demo's dir of a killed run (no record)
     (outputs / "offline_demo-bert_squad_gpu").mkdir()
@@ -241,8 +256,8 @@ def test_a_slurm_log_and_its_record_are_one_row(jobs, capsys):
         "bert_squad_gpu",
     }
     row = rows["bert_squad_ddp-77"]
-    assert row["status"] == "failed" and row["exit_code"] == oom["exit_code"] == 3
-    assert row["reason"] == f"exit code 3: {oom['error']}"  # the record's error, not the log's
+    assert row["status"] == "failed" and row["exit_code"] == oom.exit_code == 3
+    assert row["reason"] == f"exit code 3: {oom.error}"  # the record's error, not the log's
     assert (row["nodes"], row["procs_per_node"], row["world_size"]) == (2, 4, 8)
     assert (
         row["device"] == "NVIDIA H100" and row["precision"] == "bf16" and row["wall_clock_seconds"] == 180.0
@@ -255,7 +270,7 @@ def test_a_slurm_log_and_its_record_are_one_row(jobs, capsys):
     )
     row = rows["bert_squad_ft3-78"]
     assert row["status"] == "preempted" and row["exit_code"] == 75 and row["speedup"] is None
-    assert "step 40" in row["reason"] and jobs["stopped"]["checkpoint"] in row["reason"]
+    assert "step 40" in row["reason"] and jobs["stopped"].checkpoint in row["reason"]
     assert (
         rows["bert_squad_ft3-79"]["status"] == "incomplete"
         and rows["bert_squad_ft3-79"]["output_dir"] is None
@@ -276,7 +291,7 @@ def test_runs_outside_slurm_pair_by_job_name(jobs):
         row["status"] == "ok" and row["job_id"] is None and row["speedup"] == 1.0
     )  # the only ok run: baseline
     assert (row["train_runtime"], row["f1"]) == (80.25, 12.5)
-    assert row["wall_clock_seconds"] == jobs["local"]["wall_clock_seconds"]
+    assert row["wall_clock_seconds"] == jobs["local"].wall_clock_seconds
     assert row["logs"] == [str(logs / "bert_squad_cpu-local-20260102-090000.out")]
     assert rows["bert_squad_cpu-local-20260101-090000"]["status"] == "incomplete"
     row = rows["bert_squad_gpu"]
