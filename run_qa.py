@@ -6,8 +6,8 @@
     python run_qa.py args.json
     torchrun --nproc_per_node=4 run_qa.py ...
 
-main() is the recipe, top to bottom: decide the settings once, set up data, model and trainer, train, evaluate,
-predict, report. `python run_qa.py --help` lists every flag.
+main() is the recipe, top to bottom: decide the settings once, set up data, model and trainer, train,
+evaluate, predict, report. `python run_qa.py --help` lists every flag.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _WALL_START = time.time()  # WALL_CLOCK_SECONDS counts from here, imports includ
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 import datasets  # noqa: E402
@@ -37,7 +37,7 @@ from qa_hpc.flags import Flags, batch_lines, decide_and_build, read_flags  # noq
 from qa_hpc.metric.squad import make_score  # noqa: E402
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # noqa: E402
 from qa_hpc.observe import finish_observability, observability_callbacks  # noqa: E402
-from qa_hpc.observe.efficiency import efficiency_lines, train_efficiency  # noqa: E402
+from qa_hpc.observe.efficiency import train_efficiency  # noqa: E402
 from qa_hpc.plan import Effective, RunPlan  # noqa: E402
 from qa_hpc.postprocess import make_postprocess  # noqa: E402
 from qa_hpc.preemption import (  # noqa: E402
@@ -48,11 +48,14 @@ from qa_hpc.preemption import (  # noqa: E402
 )
 from qa_hpc.record import (  # noqa: E402
     SUMMARY_FILE,
-    final_lines,
-    run_params,
+    Environment,
+    Memory,
+    Params,
+    Recorded,
+    RunRecord,
+    Stopped,
     save_results,
     save_trainer_state,
-    write_run_summary,
 )
 from trainer_qa import QuestionAnsweringTrainer  # noqa: E402
 
@@ -73,8 +76,8 @@ class Run:
     effective: Effective
     preemption: PreemptionCallback
     resume: str | None
+    # every split's metrics, as the results files have them
     results: dict[str, Any] = field(default_factory=dict)
-    lines: list[str] = field(default_factory=list)  # KEY=value lines rank 0 prints at the end
 
     @property
     def batch(self) -> BatchContext:
@@ -189,7 +192,8 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
 
 
 def train(run: Run, stop: StopRequest) -> bool:
-    """Train (resuming from a checkpoint when there is one); False when a stop signal ended it at a checkpoint."""
+    """Train (resuming from a checkpoint when there is one); False when a stop signal ended it at a
+    checkpoint."""
     trainer, out = run.trainer, run.args.output_dir
     checkpoint_dir = lambda: os.path.join(out, f"checkpoint-{trainer.state.global_step}")  # noqa: E731
     with guarded("train", checkpoint_dir, run.batch):
@@ -198,11 +202,11 @@ def train(run: Run, stop: StopRequest) -> bool:
         # no rank leaves before the checkpoint is on disk: a launcher that kills the job on the
         # first exit (srun --kill-on-bad-exit) would otherwise cut the main rank's save short
         trainer.accelerator.wait_for_everyone()
-        stopped = {
-            "signal": stop.name,
-            "global_step": trainer.state.global_step,
-            "checkpoint": checkpoint_dir(),
-        }
+        stopped = Stopped(
+            signal=stop.name,
+            global_step=trainer.state.global_step,
+            checkpoint=checkpoint_dir(),
+        )
         if trainer.is_world_process_zero():
             logger.warning(
                 "PREEMPTED signal=%s global_step=%d checkpoint=%s exit_code=%d (run the same command to "
@@ -228,7 +232,6 @@ def train(run: Run, stop: StopRequest) -> bool:
             run.plan.tf32,
         )
         run.results.update(metrics, **efficiency)
-        run.lines += efficiency_lines(efficiency)
         save_results(trainer, "train", metrics)
         save_trainer_state(trainer)
     return True
@@ -258,32 +261,44 @@ def report(run: Run) -> None:
     """Memory report, run_summary.json, and the closing KEY=value lines (WALL_CLOCK_SECONDS last)."""
     wall = time.time() - _WALL_START
     # every rank: the memory report gathers every rank's figures
-    lines, memory = finish_observability(run.trainer, run.flags, run.plan, run.shape, run.results, wall)
-    if run.trainer.is_world_process_zero():
-        record(run, "ok", EXIT_OK, memory=memory, wall=wall)
-        for line in lines + run.lines + final_lines(run.results, wall):
+    memory = finish_observability(run.trainer, run.flags, run.plan, run.shape, run.results, wall)
+    ended = record(run, "ok", EXIT_OK, wall=wall, memory=Memory.of(memory) if memory else None)
+    if ended is not None:
+        for line in ended.closing_lines():
             print(line, flush=True)
 
 
-def record(run: Run, status: str, exit_code: int, wall: float | None = None, **extra: Any) -> None:
-    """run_summary.json on rank 0: how the run ended, what it planned and used, what came out."""
+def record(
+    run: Run,
+    status: str,
+    exit_code: int,
+    wall: float | None = None,
+    memory: Memory | None = None,
+    stopped: Stopped | None = None,
+    error: str | None = None,
+) -> RunRecord | None:
+    """The run's record, written as run_summary.json, on rank 0 (None elsewhere): how the run ended, where it
+    ran, what it planned and used, what came out."""
     if not run.trainer.is_world_process_zero():
-        return
+        return None
+    ended = RunRecord(
+        status=status,
+        exit_code=exit_code,
+        wall_clock_seconds=time.time() - _WALL_START if wall is None else wall,
+        environment=Environment.of(run.facts),
+        params=Params.of(run.flags, run.plan.precision),
+        plan=run.plan,
+        effective=run.effective,
+        results=Recorded(**run.results),
+        memory=memory,
+        stopped=stopped,
+        error=error,
+    )
     try:
-        write_run_summary(
-            os.path.join(run.args.output_dir, SUMMARY_FILE),
-            facts=run.facts,
-            status=status,
-            exit_code=exit_code,
-            wall_clock_seconds=time.time() - _WALL_START if wall is None else wall,
-            params=run_params(run.flags.model, run.flags.data, run.args, run.plan.precision),
-            plan=asdict(run.plan),
-            effective=asdict(run.effective),
-            results=run.results,
-            **extra,
-        )
+        ended.write(run.args.output_dir)
     except OSError as err:  # a failure record must never hide the failure itself
         logger.warning("could not write %s: %s", SUMMARY_FILE, err)
+    return ended
 
 
 def cli() -> int:

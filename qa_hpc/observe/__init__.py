@@ -18,7 +18,7 @@ from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_repo
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard
 from qa_hpc.plan import RunPlan
-from qa_hpc.record import FINAL_KEYS
+from qa_hpc.record import CLOSING_METRICS
 
 
 def observability_callbacks(flags: Flags, plan: RunPlan) -> list[TrainerCallback]:
@@ -41,17 +41,18 @@ def finish_observability(
     shape: ModelShape,
     results: Mapping[str, Any],
     wall_clock_seconds: float,
-) -> tuple[list[str], dict[str, Any] | None]:
-    """Memory report and TensorBoard totals. Call on every rank (the memory report gathers every rank's figures);
-    rank 0 gets the KEY=value lines printed before the closing metrics, and the report for run_summary.json."""
-    args, device = trainer.args, plan.gpu_name or "cpu"
+) -> dict[str, Any] | None:
+    """Memory report and TensorBoard totals. Call on every rank (the memory report gathers every rank's
+    figures); rank 0 gets the memory report (memory.json's object), None with --memory_report false."""
+    args = trainer.args
+    device = plan.gpu_name or "cpu"
     ranks = (
         gather_object([measure_process(args.process_index, args.device)])
         if flags.observe.memory_report
         else []
     )
     if not trainer.is_world_process_zero():
-        return [], None
+        return None
     estimate = (
         anatomy_estimate(  # the anatomy estimate is about training memory
             shape,
@@ -64,13 +65,7 @@ def finish_observability(
         if args.do_train
         else None
     )
-    report, lines = memory_report(ranks, estimate, args.output_dir) if ranks else (None, [])
-    lines += [
-        f"RUN_WORLD_SIZE={plan.world_size}",
-        f"RUN_DEVICE={device}",
-        f"RUN_PRECISION={plan.precision}",
-        f"OUTPUT_DIR={os.path.abspath(args.output_dir)}",
-    ]
+    report = memory_report(ranks, estimate, args.output_dir) if ranks else None
     tensorboard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, TensorBoard)), None)
     if tensorboard is not None:
         batch = args.per_device_train_batch_size
@@ -89,10 +84,10 @@ def finish_observability(
         totals = {
             "wall_clock_seconds": wall_clock_seconds,
             "final_loss": losses[-1] if losses else None,
-            **{key: results[key] for key in FINAL_KEYS if key in results},
+            **{key: results[key] for key in CLOSING_METRICS if key in results},
             "peak_memory_mb": report.get("measured_peak_mb") if report else None,
         }
         tensorboard.write_totals(
             hparams, {k: v for k, v in totals.items() if v is not None}, trainer.state.global_step
         )
-    return lines, report
+    return report

@@ -1,19 +1,19 @@
 """Per-run efficiency: real tokens/s, samples/s, model FLOPs and model FLOP utilisation (MFU).
 
 Useful work counts real tokens only (padding is waste): the usual transformer estimate per training sequence
-(train_flops_per_sequence; bert-base at s = 384 is about 212 GFLOP). MFU divides the achieved FLOP/s by the summed
-dense peak of the devices at the run's precision (vendors' data sheets); a CPU has no meaningful peak.
+(train_flops_per_sequence; bert-base at s = 384 is about 212 GFLOP). MFU divides the achieved FLOP/s by the
+summed dense peak of the devices at the run's precision (vendors' data sheets); a CPU has no meaningful peak.
+The run's closing lines show these figures (qa_hpc.record.RunRecord.closing_lines).
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 import numpy as np
 
 from qa_hpc.model import ModelShape
 
-# name substring (lower case) -> peak TFLOP/s (bf16/fp16 tensor, tf32 tensor, fp32), dense; longest key matched first
+# name substring (lower case) -> peak TFLOP/s (bf16/fp16 tensor, tf32 tensor, fp32), dense; longest key
+# matched first
 GPU_PEAK_TFLOPS: dict[str, tuple[float, float, float]] = {
     "h200": (989.0, 494.0, 67.0),
     "h100 nvl": (835.0, 418.0, 60.0),
@@ -80,16 +80,3 @@ def train_efficiency(
         "n_devices": n_devices,
         "precision": precision,
     }
-
-
-def efficiency_lines(eff: Mapping[str, float | int | str]) -> list[str]:
-    """The greppable KEY=value lines of train_efficiency's figures."""
-    lines = [
-        f"TRAIN_TOKENS_PER_SECOND={eff['train_tokens_per_second']:.1f}",
-        f"TRAIN_SAMPLES_PER_SECOND={eff['train_samples_per_second']:.3f}",
-        f"TRAIN_MODEL_TFLOP={eff['train_model_tflop']:.3f}",
-        f"ACHIEVED_TFLOPS={eff['train_achieved_tflops']:.4f}",
-    ]
-    if "train_mfu" in eff:
-        return lines + [f"PEAK_TFLOPS={eff['train_peak_tflops']:.1f}", f"MFU={eff['train_mfu']:.4f}"]
-    return lines + [f"MFU=n/a (device={eff['device_name']}: no peak table entry; achieved FLOP/s above)"]

@@ -1,5 +1,6 @@
 """Where the memory went: every rank's measured peaks (CUDA allocator, NVML, CPU RSS) beside what the model's
-anatomy predicts, in memory.json and `MEMORY_*=` lines. Without CUDA the GPU fields are null and the report says why.
+anatomy predicts, in memory.json (the run's record keeps a summary, its closing lines the `MEMORY_*=` ones).
+Without CUDA the GPU fields are null and the report says why.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from qa_hpc.model import ModelShape
 
 MB = 1024 * 1024
 NO_CUDA_NOTE = "no CUDA device"
-# Optimizer state bytes per trainable parameter, first name part that matches (HF "Anatomy of model's memory");
-# unknown optimizers count as Adam-like, the common case.
+# Optimizer state bytes per trainable parameter, first name part that matches (HF "Anatomy of model's
+# memory"); unknown optimizers count as Adam-like, the common case.
 OPTIMIZER_BYTES = (
     ("8bit", 2),
     ("adafactor", 4),
-    ("sgd", 0),
+    ("sgd", 0),  # as the Trainer builds it, no momentum
     ("adam", 8),
-)  # sgd: as the Trainer builds it, no momentum
-# Korthikanti et al. 2022, bytes per layer per s*b*h: (constant, per a*s/h, bytes per activation) by 16-bit or fp32
+)
+# Korthikanti et al. 2022, bytes per layer per s*b*h: (constant, per a*s/h, bytes per activation) by 16-bit
+# or fp32
 ACTIVATIONS = {True: (34, 5, 2), False: (66, 9, 4)}
 
 
@@ -39,9 +41,9 @@ def anatomy_estimate(
     seq_len: int,
     gradient_checkpointing: bool = False,
 ) -> dict[str, Any]:
-    """Training memory per process predicted from the model's shape: 4 B weights + 4 B gradients + 8 B AdamW states
-    = 16 B/param in fp32, plus a 16-bit copy of the weights in mixed precision; activations per ACTIVATIONS, with
-    s = max_seq_length (an upper bound when batches are padded to their longest feature)."""
+    """Training memory per process predicted from the model's shape: 4 B weights + 4 B gradients + 8 B AdamW
+    states = 16 B/param in fp32, plus a 16-bit copy of the weights in mixed precision; activations per
+    ACTIVATIONS, with s = max_seq_length (an upper bound when batches are padded to their longest feature)."""
     mixed, optim = precision in ("fp16", "bf16"), str(getattr(optim_name, "value", optim_name))
     bpp = {
         "weights": 6 if mixed else 4,
@@ -58,14 +60,14 @@ def anatomy_estimate(
             layers * sbh * act_bytes + per_layer if gradient_checkpointing else layers * per_layer
         )
         formula = (
-            f"{layers} layers x s*b*h*({const} + {per_head}*a*s/h) bytes, s={s} b={b} h={h} a={a} (Korthikanti"
-            " et al. 2022)"
+            f"{layers} layers x s*b*h*({const} + {per_head}*a*s/h) bytes, s={s} b={b} h={h} a={a} "
+            "(Korthikanti et al. 2022)"
             + ("; gradient checkpointing: layer inputs + one layer" if gradient_checkpointing else "")
         )
     else:
-        activations, formula = (
-            0.0,
-            "model config lacks hidden_size/num_attention_heads/num_hidden_layers; activations not estimated",
+        activations = 0.0
+        formula = (
+            "model config lacks hidden_size/num_attention_heads/num_hidden_layers; activations not estimated"
         )
     nbytes = {
         "weights": shape.params * bpp["weights"],
@@ -117,10 +119,11 @@ def measure_process(rank: int, device: torch.device) -> dict[str, Any]:
 
 def memory_report(
     ranks: list[dict[str, Any]], estimate: Mapping[str, Any] | None, output_dir: str
-) -> tuple[dict[str, Any], list[str]]:
-    """memory.json from every rank's measure_process() figures, written there (rank 0's figures at the top, the max
-    over ranks, every rank, and the estimate beside the peak), and its KEY=value lines for the log."""
-    main, gpus = ranks[0], [r["cuda"] for r in ranks if r["cuda"]]
+) -> dict[str, Any]:
+    """memory.json from every rank's measure_process() figures, written there and returned: rank 0's figures
+    at the top, the max over ranks, every rank, and the estimate beside the peak."""
+    main = ranks[0]
+    gpus = [r["cuda"] for r in ranks if r["cuda"]]
     peaks = {
         "cuda_peak_allocated_mb": max((g["peak_allocated_mb"] for g in gpus), default=None),
         "cuda_peak_reserved_mb": max((g["peak_reserved_mb"] for g in gpus), default=None),
@@ -136,27 +139,17 @@ def memory_report(
         "estimate": dict(estimate) if estimate else None,
         "note": main["nvml_note"],
     }
-    if main["cuda"]:
-        lines = [
-            f"MEMORY_CUDA_PEAK_ALLOCATED_MB={peaks['cuda_peak_allocated_mb']:.1f}",
-            f"MEMORY_CUDA_PEAK_RESERVED_MB={peaks['cuda_peak_reserved_mb']:.1f}",
-        ]
-        lines += [f"MEMORY_NVML_USED_MB={main['nvml']['used_mb']:.1f}"] if main["nvml"] else []
-    else:
-        lines = [f"MEMORY_CUDA=none ({NO_CUDA_NOTE})"]
-    lines.append(f"MEMORY_CPU_PEAK_RSS_MB={peaks['cpu_peak_rss_mb']:.1f}")
     if estimate:
-        measured = peaks["cuda_peak_allocated_mb"] if gpus else peaks["cpu_peak_rss_mb"]
+        if gpus:
+            measured = peaks["cuda_peak_allocated_mb"]
+            source = "cuda peak allocated (max over ranks)"
+        else:
+            measured = peaks["cpu_peak_rss_mb"]
+            source = "cpu peak RSS (max over ranks; includes the Python runtime and libraries)"
         report.update(
             measured_peak_mb=measured,
-            measured_source="cuda peak allocated (max over ranks)"
-            if gpus
-            else "cpu peak RSS (max over ranks; includes the Python runtime and libraries)",
+            measured_source=source,
             estimate_over_measured=round(estimate["total_mb"] / measured, 3) if measured else None,
         )
-        lines += [
-            f"MEMORY_ESTIMATE_MB={estimate['total_mb']:.1f}",
-            f"MEMORY_ESTIMATE_BYTES_PER_PARAM={estimate['bytes_per_param']['total']}",
-        ]
     write_json_atomic(os.path.join(output_dir, "memory.json"), report)
-    return report, lines + [f"RUN_NODES={len({r['host'] for r in ranks})}"]
+    return report

@@ -1,13 +1,14 @@
 #!/usr/bin/env python
 """One row per run from the runs' records: where runs went, how fast, how good, how big.
 
-    python -m qa_hpc.tools.collect_results                          # logs/ and outputs/ of the checkout
-    python -m qa_hpc.tools.collect_results logs/ outputs/ --baseline bert_squad_ft3 --format csv > runs.csv
-    python -m qa_hpc.tools.collect_results logs/ outputs/ --plot plots/  # loss_curves, throughput, wall_time .png
+    python -m qa_hpc.tools.collect_results                          # outputs/ of the checkout
+    python -m qa_hpc.tools.collect_results outputs/ --baseline bert_squad_ft3 --format csv > runs.csv
+    python -m qa_hpc.tools.collect_results outputs/ --plot plots/  # loss_curves, throughput, wall_time .png
 
-The one reader of run records (qa_hpc.tools.report builds on it): figures come from <output_dir>/run_summary.json
-(with memory.json), the loss curve from trainer_state.json. A job log (`name-jobid.out`) pairs with its record by
-job id; a log without one shows a run that failed (its last `ERROR:` line says why) or is incomplete.
+The one reader of run records (qa_hpc.tools.report builds on it): every figure comes from
+<output_dir>/run_summary.json (qa_hpc.record.RunRecord), the loss curve from trainer_state.json. An output dir
+without a readable record is a run still going, or killed before its end: status incomplete (what Slurm did
+to a job, time limit or out of memory, is what `sacct -j ID -o State,ExitCode` says).
 """
 
 from __future__ import annotations
@@ -15,286 +16,177 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from qa_hpc.record import SUMMARY_FILE
+from qa_hpc.record import SUMMARY_FILE, Memory, RunRecord, Stopped
+from qa_hpc.tools.figures import NA
 
-LOG_SUFFIXES = (".out", ".err", ".log")
 # Files only a run's output dir holds: a dir with any of them is a run, with or without a record.
 OUTPUT_MARKERS = (SUMMARY_FILE, "all_results.json", "trainer_state.json", "memory.json")
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "runs", "profiler", "hf_cache", "wandb"}
-# run_qa.py's own words (cli) and the job scripts' (qa_die, with a "[qa-hpc HH:MM:SS] " prefix)
-ERROR_LINE = re.compile(r"^(?:\[qa-hpc [0-9:]+\] )?ERROR: (.+?)\s*$", re.MULTILINE)
-# A log's file name: the job scripts' own outside Slurm (`name-local-<time>`), sbatch's (`name-1234`,
-# `slurm-1234`, arrays `1234_5`), or any other name (a job name without id).
-LOG_NAME = r"^(?:(?P<local>.*)-local-[0-9-]+|(?P<named>.*?)[-_.](?P<job_id>\d+(?:_\d+)?))$"
-# The columns of the table (and of --format csv/json, speedup last), figure -> how its speedup compares.
-COLUMNS = (
-    "run",
-    "job_name",
-    "job_id",
-    "status",
-    "reason",
-    "exit_code",
-    "nodes",
-    "procs_per_node",
-    "world_size",
-    "device",
-    "precision",
-    "wall_clock_seconds",
-    "train_runtime",
-    "train_samples_per_second",
-    "train_tokens_per_second",
-    "train_mfu",
-    "eval_samples_per_second",
-    "exact_match",
-    "f1",
-    "peak_memory_mb",
-    "peak_memory_source",
-    "hostname",
-    "timestamp",
-    "output_dir",
-    "logs",
-    "loss_curve",
-    "record",
-)  # record: run_summary.json as read ({} when unreadable), what qa_hpc.tools.report shows
-INTEGERS, FLOATS = (
-    COLUMNS[5:9],
-    COLUMNS[11:20],
-)  # exit_code .. world_size; wall_clock_seconds .. peak_memory_mb
+# The columns of the table (and of --format csv/json, speedup last) and their types, each filled by run_row():
+# integers stay integers where a run lacks one (1, not 1.0); record is the RunRecord qa_hpc.tools.report shows
+COLUMNS = {
+    "run": "string",
+    "job_name": "string",
+    "job_id": "string",
+    "status": "string",
+    "reason": "string",
+    "exit_code": "Int64",
+    "nodes": "Int64",
+    "procs_per_node": "Int64",
+    "world_size": "Int64",
+    "device": "string",
+    "precision": "string",
+    "wall_clock_seconds": "float64",
+    "train_runtime": "float64",
+    "train_samples_per_second": "float64",
+    "train_tokens_per_second": "float64",
+    "train_mfu": "float64",
+    "eval_samples_per_second": "float64",
+    "exact_match": "float64",
+    "f1": "float64",
+    "peak_memory_mb": "float64",
+    "peak_memory_source": "string",
+    "hostname": "string",
+    "timestamp": "string",
+    "output_dir": "string",
+    "loss_curve": "object",
+    "record": "object",
+}
+# figure -> how its speedup compares
 SPEEDUP_ON = {
     "train_runtime": "time",
     "wall_clock_seconds": "time",
     "train_samples_per_second": "rate",
     "train_tokens_per_second": "rate",
 }
-# column -> the record's fields it comes from (pd.json_normalize's dotted names), the first one set wins
-FROM_RECORD = {
-    "job_name": ["slurm_job_name"],
-    "job_id": ["slurm_job_id"],
-    "status": ["status"],
-    "exit_code": ["exit_code"],
-    "procs_per_node": ["plan.local_world_size"],
-    "world_size": ["effective.world_size", "plan.world_size"],
-    "device": ["effective.device_name", "plan.device"],
-    "precision": ["effective.precision", "plan.precision"],
-    "wall_clock_seconds": ["wall_clock_seconds"],
-    **{key: [f"results.{key}"] for key in COLUMNS[12:17]},
-    "exact_match": ["results.eval_exact_match", "results.eval_exact"],  # SQuAD v1's name, else v2's
-    "f1": ["results.eval_f1"],
-    "peak_memory_mb": ["memory.measured_peak_mb"],
-    "hostname": ["hostname"],
-    "timestamp": ["timestamp"],
-    "cuda_peak": ["memory.max_over_ranks.cuda_peak_allocated_mb"],
-    "error": ["error"],
-    "signal": ["stopped.signal"],
-    "step": ["stopped.global_step"],
-    "checkpoint": ["stopped.checkpoint"],
-}
-NA = "n/a"
-NO_RECORD = f"no {SUMMARY_FILE} of this job: still running, or killed (time limit, out of memory, scancel)"
+NO_RECORD = f"no readable {SUMMARY_FILE} (still running, or killed before it could write one)"
 
 
-def _find(paths: list[str]) -> tuple[dict[str, list[Path]], list[Path], list[str]]:
-    """Job logs grouped by stem (`x.out` + `x.err` are one job), output dirs, and paths not found."""
-    logs: dict[str, list[Path]] = {}
+def find_output_dirs(paths: list[str]) -> tuple[list[Path], list[str]]:
+    """The output dirs under `paths` (a run_summary.json given as a file: its dir), and the paths not
+    found."""
     dirs: set[Path] = set()
     missing = [raw for raw in paths if not Path(raw).exists()]
     for path in (Path(raw).resolve() for raw in paths if raw not in missing):
         if path.is_file() and path.name == SUMMARY_FILE:
             dirs.add(path.parent)
-        elif path.is_file():
-            logs.setdefault(str(path.with_suffix("")), []).append(path)
-        for here, subdirs, files in os.walk(path):  # nothing for a file
+        for here, subdirs, _ in os.walk(path):  # nothing for a file
             if any((Path(here) / marker).is_file() for marker in OUTPUT_MARKERS):
                 dirs.add(Path(here))
                 subdirs.clear()
                 continue
             # checkpoints hold trainer_state.json too, but belong to the run above them
             subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS and not d.startswith("checkpoint-"))
-            for file in (Path(here, name).resolve() for name in sorted(files) if name.endswith(LOG_SUFFIXES)):
-                logs.setdefault(str(file.with_suffix("")), []).append(file)
-    return logs, sorted(dirs), missing
+    return sorted(dirs), missing
 
 
-def _read_json(path: Path) -> Any:
-    """The parsed file, or None when it is missing or cut off mid-write (json: records may hold NaN)."""
+def read_log_history(out_dir: Path) -> list[dict[str, Any]]:
+    """trainer_state.json's log_history (every launch's: the Trainer restores it when it resumes), or the
+    newest checkpoint's for a run that stopped before writing it; [] without either."""
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        state = json.loads((out_dir / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    if path.name == SUMMARY_FILE and isinstance(record, dict) and isinstance(record.get("memory"), dict):
-        record["memory"] = {
-            **(_read_json(path.with_name("memory.json")) or {}),
-            **record["memory"],
-        }  # + estimate
-    return record
-
-
-def _last_error(files: list[Path]) -> str | None:
-    """The last `ERROR: ...` line of a job's log files (the reason a run without a record gives)."""
-    errors: list[str] = []
-    for file in files:
-        try:
-            errors += ERROR_LINE.findall(file.read_text(encoding="utf-8", errors="replace"))
-        except OSError as err:
-            errors.append(f"cannot read {file}: {err}")
-    return errors[-1] if errors else None
-
-
-def _loss_curve(out_dir: Path) -> list[list[float]]:
-    """[step, loss] from trainer_state.json, or the newest checkpoint's for a run that stopped early."""
-    state = _read_json(out_dir / "trainer_state.json")
-    if state is None:
         steps = [
-            int(p.name.split("-")[1]) for p in out_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
+            int(p.name.removeprefix("checkpoint-"))
+            for p in out_dir.glob("checkpoint-*")
+            if p.name.removeprefix("checkpoint-").isdigit()
         ]
-        state = _read_json(out_dir / f"checkpoint-{max(steps)}" / "trainer_state.json") if steps else None
-    return [
-        [e["step"], e["loss"]] for e in (state or {}).get("log_history", []) if "loss" in e and "step" in e
-    ]
+        if not steps:
+            return []
+        return read_log_history(out_dir / f"checkpoint-{max(steps)}")
+    history = state.get("log_history") if isinstance(state, dict) else None
+    return history if isinstance(history, list) else []
 
 
-def _records(dirs: list[Path]) -> pd.DataFrame:
-    """One row per output dir from its record; status incomplete where it has no readable record."""
-    records = [_read_json(d / SUMMARY_FILE) for d in dirs]
-    readable = pd.Series([isinstance(record, dict) for record in records], dtype=bool)
-    # integers stay integers (convert_dtypes), so that a reason reads "step 40", not "step 40.0"
-    flat = pd.json_normalize([r if readable[i] else {} for i, r in enumerate(records)]).convert_dtypes()
-    flat = flat.reindex(columns=flat.columns.union([f for fields in FROM_RECORD.values() for f in fields]))
-    r = pd.DataFrame(
-        {column: flat[fields].bfill(axis=1).iloc[:, 0] for column, fields in FROM_RECORD.items()}
-    )
-    r = r.astype({"job_name": "string", "job_id": "string", "error": "string"})  # joined into text below
-    text = r.astype("string").fillna("None")  # a missing field, as the record's own f-string would print it
-    status = r["status"].fillna("unknown").where(readable, "incomplete")
-    dir_names = pd.Series([d.name for d in dirs], dtype="string")
-    reason = pd.Series(pd.NA, index=r.index, dtype="string").case_when(
-        [
-            (
-                status.eq("failed"),
-                "exit code " + text["exit_code"] + ": " + r["error"].fillna("no error recorded"),
-            ),
-            (
-                status.eq("preempted"),
-                text["signal"] + " at step " + text["step"] + "; resumes from " + text["checkpoint"],
-            ),
-            (~readable, f"no readable {SUMMARY_FILE} (still running, or killed before it could write one)"),
-        ]
-    )
-    return r.assign(
-        run=(r["job_name"] + "-" + r["job_id"]).fillna(dir_names),
-        status=status,
-        reason=reason,
-        nodes=-(-r["world_size"] // r["procs_per_node"]),
-        peak_memory_source=r["cuda_peak"]
-        .fillna(0)
-        .ne(0)
-        .map({True: "cuda", False: "rss"})
-        .where(r["peak_memory_mb"].notna()),
-        output_dir=pd.Series([str(d) for d in dirs], dtype="string"),
-        dir=dir_names,
-        logs=[[] for _ in dirs],
-        loss_curve=[_loss_curve(d) for d in dirs],
-        record=[r if ok else {} for r, ok in zip(records, readable)],
-    )[[*COLUMNS, "dir"]]
+def first_recorded(*values: Any) -> Any:
+    """The first of the values a record holds (records of older versions or other setups lack some)."""
+    return next((value for value in values if value is not None), None)
 
 
-def _logs(found: dict[str, list[Path]]) -> pd.DataFrame:
-    """One row per job log: job name and id from its file name, its files, its last ERROR line."""
-    stems = sorted(found)
-    names = pd.Series([Path(stem).name for stem in stems], dtype="string")
-    parts = names.str.extract(LOG_NAME)
-    # sbatch's default name `slurm-<id>` names no job; a name without an id is a job name
-    job_name = parts["local"].fillna(
-        parts["named"].replace("slurm", pd.NA).where(parts["job_id"].notna(), names)
-    )
-    logs = pd.DataFrame(
-        {
-            "run": names,
-            "job_id": parts["job_id"],
-            "job_name": job_name,
-            "logs": [[str(f) for f in found[stem]] for stem in stems],
-            "error": pd.Series([_last_error(found[stem]) for stem in stems], dtype="string"),
-        }
-    )
-    # logs with a job id first; then the rest newest first (their names end in the start time), so that
-    # the newest claims the output dir its job name's runs share
-    return pd.concat([logs[logs["job_id"].notna()], logs[logs["job_id"].isna()][::-1]], ignore_index=True)
+def reason(record: RunRecord | None) -> str | None:
+    """Why a run did not end ok, in one line: its error, where it stopped, or that it has no record."""
+    if record is None:
+        return NO_RECORD
+    if record.status == "failed":
+        return f"exit code {record.exit_code}: {record.error or 'no error recorded'}"
+    if record.status == "preempted":
+        stop = record.stopped or Stopped()
+        return f"{stop.signal} at step {stop.global_step}; resumes from {stop.checkpoint}"
+    return None
+
+
+def run_row(out_dir: Path) -> dict[str, Any]:
+    """One output dir's row of COLUMNS, from its record; status incomplete where it has no readable one."""
+    record = RunRecord.load(out_dir / SUMMARY_FILE)
+    shown = record or RunRecord.from_json({})  # no record: every figure missing
+    env = shown.environment
+    plan = shown.plan
+    effective = shown.effective
+    results = shown.results
+    memory = shown.memory or Memory()
+    world_size = first_recorded(effective.world_size, plan.world_size)
+    per_node = plan.local_world_size
+    nodes = None
+    if world_size and per_node:
+        nodes = -(-world_size // per_node)
+    job = None
+    if env.slurm_job_name and env.slurm_job_id:
+        job = f"{env.slurm_job_name}-{env.slurm_job_id}"
+    source = None
+    if memory.measured_peak_mb is not None:
+        source = "cuda" if memory.max_over_ranks.cuda_peak_allocated_mb else "rss"
+    history = read_log_history(out_dir)
+    return {
+        "run": job or out_dir.name,
+        "job_name": env.slurm_job_name,
+        "job_id": env.slurm_job_id,
+        "status": (shown.status or "unknown") if record else "incomplete",
+        "reason": reason(record),
+        "exit_code": shown.exit_code,
+        "nodes": nodes,
+        "procs_per_node": per_node,
+        "world_size": world_size,
+        "device": first_recorded(effective.device_name, plan.device),
+        "precision": first_recorded(effective.precision, plan.precision),
+        "wall_clock_seconds": shown.wall_clock_seconds,
+        "train_runtime": results.train_runtime,
+        "train_samples_per_second": results.train_samples_per_second,
+        "train_tokens_per_second": results.train_tokens_per_second,
+        "train_mfu": results.train_mfu,
+        "eval_samples_per_second": results.eval_samples_per_second,
+        # SQuAD v1's name, else v2's
+        "exact_match": first_recorded(results.eval_exact_match, results.eval_exact),
+        "f1": results.eval_f1,
+        "peak_memory_mb": memory.measured_peak_mb,
+        "peak_memory_source": source,
+        "hostname": env.hostname,
+        "timestamp": shown.timestamp,
+        "output_dir": str(out_dir),
+        "loss_curve": [[e["step"], e["loss"]] for e in history if "loss" in e and "step" in e],
+        "record": record,
+    }
 
 
 def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
-    """The one reader of run records: a table with one row per run under `paths`, and warnings.
-
-    Rows are sorted by job id. A job log and its record are one row, and the record wins.
-    """
-    found, dirs, missing = _find(paths)
-    records, logs = _records(dirs), _logs(found)
-    # a Slurm job's log pairs with the record of its job id (the first log of an id claims it)
-    pairs = (
-        logs.reset_index()
-        .dropna(subset="job_id")
-        .drop_duplicates("job_id")
-        .merge(
-            records.reset_index().dropna(subset="job_id").drop_duplicates("job_id", keep="last"),
-            on="job_id",
-            suffixes=("_log", ""),
-        )
-    )
-    claims = dict(zip(pairs["index"], pairs["index_log"]))  # record row -> log row
-    for at, name in logs.loc[
-        logs["job_id"].isna(), "job_name"
-    ].items():  # outside Slurm: outputs/[<mode>-]<name>
-        free = records.index[
-            records["job_id"].isna()
-            & ~records.index.isin(list(claims))
-            & (records["dir"].eq(name) | records["dir"].str.endswith(f"-{name}"))
-        ]
-        if len(free):
-            claims[free[0]] = at
-    runs = records.assign(log=pd.Series(claims, dtype="Int64")).merge(
-        logs, how="left", left_on="log", right_index=True, suffixes=("", "_log")
-    )
-    told = runs["status"].eq("incomplete") & runs["error"].notna()  # no record: the log says why
-    unnamed = runs["job_name"].isna() & runs["log"].notna()  # outside Slurm: the log's file names the job
-    runs = runs.assign(
-        logs=runs["logs_log"].combine_first(runs["logs"]),
-        run=runs["run"].mask(unnamed, runs["job_name_log"]),
-        job_name=runs["job_name"].mask(unnamed, runs["job_name_log"]),
-        status=runs["status"].mask(told, "failed"),
-        reason=runs["reason"].mask(told, runs["error"]),
-    )
-    # a log no record belongs to: failed (its last ERROR line says why), or incomplete; job scripts reuse
-    # outputs/<job name>, so another job of the same name may have overwritten the record
-    alone = logs.drop(index=list(claims.values()))
-    other = alone.reset_index().merge(records.dropna(subset="job_id"), on="job_name", suffixes=("", "_rec"))
-    other = (
-        other[other["job_id"].ne(other["job_id_rec"]).fillna(True)]
-        .drop_duplicates("index")
-        .set_index("index")
-    )
-    note = ("; " + other["output_dir"] + " holds the record of job " + other["job_id_rec"]).reindex(
-        alone.index
-    )
-    alone = alone.assign(
-        status=alone["error"].notna().map({True: "failed", False: "incomplete"}),
-        reason=alone["error"].fillna(NO_RECORD + note.fillna("")),
-        loss_curve=[[] for _ in alone.index],
-        record=[{} for _ in alone.index],
-    )
-    table = pd.concat([alone, runs], ignore_index=True).reindex(columns=list(COLUMNS))
+    """The one reader of run records: a table with one row per output dir under `paths` (sorted by job id),
+    and warnings."""
+    dirs, missing = find_output_dirs(paths)
+    table = pd.DataFrame([run_row(out_dir) for out_dir in dirs], columns=list(COLUMNS))
+    numbers = [column for column, kind in COLUMNS.items() if kind in ("Int64", "float64")]
+    # a figure a record holds as anything but a number reads as missing
+    table[numbers] = table[numbers].apply(pd.to_numeric, errors="coerce")
+    table = table.astype(COLUMNS)
     # numeric job ids in order, then the rest (local runs) by name
     ids = table["job_id"].fillna("")
     keys = pd.DataFrame({"n": pd.to_numeric(ids.str.extract(r"^(\d+)")[0]), "id": ids, "run": table["run"]})
     table = table.loc[keys.sort_values(["n", "id", "run"], kind="stable").index].reset_index(drop=True)
-    # a figure a record holds as anything but a number reads as missing; nullable integers keep 1, not 1.0
-    table[list(FLOATS)] = table[list(FLOATS)].apply(pd.to_numeric, errors="coerce").astype(float)
-    return table.astype({key: "Int64" for key in INTEGERS}), [f"not found: {p}" for p in missing]
+    return table, [f"not found: {p}" for p in missing]
 
 
 def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tuple[int | None, str | None]:
@@ -305,18 +197,14 @@ def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tup
     names = table[["run", "job_name", "job_id"]].astype("string")
     names["dir"] = table["output_dir"].map(lambda d: Path(d).name, na_action="ignore")
     matches = table.index[names.eq(baseline).any(axis=1)]
-    if len(matches) != 1:
-        found = ", ".join(table.loc[matches if len(matches) else table.index, "run"])
-        return (
-            None,
-            f"--baseline {baseline!r} matches {'no run' if not len(matches) else 'several runs'} ({found})",
-        )
-    index, row = int(matches[0]), table.loc[matches[0]]
-    return (
-        (index, None)
-        if row[metric] > 0
-        else (None, f"--baseline {baseline!r} ({row['run']}, status {row['status']}) has no {metric}")
-    )
+    if not len(matches):
+        return None, f"--baseline {baseline!r} matches no run ({', '.join(table['run'])})"
+    if len(matches) > 1:
+        return None, f"--baseline {baseline!r} matches several runs ({', '.join(table.loc[matches, 'run'])})"
+    row = table.loc[matches[0]]
+    if not row[metric] > 0:
+        return None, f"--baseline {baseline!r} ({row['run']}, status {row['status']}) has no {metric}"
+    return int(matches[0]), None
 
 
 def add_speedup(table: pd.DataFrame, base: int | None, metric: str) -> pd.DataFrame:
@@ -369,16 +257,13 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
         .astype("string")
         .fillna(NA)
     )
-    name = table.at[base, "run"] if base is not None else None
-    notes = (
-        []
-        if base is None
-        else [
-            f"speedup: {metric} of {name} / each run's"
-            if SPEEDUP_ON[metric] == "time"
-            else f"speedup: each run's {metric} / {name}'s"
-        ]
-    )
+    notes = []
+    if base is not None:
+        name = table.at[base, "run"]
+        if SPEEDUP_ON[metric] == "time":
+            notes.append(f"speedup: {metric} of {name} / each run's")
+        else:
+            notes.append(f"speedup: each run's {metric} / {name}'s")
     return "\n".join(
         [
             md_table(cells),
@@ -391,10 +276,10 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
 
 
 def md_table(cells: pd.DataFrame) -> str:
-    """A GitHub markdown table of text cells: unpadded (diff-friendly), no tabulate (pandas' to_markdown needs it)."""
-    cells = (
-        cells.astype("string").fillna(NA).map(lambda text: text.replace("|", "/"))
-    )  # a | would split the cell
+    """A GitHub markdown table of text cells: unpadded (diff-friendly), no tabulate (pandas' to_markdown needs
+    it)."""
+    # a | would split the cell
+    cells = cells.astype("string").fillna(NA).map(lambda text: text.replace("|", "/"))
     lines = ["| " + " | ".join(cells.columns) + " |", "|" + "|".join("---" for _ in cells.columns) + "|"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)])
 
@@ -423,11 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "paths",
-        nargs="*",
-        help="job logs, log dirs, output dirs and dirs of output dirs (default: logs/ outputs/)",
-    )
+    parser.add_argument("paths", nargs="*", help="output dirs and dirs of output dirs (default: outputs/)")
     parser.add_argument(
         "--baseline",
         help="run label, job name or job id the speedup is relative to (default: the first successful run)",
@@ -444,32 +325,29 @@ def main(argv: list[str] | None = None) -> int:
         "--plot", metavar="DIR", help="write loss_curves.png, throughput.png, wall_time.png here"
     )
     args = parser.parse_args(argv)
-    paths = args.paths or [p for p in ("logs", "outputs") if os.path.exists(p)]
-    table, warnings = read_runs(paths) if paths else (pd.DataFrame(), [])
+    paths = args.paths or [p for p in ("outputs",) if os.path.exists(p)]
+    if not paths:
+        print("ERROR: no paths given and no outputs/ here", file=sys.stderr)
+        return 2
+    table, warnings = read_runs(paths)
     for warning in warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
-    error = (
-        "no paths given and no logs/ or outputs/ here"
-        if not paths
-        else f"no runs found in {' '.join(paths)} (looked for *.out/*.err/*.log and dirs with {SUMMARY_FILE})"
-        if table.empty
-        else None
-    )
-    base, error = (None, error) if error else pick_baseline(table, args.baseline, args.speedup_on)
+    if table.empty:
+        markers = ", ".join(OUTPUT_MARKERS)
+        print(f"ERROR: no runs found in {' '.join(paths)} (looked for dirs with {markers})", file=sys.stderr)
+        return 2
+    base, error = pick_baseline(table, args.baseline, args.speedup_on)
     if error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
     table = add_speedup(table, base, args.speedup_on)
-    flat = table.drop(columns=["loss_curve", "record"]).assign(
-        logs=table["logs"].map(";".join)
-    )  # csv: logs a;b
-    sys.stdout.write(
-        to_markdown(table, base, args.speedup_on)
-        if args.format == "md"
-        else flat.to_csv(index=False, lineterminator="")
-        if args.format == "csv"
-        else to_json(table, base, args.speedup_on)
-    )
+    if args.format == "md":
+        sys.stdout.write(to_markdown(table, base, args.speedup_on))
+    elif args.format == "csv":
+        flat = table.drop(columns=["loss_curve", "record"])
+        sys.stdout.write(flat.to_csv(index=False, lineterminator="\n"))
+    else:
+        sys.stdout.write(to_json(table, base, args.speedup_on))
     if args.plot:  # matplotlib only when a plot is drawn: the table needs none
         from qa_hpc.tools.figures import write_plots
 

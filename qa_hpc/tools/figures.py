@@ -1,5 +1,5 @@
 """The figures of qa_hpc.tools.collect_results --plot and qa_hpc.tools.report: PNGs drawn from a runs table
-(qa_hpc.tools.collect_results.read_runs) and from a run's TensorBoard curves.
+(qa_hpc.tools.collect_results.read_runs) and from a run's log history (trainer_state.json).
 
 matplotlib's Figure, not pyplot: no global state, no display on a login node.
 """
@@ -7,28 +7,30 @@ matplotlib's Figure, not pyplot: no global state, no display on a login node.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-
-from qa_hpc.tools.collect_results import NA
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+NA = "n/a"  # a figure a run lacks, in tables and on bars
+# the training curves: a key of the Trainer's logs (trainer_state.json's log_history) -> its axis label
 CURVES = (
-    ("train/loss", "training loss"),
-    ("train/grad_norm", "gradient norm"),
-    ("train/learning_rate", "learning rate"),
-    ("train/samples_per_second", "train samples/s (all ranks)"),
+    ("loss", "training loss"),
+    ("grad_norm", "gradient norm"),
+    ("learning_rate", "learning rate"),
+    ("eval_f1", "evaluation F1 (during training)"),
 )
 # 700 x 400 px, readable in a README
-SIZE, DPI = (7, 4), 100
+SIZE = (7, 4)
+DPI = 100
+# file -> (column, axis label)
 BARS = {
     "throughput.png": ("train_samples_per_second", "train samples/s (all ranks)"),
     "wall_time.png": ("wall_clock_seconds", "wall clock seconds"),
-}  # file -> (column, axis label)
+}
 
 
 def _axes(fig: Figure | None = None, title: str = "", **labels: str) -> tuple[Figure, Axes]:
@@ -73,23 +75,20 @@ def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
     return fig
 
 
-def curves_figure(curves: dict[str, list[tuple[int, float, float]]], run: str) -> Figure:
-    """Loss, gradient norm and learning rate against step, throughput against time, from the event files."""
+def curves_figure(log_history: list[dict[str, Any]], run: str) -> Figure:
+    """Loss, gradient norm, learning rate and the evaluations during training against the optimizer step, as
+    the Trainer logged them (a resumed run's history holds every launch's logs)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 6.5), dpi=DPI, layout="tight")
-    fig.suptitle(f"{run}: training (TensorBoard events)")
-    for at, (tag, label) in enumerate(CURVES, start=1):
-        points = curves.get(tag, [])
-        over_time = tag.endswith("per_second")
-        _, ax = _axes(
-            fig, label, at=(2, 2, at), xlabel="seconds since the first point" if over_time else "step"
-        )
+    fig.suptitle(f"{run}: training (trainer_state.json)")
+    for at, (key, label) in enumerate(CURVES, start=1):
+        points = [(entry["step"], entry[key]) for entry in log_history if key in entry and "step" in entry]
+        _, ax = _axes(fig, label, at=(2, 2, at), xlabel="optimizer step")
         if points:
-            steps, times, values = zip(*points)
-            ax.plot([t - times[0] for t in times] if over_time else steps, values, marker=".", label=tag)
+            ax.plot(*zip(*points), marker=".", label=key)
         else:
-            ax.text(0.5, 0.5, f"no {tag} in the events", ha="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, f"no {key} in the log history", ha="center", transform=ax.transAxes)
     return fig
 
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env python
-"""The document users hand in, from one run or several: report.md with its PNG figures beside it, and report.html.
+"""The document users hand in, from one run or several: report.md with its PNG figures beside it, and
+report.html.
 
     python -m qa_hpc.tools.report outputs/bert_squad_ft3 --out reports/ft3
     python -m qa_hpc.tools.report outputs/bert_squad_ft3 outputs/bert_squad_ddp --out reports/scaling
 
-Numbers are copied from the records as qa_hpc.tools.collect_results reads them (run_summary.json with memory.json,
-trainer_state.json); curves from the run's TensorBoard event files; the top operations from its profiler table.
-Several runs get a comparison against the baseline (the first, or --baseline). What a run lacks, the report says.
+Numbers are copied from the records as qa_hpc.tools.collect_results reads them (run_summary.json); the
+training curves from the run's trainer_state.json (the Trainer's log history, every launch of a resumed run);
+the top operations from its profiler table. Several runs get a comparison against the baseline (the first, or
+--baseline). What a run lacks, the report says.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as dt
+import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -22,43 +26,20 @@ from typing import Any
 import pandas as pd
 
 from qa_hpc.atomic_io import write_text_atomic
-from qa_hpc.record import SUMMARY_FILE
-from qa_hpc.tools.collect_results import NA, OUTPUT_MARKERS, add_speedup, md_table, pick_baseline, read_runs
-from qa_hpc.tools.figures import curves_figure, write_plots
+from qa_hpc.record import SUMMARY_FILE, Memory, Params, RunRecord
+from qa_hpc.tools.collect_results import (
+    OUTPUT_MARKERS,
+    add_speedup,
+    md_table,
+    pick_baseline,
+    read_log_history,
+    read_runs,
+)
+from qa_hpc.tools.figures import NA, curves_figure, write_plots
 
 NEEDED = ("status", "params", "plan", "results")  # a record without them is from an older layout
-PROFILE_TABLE, TOP_OPS = "profiler_summary.txt", 10
-# section -> "label=the record's field; ..." (global_batch and loss.final: see field())
-SECTIONS = {
-    title: [tuple(item.split("=")) for item in spec.split("; ")]
-    for title, spec in {
-        "Environment": "host=hostname; GPU=gpu_name; GPUs on the node=gpu_count; CPU model=cpu_model; CPU flags=cpu_flags; "
-        "CPUs=cpu_count; CUDA=cuda_version; driver=driver_version; python=python; torch=torch_version; "
-        "transformers=transformers_version; datasets=datasets_version; Slurm job=slurm_job_id; Slurm "
-        "nodes=slurm_nodelist; node count=slurm_job_num_nodes; processes=plan.world_size; processes per "
-        "node=plan.local_world_size; threads per process=effective.threads",
-        "Parameters": "model=params.model; dataset=params.dataset; epochs=params.epochs; max steps=params.max_steps; "
-        "training samples=params.max_train_samples; batch per device=params.per_device_train_batch_size; "
-        "world size=params.world_size; gradient accumulation=params.gradient_accumulation_steps; global "
-        "batch=global_batch; learning rate=params.learning_rate; max_seq_length=params.max_seq_length; "
-        "doc_stride=params.doc_stride; seed=params.seed; precision=effective.precision; TF32=effective.tf32;"
-        " attention=effective.attn_implementation; optimizer=effective.optim",
-        "Training": "runtime s=results.train_runtime; samples/s=results.train_samples_per_second; real tokens/s="
-        "results.train_tokens_per_second; steps/s=results.train_steps_per_second; model TFLOP="
-        "results.train_model_tflop; achieved TFLOP/s=results.train_achieved_tflops; peak TFLOP/s="
-        "results.train_peak_tflops; MFU (achieved / peak)=results.train_mfu; final loss=loss.final; "
-        "mean loss=results.train_loss",
-        "Evaluation": "exact match=results.eval_exact_match; exact=results.eval_exact; F1=results.eval_f1; HasAns exact="
-        "results.eval_HasAns_exact; HasAns F1=results.eval_HasAns_f1; NoAns exact=results.eval_NoAns_exact; "
-        "NoAns F1=results.eval_NoAns_f1; runtime s=results.eval_runtime; postprocess s="
-        "results.eval_postprocess_seconds; questions=results.eval_examples; features=results.eval_samples",
-        "Memory (MB)": "measured peak=memory.measured_peak_mb; measured as=memory.measured_source; CUDA peak allocated="
-        "memory.max_over_ranks.cuda_peak_allocated_mb; CUDA peak reserved="
-        "memory.max_over_ranks.cuda_peak_reserved_mb; CPU peak RSS=memory.max_over_ranks.cpu_peak_rss_mb; "
-        "estimate=memory.estimate.total_mb; estimate / measured=memory.estimate_over_measured; "
-        "note=memory.note",
-    }.items()
-}
+PROFILE_TABLE = "profiler_summary.txt"
+TOP_OPS = 10
 # A comparison compares devices; runs that differ in one of these Parameters compare more than that.
 SAME = (
     "model",
@@ -72,30 +53,106 @@ SAME = (
     "precision",
 )
 # sections whose rows a run may lack without saying so (v1 has no HasAns, a CPU no MFU)
-OPTIONAL, NOT_RECORDED = {"Training", "Evaluation"}, "not recorded"
+OPTIONAL = {"Training", "Evaluation"}
 
 
-def field(run: pd.Series, path: str, missing: Any = None) -> Any:
-    """A record's field by its dotted name (`missing` when absent); global_batch and loss.final from the records."""
-    if path == "global_batch":
-        parts = [
-            field(run, f"params.{k}")
-            for k in ("per_device_train_batch_size", "world_size", "gradient_accumulation_steps")
-        ]
-        return None if None in parts else parts[0] * parts[1] * parts[2]
-    if path == "loss.final":
-        return run["loss_curve"][-1][1] if run["loss_curve"] else None
-    value: Any = run["record"]
-    for key in path.split("."):
-        value = value.get(key, missing) if isinstance(value, dict) else missing
-    return value
+def global_batch(params: Params) -> int | None:
+    parts = (params.per_device_train_batch_size, params.world_size, params.gradient_accumulation_steps)
+    return None if None in parts else math.prod(parts)
+
+
+def sections(run: pd.Series) -> dict[str, list[tuple[str, Any]]]:
+    """A run's tables: title -> (label, the record's value) rows; a value the record lacks is None."""
+    record: RunRecord = run["record"]
+    env = record.environment
+    params = record.params
+    plan = record.plan
+    effective = record.effective
+    results = record.results
+    memory = record.memory or Memory()
+    peaks = memory.max_over_ranks
+    return {
+        "Environment": [
+            ("host", env.hostname),
+            ("GPU", env.gpu_name),
+            ("GPUs on the node", env.gpu_count),
+            ("CPU model", env.cpu_model),
+            ("CPU flags", env.cpu_flags),
+            ("CPUs", env.cpu_count),
+            ("CUDA", env.cuda_version),
+            ("driver", env.driver_version),
+            ("python", env.python),
+            ("torch", env.torch_version),
+            ("transformers", env.transformers_version),
+            ("datasets", env.datasets_version),
+            ("Slurm job", env.slurm_job_id),
+            ("Slurm nodes", env.slurm_nodelist),
+            ("node count", env.slurm_job_num_nodes),
+            ("processes", plan.world_size),
+            ("processes per node", plan.local_world_size),
+            ("threads per process", effective.threads),
+        ],
+        "Parameters": [
+            ("model", params.model),
+            ("dataset", params.dataset),
+            ("epochs", params.epochs),
+            ("max steps", params.max_steps),
+            ("training samples", params.max_train_samples),
+            ("batch per device", params.per_device_train_batch_size),
+            ("world size", params.world_size),
+            ("gradient accumulation", params.gradient_accumulation_steps),
+            ("global batch", global_batch(params)),
+            ("learning rate", params.learning_rate),
+            ("max_seq_length", params.max_seq_length),
+            ("doc_stride", params.doc_stride),
+            ("seed", params.seed),
+            ("precision", effective.precision),
+            ("TF32", effective.tf32),
+            ("attention", effective.attn_implementation),
+            ("optimizer", effective.optim),
+        ],
+        "Training": [
+            ("runtime s", results.train_runtime),
+            ("samples/s", results.train_samples_per_second),
+            ("real tokens/s", results.train_tokens_per_second),
+            ("steps/s", results.train_steps_per_second),
+            ("model TFLOP", results.train_model_tflop),
+            ("achieved TFLOP/s", results.train_achieved_tflops),
+            ("peak TFLOP/s", results.train_peak_tflops),
+            ("MFU (achieved / peak)", results.train_mfu),
+            ("final loss", run["loss_curve"][-1][1] if run["loss_curve"] else None),
+            ("mean loss", results.train_loss),
+        ],
+        "Evaluation": [
+            ("exact match", results.eval_exact_match),
+            ("exact", results.eval_exact),
+            ("F1", results.eval_f1),
+            ("HasAns exact", results.eval_HasAns_exact),
+            ("HasAns F1", results.eval_HasAns_f1),
+            ("NoAns exact", results.eval_NoAns_exact),
+            ("NoAns F1", results.eval_NoAns_f1),
+            ("runtime s", results.eval_runtime),
+            ("postprocess s", results.eval_postprocess_seconds),
+            ("questions", results.eval_examples),
+            ("features", results.eval_samples),
+        ],
+        "Memory (MB)": [
+            ("measured peak", memory.measured_peak_mb),
+            ("measured as", memory.measured_source),
+            ("CUDA peak allocated", peaks.cuda_peak_allocated_mb),
+            ("CUDA peak reserved", peaks.cuda_peak_reserved_mb),
+            ("CPU peak RSS", peaks.cpu_peak_rss_mb),
+            ("estimate", memory.estimate_mb),
+            ("estimate / measured", memory.estimate_over_measured),
+            ("note", memory.note),
+        ],
+    }
 
 
 def number(value: Any) -> str:
     """As recorded, rounded for reading: 4 significant digits below 1, 2 decimals above, ints whole."""
-    if (
-        value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value))
-    ):  # pd.NA: a missing Int64
+    # pd.NA: a missing Int64
+    if value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value)):
         return NA
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return (", ".join(map(str, value)) if isinstance(value, list) else str(value)).replace("|", "/")
@@ -105,8 +162,9 @@ def number(value: Any) -> str:
 
 
 def beside_output(run: pd.Series, path: str) -> Path:
-    """A path the record keeps as the run was given it: relative ones are relative to the dir the run started in,
-    which holds the output dir (the checkout for the job scripts' outputs/<job>) or is this one (the job scripts)."""
+    """A path the record keeps as the run was given it: relative ones are relative to the dir the run started
+    in, which holds the output dir (the checkout for the job scripts' outputs/<job>) or is this one (the job
+    scripts)."""
     out = Path(run["output_dir"])
     return next(
         (base / path for base in (out, *out.parents, Path.cwd()) if (base / path).exists()), out / path
@@ -118,42 +176,9 @@ def shown(path: str | Path) -> str:
     return str(Path(path).relative_to(Path.cwd())) if Path(path).is_relative_to(Path.cwd()) else str(path)
 
 
-def read_curves(
-    log_dir: Path, started: float | None = None, first_step: int | None = None
-) -> dict[str, list[tuple[int, float, float]]]:
-    """tag -> [(step, wall time, value)] from the event files under log_dir: with `started` (the run's start, unix
-    time) its own launch, and the ones before it when it resumed them (its first loss is past `first_step`, the
-    first in trainer_state.json); a later launch replaces the points from its first step on, as TensorBoard does."""
-    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
-
-    # a file's name: events.out.tfevents.<time>.<host>...; no files when log_dir is not a dir
-    files = sorted(log_dir.rglob("events.out.tfevents.*"), key=lambda p: (int(p.name.split(".")[3]), p.name))
-    own = next(
-        (i for i, f in enumerate(files) if started and int(f.name.split(".")[3]) >= started), len(files)
-    )
-    launches = []
-    for file in files[: own + 1]:
-        events = EventAccumulator(
-            str(file), size_guidance={SCALARS: 0}
-        ).Reload()  # 0: every point, not a sample
-        launches.append(
-            {
-                tag: [(e.step, e.wall_time, e.value) for e in events.Scalars(tag)]
-                for tag in events.Tags()["scalars"]
-            }
-        )
-    if launches and first_step is not None and launches[-1].get("train/loss", [(0,)])[0][0] <= first_step:
-        launches = launches[-1:]  # it started afresh: the launches before are other runs' into the same dir
-    curves: dict[str, list[tuple[int, float, float]]] = {}
-    for launch in launches:
-        for tag, new in launch.items():
-            curves[tag] = [p for p in curves.get(tag, []) if p[0] < new[0][0]] + new
-    return curves
-
-
 def profile_lines(run: pd.Series) -> list[str]:
     """The profiler table's header and top operations, as written, or what is missing."""
-    where = field(run, "plan.profile_dir")
+    where = run["record"].plan.profile_dir
     if not where:
         return ["Not profiled (run with `--profile`)."]
     table = beside_output(run, where) / PROFILE_TABLE
@@ -165,13 +190,9 @@ def profile_lines(run: pd.Series) -> list[str]:
     return [f"Top {len(ops)} operations of `{shown(table)}`:", "", "```text", *lines[: rule + 3], *ops, "```"]
 
 
-def section(run: pd.Series, title: str) -> list[str]:
-    rows = [
-        (label, field(run, path, NOT_RECORDED)) for label, path in SECTIONS[title]
-    ]  # a field set to null: n/a
-    rows = [
-        (label, value) for label, value in rows if value not in (None, NOT_RECORDED) or title not in OPTIONAL
-    ]
+def section(title: str, rows: list[tuple[str, Any]]) -> list[str]:
+    if title in OPTIONAL:
+        rows = [(label, value) for label, value in rows if value is not None]
     if not rows:
         return [f"### {title}", "", f"No {title.lower()} in the record.", ""]
     cells = pd.DataFrame([(label, number(value)) for label, value in rows])
@@ -179,19 +200,8 @@ def section(run: pd.Series, title: str) -> list[str]:
 
 
 def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
-    """One run: how it ended, its records' tables, its curves and its profile."""
-    tensorboard, given = field(run, "plan.tensorboard"), field(run, "plan.logging_dir")
-    log_dir = (
-        beside_output(run, given) if given else Path(run["output_dir"], "runs")
-    )  # default: runs/<time>_<host>
-    started = (
-        dt.datetime.fromisoformat(run["timestamp"]).timestamp() - run["wall_clock_seconds"]
-        if pd.notna(run["timestamp"]) and pd.notna(run["wall_clock_seconds"])
-        else None
-    )
-    first = run["loss_curve"][0][0] if run["loss_curve"] else None
-    curves = read_curves(log_dir, started, first) if tensorboard else {}
-    restarts = field(run, "slurm_restart_count")
+    """One run: how it ended, its records' tables, its training curves and its profile."""
+    restarts = run["record"].environment.slurm_restart_count
     ended = f" ({run['reason']})" if pd.notna(run["reason"]) else ""  # failed: the error; preempted: where
     lines = [
         f"## {run['run']}",
@@ -201,68 +211,58 @@ def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
         + (f", requeued {restarts} time(s)" if restarts else ""),
         "",
     ]
-    for title in SECTIONS:
-        lines += section(run, title)
-        if title == "Training":
-            if curves:
-                curves_figure(curves, run["run"]).savefig(out / figure)
-            lines += [
-                f"![training curves of {run['run']}]({figure})"
-                if curves
-                else (
-                    f"No TensorBoard events in `{shown(log_dir)}`"
-                    if tensorboard
-                    else "TensorBoard was off (`--report_to none`)"
-                )
-                + ": no training curves." * (not curves),
-                "",
-            ]
+    for title, rows in sections(run).items():
+        lines += section(title, rows)
+        if title != "Training":
+            continue
+        if run["loss_curve"]:
+            history = read_log_history(Path(run["output_dir"]))
+            curves_figure(history, run["run"]).savefig(out / figure)
+            lines += [f"![training curves of {run['run']}]({figure})", ""]
+        else:
+            state = shown(Path(run["output_dir"], "trainer_state.json"))
+            lines += [f"No training loss in `{state}`: no training curves.", ""]
     return lines + ["### Profiler", "", *profile_lines(run), ""]
 
 
 def comparison(table: pd.DataFrame, base: int, out: Path) -> list[str]:
-    """The scaling table against the baseline, the warning when runs differ in more than devices, the figures."""
+    """The scaling table against the baseline, the warning when runs differ in more than devices, the
+    figures."""
     table = add_speedup(table, base, "train_runtime")
     devices = table["world_size"] / table.at[base, "world_size"]
-    cells = (
-        pd.DataFrame(
-            {
-                "run": table["run"],
-                "wall clock s": table["wall_clock_seconds"],
-                "train s": table["train_runtime"],
-                "precision": table["precision"],
-                "world size": table["world_size"],
-                "global batch": [field(run, "global_batch") for _, run in table.iterrows()],
-                "train samples/s": table["train_samples_per_second"],
-                "speedup": table["speedup"],
-                "efficiency": table["speedup"] / devices,
-                "EM": table["exact_match"],
-                "F1": table["f1"],
-                "peak memory MB": table["peak_memory_mb"],
-            }
-        )
-        .astype(object)
-        .map(number)
+    parameters = [dict(sections(run)["Parameters"]) for _, run in table.iterrows()]
+    cells = pd.DataFrame(
+        {
+            "run": table["run"],
+            "wall clock s": table["wall_clock_seconds"],
+            "train s": table["train_runtime"],
+            "precision": table["precision"],
+            "world size": table["world_size"],
+            "global batch": [rows["global batch"] for rows in parameters],
+            "train samples/s": table["train_samples_per_second"],
+            "speedup": table["speedup"],
+            "efficiency": table["speedup"] / devices,
+            "EM": table["exact_match"],
+            "F1": table["f1"],
+            "peak memory MB": table["peak_memory_mb"],
+        }
     )
-    paths = dict(SECTIONS["Parameters"])
-    differ = {name: [number(field(run, paths[name])) for _, run in table.iterrows()] for name in SAME}
+    differ = {name: [number(rows[name]) for rows in parameters] for name in SAME}
     differ = {name: values for name, values in differ.items() if len(set(values)) > 1}
-    warning = (
-        [
+    warning = []
+    if differ:
+        warning = [
             "**Warning: the runs differ in "
             + "; ".join(f"{k} ({', '.join(v)})" for k, v in differ.items())
             + "**: the speedup measures more than the number of devices.",
             "",
         ]
-        if differ
-        else []
-    )
     pngs = [path.name for path in write_plots(table, out)]
     return [
         "## Comparison",
         "",
         *warning,
-        md_table(cells),
+        md_table(cells.astype(object).map(number)),
         "",
         f"Baseline {table.at[base, 'run']}. speedup = its train time / the run's; efficiency = speedup / "
         "(the run's devices / the baseline's); train samples/s over all ranks; peak memory as in each run's "
@@ -273,23 +273,24 @@ def comparison(table: pd.DataFrame, base: int, out: Path) -> list[str]:
     ]
 
 
-def problem(raw: str, record: dict | None) -> str | None:
+def problem(raw: str) -> str | None:
     """Why RUN_DIR cannot be reported on, in one line naming the dir and the file; None when it can."""
     path = Path(raw)
-    older = [m for m in OUTPUT_MARKERS if (path / m).is_file()]
-    missing = [key for key in NEEDED if key not in (record or {})]
     if not path.is_dir():
         return f"{raw}: not a directory"
-    if SUMMARY_FILE not in older:
-        return (
-            f"{raw}: no {SUMMARY_FILE}"
-            + (f", only {', '.join(older)} (an older layout" if older else " (not a run's output dir")
-            + ", or a run killed before its end)"
-        )
+    found = [marker for marker in OUTPUT_MARKERS if (path / marker).is_file()]
+    if SUMMARY_FILE not in found:
+        why = f", only {', '.join(found)} (an older layout" if found else " (not a run's output dir"
+        return f"{raw}: no {SUMMARY_FILE}{why}, or a run killed before its end)"
+    try:
+        record = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict):
+        return f"{raw}: {SUMMARY_FILE} cannot be read"
+    missing = [key for key in NEEDED if key not in record]
     if missing:
-        return f"{raw}: {SUMMARY_FILE} " + (
-            f"has no {', '.join(missing)} (an older layout)" if record else "cannot be read"
-        )
+        return f"{raw}: {SUMMARY_FILE} has no {', '.join(missing)} (an older layout)"
     return None
 
 
@@ -306,8 +307,8 @@ def to_html(markdown_text: str, out: Path) -> str:
         body,
     )
     style = (
-        "body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse}td,th{border:1px "
-        "solid #ccc;padding:2px 6px}pre{overflow-x:auto}"
+        "body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px}pre{overflow-x:auto}"
     )
     return f"<!doctype html><meta charset=utf-8><title>run report</title><style>{style}</style>\n{body}\n"
 
@@ -330,21 +331,16 @@ def main(argv: list[str] | None = None) -> int:
         "--out", required=True, metavar="DIR", help="where report.md, report.html and figures go"
     )
     args = parser.parse_args(argv)
-    found = [raw for raw in args.runs if (Path(raw) / SUMMARY_FILE).is_file()]
-    table = read_runs(found)[0].set_index("output_dir", drop=False) if found else pd.DataFrame()
-    order = [
-        str(Path(raw).resolve()) for raw in args.runs
-    ]  # RUN_DIR order: the first is the default baseline
-    records = [table.at[d, "record"] if d in table.index else None for d in order]
-    error = next(filter(None, map(problem, args.runs, records)), None)
+    error = next(filter(None, map(problem, args.runs)), None)
+    base = 0
     if error is None:
-        table = table.loc[order].reset_index(drop=True)
-        name = (
-            Path(args.baseline).resolve().name
-            if args.baseline and Path(args.baseline).is_dir()
-            else args.baseline
-        )
-        base, error = pick_baseline(table, name, "train_runtime") if name else (0, None)
+        # RUN_DIR order: the first is the default baseline
+        order = [str(Path(raw).resolve()) for raw in args.runs]
+        table = read_runs(args.runs)[0].set_index("output_dir", drop=False).loc[order].reset_index(drop=True)
+        if args.baseline:
+            given = Path(args.baseline)
+            name = given.resolve().name if given.is_dir() else args.baseline
+            base, error = pick_baseline(table, name, "train_runtime")
     if error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
@@ -358,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         + ".",
         "",
     ]
-    lines += comparison(table, base, out) if len(table) > 1 else []
+    if len(table) > 1:
+        lines += comparison(table, base, out)
     for i, run in table.iterrows():
         lines += run_section(run, f"run{i + 1}_training.png", out)
     text = "\n".join(lines)

@@ -1,17 +1,16 @@
-"""The report of real runs (the shared plain run and 2-rank run), read back: every number equals the file it came
-from (read here), the figures are PNGs whose curves hold every point of the event files, the comparison's speedup
-and efficiency are the hand-computed ones; a run without events or profile still gets a report; bad input does not.
+"""The report of real runs (the shared plain run and 2-rank run), read back: every number equals the file it
+came from (read here), the figures are PNGs whose curves hold every point of trainer_state.json's log history,
+the comparison's speedup and efficiency are the hand-computed ones; a run without a loss or profile still gets
+a report; bad input does not.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime
 from pathlib import Path
 
 import pytest
-from fixtures.outputs import scalars, tensorboard_events
 from fixtures.procs import PYTHON, ok, run
 from fixtures.runs import Run, read
 
@@ -117,12 +116,13 @@ def test_the_comparison_is_computed_by_hand(report, plain, ddp):
     assert html.count("data:image/png;base64,") == 5 and "<table>" in html  # self-contained
 
 
-def test_figures_are_pngs_holding_every_event(report, plain, ddp, tmp_path):
+def test_figures_are_pngs_holding_every_logged_point(report, plain, ddp):
+    """The training curves are trainer_state.json's log history, every point (the Trainer restores it when a
+    run resumes, so it spans launches), and the evaluations during training where there were any."""
     import matplotlib.image
 
     from qa_hpc.tools.collect_results import read_runs
-    from qa_hpc.tools.figures import curves_figure, loss_figure
-    from qa_hpc.tools.report import read_curves
+    from qa_hpc.tools.figures import CURVES, curves_figure, loss_figure
 
     md, out = report
     for png in (
@@ -135,44 +135,39 @@ def test_figures_are_pngs_holding_every_event(report, plain, ddp, tmp_path):
         assert f"({png})" in md and (out / png).read_bytes()[:8] == PNG_MAGIC
         assert matplotlib.image.imread(str(out / png)).std() > 0.05, png  # not blank
     for shared_run in (plain, ddp):
-        events = tensorboard_events(shared_run.out)
-        axes = curves_figure(read_curves(shared_run.out / "runs"), "run").axes
-        for ax, tag in zip(
-            axes, ("train/loss", "train/grad_norm", "train/learning_rate", "train/samples_per_second")
-        ):
-            (line,) = ax.get_lines()
-            assert list(line.get_ydata()) == pytest.approx([value for _, value in scalars(events, tag)]), tag
-    # the job scripts' runs/<job name> holds every run of that name: an earlier other run's launch is not this one's
-    (own,) = (plain.out / "runs").rglob("events.out.tfevents.*")
-    (other,) = (ddp.out / "runs").rglob("events.out.tfevents.*")
-    (tmp_path / "runs").mkdir()
-    shutil.copy(own, tmp_path / "runs" / own.name)
-    parts = other.name.split(".")
-    shutil.copy(
-        other, tmp_path / "runs" / ".".join([*parts[:3], str(int(own.name.split(".")[3]) - 100), *parts[4:]])
-    )
-    record = read(plain.out / "run_summary.json")
-    started = datetime.fromisoformat(record["timestamp"]).timestamp() - record["wall_clock_seconds"]
-    assert read_curves(tmp_path / "runs", started, 1) == read_curves(plain.out / "runs")
+        history = read(shared_run.out / "trainer_state.json")["log_history"]
+        axes = curves_figure(history, "run").axes
+        for ax, (key, _) in zip(axes, CURVES):
+            logged = [(e["step"], e[key]) for e in history if key in e]
+            drawn = [list(zip(line.get_xdata(), line.get_ydata())) for line in ax.get_lines()]
+            assert drawn == ([logged] if logged else []), key
+    evaluations = [e for e in read(ddp.out / "trainer_state.json")["log_history"] if "eval_f1" in e]
+    assert len(evaluations) >= 2  # --eval_strategy steps: the F1 curve has points
     table = read_runs([str(plain.out), str(ddp.out)])[0]
     for line, shared_run in zip(loss_figure(table).axes[0].get_lines(), (plain, ddp)):
         history = read(shared_run.out / "trainer_state.json")["log_history"]
         assert list(line.get_ydata()) == [e["loss"] for e in history if "loss" in e]
 
 
-def test_a_run_without_events_or_profile_says_so(plain, tmp_path, capsys):
+def test_curves_need_no_event_files_and_a_run_without_loss_or_profile_says_so(plain, tmp_path, capsys):
     from qa_hpc.tools.report import main
 
-    run = shutil.copytree(plain.ok().out, tmp_path / "run", ignore=shutil.ignore_patterns("runs", "profiler"))
+    # no event files, no profile, no checkpoints (whose trainer_state.json would stand in for the run's)
+    leave_out = shutil.ignore_patterns("runs", "profiler", "checkpoint-*")
+    run = shutil.copytree(plain.ok().out, tmp_path / "run", ignore=leave_out)
     record = read(run / "run_summary.json")  # as if it had run there: its profile went to <run>/profiler
     record["plan"]["profile_dir"] = str(run / "profiler")
     del record["driver_version"]  # a record from before the field existed
     (run / "run_summary.json").write_text(json.dumps(record), encoding="utf-8")
     assert main([str(run), "--out", str(tmp_path / "report")]) == 0, capsys.readouterr().err
     md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
-    assert f"No TensorBoard events in `{run / 'runs'}`: no training curves." in md
+    assert "![training curves of qa-tiny-1001](run1_training.png)" in md  # no TensorBoard events needed
     assert f"Profiled, but there is no `{run / 'profiler' / 'profiler_summary.txt'}`." in md
-    assert "## Comparison" not in md and "| exact match |" in md and "| driver | not recorded |" in md
+    assert "## Comparison" not in md and "| exact match |" in md and "| driver | n/a |" in md
+    (run / "trainer_state.json").unlink()  # an evaluation-only run logs no loss
+    assert main([str(run), "--out", str(tmp_path / "report")]) == 0, capsys.readouterr().err
+    md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    assert f"No training loss in `{run / 'trainer_state.json'}`: no training curves." in md
 
 
 def test_a_failed_run_in_the_comparison_has_n_a_figures(plain, tmp_path, capsys):

@@ -20,15 +20,11 @@ from qa_hpc.errors import UsageError
 from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.model import ModelShape
 from qa_hpc.observe import finish_observability, observability_callbacks
-from qa_hpc.observe.efficiency import (
-    efficiency_lines,
-    peak_tflops,
-    train_efficiency,
-    train_flops_per_sequence,
-)
+from qa_hpc.observe.efficiency import peak_tflops, train_efficiency, train_flops_per_sequence
 from qa_hpc.observe.memory import anatomy_estimate
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard
+from qa_hpc.record import Memory
 
 
 def _bert(**config) -> BertForQuestionAnswering:
@@ -65,12 +61,8 @@ def test_train_efficiency_arithmetic():
         (flops / 1e12, flops / 1e13)
     )
     assert eff["train_mfu"] == pytest.approx(flops / 1e13 / (4 * 312.0))
-    lines = efficiency_lines(eff)
-    assert lines[0].startswith("TRAIN_TOKENS_PER_SECOND=136.8") and any(
-        ln.startswith("MFU=0.") for ln in lines
-    )
     cpu = train_efficiency(lengths, 1.0, 10.0, shape, "cpu", 1, "fp32", False)
-    assert "train_mfu" not in cpu and any(line.startswith("MFU=n/a") for line in efficiency_lines(cpu))
+    assert "train_mfu" not in cpu and "train_peak_tflops" not in cpu and cpu["device_name"] == "cpu"
 
 
 # --- memory -------------------------------------------------------------------------------------
@@ -80,16 +72,18 @@ def _tiny() -> BertForQuestionAnswering:
     )
 
 
-# _tiny() by hand (512 positions, 2 token types, no pooler): embeddings 100*32 + 512*32 + 2*32 + LN 64 = 19,712;
-# per layer QKV 3*(32*32+32) + out 1,056 + LN 64 + 32*64+64 + 64*32+32 + LN 64 = 8,544 (x3); qa_outputs 66
-# -> 45,410 params. At s=128, b=16 (s*b*h = 65,536), a=4:
-#   16-bit activations: 3 layers x 65,536*(34 + 5*4*128/32) + embeddings 65,536*(2*2+1) = 22,740,992 B = 21.69 MiB
-#   fp32 activations:   3 layers x 65,536*(66 + 9*4*128/32) + embeddings 65,536*(2*4+1) = 41,877,504 B = 39.94 MiB
+# _tiny() by hand (512 positions, 2 token types, no pooler): embeddings 100*32 + 512*32 + 2*32 + LN 64
+# = 19,712; per layer QKV 3*(32*32+32) + out 1,056 + LN 64 + 32*64+64 + 64*32+32 + LN 64 = 8,544 (x3);
+# qa_outputs 66 -> 45,410 params. At s=128, b=16 (s*b*h = 65,536), a=4:
+#   16-bit activations: 3 layers x 65,536*(34 + 5*4*128/32) + embeddings 65,536*(2*2+1)
+#                       = 22,740,992 B = 21.69 MiB
+#   fp32 activations:   3 layers x 65,536*(66 + 9*4*128/32) + embeddings 65,536*(2*4+1)
+#                       = 41,877,504 B = 39.94 MiB
 #   checkpointed 16-bit: inputs 3*65,536*2 + one layer 7,471,104 + embeddings 327,680 = 8,192,000 B = 7.81 MiB
 #                        + 45,410*18 B = 8.59 MiB
 #   fp32 + AdamW 45,410*16 + 41,877,504 B = 40.63 MiB; bf16 + AdamW 45,410*18 + 22,740,992 B = 22.47 MiB
-#   only qa_outputs trains: 45,410*4 + 66*(4+8) + 41,877,504 B = 40.11 MiB; fp32 with 8-bit Adam (2 B/param states,
-#   though its name holds "adam" too): 45,410*10 + 41,877,504 B = 40.37 MiB
+#   only qa_outputs trains: 45,410*4 + 66*(4+8) + 41,877,504 B = 40.11 MiB; fp32 with 8-bit Adam (2 B/param
+#   states, though its name holds "adam" too): 45,410*10 + 41,877,504 B = 40.37 MiB
 @pytest.mark.parametrize(
     "precision, optim, checkpointing, frozen, bytes_per_param, activations_mb, total_mb",
     [
@@ -187,8 +181,8 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
 
 # --- TensorBoard and the wiring -----------------------------------------------------------------
 def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
-    """Driven as the Trainer drives it: two logging intervals (training forwards counted, an evaluation forward
-    not), the end of training, an evaluation, a prediction."""
+    """Driven as the Trainer drives it: two logging intervals (training forwards counted, an evaluation
+    forward not), the end of training, an evaluation, a prediction."""
     plan, flags = decide_and_build(
         read_flags(
             ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--use_cpu"]
@@ -255,7 +249,7 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
     ]
 
 
-def test_finish_writes_memory_report_lines_and_tensorboard_totals(tmp_path):
+def test_finish_writes_the_memory_report_and_tensorboard_totals(tmp_path):
     argv = [
         "--output_dir",
         str(tmp_path),
@@ -274,7 +268,8 @@ def test_finish_writes_memory_report_lines_and_tensorboard_totals(tmp_path):
     plan, flags = decide_and_build(read_flags(argv), read_device_facts())
     model = _tiny()
     trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
-    # --profile is off: no profiler; ours extends transformers' TensorBoard callback, which is not added beside it
+    # --profile is off: no profiler; ours extends transformers' TensorBoard callback, which is not added
+    # beside it
     assert [
         type(c)
         for c in trainer.callback_handler.callbacks
@@ -283,20 +278,19 @@ def test_finish_writes_memory_report_lines_and_tensorboard_totals(tmp_path):
     trainer.state.global_step = 4
     trainer.log({"loss": 0.75, "learning_rate": 1e-4})
     results = {"train_loss": 0.8, "eval_f1": 41.5, "eval_exact_match": 30.0}
-    lines, report = finish_observability(trainer, flags, plan, ModelShape.of(model), results, 12.5)
+    report = finish_observability(trainer, flags, plan, ModelShape.of(model), results, 12.5)
 
     assert json.loads((tmp_path / "memory.json").read_text()) == json.loads(json.dumps(report))
     assert report["world_size"] == 1 and report["estimate"]["total_mb"] == 40.6  # _tiny() by hand, above
     assert report["cpu"]["peak_rss_mb"] == report["max_over_ranks"]["cpu_peak_rss_mb"] > 0
     if torch.cuda.is_available():
-        assert report["cuda"]["total_mb"] > 0 and "MEMORY_CUDA_PEAK_ALLOCATED_MB" in lines[0]
+        assert report["cuda"]["total_mb"] > 0
     else:
         assert (report["cuda"], report["note"]) == (None, "no CUDA device")
-        assert lines[0] == "MEMORY_CUDA=none (no CUDA device)"
-    keys = [line.split("=", 1)[0] for line in lines]
-    assert keys[-5:] == ["RUN_NODES", "RUN_WORLD_SIZE", "RUN_DEVICE", "RUN_PRECISION", "OUTPUT_DIR"]
-    assert "MEMORY_CPU_PEAK_RSS_MB" in keys and "MEMORY_ESTIMATE_MB=40.6" in lines
-    assert f"OUTPUT_DIR={tmp_path}" in lines and "RUN_WORLD_SIZE=1" in lines
+        assert report["measured_peak_mb"] == report["max_over_ranks"]["cpu_peak_rss_mb"]
+    # what the run's record keeps of it (its closing lines: tests/unit/test_record.py)
+    memory = Memory.of(report)
+    assert (memory.estimate_mb, memory.estimate_bytes_per_param, memory.nodes) == (40.6, 16, 1)
 
     acc = tensorboard_events(tmp_path)
     content = acc.PluginTagToContent("hparams")

@@ -1,9 +1,10 @@
-"""The tools, in-process: make_demo_data's generated SQuAD, and collect_results on logs/ and outputs/ left by Slurm
-jobs that failed, were preempted or killed (records from the real writer, qa_hpc.record.write_run_summary).
+"""The tools, in-process: make_demo_data's generated SQuAD, and collect_results on the outputs/ of Slurm jobs
+that failed, were preempted or killed (records from the real writer, qa_hpc.record.RunRecord).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -11,12 +12,16 @@ import re
 from pathlib import Path
 
 import pytest
+from matplotlib.colors import to_hex
 
 import qa_hpc.tools.make_demo_data as mdd
 from qa_hpc.device import read_device_facts
-from qa_hpc.record import write_run_summary
+from qa_hpc.flags import read_flags
+from qa_hpc.plan import decide
+from qa_hpc.record import Environment, Params, Recorded, RunRecord, Stopped
 from qa_hpc.squad_io import load_qa_records
 from qa_hpc.tools import collect_results
+from qa_hpc.tools.figures import bar_figure
 from qa_hpc.tools.make_demo_data import generate_squad
 
 FACTS = read_device_facts()  # this machine, as run_qa.py records it
@@ -142,25 +147,38 @@ def rows_of(capsys, root: Path, *args: str) -> dict[str, dict]:
     return {r["run"]: r for r in json.loads(collect(capsys, root, *args, "--format", "json"))["runs"]}
 
 
-def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fields) -> dict:
-    """A record as run_qa.py writes one, through the real writer, under (job name, job id) or outside Slurm."""
+def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fields) -> RunRecord:
+    """A record as run_qa.py writes one, through the real writer, under (job name, job id) or outside Slurm;
+    the plan decided for `layout` (world size, processes per node) of H100s."""
     for key, value in zip(("SLURM_JOB_NAME", "SLURM_JOB_ID"), job or (None, None)):
         monkeypatch.setenv(key, value) if value else monkeypatch.delenv(key, raising=False)
     out_dir.mkdir(parents=True)
     world, per_node = fields.pop("layout", (1, 1))
-    return write_run_summary(
-        str(out_dir / "run_summary.json"),
-        facts=FACTS,
-        params={"world_size": world, "precision": "bf16"},
-        plan={"device": "cuda", "precision": "bf16", "world_size": world, "local_world_size": per_node},
-        effective={"precision": "bf16", "world_size": world, "device": "cuda", "device_name": "NVIDIA H100"},
+    h100 = dataclasses.replace(
+        FACTS,
+        cuda_available=True,
+        gpu_count=1,
+        capability=(9, 0),
+        gpu_name="NVIDIA H100",
+        world_size=world,
+        local_world_size=per_node,
+    )
+    plan = decide(read_flags(["--output_dir", str(out_dir)]), h100)
+    record = RunRecord(
+        environment=Environment.of(FACTS),
+        params=Params(world_size=world, precision=plan.precision, output_dir=str(out_dir)),
+        plan=plan,
+        effective=Recorded(precision="bf16", world_size=world, device="cuda", device_name="NVIDIA H100"),
         **fields,
     )
+    record.write(str(out_dir))
+    return record
 
 
 @pytest.fixture
 def jobs(tmp_path, monkeypatch, capsys) -> dict:
-    """A checkout's logs/ and outputs/ after Slurm jobs that failed, were preempted or killed, and local runs."""
+    """A checkout's outputs/ after Slurm jobs that failed, were preempted or killed, and a local run; and
+    logs/ with the jobs' logs."""
     logs, outputs = tmp_path / "logs", tmp_path / "outputs"
     oom = write_record(
         outputs / "bert_squad_ddp",
@@ -169,11 +187,12 @@ def jobs(tmp_path, monkeypatch, capsys) -> dict:
         status="failed",
         exit_code=3,
         wall_clock_seconds=180.0,
-        results={},
+        results=Recorded(),
         layout=(8, 4),
-        error="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        error="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity "
+        "of 79.19 GiB of which 1.02 GiB is free.",
     )
-    stopped = {"signal": "SIGUSR1", "global_step": 40, "checkpoint": "outputs/bert_squad_ft3/checkpoint-40"}
+    stopped = Stopped(signal="SIGUSR1", global_step=40, checkpoint="outputs/bert_squad_ft3/checkpoint-40")
     write_record(
         outputs / "bert_squad_ft3",
         monkeypatch,
@@ -181,7 +200,7 @@ def jobs(tmp_path, monkeypatch, capsys) -> dict:
         status="preempted",
         exit_code=75,
         wall_clock_seconds=3500.0,
-        results={},
+        results=Recorded(),
         stopped=stopped,
     )
     local = write_record(
@@ -191,34 +210,19 @@ def jobs(tmp_path, monkeypatch, capsys) -> dict:
         status="ok",
         exit_code=0,
         wall_clock_seconds=95.5,
-        results={"train_runtime": 80.25, "eval_f1": 12.5},
+        results=Recorded(train_runtime=80.25, eval_f1=12.5, eval_exact=0.0),
     )
-    # outside Slurm, the demo's dir of a killed run (no record)
+    # the dir of a run killed (time limit, out of memory) before it wrote its record
     (outputs / "offline_demo-bert_squad_gpu").mkdir()
     (outputs / "offline_demo-bert_squad_gpu" / "trainer_state.json").write_text(
-        '{"log_history": []}', encoding="utf-8"
+        '{"log_history": [{"loss": 2.5, "step": 10}]}', encoding="utf-8"
     )
     logs.mkdir()
-    for name, text in {
-        "bert_squad_ddp-77": "[qa-hpc 10:00:00] JOB name=bert_squad_ddp id=77 nodes=gpu[01-02] restart_count=0\n"
-        "ERROR: rank 3 (pid 99) failed: RuntimeError: a peer went away\n",
-        # an earlier job of the same name: the job scripts reuse outputs/<job name>, so its record is gone
-        "bert_squad_ddp-76": "[qa-hpc 09:00:00] JOB name=bert_squad_ddp id=76\n",
-        # killed by the cgroup OOM killer before it could write a record: no ERROR line either
-        "bert_squad_ft3-79": "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=79.batch.\n",
-        # stopped by the job script itself (bad QA_PRECISION) after run_qa.py's own complaint
-        "bert_squad_cpu-80": "ERROR: --per_device_train_batch_size must be >= 1\n"
-        "[qa-hpc 10:00:02] ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32\n",
-        # `bash job_cpu.sh` twice outside Slurm: the newer log belongs to the record in outputs/bert_squad_cpu
-        "bert_squad_cpu-local-20260101-090000": "[qa-hpc 09:00:00] JOB name=local\n",
-        "bert_squad_cpu-local-20260102-090000": "[qa-hpc 09:00:00] JOB name=local\n",
-        # the killed demo run above, run again with a bad flag: the log says why
-        "bert_squad_gpu-local-20260103-090000": "ERROR: --num_train_epochs must be > 0\n",
-    }.items():
-        (logs / f"{name}.out").write_text(text, encoding="utf-8")
+    (logs / "bert_squad_ddp-76.out").write_text(
+        "ERROR: rank 3 (pid 99) failed: RuntimeError\n", encoding="utf-8"
+    )
     return {
         "root": tmp_path,
-        "logs": logs.resolve(),
         "outputs": outputs.resolve(),
         "oom": oom,
         "stopped": stopped,
@@ -227,58 +231,41 @@ def jobs(tmp_path, monkeypatch, capsys) -> dict:
     }
 
 
-def test_a_slurm_log_and_its_record_are_one_row(jobs, capsys):
-    """The record wins over its log; a log without a record says why (its last ERROR line, or none)."""
-    rows, logs, oom = jobs["rows"], jobs["logs"], jobs["oom"]
-    assert set(rows) == {
-        "bert_squad_ddp-76",
+def test_every_row_comes_from_a_record_and_a_dir_without_one_is_incomplete(jobs, capsys):
+    """Failed and preempted runs say why from their records; job logs are not read (logs/ adds no row)."""
+    rows, oom = jobs["rows"], jobs["oom"]
+    assert list(rows) == [
         "bert_squad_ddp-77",
         "bert_squad_ft3-78",
-        "bert_squad_ft3-79",
-        "bert_squad_cpu-80",
         "bert_squad_cpu",
-        "bert_squad_cpu-local-20260101-090000",
-        "bert_squad_gpu",
-    }
+        "offline_demo-bert_squad_gpu",
+    ]
     row = rows["bert_squad_ddp-77"]
-    assert row["status"] == "failed" and row["exit_code"] == oom["exit_code"] == 3
-    assert row["reason"] == f"exit code 3: {oom['error']}"  # the record's error, not the log's
+    assert row["status"] == "failed" and row["exit_code"] == oom.exit_code == 3
+    assert row["reason"] == f"exit code 3: {oom.error}"
+    failed_reason = row["reason"]
     assert (row["nodes"], row["procs_per_node"], row["world_size"]) == (2, 4, 8)
-    assert (
-        row["device"] == "NVIDIA H100" and row["precision"] == "bf16" and row["wall_clock_seconds"] == 180.0
-    )
-    assert row["logs"] == [str(logs / "bert_squad_ddp-77.out")]
-    row = rows["bert_squad_ddp-76"]
-    assert (
-        row["status"] == "incomplete"
-        and f"{jobs['outputs']}/bert_squad_ddp holds the record of job 77" in row["reason"]
-    )
+    assert row["device"] == "NVIDIA H100" and row["precision"] == "bf16"
+    assert row["wall_clock_seconds"] == 180.0 and row["job_name"] == "bert_squad_ddp"
     row = rows["bert_squad_ft3-78"]
     assert row["status"] == "preempted" and row["exit_code"] == 75 and row["speedup"] is None
-    assert "step 40" in row["reason"] and jobs["stopped"]["checkpoint"] in row["reason"]
-    assert (
-        rows["bert_squad_ft3-79"]["status"] == "incomplete"
-        and rows["bert_squad_ft3-79"]["output_dir"] is None
-    )
-    row = rows["bert_squad_cpu-80"]
-    assert row["status"] == "failed" and row["exit_code"] is None and row["output_dir"] is None
-    assert row["reason"] == "QA_PRECISION=fp8: use auto, bf16, fp16 or fp32"  # the last ERROR line
-    md = collect(capsys, jobs["root"], "logs", "outputs")
-    assert "| bert_squad_ddp-77 | 77 | 2×4 | NVIDIA H100 | bf16 | 180 |" in md
-    assert "PREEMPTED: SIGUSR1 at step 40" in md
-
-
-def test_runs_outside_slurm_pair_by_job_name(jobs):
-    """A `<name>-local-<time>.out` log pairs with the record without a job id in outputs/<name>: the newest wins."""
-    rows, logs = jobs["rows"], jobs["logs"]
+    assert row["reason"] == f"SIGUSR1 at step 40; resumes from {jobs['stopped'].checkpoint}"
     row = rows["bert_squad_cpu"]
-    assert (
-        row["status"] == "ok" and row["job_id"] is None and row["speedup"] == 1.0
-    )  # the only ok run: baseline
-    assert (row["train_runtime"], row["f1"]) == (80.25, 12.5)
-    assert row["wall_clock_seconds"] == jobs["local"]["wall_clock_seconds"]
-    assert row["logs"] == [str(logs / "bert_squad_cpu-local-20260102-090000.out")]
-    assert rows["bert_squad_cpu-local-20260101-090000"]["status"] == "incomplete"
-    row = rows["bert_squad_gpu"]
-    assert row["status"] == "failed" and row["reason"] == "--num_train_epochs must be > 0"
+    assert row["status"] == "ok" and row["job_id"] is None and row["speedup"] == 1.0  # the only ok run
+    assert (row["train_runtime"], row["f1"], row["exact_match"]) == (80.25, 12.5, 0.0)  # v2's exact
+    assert row["wall_clock_seconds"] == jobs["local"].wall_clock_seconds
+    row = rows["offline_demo-bert_squad_gpu"]
+    assert row["status"] == "incomplete" and row["reason"] == collect_results.NO_RECORD
     assert row["output_dir"] == str(jobs["outputs"] / "offline_demo-bert_squad_gpu")
+    assert row["loss_curve"] == [[10, 2.5]] and row["exit_code"] is None and row["world_size"] is None
+    md = collect(capsys, jobs["root"], "outputs")
+    assert "| bert_squad_ddp-77 | 77 | 2×4 | NVIDIA H100 | bf16 | 180 |" in md
+    assert "PREEMPTED: SIGUSR1 at step 40" in md and "INCOMPLETE: no readable run_summary.json" in md
+    # the table cuts a long reason at 100 characters (csv and json keep it whole)
+    failed = next(line for line in md.splitlines() if line.startswith("| bert_squad_ddp-77 "))
+    assert len(failed_reason) > 100 and failed.endswith(f"| FAILED: {failed_reason[:97]}... |")
+    # a bar per run, red when it did not end ok
+    table = collect_results.read_runs([str(jobs["outputs"])])[0]
+    (ax,) = bar_figure(table, "wall_clock_seconds", "wall clock seconds").axes
+    colours = [to_hex(bar.get_facecolor()) for bar in ax.patches]
+    assert colours == [to_hex("tab:red")] * 2 + [to_hex("tab:blue"), to_hex("tab:red")]
