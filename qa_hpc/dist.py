@@ -1,5 +1,5 @@
-"""Who this process is before the process group exists (after: accelerate's PartialState, as the Trainer asks),
-and the few collectives a run makes: no-ops in one process, so callers never branch on it.
+"""Who this process is before the process group exists (after: accelerate's PartialState, as the Trainer
+asks), and the few collectives a run makes: no-ops in one process, so callers never branch on it.
 """
 
 from __future__ import annotations
@@ -40,13 +40,19 @@ def any_rank(flag: bool, device: torch.device) -> bool:
 
 @contextmanager
 def first_on_each_filesystem() -> Iterator[None]:
-    """The body on global rank 0 first, then on every other node's first rank, then on the rest: one writer per
-    cache file both on a shared filesystem and on node-local disks. (accelerate's local_main_process_first would
-    have every node's first rank write the same shared file at once.)"""
-    from accelerate import PartialState  # not at import: the job scripts' `plan --gpu-count` needs none of it
+    """The body on global rank 0 first, then on every other node's first rank, then on the rest: one writer
+    per cache file both on a shared filesystem and on node-local disks. (accelerate's local_main_process_first
+    would have every node's first rank write the same shared file at once.)"""
+    # not at import: the job scripts' `plan --gpu-count` needs none of it
+    from accelerate import PartialState
 
     state = PartialState()
-    turn = 0 if state.is_main_process else 1 if state.is_local_main_process else 2
+    if state.is_main_process:
+        turn = 0
+    elif state.is_local_main_process:
+        turn = 1
+    else:
+        turn = 2
     for wave in range(3):
         if wave == turn:
             yield

@@ -1,7 +1,7 @@
-"""Stop cleanly when the scheduler says time is up (SIGTERM, or SIGUSR1 with `#SBATCH --signal=USR1@120`), and
-resume where the run stopped. The handler only sets a flag: handlers run between two bytecodes, so I/O or
-collectives there could deadlock. Every `vote_every` optimizer steps the ranks vote (an all_reduce, which syncs
-host and device on GPUs) and all stop at the same step with a full checkpoint.
+"""Stop cleanly when the scheduler says time is up (SIGTERM, or SIGUSR1 with `#SBATCH --signal=USR1@120`),
+and resume where the run stopped. The handler only sets a flag: handlers run between two bytecodes, so I/O
+or collectives there could deadlock. Every `vote_every` optimizer steps the ranks vote (an all_reduce, which
+syncs host and device on GPUs) and all stop at the same step with a full checkpoint.
 """
 
 from __future__ import annotations
@@ -37,10 +37,12 @@ class StopRequest:
 
 
 def apply_collective_timeout(seconds: float) -> None:
-    """Make --ddp_timeout the timeout of every collective, gloo included: transformers passes it to the process
-    group only for GPU backends, so a frozen rank of a CPU job would hang for torch's 30-minute default."""
+    """Make --ddp_timeout the timeout of every collective, gloo included: transformers passes it to the
+    process group only for GPU backends, so a frozen rank of a CPU job would hang for torch's 30-minute
+    default."""
     if dist.is_available() and dist.is_initialized():
-        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=seconds))  # the default group
+        # the default group
+        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=seconds))
         logger.info("COLLECTIVE_TIMEOUT_SECONDS=%g backend=%s", seconds, dist.get_backend())
 
 
@@ -48,8 +50,10 @@ class PreemptionCallback(TrainerCallback):
     """Every vote_every optimizer steps: if any rank was signalled, save a checkpoint and stop training."""
 
     def __init__(self, request: StopRequest, vote_every: int) -> None:
-        self.request, self.vote_every = request, vote_every
-        self.stopped_at_step: int | None = None  # None: training was not stopped by a signal
+        self.request = request
+        self.vote_every = vote_every
+        # None: training was not stopped by a signal
+        self.stopped_at_step: int | None = None
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
@@ -68,8 +72,9 @@ class PreemptionCallback(TrainerCallback):
 
 
 def last_complete_checkpoint(output_dir: str) -> str | None:
-    """The newest checkpoint-N in output_dir with a readable trainer_state.json (the Trainer writes it last), naming
-    those without: a job killed while saving leaves one (transformers' get_last_checkpoint would resume from it)."""
+    """The newest checkpoint-N in output_dir with a readable trainer_state.json (the Trainer writes it last),
+    naming those without: a job killed while saving leaves one (transformers' get_last_checkpoint would
+    resume from it)."""
     for path in reversed(sort_checkpoints(output_dir)):
         try:
             json.loads(Path(path, "trainer_state.json").read_text(encoding="utf-8"))
@@ -82,9 +87,9 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
 
 
 def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:
-    """What a non-empty --output_dir means (transformers 5 has no overwrite_output_dir): --resume_from_checkpoint
-    wins; else resume from its last complete checkpoint (a requeued job continues by itself); other files: refuse,
-    unless --overwrite_output_dir."""
+    """What a non-empty --output_dir means (transformers 5 has no overwrite_output_dir):
+    --resume_from_checkpoint wins; else resume from its last complete checkpoint (a requeued job continues by
+    itself); other files: refuse, unless --overwrite_output_dir."""
     out = training_args.output_dir
     if (
         training_args.resume_from_checkpoint
