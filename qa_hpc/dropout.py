@@ -74,13 +74,12 @@ def attention_with_bulk_dropout(
 def install(model: nn.Module) -> int:
     """Swap every `nn.Dropout` for a bulk one and route attention through ATTENTION_NAME; returns the
     count."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+    from transformers import AttentionInterface, AttentionMaskInterface
 
     AttentionInterface.register(ATTENTION_NAME, attention_with_bulk_dropout)
     # a name transformers does not know gets no padding mask at all: ask for the additive one eager
     # attention gets
-    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, eager_mask)
+    AttentionMaskInterface.register(ATTENTION_NAME, AttentionMaskInterface()["eager"])
     swapped = 0
     for parent in list(model.modules()):
         for name, child in parent.named_children():

@@ -169,7 +169,7 @@ class ModelShape:
             for key in ("num_hidden_layers", "hidden_size", "num_attention_heads")
         )
         return cls(
-            str(getattr(cfg, "_name_or_path", "") or ""),
+            str(getattr(cfg, "name_or_path", "") or ""),
             sum(p.numel() for _, p in named),
             sum(p.numel() for _, p in named if p.requires_grad),
             sum(p.numel() for n, p in named if "embeddings." not in n),

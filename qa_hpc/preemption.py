@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-from transformers.trainer_utils import sort_checkpoints
 
 from qa_hpc.dist import any_rank
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 
 logger = logging.getLogger(__name__)
+# the folders the Trainer saves checkpoints into, numbered by global step
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
 
 
 class StopRequest:
@@ -41,7 +43,7 @@ def apply_collective_timeout(seconds: float) -> None:
     process group only for GPU backends, so a frozen rank of a CPU job would hang for torch's 30-minute
     default."""
     if dist.is_available() and dist.is_initialized():
-        # the default group
+        # the default group (private: listed in qa_hpc/private_api.py)
         dist.distributed_c10d._set_pg_timeout(timedelta(seconds=seconds))
         logger.info("COLLECTIVE_TIMEOUT_SECONDS=%g backend=%s", seconds, dist.get_backend())
 
@@ -71,11 +73,22 @@ class PreemptionCallback(TrainerCallback):
         return control
 
 
+def checkpoints_oldest_first(output_dir: str) -> list[str]:
+    """The checkpoint-N folders in output_dir, by N (the Trainer's own order; transformers has no public
+    call for it)."""
+    numbered = []
+    for path in Path(output_dir).glob("checkpoint-*"):
+        match = CHECKPOINT_NAME.match(path.name)
+        if match is not None and path.is_dir():
+            numbered.append((int(match.group(1)), str(path)))
+    return [path for _, path in sorted(numbered)]
+
+
 def last_complete_checkpoint(output_dir: str) -> str | None:
     """The newest checkpoint-N in output_dir with a readable trainer_state.json (the Trainer writes it last),
     naming those without: a job killed while saving leaves one (transformers' get_last_checkpoint would
     resume from it)."""
-    for path in reversed(sort_checkpoints(output_dir)):
+    for path in reversed(checkpoints_oldest_first(output_dir)):
         try:
             json.loads(Path(path, "trainer_state.json").read_text(encoding="utf-8"))
             return path

@@ -57,7 +57,7 @@ class ProfilerCallback(TrainerCallback):
             with_stack=c.profile_with_stack,
         )
         # the profiler counts its steps from 0: start it at the global step, and in the schedule's action
-        # for that step
+        # for that step (qa_hpc/private_api.py lists these two attributes)
         self.prof.step_num = first
         self.prof.current_action = self.prof.schedule(first)
         self.prof.start()

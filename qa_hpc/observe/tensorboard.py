@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import torch
 from accelerate.utils import reduce
+from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 from transformers import TrainerControl, TrainerState, TrainingArguments
 from transformers.integrations import TensorBoardCallback
@@ -143,8 +144,9 @@ class TensorBoard(TensorBoardCallback):
         return values
 
     def write_scalars(self, scalars: Mapping[str, object], step: int) -> None:
+        # the writer TensorBoardCallback would open at its first log
         if self.tb_writer is None:
-            self._init_summary_writer(None)
+            self.tb_writer = SummaryWriter(log_dir=self.logging_dir)
         for tag, value in scalars.items():
             if _finite(value):
                 self.tb_writer.add_scalar(tag, value, step)
@@ -156,9 +158,10 @@ class TensorBoard(TensorBoardCallback):
         Rank 0."""
         numbers = {f"hparam/{k}": float(v) for k, v in metrics.items() if _finite(v)}
         self.write_scalars(numbers, step)
-        # into this event file: not add_hparams' subfolder
+        # into this event file, not add_hparams' subfolder: SummaryWriter has no public call for that
+        # (qa_hpc/private_api.py lists file_writer)
         for summary in hparams_summary(dict(hparams), numbers):
-            self.tb_writer._get_file_writer().add_summary(summary)
+            self.tb_writer.file_writer.add_summary(summary)
         rows = "\n".join(f"| {k} | {v} |" for k, v in {**hparams, **metrics}.items())
         self.tb_writer.add_text("run_summary", "| run total | value |\n|---|---|\n" + rows, step)
         self.tb_writer.close()

@@ -44,6 +44,7 @@ def test_same_seed_same_masks_and_eval_outputs_unchanged() -> None:
     swapped = install(model)
     # embeddings + 3 a layer (attention, its output, the FFN output)
     assert swapped == sum(isinstance(m, BulkDropout) for m in model.modules()) == 1 + 3 * 2
+    # private: listed in qa_hpc/private_api.py
     assert model.config._attn_implementation == ATTENTION_NAME
     assert torch.equal(model(input_ids=ids).start_logits, before)
     model.train()

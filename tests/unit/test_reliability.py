@@ -70,6 +70,17 @@ def test_resume_skips_an_incompletely_written_checkpoint(
     assert f"INCOMPLETE_CHECKPOINT path={tmp_path / 'checkpoint-8'}" in caplog.text
 
 
+def test_resume_takes_the_highest_step_not_the_last_name(tmp_path: Path) -> None:
+    """checkpoint-10 is newer than checkpoint-9 (a name sort would say otherwise); other names are no
+    checkpoint."""
+    for step in (9, 10):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+    (tmp_path / "checkpoint-notes").mkdir()
+    (tmp_path / "checkpoint-99.txt").write_text("not a folder")
+    assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-10")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
 def test_read_only_output_dir(tmp_path: Path) -> None:
     (ro := tmp_path / "ro").mkdir(mode=0o500)
