@@ -1,11 +1,13 @@
 """Who this process is before the process group exists (after: accelerate's PartialState, as the Trainer
-asks), and the few collectives a run makes: no-ops in one process, so callers never branch on it.
+asks), when it started, and the few collectives a run makes: no-ops in one process, so callers never
+branch on it.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -16,6 +18,8 @@ import torch.distributed as dist
 Launch = NamedTuple(
     "Launch", [("rank", int), ("local_rank", int), ("world_size", int), ("local_world_size", int)]
 )
+# where Linux keeps this process's start: field 22, in clock ticks after boot
+PROC_SELF_STAT = "/proc/self/stat"
 
 
 def launch_env(env: Mapping[str, str] = os.environ) -> Launch:
@@ -27,6 +31,24 @@ def launch_env(env: Mapping[str, str] = os.environ) -> Launch:
     return Launch(
         number("RANK", 0), number("LOCAL_RANK", 0), number("WORLD_SIZE", 1), number("LOCAL_WORLD_SIZE", 1)
     )
+
+
+def process_start_time() -> float:
+    """When this process started, as unix time: WALL_CLOCK_SECONDS counts from there, the interpreter's
+    start-up and the imports included."""
+    if not os.path.exists(PROC_SELF_STAT):
+        import psutil
+
+        return psutil.Process().create_time()
+    with open(PROC_SELF_STAT, encoding="utf-8", errors="replace") as fh:
+        stat = fh.read()
+    # the fields after the command name (field 2, in parentheses, may hold spaces and parentheses):
+    # after_name[0] is field 3, so the start, field 22, is after_name[19]
+    after_name = stat.rsplit(")", 1)[1].split()
+    started_after_boot = int(after_name[19]) / os.sysconf("SC_CLK_TCK")
+    # against the boot clock now, not psutil's create_time: that adds the boot time in whole seconds, up
+    # to a second early, and the wall clock would then count time before the process existed
+    return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - started_after_boot)
 
 
 def any_rank(flag: bool, device: torch.device) -> bool:
