@@ -50,7 +50,9 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         ("qa_hpc/observe/profiler.py",),
         "torch",
         "2.13.0",
-        "written with step_num: the schedule's action for the step the count starts at",
+        "written with step_num: the schedule's action for the step the count starts at (2.13's own "
+        "_prev_schedule_action stays at step 0's; it is read only after a device stop, or by stop() for a "
+        "later start(), neither of which happens here)",
     ),
     PrivateUse(
         "torch.utils.tensorboard.SummaryWriter.file_writer",
