@@ -12,41 +12,33 @@ evaluate, predict, report. `python run_qa.py --help` lists every flag.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
-_WALL_START = time.time()  # WALL_CLOCK_SECONDS counts from here, imports included
+import datasets
+import torch
+import transformers
+from accelerate import PartialState
+from transformers import DataCollatorWithPadding, TrainingArguments, default_data_collator
 
-import logging  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
-
-import datasets  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from accelerate import PartialState  # noqa: E402
-from transformers import DataCollatorWithPadding, TrainingArguments, default_data_collator  # noqa: E402
-
-from qa_hpc.device import DeviceFacts, read_device_facts  # noqa: E402
-from qa_hpc.dist import end_process_group, launch_env  # noqa: E402
-from qa_hpc.dropout import install as install_bulk_dropout  # noqa: E402
-from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded  # noqa: E402
-from qa_hpc.features import QAData, build_data, real_lengths  # noqa: E402
-from qa_hpc.flags import Flags, batch_lines, decide_and_build, read_flags  # noqa: E402
-from qa_hpc.metric.squad import make_score  # noqa: E402
-from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer  # noqa: E402
-from qa_hpc.observe import finish_observability, observability_callbacks  # noqa: E402
-from qa_hpc.observe.efficiency import train_efficiency  # noqa: E402
-from qa_hpc.plan import Effective, RunPlan  # noqa: E402
-from qa_hpc.postprocess import make_postprocess  # noqa: E402
-from qa_hpc.preemption import (  # noqa: E402
-    PreemptionCallback,
-    StopRequest,
-    apply_collective_timeout,
-    checkpoint_to_resume,
-)
-from qa_hpc.record import (  # noqa: E402
+from qa_hpc.device import DeviceFacts, read_device_facts
+from qa_hpc.dist import end_process_group, launch_env, process_start_time
+from qa_hpc.dropout import install as install_bulk_dropout
+from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded
+from qa_hpc.features import QAData, build_data, real_lengths
+from qa_hpc.flags import Flags, batch_lines, decide_and_build, read_flags
+from qa_hpc.metric.squad import make_score
+from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer
+from qa_hpc.observe import finish_observability, observability_callbacks
+from qa_hpc.observe.efficiency import train_efficiency
+from qa_hpc.plan import Effective, RunPlan
+from qa_hpc.postprocess import make_postprocess
+from qa_hpc.preemption import PreemptionCallback, StopRequest, apply_collective_timeout, checkpoint_to_resume
+from qa_hpc.record import (
     SUMMARY_FILE,
     Environment,
     Memory,
@@ -57,7 +49,7 @@ from qa_hpc.record import (  # noqa: E402
     save_results,
     save_trainer_state,
 )
-from trainer_qa import QuestionAnsweringTrainer  # noqa: E402
+from trainer_qa import QuestionAnsweringTrainer
 
 logger = logging.getLogger("run_qa")
 
@@ -259,7 +251,7 @@ def predict(run: Run) -> None:
 
 def report(run: Run) -> None:
     """Memory report, run_summary.json, and the closing KEY=value lines (WALL_CLOCK_SECONDS last)."""
-    wall = time.time() - _WALL_START
+    wall = time.time() - process_start_time()
     # every rank: the memory report gathers every rank's figures
     memory = finish_observability(run.trainer, run.flags, run.plan, run.shape, run.results, wall)
     ended = record(run, "ok", EXIT_OK, wall=wall, memory=Memory.of(memory) if memory else None)
@@ -284,7 +276,7 @@ def record(
     ended = RunRecord(
         status=status,
         exit_code=exit_code,
-        wall_clock_seconds=time.time() - _WALL_START if wall is None else wall,
+        wall_clock_seconds=time.time() - process_start_time() if wall is None else wall,
         environment=Environment.of(run.facts),
         params=Params.of(run.flags, run.plan.precision),
         plan=run.plan,

@@ -39,9 +39,10 @@ def agreement(ref: dict[str, str], other: dict[str, str]) -> tuple[int, int]:
 
 def compare(runs: list[tuple[str, str]], max_diff: float | None) -> tuple[list[str], bool]:
     """Output lines and whether every run's EM/F1 is within max_diff of the first's."""
-    (ref_name, ref_dir), rest = runs[0], runs[1:]
+    (ref_name, ref_dir), *rest = runs
     ref_answers, ref_res = load_run(ref_dir)
-    ref_em, ref_f1 = ref_res["eval_exact_match"], ref_res["eval_f1"]
+    ref_em = ref_res["eval_exact_match"]
+    ref_f1 = ref_res["eval_f1"]
     lines = [
         f"PREDICTIONS name={ref_name} ref={ref_name} same={len(ref_answers)} of={len(ref_answers)} "
         f"em={ref_em:.4f} f1={ref_f1:.4f}"
@@ -50,13 +51,15 @@ def compare(runs: list[tuple[str, str]], max_diff: float | None) -> tuple[list[s
     for name, directory in rest:
         answers, res = load_run(directory)
         same, total = agreement(ref_answers, answers)
-        em, f1 = res["eval_exact_match"], res["eval_f1"]
+        em = res["eval_exact_match"]
+        f1 = res["eval_f1"]
         lines.append(
             f"PREDICTIONS name={name} ref={ref_name} same={same} of={total} em={em:.4f} f1={f1:.4f} "
             f"ref_em={ref_em:.4f} ref_f1={ref_f1:.4f}"
         )
         if max_diff is not None:
-            em_diff, f1_diff = abs(em - ref_em), abs(f1 - ref_f1)
+            em_diff = abs(em - ref_em)
+            f1_diff = abs(f1 - ref_f1)
             within = em_diff <= max_diff and f1_diff <= max_diff
             ok = ok and within
             lines.append(

@@ -85,7 +85,8 @@ def _model_logits(
     token_type = feats["token_type_ids"][:] if "token_type_ids" in feats.column_names else None
     order = np.argsort(-lengths, kind="stable")
     dtype = {"fp32": None, "bf16": torch.bfloat16}[args.dtype]
-    t0, n = time.perf_counter(), len(input_ids)
+    t0 = time.perf_counter()
+    n = len(input_ids)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
         for b in range(0, n, args.batch_size):
             idx = order[b : b + args.batch_size]
@@ -209,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     dev, path, reused = load_or_build(args)
     print(
         f"DEV_LOGITS path={path} {'reused' if reused else 'computed'} examples={len(dev.examples['id'])} "
-        f"features={len(dev.features['example_id'])} source={dev.source} forward_seconds={dev.forward_seconds:.1f}",
+        f"features={len(dev.features['example_id'])} source={dev.source} "
+        f"forward_seconds={dev.forward_seconds:.1f}",
         flush=True,
     )
     return 0

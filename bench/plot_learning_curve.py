@@ -15,10 +15,11 @@ import json
 import sys
 
 import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")  # no display on compute nodes
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+# no display on compute nodes (pyplot picks its backend at the first figure, so this may follow its import)
+matplotlib.use("Agg")
 
 
 def loss_history(state_path: str) -> pd.DataFrame:

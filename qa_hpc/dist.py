@@ -1,11 +1,13 @@
-"""Who this process is before the process group exists (after: accelerate's PartialState, as the Trainer asks),
-and the few collectives a run makes: no-ops in one process, so callers never branch on it.
+"""Who this process is before the process group exists (after: accelerate's PartialState, as the Trainer
+asks), when it started, and the few collectives a run makes: no-ops in one process, so callers never
+branch on it.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -16,6 +18,8 @@ import torch.distributed as dist
 Launch = NamedTuple(
     "Launch", [("rank", int), ("local_rank", int), ("world_size", int), ("local_world_size", int)]
 )
+# where Linux keeps this process's start: field 22, in clock ticks after boot
+PROC_SELF_STAT = "/proc/self/stat"
 
 
 def launch_env(env: Mapping[str, str] = os.environ) -> Launch:
@@ -29,6 +33,24 @@ def launch_env(env: Mapping[str, str] = os.environ) -> Launch:
     )
 
 
+def process_start_time() -> float:
+    """When this process started, as unix time: WALL_CLOCK_SECONDS counts from there, the interpreter's
+    start-up and the imports included."""
+    if not os.path.exists(PROC_SELF_STAT):
+        import psutil
+
+        return psutil.Process().create_time()
+    with open(PROC_SELF_STAT, encoding="utf-8", errors="replace") as fh:
+        stat = fh.read()
+    # the fields after the command name (field 2, in parentheses, may hold spaces and parentheses):
+    # after_name[0] is field 3, so the start, field 22, is after_name[19]
+    after_name = stat.rsplit(")", 1)[1].split()
+    started_after_boot = int(after_name[19]) / os.sysconf("SC_CLK_TCK")
+    # against the boot clock now, not psutil's create_time: that adds the boot time in whole seconds, up
+    # to a second early, and the wall clock would then count time before the process existed
+    return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - started_after_boot)
+
+
 def any_rank(flag: bool, device: torch.device) -> bool:
     """True on every rank when it is on any rank (one all_reduce; no device sync in one process)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
@@ -40,13 +62,19 @@ def any_rank(flag: bool, device: torch.device) -> bool:
 
 @contextmanager
 def first_on_each_filesystem() -> Iterator[None]:
-    """The body on global rank 0 first, then on every other node's first rank, then on the rest: one writer per
-    cache file both on a shared filesystem and on node-local disks. (accelerate's local_main_process_first would
-    have every node's first rank write the same shared file at once.)"""
-    from accelerate import PartialState  # not at import: the job scripts' `plan --gpu-count` needs none of it
+    """The body on global rank 0 first, then on every other node's first rank, then on the rest: one writer
+    per cache file both on a shared filesystem and on node-local disks. (accelerate's local_main_process_first
+    would have every node's first rank write the same shared file at once.)"""
+    # not at import: the job scripts' `plan --gpu-count` needs none of it
+    from accelerate import PartialState
 
     state = PartialState()
-    turn = 0 if state.is_main_process else 1 if state.is_local_main_process else 2
+    if state.is_main_process:
+        turn = 0
+    elif state.is_local_main_process:
+        turn = 1
+    else:
+        turn = 2
     for wave in range(3):
         if wave == turn:
             yield

@@ -12,7 +12,8 @@ from torch import nn
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 ATTENTION_NAME = "sdpa_bulk_dropout"
-LANES = 65536  # 16-bit lanes: p is honoured to 1/65536
+# 16-bit lanes: p is honoured to 1/65536
+LANES = 65536
 
 
 class _BulkDropout(torch.autograd.Function):
@@ -22,8 +23,10 @@ class _BulkDropout(torch.autograd.Function):
             -(2**63), 2**63 - 1
         )
         lanes = words.view(torch.int16)[: x.numel()].view(x.shape)
-        keep = lanes >= round(p * LANES) - LANES // 2  # a uniform 16-bit lane: below with probability p
-        ctx.save_for_backward(keep)  # as bools, as native_dropout keeps its own
+        # a uniform 16-bit lane falls below the threshold with probability p
+        keep = lanes >= round(p * LANES) - LANES // 2
+        # as bools, as native_dropout keeps its own
+        ctx.save_for_backward(keep)
         ctx.scale = 1.0 / (1.0 - p)
         return (x * keep).mul_(ctx.scale)
 
@@ -69,13 +72,14 @@ def attention_with_bulk_dropout(
 
 
 def install(model: nn.Module) -> int:
-    """Swap every `nn.Dropout` for a bulk one and route attention through ATTENTION_NAME; returns the count."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+    """Swap every `nn.Dropout` for a bulk one and route attention through ATTENTION_NAME; returns the
+    count."""
+    from transformers import AttentionInterface, AttentionMaskInterface
 
     AttentionInterface.register(ATTENTION_NAME, attention_with_bulk_dropout)
-    # a name transformers does not know gets no padding mask at all: ask for the additive one eager attention gets
-    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, eager_mask)
+    # a name transformers does not know gets no padding mask at all: ask for the additive one eager
+    # attention gets
+    AttentionMaskInterface.register(ATTENTION_NAME, AttentionMaskInterface()["eager"])
     swapped = 0
     for parent in list(model.modules()):
         for name, child in parent.named_children():

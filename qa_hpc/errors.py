@@ -1,6 +1,7 @@
-"""Clear messages for the ways a cluster job goes wrong, and the exit code of each (from exit_codes.env, the one
-table the job scripts source too: the code is what they and the scheduler act on). Out of memory names the batch
-size and what to lower; a failed write names the file and the reason, found even when a library hides the errno.
+"""Clear messages for the ways a cluster job goes wrong, and the exit code of each (from exit_codes.env,
+the one table the job scripts source too: the code is what they and the scheduler act on). Out of memory
+names the batch size and what to lower; a failed write names the file and the reason, found even when a
+library hides the errno.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-_CODES = {
-    name: int(code)
-    for name, code in re.findall(  # lines `NAME=code  # meaning`
-        r"^(\w+)=(\d+)", Path(__file__).with_name("exit_codes.env").read_text(encoding="utf-8"), re.MULTILINE
-    )
-}
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = _CODES["EXIT_OK"], _CODES["EXIT_FAILED"], _CODES["EXIT_USAGE"]
-EXIT_OOM, EXIT_IOERR, EXIT_PREEMPTED = _CODES["EXIT_OOM"], _CODES["EXIT_IOERR"], _CODES["EXIT_PREEMPTED"]
+_EXIT_CODES_ENV = Path(__file__).with_name("exit_codes.env").read_text(encoding="utf-8")
+# its lines read `NAME=code  # meaning`
+_CODES = {name: int(code) for name, code in re.findall(r"^(\w+)=(\d+)", _EXIT_CODES_ENV, re.MULTILINE)}
+EXIT_OK = _CODES["EXIT_OK"]
+EXIT_FAILED = _CODES["EXIT_FAILED"]
+EXIT_USAGE = _CODES["EXIT_USAGE"]
+EXIT_OOM = _CODES["EXIT_OOM"]
+EXIT_IOERR = _CODES["EXIT_IOERR"]
+EXIT_PREEMPTED = _CODES["EXIT_PREEMPTED"]
 
 # errno values that mean "this file could not be written", not "this input is bad"
 WRITE_ERRNOS = {
@@ -50,7 +52,8 @@ class UsageError(ValueError):
 class OutputError(OSError):
     """A result file could not be written (names the path and the reason): exit 74."""
 
-    def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]" prefix
+    # the message alone, without OSError's "[Errno N]" prefix
+    def __str__(self) -> str:
         return self.strerror or super().__str__()
 
 
@@ -58,7 +61,9 @@ class OutOfMemory(RuntimeError):
     """Training or evaluation ran out of (GPU or host) memory; the message says what to lower: exit 3."""
 
 
-class BatchContext(NamedTuple):  # the flags an out-of-memory message quotes back to the user
+class BatchContext(NamedTuple):
+    """The flags an out-of-memory message quotes back to the user."""
+
     train_batch_size: int
     eval_batch_size: int
     gradient_accumulation_steps: int
@@ -77,8 +82,8 @@ def exception_chain(err: BaseException | None) -> Iterator[BaseException]:
 
 
 def is_out_of_memory(err: BaseException) -> bool:
-    """torch's OutOfMemoryError (any accelerator), MemoryError, and torch's CPU allocator failing, which raises
-    a plain RuntimeError."""
+    """torch's OutOfMemoryError (any accelerator), MemoryError, and torch's CPU allocator failing, which
+    raises a plain RuntimeError."""
     import torch
 
     return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
@@ -87,8 +92,9 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 
 def probe_write(directory: str, megabytes: int = 8) -> int | None:
-    """The errno of writing megabytes into an unnamed temp file in directory, None if it works: torch.save reports
-    a full disk as a bare RuntimeError, and this finds the real reason (8 MiB is far less than a checkpoint)."""
+    """The errno of writing megabytes into an unnamed temp file in directory, None if it works: torch.save
+    reports a full disk as a bare RuntimeError, and this finds the real reason (8 MiB is far less than a
+    checkpoint)."""
     try:
         with tempfile.TemporaryFile(dir=directory) as fh:
             fh.write(bytes(megabytes << 20))
@@ -116,9 +122,11 @@ def _errno_of(err: BaseException) -> int | None:
 def write_failure(err: BaseException, target: str) -> OutputError | None:
     """An OutputError naming target and the reason when err is a failed write, else None."""
     path = Path(os.path.abspath(target))
-    directory = str(next(d for d in (path, *path.parents) if d.is_dir()))  # where the write would have gone
+    # where the write would have gone
+    directory = str(next(d for d in (path, *path.parents) if d.is_dir()))
     code = next((c for c in map(_errno_of, exception_chain(err)) if c is not None), None)
-    if code is None:  # no errno anywhere (torch.save): a probe write finds out whether the disk is the cause
+    # no errno anywhere (torch.save): a probe write finds out whether the disk is the cause
+    if code is None:
         code = probe_write(directory)
     return _cannot_write(code, target, directory) if code in WRITE_ERRNOS else None
 
@@ -127,7 +135,8 @@ def out_of_memory(err: BaseException, phase: str, ctx: BatchContext) -> OutOfMem
     """What ran out, during which phase, with which batch size, and which flags to change."""
     lower = ", or --precision bf16 (fp16 on GPUs before Ampere)" if ctx.precision == "fp32" else ""
     if phase == "train":
-        bs, acc = ctx.train_batch_size, ctx.gradient_accumulation_steps
+        bs = ctx.train_batch_size
+        acc = ctx.gradient_accumulation_steps
         half = max(1, bs // 2)
         flags = f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {acc}"
         hint = (
@@ -151,8 +160,8 @@ def out_of_memory(err: BaseException, phase: str, ctx: BatchContext) -> OutOfMem
 
 @contextmanager
 def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> Iterator[None]:
-    """Turn out-of-memory and failed writes inside a phase into errors with clear messages. target: what the phase
-    writes (a callable when only known at failure time, e.g. checkpoint-N)."""
+    """Turn out-of-memory and failed writes inside a phase into errors with clear messages. target: what the
+    phase writes (a callable when only known at failure time, e.g. checkpoint-N)."""
     try:
         yield
     except OutputError:
@@ -166,11 +175,13 @@ def guarded(phase: str, target: str | Callable[[], str], ctx: BatchContext) -> I
 
 
 def classify(err: BaseException) -> tuple[int, str | None]:
-    """(exit code, the one ERROR line to print) for an error that ended a run; None: unexpected, show the traceback."""
+    """(exit code, the one ERROR line to print) for an error that ended a run; None: unexpected, show the
+    traceback."""
     for kind, code in ((UsageError, EXIT_USAGE), (OutputError, EXIT_IOERR), (OutOfMemory, EXIT_OOM)):
         if isinstance(err, kind):
             return code, str(err)
-    if is_out_of_memory(err):  # outside a guarded phase (e.g. loading the model)
+    # outside a guarded phase (e.g. loading the model)
+    if is_out_of_memory(err):
         return EXIT_OOM, (
             f"out of memory ({type(err).__name__}: {err}); lower --per_device_train_batch_size or "
             "--per_device_eval_batch_size"
@@ -179,8 +190,8 @@ def classify(err: BaseException) -> tuple[int, str | None]:
 
 
 def check_writable_dir(path: str) -> None:
-    """Create path if needed and write a small file into it, or raise OutputError saying why not (before the model
-    loads: a wrong --output_dir fails in seconds, not after an hour of training)."""
+    """Create path if needed and write a small file into it, or raise OutputError saying why not (before the
+    model loads: a wrong --output_dir fails in seconds, not after an hour of training)."""
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as err:

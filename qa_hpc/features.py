@@ -26,21 +26,20 @@ from qa_hpc.errors import UsageError
 from qa_hpc.squad_io import load_qa_records
 from qa_hpc.squad_records import LoadedFile
 
-if TYPE_CHECKING:  # annotations only: postprocessing and utils_qa import this module without the model stack
+# annotations only: postprocessing and utils_qa import this module without the model stack
+if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 
 logger = logging.getLogger(__name__)
 
-LOG_NAMES = {
-    "train": "train",
-    "validation": "eval",
-    "test": "predict",
-}  # split names in log lines and cache folders
+# split names in log lines and cache folders
+LOG_NAMES = {"train": "train", "validation": "eval", "test": "predict"}
 _TEXT = datasets.Value("string")
+# given, not inferred: a first batch of unanswerable records has no types
 RECORD_FEATURES = datasets.Features(
-    {  # given, not inferred: a first batch of unanswerable records has no types
+    {
         "id": _TEXT,
         "title": _TEXT,
         "context": _TEXT,
@@ -73,9 +72,8 @@ def _tokenize(
     for qid, ids in zip(
         examples["id"], tokenizer(examples["question"], add_special_tokens=False)["input_ids"]
     ):
-        room = (
-            cfg.max_seq_length - len(ids) - special
-        )  # the fast tokenizer would fail with an opaque Rust error
+        room = cfg.max_seq_length - len(ids) - special
+        # checked here: the fast tokenizer would fail with an opaque Rust error
         if room <= cfg.doc_stride:
             raise FeatureError(
                 f"{cfg.source}: record id={qid!r}: field 'question' has {len(ids)} tokens, leaving {room} "
@@ -138,7 +136,8 @@ def prepare_validation_features(
     """Tokenize a batch of examples into eval windows that remember offsets and their example."""
     tokenized, sample_map, context_index = _tokenize(examples, tokenizer, cfg)
     tokenized["example_id"] = [examples["id"][s] for s in sample_map]
-    tokenized["offset_mapping"] = [  # None outside the context: no answer there
+    # None outside the context: no answer there
+    tokenized["offset_mapping"] = [
         [
             o if sequence_id == context_index else None
             for o, sequence_id in zip(offsets, tokenized.sequence_ids(i))
@@ -152,9 +151,11 @@ def real_lengths(features: datasets.Dataset | Mapping[str, list]) -> np.ndarray:
     """Real (unpadded) token count of every feature: its attention mask's sum."""
     if not isinstance(features, datasets.Dataset):
         return np.array([int(sum(r)) for r in features["attention_mask"]], dtype=np.int64)
-    masks = features.with_format("arrow")["attention_mask"].combine_chunks()  # one list array
+    # one list array
+    masks = features.with_format("arrow")["attention_mask"].combine_chunks()
     sums = np.concatenate([[0], np.cumsum(masks.values.to_numpy(zero_copy_only=False), dtype=np.int64)])
-    offsets = masks.offsets.to_numpy()  # into values: a selection's slice of them is still right
+    # into values: a selection's slice of them is still right
+    offsets = masks.offsets.to_numpy()
     return sums[offsets[1:]] - sums[offsets[:-1]]
 
 
@@ -185,17 +186,18 @@ def build_data(
         )
         if on
     ]
-    read = _read_splits(data_args, model_args, [split for split, _, _ in wanted])  # every bad input first
+    # every bad input is found before any split is featurized
+    read = _read_splits(data_args, model_args, [split for split, _, _ in wanted])
     cache_dir = data_args.features_cache_dir or os.path.join(
         datasets.config.HF_DATASETS_CACHE, "qa_hpc_features"
     )
-    examples, features = {}, {}
+    examples: dict[str, datasets.Dataset] = {}
+    features: dict[str, datasets.Dataset] = {}
     for split, fn, limit in wanted:
         with first_on_each_filesystem():
             ds = read[split]
-            if isinstance(
-                ds, LoadedFile
-            ):  # checked records of a local file: cached as Arrow, keyed by the bytes read
+            # checked records of a local file: cached as Arrow, keyed by the bytes read
+            if isinstance(ds, LoadedFile):
                 fingerprint = Hasher.hash(
                     [ds.digest, split, data_args.version_2_with_negative, data_args.answer_check]
                 )
@@ -268,11 +270,14 @@ def _featurize(
     name: str,
     cache_dir: str,
 ) -> datasets.Dataset:
-    """examples.map(fn) into a cache file named by the examples' fingerprint, the tokenizer and the settings."""
-    # the tokenizer by its vocabulary and rules, not the folder it came from nor the truncation a call left set
+    """examples.map(fn) into a cache file named by the examples' fingerprint, the tokenizer and the
+    settings."""
+    # the tokenizer by its vocabulary and rules, not the folder it came from nor the truncation a call
+    # left set
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     key = Hasher.hash(
         [
+            # private: listed in qa_hpc/private_api.py
             examples._fingerprint,
             fn.__name__,
             type(tokenizer).__name__,
@@ -285,7 +290,8 @@ def _featurize(
     )
     folder = os.path.join(cache_dir, f"{name}-{key}")
     os.makedirs(folder, exist_ok=True)
-    before, t0 = set(os.listdir(folder)), time.time()
+    before = set(os.listdir(folder))
+    t0 = time.time()
     features = examples.map(
         fn,
         batched=True,
@@ -306,10 +312,9 @@ def _featurize(
         len(features),
         folder,
     )
-    real, n = (
-        int(real_lengths(features).sum()),
-        len(features),
-    )  # against padding every feature to max_seq_length
+    # the real tokens, against padding every feature to max_seq_length
+    real = int(real_lengths(features).sum())
+    n = len(features)
     logger.info(
         "TOKENS split=%s features=%d real_tokens=%d tokens_at_max_length=%d mean_len=%.1f",
         name,

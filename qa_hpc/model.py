@@ -1,5 +1,6 @@
-"""The tokenizer and QA model (hub, local directory or the offline MiniLM package) and its shape; a model or dataset
-neither on disk nor reachable is one UsageError naming the cache, why the hub was no help and how to get it."""
+"""The tokenizer and QA model (hub, local directory or the offline MiniLM package) and its shape; a model or
+dataset neither on disk nor reachable is one UsageError naming the cache, why the hub was no help and how to
+get it."""
 
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def resolve_model_path(name: str) -> str:
 
 
 def _pretrained(auto: type, name: str, model_args: ModelArguments, **extra: object) -> Any:
-    """auto.from_pretrained(name) with the hub flags; a name neither on disk nor reachable is one UsageError."""
+    """auto.from_pretrained(name) with the hub flags; a name neither on disk nor reachable is one
+    UsageError."""
     with from_disk_or_hub("model", name, model_args.cache_dir):
         return auto.from_pretrained(
             name,
@@ -103,7 +105,8 @@ def _pretrained(auto: type, name: str, model_args: ModelArguments, **extra: obje
 
 
 def load_config(model_args: ModelArguments) -> PretrainedConfig:
-    """The model's config: loaded first, so a model that is neither on disk nor reachable fails before anything."""
+    """The model's config: loaded first, so a model that is neither on disk nor reachable fails before
+    anything."""
     return _pretrained(
         AutoConfig, model_args.config_name or resolve_model_path(model_args.model_name_or_path), model_args
     )
@@ -123,17 +126,19 @@ def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerFast:
 def load_model(
     model_args: ModelArguments, config: PretrainedConfig, attn_implementation: str | None = None
 ) -> PreTrainedModel:
-    """The QA model in fp32 whatever dtype it was saved in (transformers 5's dtype="auto" would train a model saved
-    in fp16 with fp16 master weights); pickled weights are loaded weights_only."""
+    """The QA model in fp32 whatever dtype it was saved in (transformers 5's dtype="auto" would train a model
+    saved in fp16 with fp16 master weights); pickled weights are loaded weights_only."""
     model_path = resolve_model_path(model_args.model_name_or_path)
     extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
     try:
         return _pretrained(
             AutoModelForQuestionAnswering, model_path, model_args, config=config, dtype=torch.float32, **extra
         )
-    except pickle.UnpicklingError as err:  # torch.load(weights_only=True) met something other than tensors
+    # torch.load(weights_only=True) met something other than tensors
+    except pickle.UnpicklingError as err:
         lines = str(err).strip().splitlines() or [type(err).__name__]
-        detail = next((ln for ln in lines if "GLOBAL" in ln), lines[0]).strip()  # names the blocked object
+        # the line that names the blocked object
+        detail = next((ln for ln in lines if "GLOBAL" in ln), lines[0]).strip()
         raise UsageError(
             f"{model_path}: refusing to load the pickled weights file: it holds objects other than "
             f"tensors, which could run code ({detail}); use a safetensors copy of the model from a "
@@ -143,26 +148,28 @@ def load_model(
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The sizes that FLOP and memory figures need, counted right after loading (before FSDP or another wrapper
-    shards the parameters: a count taken later would be about 1/world_size of the model)."""
+    """The sizes that FLOP and memory figures need, counted right after loading (before FSDP or another
+    wrapper shards the parameters: a count taken later would be about 1/world_size of the model)."""
 
     name: str
     params: int
     trainable_params: int
-    non_embedding_params: int  # parameters outside the embedding tables (they cost no matmul FLOPs)
+    # parameters outside the embedding tables (they cost no matmul FLOPs)
+    non_embedding_params: int
     layers: int
     hidden: int
     heads: int
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> ModelShape:
-        cfg, named = getattr(model, "config", None), list(model.named_parameters())
+        cfg = getattr(model, "config", None)
+        named = list(model.named_parameters())
         dims = (
             int(getattr(cfg, key, 0) or 0)
             for key in ("num_hidden_layers", "hidden_size", "num_attention_heads")
         )
         return cls(
-            str(getattr(cfg, "_name_or_path", "") or ""),
+            str(getattr(cfg, "name_or_path", "") or ""),
             sum(p.numel() for _, p in named),
             sum(p.numel() for _, p in named if p.requires_grad),
             sum(p.numel() for n, p in named if "embeddings." not in n),

@@ -1,7 +1,7 @@
-"""Stop cleanly when the scheduler says time is up (SIGTERM, or SIGUSR1 with `#SBATCH --signal=USR1@120`), and
-resume where the run stopped. The handler only sets a flag: handlers run between two bytecodes, so I/O or
-collectives there could deadlock. Every `vote_every` optimizer steps the ranks vote (an all_reduce, which syncs
-host and device on GPUs) and all stop at the same step with a full checkpoint.
+"""Stop cleanly when the scheduler says time is up (SIGTERM, or SIGUSR1 with `#SBATCH --signal=USR1@120`),
+and resume where the run stopped. The handler only sets a flag: handlers run between two bytecodes, so I/O
+or collectives there could deadlock. Every `vote_every` optimizer steps the ranks vote (an all_reduce, which
+syncs host and device on GPUs) and all stop at the same step with a full checkpoint.
 """
 
 from __future__ import annotations
@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-from transformers.trainer_utils import sort_checkpoints
 
 from qa_hpc.dist import any_rank
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 
 logger = logging.getLogger(__name__)
+# the folders the Trainer saves checkpoints into, numbered by global step
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
 
 
 class StopRequest:
@@ -37,10 +39,12 @@ class StopRequest:
 
 
 def apply_collective_timeout(seconds: float) -> None:
-    """Make --ddp_timeout the timeout of every collective, gloo included: transformers passes it to the process
-    group only for GPU backends, so a frozen rank of a CPU job would hang for torch's 30-minute default."""
+    """Make --ddp_timeout the timeout of every collective, gloo included: transformers passes it to the
+    process group only for GPU backends, so a frozen rank of a CPU job would hang for torch's 30-minute
+    default."""
     if dist.is_available() and dist.is_initialized():
-        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=seconds))  # the default group
+        # the default group (private: listed in qa_hpc/private_api.py)
+        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=seconds))
         logger.info("COLLECTIVE_TIMEOUT_SECONDS=%g backend=%s", seconds, dist.get_backend())
 
 
@@ -48,8 +52,10 @@ class PreemptionCallback(TrainerCallback):
     """Every vote_every optimizer steps: if any rank was signalled, save a checkpoint and stop training."""
 
     def __init__(self, request: StopRequest, vote_every: int) -> None:
-        self.request, self.vote_every = request, vote_every
-        self.stopped_at_step: int | None = None  # None: training was not stopped by a signal
+        self.request = request
+        self.vote_every = vote_every
+        # None: training was not stopped by a signal
+        self.stopped_at_step: int | None = None
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
@@ -67,10 +73,22 @@ class PreemptionCallback(TrainerCallback):
         return control
 
 
+def checkpoints_oldest_first(output_dir: str) -> list[str]:
+    """The checkpoint-N folders in output_dir, by N (the Trainer's own order; transformers has no public
+    call for it)."""
+    numbered = []
+    for path in Path(output_dir).glob("checkpoint-*"):
+        match = CHECKPOINT_NAME.match(path.name)
+        if match is not None and path.is_dir():
+            numbered.append((int(match.group(1)), str(path)))
+    return [path for _, path in sorted(numbered)]
+
+
 def last_complete_checkpoint(output_dir: str) -> str | None:
-    """The newest checkpoint-N in output_dir with a readable trainer_state.json (the Trainer writes it last), naming
-    those without: a job killed while saving leaves one (transformers' get_last_checkpoint would resume from it)."""
-    for path in reversed(sort_checkpoints(output_dir)):
+    """The newest checkpoint-N in output_dir with a readable trainer_state.json (the Trainer writes it last),
+    naming those without: a job killed while saving leaves one (transformers' get_last_checkpoint would
+    resume from it)."""
+    for path in reversed(checkpoints_oldest_first(output_dir)):
         try:
             json.loads(Path(path, "trainer_state.json").read_text(encoding="utf-8"))
             return path
@@ -82,9 +100,9 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
 
 
 def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:
-    """What a non-empty --output_dir means (transformers 5 has no overwrite_output_dir): --resume_from_checkpoint
-    wins; else resume from its last complete checkpoint (a requeued job continues by itself); other files: refuse,
-    unless --overwrite_output_dir."""
+    """What a non-empty --output_dir means (transformers 5 has no overwrite_output_dir):
+    --resume_from_checkpoint wins; else resume from its last complete checkpoint (a requeued job continues by
+    itself); other files: refuse, unless --overwrite_output_dir."""
     out = training_args.output_dir
     if (
         training_args.resume_from_checkpoint

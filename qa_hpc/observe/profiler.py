@@ -1,7 +1,7 @@
-"""torch.profiler on a few scheduled training steps (profiling every step slows training and writes tens of GB),
-then stopped: per rank a Chrome/Perfetto trace and the key_averages table, sorted by self device time (CPU time on
-a CPU). Each kept step is `ProfilerStep#S` with S the Trainer's global step it completes: trace, table and
-TensorBoard speak of the same steps.
+"""torch.profiler on a few scheduled training steps (profiling every step slows training and writes tens of
+GB), then stopped: per rank a Chrome/Perfetto trace and the key_averages table, sorted by self device time
+(CPU time on a CPU). Each kept step is `ProfilerStep#S` with S the Trainer's global step it completes:
+trace, table and TensorBoard speak of the same steps.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ class ProfilerCallback(TrainerCallback):
     """Profile the scheduled training steps of every rank; write traces and op tables."""
 
     def __init__(self, cfg: ObservabilityArguments, out_dir: str) -> None:
-        self.cfg, self.out_dir, self.rank = cfg, out_dir, 0
+        self.cfg = cfg
+        self.out_dir = out_dir
+        self.rank = 0
         self.prof: torch.profiler.profile | None = None
         gpu = torch.cuda.is_available()
         self.activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
@@ -34,9 +36,11 @@ class ProfilerCallback(TrainerCallback):
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
     ) -> None:
-        self.rank, c = args.process_index, self.cfg
+        self.rank = args.process_index
+        c = self.cfg
         os.makedirs(self.out_dir, exist_ok=True)
-        first = state.global_step + 1  # ProfilerStep#S completes global step S, also after a resume
+        # ProfilerStep#S completes global step S, also after a resume
+        first = state.global_step + 1
         schedule = torch.profiler.schedule(
             wait=c.profile_wait,
             warmup=c.profile_warmup,
@@ -52,16 +56,19 @@ class ProfilerCallback(TrainerCallback):
             profile_memory=c.profile_memory,
             with_stack=c.profile_with_stack,
         )
-        self.prof.step_num, self.prof.current_action = first, self.prof.schedule(first)
+        # the profiler counts its steps from 0: start it at the global step, and in the schedule's action
+        # for that step (qa_hpc/private_api.py lists these two attributes)
+        self.prof.step_num = first
+        self.prof.current_action = self.prof.schedule(first)
         self.prof.start()
         if state.is_world_process_zero:
             kept = first + c.profile_wait + c.profile_warmup
-            span = (
-                f"global steps {kept}-{kept + c.profile_active - 1}"
-                + (f" and {c.profile_repeat - 1} more cycle(s)" if c.profile_repeat > 1 else "")
-                if c.profile_repeat
-                else "every cycle until training ends (repeat=0)"
-            )
+            if not c.profile_repeat:
+                span = "every cycle until training ends (repeat=0)"
+            else:
+                span = f"global steps {kept}-{kept + c.profile_active - 1}"
+                if c.profile_repeat > 1:
+                    span += f" and {c.profile_repeat - 1} more cycle(s)"
             logger.info(
                 "PROFILER on: wait=%d warmup=%d active=%d repeat=%d activities=%s; will keep %s; writing to "
                 "%s",
@@ -104,24 +111,32 @@ class ProfilerCallback(TrainerCallback):
             )
 
     def _stop(self) -> None:
-        prof, self.prof = self.prof, None
+        prof = self.prof
+        self.prof = None
         if prof is not None:
-            prof.stop()  # inside an active window this still calls _trace_ready for what was kept
+            # inside an active window this still calls _trace_ready for what was kept
+            prof.stop()
 
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
-        steps, self.kept_steps, c, rank = self.kept_steps, [], self.cfg, self.rank
+        steps = self.kept_steps
+        self.kept_steps = []
+        c = self.cfg
+        rank = self.rank
         self.written.append(steps)
         cycle = len(self.written)
-        trace = os.path.join(self.out_dir, f"trace_rank{rank}{'' if cycle == 1 else f'_cycle{cycle}'}.json")
+        cycle_suffix = "" if cycle == 1 else f"_cycle{cycle}"
+        trace = os.path.join(self.out_dir, f"trace_rank{rank}{cycle_suffix}.json")
         prof.export_chrome_trace(trace)
-        summary = os.path.join(self.out_dir, f"profiler_summary{f'_rank{rank}' if rank else ''}.txt")
+        rank_suffix = f"_rank{rank}" if rank else ""
+        summary = os.path.join(self.out_dir, f"profiler_summary{rank_suffix}.txt")
         span = f"{steps[0]}-{steps[-1]}" if steps else "none"
         with open(summary, "w" if cycle == 1 else "a", encoding="utf-8") as fh:
             fh.write(
-                f"# torch.profiler key_averages, rank {rank}, cycle {cycle}: global steps {span} ({len(steps)} "
-                f"steps, ProfilerStep#<step> in the trace)\n# activities: "
+                f"# torch.profiler key_averages, rank {rank}, cycle {cycle}: global steps {span} "
+                f"({len(steps)} steps, ProfilerStep#<step> in the trace)\n# activities: "
                 f"{'+'.join(a.name for a in self.activities)}; sorted by {self.sort_by}; record_shapes="
-                f"{c.profile_record_shapes} profile_memory={c.profile_memory} with_stack={c.profile_with_stack}"
+                f"{c.profile_record_shapes} profile_memory={c.profile_memory} "
+                f"with_stack={c.profile_with_stack}"
                 "\n# Times are summed over the profiled steps and include the profiler's own overhead.\n"
                 + prof.key_averages().table(sort_by=self.sort_by, row_limit=c.profile_row_limit)
                 + "\n"

@@ -1,7 +1,8 @@
-"""TensorBoard: transformers' TensorBoardCallback plus speed, padding, GPU memory and the run's totals (README lists
-the tags). Whole-run figures go under train_total/ and predict/, not into the train/ curves. One event file per
-launch: the writer stays open after training, and the run's totals close it. Real tokens are summed on the device
-(no host sync per step) and reduced across ranks once per logging step, where the Trainer syncs anyway.
+"""TensorBoard: transformers' TensorBoardCallback plus speed, padding, GPU memory and the run's totals
+(README lists the tags). Whole-run figures go under train_total/ and predict/, not into the train/ curves.
+One event file per launch: the writer stays open after training, and the run's totals close it. Real tokens
+are summed on the device (no host sync per step) and reduced across ranks once per logging step, where the
+Trainer syncs anyway.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 
 import torch
 from accelerate.utils import reduce
+from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 from transformers import TrainerControl, TrainerState, TrainingArguments
 from transformers.integrations import TensorBoardCallback
@@ -35,22 +37,28 @@ def _finite(value: object) -> bool:
 
 
 class TensorBoard(TensorBoardCallback):
-    """Rank 0 writes; every rank counts the samples, fed tokens (host ints: shapes need no sync) and real tokens (on
-    the device) of training, and joins their reduction at each logging step."""
+    """Rank 0 writes; every rank counts the samples, fed tokens (host ints: shapes need no sync) and real
+    tokens (on the device) of training, and joins their reduction at each logging step."""
 
     def __init__(self, log_dir: str) -> None:
         super().__init__()
-        self.logging_dir = log_dir  # also for an evaluation-only run, which never calls on_train_begin
+        # set here also for an evaluation-only run, which never calls on_train_begin
+        self.logging_dir = log_dir
         logger.info("TENSORBOARD_DIR=%s", log_dir)
-        self.samples, self.tokens, self.real, self.hook = 0, 0, 0, None
-        self.interval_start, self.interval_step = time.perf_counter(), 0
+        self.samples = 0
+        self.tokens = 0
+        self.real: int | torch.Tensor = 0
+        self.hook: torch.utils.hooks.RemovableHandle | None = None
+        self.interval_start = time.perf_counter()
+        self.interval_step = 0
 
     def _count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        ids, mask = kwargs.get("input_ids", args[0] if args else None), kwargs.get("attention_mask")
-        if module.training and isinstance(
-            ids, torch.Tensor
-        ):  # evaluation forwards are not training throughput
-            self.samples, self.tokens = self.samples + ids.shape[0], self.tokens + ids.numel()
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        mask = kwargs.get("attention_mask")
+        # evaluation forwards are not training throughput
+        if module.training and isinstance(ids, torch.Tensor):
+            self.samples += ids.shape[0]
+            self.tokens += ids.numel()
             self.real = self.real + (mask.sum() if isinstance(mask, torch.Tensor) else ids.numel())
 
     def on_train_begin(
@@ -76,14 +84,17 @@ class TensorBoard(TensorBoardCallback):
     ) -> None:
         logs = dict(logs or {})
         if "loss" in logs and "learning_rate" in logs:
-            logs.update(self._interval(args, state))  # a collective: every rank gets here
+            # a collective: every rank gets here
+            logs.update(self._interval(args, state))
         else:
-            logs.pop("epoch", None)  # the Trainer adds it to every log; it is a train/ curve already
+            # the Trainer adds it to every log; it is a train/ curve already
+            logs.pop("epoch", None)
         if not state.is_world_process_zero:
             return
         own = next(((folder, prefix) for marker, folder, prefix in OWN_LOGS if marker in logs), None)
         if own is None:
-            return super().on_log(args, state, control, logs=logs, **kwargs)  # train/<key>, eval/<key>
+            # as train/<key>, eval/<key>
+            return super().on_log(args, state, control, logs=logs, **kwargs)
         self.write_scalars(
             {own[0] + key.removeprefix(own[1]): value for key, value in logs.items()}, state.global_step
         )
@@ -92,14 +103,18 @@ class TensorBoard(TensorBoardCallback):
     def on_evaluate(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
     ) -> None:
-        self.interval_start, self.interval_step = time.perf_counter(), state.global_step  # not step time
+        # evaluation is not step time
+        self.interval_start = time.perf_counter()
+        self.interval_step = state.global_step
 
-    on_save = on_evaluate  # nor is checkpointing
+    # nor is checkpointing
+    on_save = on_evaluate
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
     ) -> None:
-        if self.hook is not None:  # the writer stays open for the evaluation after training
+        # the writer stays open for the evaluation after training
+        if self.hook is not None:
             self.hook.remove()
             self.hook = None
 
@@ -109,10 +124,10 @@ class TensorBoard(TensorBoardCallback):
             [torch.as_tensor(n, device=args.device) for n in (self.samples, self.tokens, self.real)]
         )
         self.samples = self.tokens = self.real = 0
-        samples, tokens, real = (
-            int(x) for x in reduce(counts, reduction="sum").tolist()
-        )  # a collective under DDP
-        elapsed, steps = time.perf_counter() - self.interval_start, state.global_step - self.interval_step
+        # a collective under DDP
+        samples, tokens, real = (int(x) for x in reduce(counts, reduction="sum").tolist())
+        elapsed = time.perf_counter() - self.interval_start
+        steps = state.global_step - self.interval_step
         self.on_evaluate(args, state, None)
         values: dict[str, float] = {}
         if steps > 0 and elapsed > 0:
@@ -129,8 +144,9 @@ class TensorBoard(TensorBoardCallback):
         return values
 
     def write_scalars(self, scalars: Mapping[str, object], step: int) -> None:
+        # the writer TensorBoardCallback would open at its first log
         if self.tb_writer is None:
-            self._init_summary_writer(None)
+            self.tb_writer = SummaryWriter(log_dir=self.logging_dir)
         for tag, value in scalars.items():
             if _finite(value):
                 self.tb_writer.add_scalar(tag, value, step)
@@ -138,13 +154,14 @@ class TensorBoard(TensorBoardCallback):
     def write_totals(
         self, hparams: Mapping[str, float | str], metrics: Mapping[str, object], step: int
     ) -> None:
-        """The run's totals: the HPARAMS tab (metrics as hparam/* scalars) and a run_summary text; closes. Rank 0."""
+        """The run's totals: the HPARAMS tab (metrics as hparam/* scalars) and a run_summary text; closes.
+        Rank 0."""
         numbers = {f"hparam/{k}": float(v) for k, v in metrics.items() if _finite(v)}
         self.write_scalars(numbers, step)
-        for summary in hparams_summary(
-            dict(hparams), numbers
-        ):  # into this event file: not add_hparams' subfolder
-            self.tb_writer._get_file_writer().add_summary(summary)
+        # into this event file, not add_hparams' subfolder: SummaryWriter has no public call for that
+        # (qa_hpc/private_api.py lists file_writer)
+        for summary in hparams_summary(dict(hparams), numbers):
+            self.tb_writer.file_writer.add_summary(summary)
         rows = "\n".join(f"| {k} | {v} |" for k, v in {**hparams, **metrics}.items())
         self.tb_writer.add_text("run_summary", "| run total | value |\n|---|---|\n" + rows, step)
         self.tb_writer.close()

@@ -37,7 +37,8 @@ CODAS = [""] * 8 + ["n", "r", "l", "s", "k"]
 WORDS = {
     "C": "red blue green yellow white black orange purple grey brown silver golden pink violet",
     "M": "January February March April May June July August September October November December",
-    "G": "salt wool copper timber glass cheese silk leather honey pottery tea iron wine paper rope tin barley amber",
+    "G": "salt wool copper timber glass cheese silk leather honey pottery tea iron wine paper rope tin "
+    "barley amber",
     "F": "lanterns bread music kites flowers masks boats candles apples drums ribbons stars horses bells",
     "A": "fox owl bear wolf heron stag eagle otter hare swan badger falcon lynx crane boar raven beaver goat",
     "J": "baker teacher sailor doctor painter carpenter judge miller blacksmith farmer merchant poet builder "
@@ -46,12 +47,13 @@ WORDS = {
     "R": "north south east west",
 }
 CHOICES = {slot: words.split() for slot, words in WORDS.items()}
+# a book title: adjective, noun
 BOOK = (
-    "Silent Golden Hidden Last Broken Northern Quiet Distant Burning Frozen Endless Lonely Secret Crimson Little "
-    "Winter".split(),
+    "Silent Golden Hidden Last Broken Northern Quiet Distant Burning Frozen Endless Lonely Secret Crimson "
+    "Little Winter".split(),
     "Harbour Garden Valley Bridge Lantern Orchard Tower Road Island Forest Letter Mirror Kingdom "
     "River Meadow Window".split(),
-)  # a book title: adjective, noun
+)
 
 # kind -> facts: (sentence, {slot answered: "paraphrase|paraphrase"}). {E} is the block's entity; other
 # slots are drawn per fact (T town, P person, W lake, Y year, N population, C colour, ...).
@@ -79,8 +81,10 @@ FACTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         (
             "Every year in {M}, the people of {E} hold a festival of {F}.",
             {
-                "M": "In which month is the festival of {E} held?|When do the people of {E} hold their festival?",
-                "F": "What is the festival of {E} about?|What do the people of {E} celebrate at their festival?",
+                "M": "In which month is the festival of {E} held?"
+                "|When do the people of {E} hold their festival?",
+                "F": "What is the festival of {E} about?"
+                "|What do the people of {E} celebrate at their festival?",
             },
         ),
         (
@@ -90,7 +94,8 @@ FACTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         (
             "The old bridge of {E} has {K} arches.",
             {
-                "K": "How many arches does the old bridge of {E} have?|How many arches are in the bridge of {E}?"
+                "K": "How many arches does the old bridge of {E} have?"
+                "|How many arches are in the bridge of {E}?"
             },
         ),
     ],
@@ -137,7 +142,8 @@ FACTS: dict[str, list[tuple[str, dict[str, str]]]] = {
             "Lake {E} lies {D} {R} of {T}.",
             {
                 "D": "How far is Lake {E} from {T}?|What is the distance from {T} to Lake {E}?",
-                "R": "In which direction from {T} does Lake {E} lie?|Is Lake {E} north, south, east or west of {T}?",
+                "R": "In which direction from {T} does Lake {E} lie?"
+                "|Is Lake {E} north, south, east or west of {T}?",
             },
         ),
         (
@@ -167,23 +173,28 @@ NUMBERS: dict[str, Callable[[random.Random], str]] = {
     "H": lambda r: f"{r.randint(800, 4800)} metres",
     "D": lambda r: f"{r.randint(2, 95)} kilometres",
 }
-KINDS, KIND_WEIGHTS = ("town", "person", "river", "mountain", "lake"), (5, 4, 2, 2, 2)
-QUESTIONS_PER_PARAGRAPH, PARAGRAPHS_PER_ARTICLE = 6, 5
-Fact = dict[str, Any]  # a candidate question: its text, answer, offsets, kind, paraphrases, slots
+KINDS = ("town", "person", "river", "mountain", "lake")
+KIND_WEIGHTS = (5, 4, 2, 2, 2)
+QUESTIONS_PER_PARAGRAPH = 6
+PARAGRAPHS_PER_ARTICLE = 5
+# a candidate question: its text, answer, offsets, kind, paraphrases, slots
+Fact = dict[str, Any]
 
 
 class _Paragraph:
-    """One context being written: blocks of facts, its candidate questions, names and values unique in it."""
+    """One context being written: blocks of facts, its candidate questions, names and values unique in
+    it."""
 
     def __init__(self, rng: random.Random) -> None:
-        self.rng, self.words, self.values = (
-            rng,
-            set[str](),
-            set[str](),
-        )  # name words used; answer values but names
+        self.rng = rng
+        # the words of the names used so far
+        self.words: set[str] = set()
+        # the answer values used so far, names aside
+        self.values: set[str] = set()
         self.towns: list[str] = []
         self.parts: list[str] = []
-        self.facts: list[Fact] = []  # candidate questions, answers at their offsets in the context
+        # candidate questions, answers at their offsets in the context
+        self.facts: list[Fact] = []
 
     def word(self, lo: int, hi: int) -> str:
         while True:
@@ -199,7 +210,8 @@ class _Paragraph:
         return f"{self.word(2, 3)} {self.word(1, 2)}" if kind == "person" else self.word(2, 3)
 
     def value(self, slot: str) -> str | None:
-        """A value for `slot`: names are new (a town may repeat); other values are unique in the paragraph."""
+        """A value for `slot`: names are new (a town may repeat); other values are unique in the
+        paragraph."""
         if slot == "T":
             return (
                 self.rng.choice(self.towns) if self.towns and self.rng.random() < 0.5 else self.name("town")
@@ -215,7 +227,8 @@ class _Paragraph:
 
     def fact(self, template: str, slots: dict[str, str]) -> tuple[str, dict[str, tuple[int, int]]] | None:
         """The sentence of `template` with its slots filled, and where each slot sits in it."""
-        text, spans = "", {}
+        text = ""
+        spans: dict[str, tuple[int, int]] = {}
         for literal, slot, _, _ in string.Formatter().parse(template):
             text += literal
             if slot:
@@ -283,10 +296,12 @@ def generate_squad(
     paragraphs: list[dict[str, Any]] = []
     made = 0
     while made < num_questions:
-        paragraph = _Paragraph(rng)  # names stay unique in it
+        # names stay unique in it
+        paragraph = _Paragraph(rng)
         while sum(len(part.split()) for part in paragraph.parts) < context_words:
             paragraph.add_block()
-        context, name = " ".join(paragraph.parts), paragraph.name
+        context = " ".join(paragraph.parts)
+        name = paragraph.name
         # at most one question per sentence (a sentence's facts are adjacent)
         groups = [list(facts) for _, facts in itertools.groupby(paragraph.facts, key=itemgetter("sentence"))]
         qas: list[dict[str, Any]] = []
@@ -295,9 +310,8 @@ def generate_squad(
             fact = rng.choice(groups[index])
             qa: dict[str, Any] = {"id": f"{title_prefix}-{made:06d}"}
             made += 1
-            if (
-                with_impossible and rng.random() < 1 / 3
-            ):  # about an entity of that kind the context never names
+            # about an entity of that kind the context never names
+            if with_impossible and rng.random() < 1 / 3:
                 while (fake := name(fact["kind"])) in context or any(
                     word in context for word in fake.split()
                 ):
@@ -343,12 +357,13 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed, with_impossible=args.version_2_with_negative, context_words=args.context_words
     )
     val = generate_squad(args.num_eval, title_prefix="demo-validation", **common)
+    # the validation set without its answers: the shape of an unlabeled test file
     test = {
         **val,
         "data": [
             {
                 **art,
-                "paragraphs": [  # the shape of an unlabeled test file
+                "paragraphs": [
                     {
                         **par,
                         "qas": [
@@ -368,8 +383,10 @@ def main(argv: list[str] | None = None) -> int:
         "test.json": test,
     }
     for name, dataset in files.items():
-        text = json.dumps(dataset, ensure_ascii=False, separators=(",", ":")) + "\n"  # same dict, same bytes
-        path, data = Path(args.output_dir) / name, text.encode()
+        # same dict, same bytes
+        text = json.dumps(dataset, ensure_ascii=False, separators=(",", ":")) + "\n"
+        path = Path(args.output_dir) / name
+        data = text.encode()
         write_text_atomic(path, text)
         qas = [qa for art in dataset["data"] for par in art["paragraphs"] for qa in par["qas"]]
         print(

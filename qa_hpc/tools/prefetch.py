@@ -23,8 +23,9 @@ MODEL_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.j
 
 
 def hub_reachable(model: str, timeout: float = 5.0) -> bool:
-    """True when the hub answers for `model`: one HTTP request, no download. Not huggingface_hub's model_info: it
-    may first fetch other things (its agent-harness registry), writes caches, and reads offline mode as "no"."""
+    """True when the hub answers for `model`: one HTTP request, no download. Not huggingface_hub's
+    model_info: it may first fetch other things (its agent-harness registry), writes caches, and reads
+    offline mode as "no"."""
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     try:
         with urllib.request.urlopen(f"{endpoint}/api/models/{model}", timeout=timeout) as resp:
@@ -38,7 +39,8 @@ def report(model: str, dataset: str) -> bool:
     loading offline."""
     from huggingface_hub import try_to_load_from_cache
 
-    config, weights = (try_to_load_from_cache(model, file) for file in ("config.json", "model.safetensors"))
+    config = try_to_load_from_cache(model, "config.json")
+    weights = try_to_load_from_cache(model, "model.safetensors")
     path = os.path.dirname(config) if isinstance(config, str) and isinstance(weights, str) else None
     print(f"CACHED model={model} path={path}" if path else f"MISSING model={model}", flush=True)
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -74,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"HUB_REACHABLE={int(reachable)}", flush=True)
     if args.reachable:
         return 0 if reachable else 1
-    if reachable:  # fetch the model files and the data set into HF_HOME
+    # fetch the model files and the data set into HF_HOME
+    if reachable:
         import datasets
         from huggingface_hub import snapshot_download
 

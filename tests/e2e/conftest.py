@@ -1,7 +1,8 @@
-"""Real runs of run_qa.py shared by the end-to-end tests, each trained once per session and read by many tests:
-plain (one process), ddp (torchrun, 2 gloo ranks, through tests/fixtures/run_qa_probe.py) and failed (bad data,
-exit 2). Each lives in a "project" folder as a cluster user has it (logs/<job name>-<job id>.out, outputs/<job
-name>/), with the Slurm job name and id in the variables Slurm sets, so run_summary.json records them as under Slurm.
+"""Real runs of run_qa.py shared by the end-to-end tests, each trained once per session and read by many
+tests: plain (one process), ddp (torchrun, 2 gloo ranks, through tests/fixtures/run_qa_probe.py) and failed
+(bad data, exit 2). Each lives in a "project" folder as a cluster user has it (logs/<job name>-<job id>.out,
+outputs/<job name>/), with the Slurm job name and id in the variables Slurm sets, so run_summary.json records
+them as under Slurm.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from fixtures.runs import (
 
 def _launch(job: tuple[str, str], project: Path, command: Callable[[Path], list[str]], **env: str) -> Run:
     """Run command(output dir) as Slurm job `job` of `project` would, its output in the job's log."""
-    out, log = project / "outputs" / job[0], project / "logs" / f"{job[0]}-{job[1]}.out"
+    out = project / "outputs" / job[0]
+    log = project / "logs" / f"{job[0]}-{job[1]}.out"
     started = time.monotonic()
     with open(log, "w", encoding="utf-8") as fh:
         proc = subprocess.run(

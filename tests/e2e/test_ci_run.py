@@ -1,6 +1,7 @@
 """.ci/run, run for real (bash) in a copy whose heavy steps are stand-ins that record their calls: `python3`
-(venv creation), the venv's python (pip, the venv check and pytest), `id`, `apt-get` and the Slurm start/stop
-scripts. Under CI=true it fails when the local Slurm does not start or it is not root; elsewhere it carries on.
+(venv creation), the venv's python (pip, the venv check and pytest) and ruff, `id`, `apt-get` and the Slurm
+start/stop scripts. Under CI=true it fails when the local Slurm does not start or it is not root; elsewhere
+it carries on.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ SETUP = [
     "venv python -m pip install -q --disable-pip-version-check -r requirements.txt",
     "venv python -m pip install -q --disable-pip-version-check --no-deps -e .",
     "venv check",
+    "ruff check .",
+    "ruff format --check .",
 ]
-APT, START, PYTEST, STOP = (
-    "apt-get install -y -q libjemalloc2 libtcmalloc-minimal4",
-    "slurm start",
-    "venv python -m pytest",
-    "slurm stop --quiet",
-)
+APT = "apt-get install -y -q libjemalloc2 libtcmalloc-minimal4"
+START = "slurm start"
+PYTEST = "venv python -m pytest"
+STOP = "slurm stop --quiet"
 
 
 @pytest.mark.parametrize(
@@ -41,7 +42,9 @@ APT, START, PYTEST, STOP = (
 def test_ci_run_needs_root_and_slurm_under_ci_only(
     ci, slurm_rc, uid, code, says, then, tmp_path: Path
 ) -> None:
-    root, bin_dir, calls = tmp_path / "checkout", tmp_path / "bin", tmp_path / "calls.log"
+    root = tmp_path / "checkout"
+    bin_dir = tmp_path / "bin"
+    calls = tmp_path / "calls.log"
     (root / ".ci").mkdir(parents=True)
     (root / "ci" / "slurm").mkdir(parents=True)
     bin_dir.mkdir()
@@ -56,9 +59,12 @@ def test_ci_run_needs_root_and_slurm_under_ci_only(
         f'#!/bin/bash\n[ "$1" = - ] && {{ cat >/dev/null; echo "venv check" >> {calls}; exit 0; }}\n'
         f'echo "venv python $*" >> {calls}\n'
     )
+    ruff = tmp_path / "ruff"
+    ruff.write_text(f'#!/bin/bash\necho "ruff $*" >> {calls}\n')
     stubs = {
-        "python3": f'[ "$1 $2" = "-m venv" ] || exit 9\nmkdir -p "$3/bin" && cp {venv_python} "$3/bin/python"\n'
-        f'chmod +x "$3/bin/python"\necho "python3 $*" >> {calls}\n',
+        "python3": f'[ "$1 $2" = "-m venv" ] || exit 9\nmkdir -p "$3/bin"\n'
+        f'cp {venv_python} "$3/bin/python" && cp {ruff} "$3/bin/ruff"\n'
+        f'chmod +x "$3/bin/python" "$3/bin/ruff"\necho "python3 $*" >> {calls}\n',
         "id": f'[ "$1" = -u ] && {{ echo {uid}; exit 0; }}\nexec /usr/bin/id "$@"\n',
         "apt-get": f'echo "apt-get $*" >> {calls}\n',
     }

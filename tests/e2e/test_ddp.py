@@ -1,7 +1,7 @@
-"""Real multi-process DDP on CPU (gloo): what every rank holds and sees, not rank 0 alone. The shared 2-rank run
-(tests/e2e/conftest.py) trains through tests/fixtures/run_qa_probe.py, which saves each rank's parameters after the
-last step, so split data, synchronized gradients, the best checkpoint loaded everywhere and an exact resume after a
-stop are read back from files; killed, frozen and voting ranks run under torchrun of their own.
+"""Real multi-process DDP on CPU (gloo): what every rank holds and sees, not rank 0 alone. The shared 2-rank
+run (tests/e2e/conftest.py) trains through tests/fixtures/run_qa_probe.py, which saves each rank's parameters
+after the last step, so split data, synchronized gradients, the best checkpoint loaded everywhere and an exact
+resume after a stop are read back from files; killed, frozen and voting ranks run under torchrun of their own.
 """
 
 from __future__ import annotations
@@ -63,13 +63,14 @@ def probe_env(params: Path, **extra: str) -> dict[str, str]:
 def test_two_ranks_split_the_data_evaluate_every_question_once_and_rank0_closes(
     ddp: Run, ddp_data: dict
 ) -> None:
-    out, log = ddp.ok().out, ddp.text
+    out = ddp.ok().out
+    log = ddp.text
     assert "DISTRIBUTED world_size=2" in log and "backend=gloo" in log
     train_feats = read(out / "train_results.json")["train_samples"]
     assert train_feats == len(windows(flat(read(ddp_data["train"])))["input_ids"])
-    assert read(out / "trainer_state.json")["global_step"] == 2 * math.ceil(
-        train_feats / (DDP_BATCH * 2)
-    )  # 2 epochs
+    # 2 epochs
+    steps_per_epoch = math.ceil(train_feats / (DDP_BATCH * 2))
+    assert read(out / "trainer_state.json")["global_step"] == 2 * steps_per_epoch
     n_feat = len(windows(flat(read(ddp_data["validation"])))["input_ids"])
     assert n_feat % 2 == 1 and read(out / "eval_results.json")["eval_samples"] == n_feat
     assert sorted(read(out / "eval_predictions.json")) == sorted(
@@ -95,7 +96,8 @@ def test_gradients_are_synchronized_across_ranks(
     assert max_diff(rank0, load_file(ddp.out / f"checkpoint-{steps}" / "model.safetensors")) == 0
 
     # the same training without the all-reduce, by two torchrun agents as two nodes meeting at a c10d endpoint
-    out, alone = tmp_path / "out", tmp_path / "params"
+    out = tmp_path / "out"
+    alone = tmp_path / "params"
     cmd = torchrun(
         PROBE,
         *ddp_train_flags(tiny_bert, ddp_data, out),
@@ -130,11 +132,11 @@ def test_best_checkpoint_is_loaded_on_every_rank_and_scores_like_one_process(
 ) -> None:
     out = ddp.ok().out
     state = read(out / "trainer_state.json")
-    steps, f1 = state["global_step"], evals(state)
+    steps = state["global_step"]
+    f1 = evals(state)
     assert sorted(f1) == list(range(DDP_EVAL_STEPS, steps + 1, DDP_EVAL_STEPS)), state["log_history"]
-    best_step = min(
-        s for s in f1 if f1[s] == max(f1.values())
-    )  # the first of equals: greater_is_better is strict
+    # the first of equals: greater_is_better is strict
+    best_step = min(s for s in f1 if f1[s] == max(f1.values()))
     best = out / f"checkpoint-{best_step}"
     assert state["best_model_checkpoint"] == str(best) and state["best_metric"] == f1[best_step]
     # a best before the last step, or loading it would change nothing (these settings give one)
@@ -145,9 +147,9 @@ def test_best_checkpoint_is_loaded_on_every_rank_and_scores_like_one_process(
     # the final 2-rank evaluation, of the loaded model, scores what that checkpoint scored in training
     assert read(out / "eval_results.json")["eval_f1"] == f1[best_step]
 
-    # one process with the saved (best) model: the same answers and scores as the 2 ranks, so rank 1, whose share
-    # of the logits came from its own copy of the model, had loaded the same checkpoint, and the gather handed each
-    # feature its own logits (in one process they are its own: tests/unit/test_features.py)
+    # one process with the saved (best) model: the same answers and scores as the 2 ranks, so rank 1, whose
+    # share of the logits came from its own copy of the model, had loaded the same checkpoint, and the gather
+    # handed each feature its own logits (in one process they are its own: tests/unit/test_features.py)
     one = tmp_path / "one"
     ok(
         run_qa(
@@ -178,8 +180,10 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(
 ) -> None:
     reference_params = ddp_side_dirs(ddp.ok().log.parents[1])[1]
     steps = read(ddp.out / "trainer_state.json")["global_step"]
-    out, params = tmp_path / "out", tmp_path / "params"
-    cmd, env = torchrun(PROBE, *ddp_full_flags(tiny_bert, ddp_data, out)), probe_env(params)
+    out = tmp_path / "out"
+    params = tmp_path / "params"
+    cmd = torchrun(PROBE, *ddp_full_flags(tiny_bert, ddp_data, out))
+    env = probe_env(params)
     first = LoggedProcess(cmd, tmp_path / "first.log", env=env)
     try:
         first.wait_for(r"\{'loss'", count=1, timeout=TIMEOUT)  # training
@@ -213,11 +217,10 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(
     resumed, reference = read(out / "trainer_state.json"), read(ddp.out / "trainer_state.json")
     assert evals(resumed) == pytest.approx(evals(reference))
     for rank in (0, 1):
-        a, b = (
-            load_file(params / f"rank{rank}.safetensors"),
-            load_file(reference_params / f"rank{rank}.safetensors"),
-        )
-        assert max_diff(a, b) < 1e-6, f"rank {rank}'s final parameters differ by {max_diff(a, b)}"
+        resumed_weights = load_file(params / f"rank{rank}.safetensors")
+        reference_weights = load_file(reference_params / f"rank{rank}.safetensors")
+        diff = max_diff(resumed_weights, reference_weights)
+        assert diff < 1e-6, f"rank {rank}'s final parameters differ by {diff}"
     assert Path(resumed["best_model_checkpoint"]).name == Path(reference["best_model_checkpoint"]).name
     assert read(out / "predict_predictions.json") == read(ddp.out / "predict_predictions.json")
     assert read(out / "run_summary.json")["status"] == "ok"
@@ -228,8 +231,9 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(
     [
         # the launcher's failure report names the dead rank, its pid and the signal
         (signal.SIGKILL, (), 120, [r"rank\s*:\s*1 \(local_rank: 1\)", r"pid: {1}\b", "SIGKILL"]),
-        # frozen (SIGSTOP: a hung node or file system): alive but silent, sockets open, only a timeout can tell;
-        # --ddp_timeout reaches gloo too, so rank 0 gives up after 10 s (not 1800), says so, and the launcher stops
+        # frozen (SIGSTOP: a hung node or file system): alive but silent, sockets open, only a timeout can
+        # tell; --ddp_timeout reaches gloo too, so rank 0 gives up after 10 s (not 1800), says so, and the
+        # launcher stops
         (
             signal.SIGSTOP,
             ("--ddp_timeout", "10"),
@@ -263,7 +267,8 @@ def test_a_killed_or_frozen_rank_ends_the_job_in_bounded_time_named(
             *flags,
         ),
     )
-    job, pids = LoggedProcess(cmd, tmp_path / "torchrun.log"), {}
+    job = LoggedProcess(cmd, tmp_path / "torchrun.log")
+    pids: dict[int, int] = {}
     try:
         job.wait_for(r"\{'loss'", count=2)  # both ranks are in the training loop
         pids = rank_pids(job.text())
@@ -280,8 +285,9 @@ def test_a_killed_or_frozen_rank_ends_the_job_in_bounded_time_named(
 
 
 def test_ranks_vote_only_every_n_steps_and_stop_together() -> None:
-    """On GPUs a vote syncs host and device, so the plan votes every 10 steps there: all ranks still stop together.
-    Rank 1 alone is asked to stop at step 4; voting every 1, 3 and 10 steps, both ranks stop at 4, 6 and 10."""
+    """On GPUs a vote syncs host and device, so the plan votes every 10 steps there: all ranks still stop
+    together. Rank 1 alone is asked to stop at step 4; voting every 1, 3 and 10 steps, both ranks stop at 4, 6
+    and 10."""
     cmd = torchrun(REPO / "tests" / "fixtures" / "vote_ranks.py", "20", "1:4", "3:4", "10:4")
     log = ok(run(cmd, timeout=120, env=offline_env(PYTHONPATH=str(REPO))))
     stopped = sorted(re.findall(r"STOPPED every=(\d+) rank=(\d) step=(\d+) votes=(\d+)", log))

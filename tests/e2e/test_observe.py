@@ -1,7 +1,7 @@
 """Observability of real runs (the shared plain and 2-rank runs of tests/e2e/conftest.py), read back with
-TensorBoard's own reader and from the profiler's and memory report's files: what only a real training shows (the
-logging steps, the Trainer's own numbers, counts that add up across ranks, the profiled ops and spans, measured
-peaks). How each figure is computed is tested without a run in tests/unit/test_observe.py.
+TensorBoard's own reader and from the profiler's and memory report's files: what only a real training shows
+(the logging steps, the Trainer's own numbers, counts that add up across ranks, the profiled ops and spans,
+measured peaks). How each figure is computed is tested without a run in tests/unit/test_observe.py.
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ def _interval_totals(acc) -> tuple[float, float]:
             for name in ("step_time_seconds", "samples_per_second", "tokens_per_second")
         )
     ):
-        elapsed, previous = step_time * (step - previous), step
-        samples, tokens = samples + sps * elapsed, tokens + tps * elapsed
+        elapsed = step_time * (step - previous)
+        previous = step
+        samples += sps * elapsed
+        tokens += tps * elapsed
     return samples, tokens
 
 
@@ -133,8 +135,10 @@ def test_profiler_table_and_trace_cover_the_scheduled_steps(plain: Run):
 
 
 def test_memory_report_lines_and_estimate(plain: Run):
-    """Real peaks and their KEY=value lines (the estimate's arithmetic and the report's layout: tests/unit)."""
-    report, kv = read(plain.ok().out / "memory.json"), plain.kv()
+    """Real peaks and their KEY=value lines (the estimate's arithmetic and the report's layout:
+    tests/unit)."""
+    report = read(plain.ok().out / "memory.json")
+    kv = plain.kv()
     rss = report["cpu"]["peak_rss_mb"]
     assert 50 < rss < psutil.virtual_memory().total / 2**20
     assert report["max_over_ranks"]["cpu_peak_rss_mb"] == rss == report["measured_peak_mb"]
@@ -147,10 +151,8 @@ def test_memory_report_lines_and_estimate(plain: Run):
         )
     else:
         assert report["cuda"] is None and report["nvml"] is None and report["note"] == "no CUDA device"
-        assert (
-            report["measured_source"].startswith("cpu peak RSS")
-            and kv["MEMORY_CUDA"] == "none (no CUDA device)"
-        )
+        assert report["measured_source"].startswith("cpu peak RSS")
+        assert kv["MEMORY_CUDA"] == "none (no CUDA device)"
     assert float(kv["MEMORY_CPU_PEAK_RSS_MB"]) == pytest.approx(rss, abs=0.05)
     assert float(kv["MEMORY_ESTIMATE_MB"]) == pytest.approx(report["estimate"]["total_mb"], abs=0.05)
     assert (kv["MEMORY_ESTIMATE_BYTES_PER_PARAM"], kv["RUN_NODES"], kv["RUN_PRECISION"]) == (

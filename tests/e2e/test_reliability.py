@@ -1,7 +1,7 @@
-"""Reliability of real processes, each failure made real by the kernel: a stop signal checkpoints, exits 75 and the
-same command resumes exactly; a writer killed mid-write (SIGXFSZ under RLIMIT_FSIZE) never leaves a cut file; a full
-disk (EFBIG under a file-size limit, as ENOSPC) and out-of-memory (RLIMIT_AS) end with their own exit code. (The
-same stop under torchrun: tests/e2e/test_ddp.py.)
+"""Reliability of real processes, each failure made real by the kernel: a stop signal checkpoints, exits 75
+and the same command resumes exactly; a writer killed mid-write (SIGXFSZ under RLIMIT_FSIZE) never leaves a
+cut file; a full disk (EFBIG under a file-size limit, as ENOSPC) and out-of-memory (RLIMIT_AS) end with their
+own exit code. (The same stop under torchrun: tests/e2e/test_ddp.py.)
 """
 
 from __future__ import annotations
@@ -67,13 +67,15 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
     assert record["stopped"] == {"signal": "SIGTERM", "global_step": step, "checkpoint": str(checkpoint)}
 
     assert_resumed_exactly(out, plain.out, log, ok(run_qa(args)), step)
-    eval_a, eval_b = read(out / "eval_results.json"), read(plain.out / "eval_results.json")
+    resumed = read(out / "eval_results.json")
+    uninterrupted = read(plain.out / "eval_results.json")
     for key in ("eval_exact_match", "eval_f1", "eval_examples", "eval_samples"):
-        assert eval_a[key] == pytest.approx(eval_b[key])
+        assert resumed[key] == pytest.approx(uninterrupted[key])
 
 
-# A writer that reaches a file-size limit mid-write: write_json_atomic itself, and the functions run_qa.py writes
-# its state and results with (the stand-in trainer has what they read). argv: directory, what, limit, kill|ignore.
+# A writer that reaches a file-size limit mid-write: write_json_atomic itself, and the functions run_qa.py
+# writes its state and results with (the stand-in trainer has what they read). argv: directory, what, limit,
+# kill|ignore.
 WRITER = """
 import resource, signal, sys, types
 from qa_hpc.atomic_io import OutputError, write_json_atomic
@@ -81,34 +83,42 @@ out, what, limit, on_limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.arg
 if what != "predictions":
     from transformers import TrainerState
     from qa_hpc.record import save_results, save_trainer_state
-    state = TrainerState(global_step=7, log_history=[{"loss": 1.0, "step": i, "note": "x" * 200} for i in range(8000)])
-    trainer = types.SimpleNamespace(state=state, args=types.SimpleNamespace(output_dir=out),
-                                    is_world_process_zero=lambda: True, log_metrics=lambda split, metrics: None)
-# Python ignores SIGXFSZ: past the limit a write fails with EFBIG, as on a full disk; SIG_DFL: the kernel kills there
+    history = [{"loss": 1.0, "step": i, "note": "x" * 200} for i in range(8000)]
+    state = TrainerState(global_step=7, log_history=history)
+    trainer = types.SimpleNamespace(
+        state=state,
+        args=types.SimpleNamespace(output_dir=out),
+        is_world_process_zero=lambda: True,
+        log_metrics=lambda split, metrics: None,
+    )
+# Python ignores SIGXFSZ: past the limit a write fails with EFBIG, as on a full disk;
+# SIG_DFL: the kernel kills there
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL if on_limit == "kill" else signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 try:
     if what == "predictions":
-        write_json_atomic(out + "/eval_predictions.json", {f"q{i}": "x" * 200 for i in range(20000)})  # ~4.5 MB
+        # ~4.5 MB
+        write_json_atomic(out + "/eval_predictions.json", {f"q{i}": "x" * 200 for i in range(20000)})
     elif what == "state":
-        save_trainer_state(trainer)  # ~2 MB
+        # ~2 MB
+        save_trainer_state(trainer)
     else:
         save_results(trainer, "eval", {f"eval_m{i}": 0.5 for i in range(15000)})
 except OutputError as err:
     print(err)
     sys.exit(74)
 """
-OLD_PREDICTIONS, OLD_STATE = (
-    {"q1": "old answer"},
-    {"global_step": 3, "log_history": [{"loss": 2.0, "step": 3}]},
-)
-OLD_TRAIN, NEW_EVAL = {f"train_m{i}": 0.25 for i in range(20000)}, {f"eval_m{i}": 0.5 for i in range(15000)}
+OLD_PREDICTIONS = {"q1": "old answer"}
+OLD_STATE = {"global_step": 3, "log_history": [{"loss": 2.0, "step": 3}]}
+OLD_TRAIN = {f"train_m{i}": 0.25 for i in range(20000)}
+NEW_EVAL = {f"eval_m{i}": 0.5 for i in range(15000)}
 
 
 @pytest.mark.parametrize(
     "what, on_limit, limit, before, written, cut",
     [
-        # EFBIG half-way through the temp file: OutputError naming file and reason, the old file intact, no temp left
+        # EFBIG half-way through the temp file: OutputError naming file and reason, the old file intact, no
+        # temp left
         ("predictions", "ignore", 1 << 20, {"eval_predictions.json": OLD_PREDICTIONS}, {}, None),
         # killed mid-write: the old file intact, the partial temp file beside it
         ("state", "kill", 1 << 20, {"trainer_state.json": OLD_STATE}, {}, "trainer_state.json"),
@@ -136,13 +146,13 @@ def test_a_writer_stopped_mid_write_leaves_whole_files_old_or_new(
         ok(proc, 74)
         assert f"cannot write {tmp_path / next(iter(before))}: File too large" in proc.stdout and left == []
         return
-    assert proc.returncode == -signal.SIGXFSZ, proc.stderr[-3000:]  # killed by the kernel mid-write
+    # killed by the kernel mid-write
+    assert proc.returncode == -signal.SIGXFSZ, proc.stderr[-3000:]
     assert (
         len(left) == 1 and left[0].startswith(f".{cut}.") and (tmp_path / left[0]).stat().st_size == limit
     ), left
-    write_json_atomic(
-        tmp_path / cut, NEW_EVAL
-    )  # the next write (e.g. the resumed run's) removes the dead one's temp
+    # the next write (e.g. the resumed run's) removes the dead one's temp
+    write_json_atomic(tmp_path / cut, NEW_EVAL)
     assert temp_files(tmp_path) == [] and read(tmp_path / cut) == NEW_EVAL
 
 
@@ -198,13 +208,15 @@ atexit.register(peak)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name='__main__')
 """
-MARGIN = 512 << 20  # address space allowed beyond the small-batch run's peak
+# address space allowed beyond the small-batch run's peak
+MARGIN = 512 << 20
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmPeak is read from /proc (Linux)")
 def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tiny_bert: Path, tmp_path: Path):
     """160 features at --max_seq_length 512 in one batch: eager attention keeps 160 x 2 heads x 512 x 512 fp32
-    scores (320 MiB) x 3 tensors x 2 layers for backward, ~1.9 GiB, nearly 4x the margin; a batch of 2 needs 24 MiB."""
+    scores (320 MiB) x 3 tensors x 2 layers for backward, ~1.9 GiB, nearly 4x the margin;
+    a batch of 2 needs 24 MiB."""
     from qa_hpc.tools.make_demo_data import generate_squad
 
     train = tmp_path / "train.json"
@@ -214,6 +226,7 @@ def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tin
     env = offline_env(MALLOC_ARENA_MAX="2", PYTHONPATH=str(REPO))
 
     def fit(batch: int, out: str, limit: int | None = None):
+        # 512/128 win over tiny_flags' 128/32
         args = tiny_flags(
             tiny_bert,
             tmp_path / out,
@@ -235,7 +248,7 @@ def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tin
             "no",
             "--features_cache_dir",
             str(tmp_path / "cache"),
-        )  # 512/128 win over tiny_flags' 128/32
+        )
         return run(
             [PYTHON, "-c", VMPEAK_WRAPPER, RUN_QA, *args],
             timeout=300,

@@ -1,6 +1,6 @@
-"""run_qa.py end to end as users run it (real processes, tiny random BERT, generated data): mostly what the shared
-plain run (tests/e2e/conftest.py) wrote, printed and recorded; runs of their own where a case needs its own
-command (eval-only from a JSON config, a rerun, SQuAD v2, an fp16 checkpoint).
+"""run_qa.py end to end as users run it (real processes, tiny random BERT, generated data): mostly what the
+shared plain run (tests/e2e/conftest.py) wrote, printed and recorded; runs of their own where a case needs its
+own command (eval-only from a JSON config, a rerun, SQuAD v2, an fp16 checkpoint).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from fixtures.runs import (
 )
 from safetensors.torch import load_file
 
-EPOCHS, TRAIN_QUESTIONS = 2, 8  # the plain run's --num_train_epochs and --max_train_samples
+# the plain run's --num_train_epochs and --max_train_samples
+EPOCHS = 2
+TRAIN_QUESTIONS = 8
 OUTPUTS = {
     "train_results.json",
     "eval_results.json",
@@ -51,8 +53,10 @@ def score_squad(*args: str) -> dict:
 
 
 def assert_effective_is_the_plan(summary: dict) -> None:
-    """What really ran (read back from the Trainer, the model and torch) is what was planned, field by field."""
-    plan, effective = summary["plan"], summary["effective"]
+    """What really ran (read back from the Trainer, the model and torch) is what was planned, field by
+    field."""
+    plan = summary["plan"]
+    effective = summary["effective"]
     shared = set(plan) & set(effective)
     assert {"device", "precision", "tf32", "threads", "dataloader_num_workers", "world_size"} <= shared
     assert {k: effective[k] for k in shared} == {k: plan[k] for k in shared}
@@ -64,9 +68,8 @@ def test_train_eval_predict_writes_what_hf_users_expect(plain: Run, demo_files: 
     assert OUTPUTS <= set(files_under(out)) and not (out / "eval_null_odds.json").exists()  # v1: no null odds
     eval_results = read(out / "eval_results.json")
     assert {"eval_exact_match", "eval_f1", "eval_runtime", "eval_samples_per_second"} <= set(eval_results)
-    assert (
-        eval_results["eval_examples"] == 16 and eval_results["eval_samples"] > 16
-    )  # long contexts: several windows
+    # long contexts: several windows
+    assert eval_results["eval_examples"] == 16 and eval_results["eval_samples"] > 16
     assert eval_results["eval_runtime"] >= eval_results["eval_postprocess_seconds"]
     assert {"train_runtime", "train_samples_per_second", "train_loss"} <= set(
         read(out / "train_results.json")
@@ -83,8 +86,10 @@ def test_train_eval_predict_writes_what_hf_users_expect(plain: Run, demo_files: 
 
 
 def test_run_summary_and_final_lines(plain: Run, tiny_bert: Path) -> None:
-    out, log = plain.ok().out, plain.text
-    summary, eval_results = read(out / "run_summary.json"), read(out / "eval_results.json")
+    out = plain.ok().out
+    log = plain.text
+    summary = read(out / "run_summary.json")
+    eval_results = read(out / "eval_results.json")
     assert {
         "timestamp",
         "gpu_available",
@@ -113,11 +118,10 @@ def test_run_summary_and_final_lines(plain: Run, tiny_bert: Path) -> None:
     kv = plain.kv()
     for key in ("eval_f1", "eval_exact_match"):
         assert float(kv[key]) == pytest.approx(eval_results[key], abs=1e-4)
-    assert (
-        "PLAN device=cpu precision=fp32 (--precision fp32)" in log
-        and "FEATURES_CACHE split=train computed" in log
-    )
-    # the global batch, and the optimizer steps as the Trainer counted them: 2 epochs of ceil(features / 8) batches
+    assert "PLAN device=cpu precision=fp32 (--precision fp32)" in log
+    assert "FEATURES_CACHE split=train computed" in log
+    # the global batch, and the optimizer steps as the Trainer counted them:
+    # 2 epochs of ceil(features / 8) batches
     steps = read(out / "trainer_state.json")["max_steps"]
     assert (
         re.search(
@@ -129,20 +133,20 @@ def test_run_summary_and_final_lines(plain: Run, tiny_bert: Path) -> None:
         and "PLAN_SCALING" not in log
     )
     assert re.search(rf"run_qa: PLAN .* threads={summary['plan']['threads']} ", log)
-    assert (
-        "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in log
-        and "postprocess=vectorized" in log
-    )
+    assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in log
+    assert "postprocess=vectorized" in log
     assert_effective_is_the_plan(summary)
 
 
 def test_efficiency_counts_real_tokens(plain: Run, demo_files: dict[str, Path]) -> None:
-    results, kv = read(plain.ok().out / "run_summary.json")["results"], plain.kv()
+    results = read(plain.ok().out / "run_summary.json")["results"]
+    kv = plain.kv()
     assert float(kv["TRAIN_TOKENS_PER_SECOND"]) == pytest.approx(results["train_tokens_per_second"], rel=1e-3)
     assert kv["MFU"].startswith("n/a") and results["train_achieved_tflops"] > 0  # CPU: achieved FLOP/s only
     # real tokens: every window's attention mask summed (tokenized here), times the epochs trained
     enc = windows(flat(read(demo_files["train"]))[:TRAIN_QUESTIONS])
-    features, real_tokens = len(enc["input_ids"]), sum(map(sum, enc["attention_mask"]))
+    features = len(enc["input_ids"])
+    real_tokens = sum(map(sum, enc["attention_mask"]))
     assert results["train_samples"] == features and results["train_real_tokens"] == real_tokens * EPOCHS
     assert f"TOKENS split=train features={features} real_tokens={real_tokens}" in plain.text
     runtime = results["train_runtime"]
@@ -162,7 +166,9 @@ def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives
 ) -> None:
     """The trained model, from an args.json: features come from the cache, the per-feature loop writes the
     vectorized run's files byte for byte, and `evaluate` writes only into HF_HOME (nothing in the cwd)."""
-    out, hf_home, cwd = tmp_path / "eval", tmp_path / "hf_home", tmp_path / "cwd"
+    out = tmp_path / "eval"
+    hf_home = tmp_path / "hf_home"
+    cwd = tmp_path / "cwd"
     cwd.mkdir()
     config = {
         "model_name_or_path": str(plain.ok().out),
@@ -192,9 +198,10 @@ def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives
 def test_rerun_resumes_trains_no_step_twice_and_replaces_its_files(
     plain: Run, tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
 ) -> None:
-    """A rerun from scratch would reach the same weights: the proof is that no step logs a loss. Hard links keep the
-    old files' inodes, so a write in place (which a crash truncates) would show through them."""
-    out, keep = tmp_path / "out", tmp_path / "old_inodes"
+    """A rerun from scratch would reach the same weights: the proof is that no step logs a loss. Hard links
+    keep the old files' inodes, so a write in place (which a crash truncates) would show through them."""
+    out = tmp_path / "out"
+    keep = tmp_path / "old_inodes"
     shutil.copytree(plain.ok().out, out)
     keep.mkdir()
     names = ("trainer_state.json", "train_results.json", "eval_results.json", "all_results.json")
@@ -221,10 +228,10 @@ def test_rerun_resumes_trains_no_step_twice_and_replaces_its_files(
 def build_null_biased_bert(out_dir: Path, first_null_position: int) -> Path:
     """A tiny BERT for QA that abstains exactly on questions of `first_null_position` tokens or more.
 
-    Zeroed sublayer outputs leave each token's hidden state the LayerNorm of its embeddings; hidden unit 0, the only
-    one qa_outputs reads, is 0 at [CLS], +10 before `first_null_position` and -10 from it. A question of n tokens
-    puts its context at positions >= n: spans score ~+15.9 against a null ~0 when n < first_null_position, else
-    ~-15.9 (abstain). No short fine-tune moves logits by that much.
+    Zeroed sublayer outputs leave each token's hidden state the LayerNorm of its embeddings; hidden unit 0,
+    the only one qa_outputs reads, is 0 at [CLS], +10 before `first_null_position` and -10 from it. A question
+    of n tokens puts its context at positions >= n: spans score ~+15.9 against a null ~0 when n <
+    first_null_position, else ~-15.9 (abstain). No short fine-tune moves logits by that much.
     """
     from transformers import BertForQuestionAnswering
 
@@ -259,15 +266,15 @@ EVAL_BOOKKEEPING = {
     "eval_model_preparation_time",
     "eval_loss",
 }
-THRESHOLD = (
-    "5.0"  # --null_score_diff_threshold: not the default 0.0, so the run must pass its own to the metric
-)
+# --null_score_diff_threshold: not the default 0.0, so the run must pass its own to the metric
+THRESHOLD = "5.0"
 
 
 def test_version_2_with_negative_abstains_and_answers(
     tokenizer, demo_files_v2: dict[str, Path], tmp_path: Path
 ):
-    """v2 train + eval where the null path runs both ways: empty answer <=> null score difference > threshold."""
+    """v2 train + eval where the null path runs both ways:
+    empty answer <=> null score difference > threshold."""
     questions = {qa["id"]: qa for qa in flat(read(demo_files_v2["validation"]))}
     n_tokens = {qid: len(tokenizer(qa["question"])["input_ids"]) for qid, qa in questions.items()}
     # the question length that splits the questions most evenly into abstentions and answers
@@ -280,7 +287,8 @@ def test_version_2_with_negative_abstains_and_answers(
     assert 0 < len(expected_empty) < len(questions) and 0 < len(impossible) < len(questions)
     assert impossible & expected_empty and impossible - expected_empty, "want right and wrong abstentions"
 
-    model, out = build_null_biased_bert(tmp_path / "model", first_null), tmp_path / "v2"
+    model = build_null_biased_bert(tmp_path / "model", first_null)
+    out = tmp_path / "v2"
     ok(
         run_qa(
             tiny_flags(
@@ -345,9 +353,8 @@ def test_fp16_checkpoint_trains_with_fp32_weights_as_planned(tiny_bert, demo_fil
     half = tmp_path / "half"
     AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).half().save_pretrained(half)
     AutoTokenizer.from_pretrained(str(tiny_bert)).save_pretrained(half)
-    assert (
-        AutoModelForQuestionAnswering.from_pretrained(str(half)).dtype == torch.float16
-    )  # what "auto" would give
+    # what "auto" would give
+    assert AutoModelForQuestionAnswering.from_pretrained(str(half)).dtype == torch.float16
     out = tmp_path / "out"
     log = ok(
         run_qa(

@@ -1,6 +1,7 @@
-"""The job scripts under a real Slurm (slurmctld + 2 slurmd as two nodes + munge; .ci/run starts it, else these
-tests start one if they can and skip, saying why): tiny offline-demo jobs preempted for real by SIGUSR1, requeued and
-resumed from their checkpoint; failing jobs and dying DDP nodes end the job with a non-zero status.
+"""The job scripts under a real Slurm (slurmctld + 2 slurmd as two nodes + munge; .ci/run starts it, else
+these tests start one if they can and skip, saying why): tiny offline-demo jobs preempted for real by SIGUSR1,
+requeued and resumed from their checkpoint; failing jobs and dying DDP nodes end the job with a non-zero
+status.
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ def slurm() -> dict[str, bool]:
 
 
 def job_env(tiny_bert: Path, tmp: Path, **extra: str) -> dict[str, str]:
-    """The launchers' demo overrides, and a rendezvous port of the test's own (sbatch passes them to the job)."""
-    return demo_job_env(
-        tiny_bert, tmp, QA_RDZV_PORT=str(free_port()), OMP_NUM_THREADS=None, **extra
-    )  # nproc reads it
+    """The launchers' demo overrides, and a rendezvous port of the test's own (sbatch passes them to the
+    job)."""
+    # without OMP_NUM_THREADS: nproc reads it
+    return demo_job_env(tiny_bert, tmp, QA_RDZV_PORT=str(free_port()), OMP_NUM_THREADS=None, **extra)
 
 
 def sbatch_cmd(script: str, tmp: Path, *extra: str, name: str) -> list[str]:
@@ -98,7 +99,8 @@ def job_field(job_id: str, field: str) -> str:
 def submit(
     script: str, tmp: Path, env: dict[str, str], *extra: str, name: str, args: tuple[str, ...]
 ) -> tuple[subprocess.Popen, Path]:
-    """sbatch --wait in the background (killed if the job never trains); returns once training logged a loss."""
+    """sbatch --wait in the background (killed if the job never trains);
+    returns once training logged a loss."""
     proc = subprocess.Popen(
         sbatch_cmd(script, tmp, *extra, name=name) + list(args),
         cwd=REPO,
@@ -169,7 +171,8 @@ def run_preempted_job(
 
 
 def assert_resumed_and_scored(rc: int, log: str, out: Path, first_exit: str) -> None:
-    """The first run stopped at a checkpoint (its status matching `first_exit`); the requeued one trained the rest."""
+    """The first run stopped at a checkpoint (its status matching `first_exit`);
+    the requeued one trained the rest."""
     assert rc == 0, log[-4000:]
     assert "OFFLINE DEMO - NOT THE BASELINE" in log and "RUN_MODE=offline_demo" in log
     assert "PREEMPT_SIGNAL=SIGUSR1" in log
@@ -217,8 +220,8 @@ def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_score
         name="ddptest",
         args=("--dataloader_num_workers", "2"),
     )
-    # srun reports torchrun's status: 1 when a worker exits 75 (the ranks' own 75 is in torchrun's report), or 143
-    # when --kill-on-bad-exit ended the other node's torchrun while it was still tearing its workers down
+    # srun reports torchrun's status: 1 when a worker exits 75 (the ranks' own 75 is in torchrun's report), or
+    # 143 when --kill-on-bad-exit ended the other node's torchrun while it was still tearing its workers down
     assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="(1|143)")
     first = log.partition("restart_count=1")[0]
     assert re.search(r"exitcode\s*: 75", first), log[-3000:]
@@ -269,10 +272,11 @@ def _parent(pid: int) -> int:
 def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(
     slurm, tiny_bert: Path, tmp_path: Path
 ):
-    """2 nodes x 2 processes, --cpus-per-task=2: each node's step gets 2 CPUs, each rank 1 thread. Then a rank dies
-    (SIGKILL) while the other node's ranks hang in a collective, as NCCL ranks do when a peer is gone (emulated
-    with SIGSTOP: gloo itself would notice). Its node's torchrun exits 1; srun must end the whole step at once
-    (without --kill-on-bad-exit it waits for the hung node until the collective timeout, 30 min by default)."""
+    """2 nodes x 2 processes, --cpus-per-task=2: each node's step gets 2 CPUs, each rank 1 thread. Then a rank
+    dies (SIGKILL) while the other node's ranks hang in a collective, as NCCL ranks do when a peer is gone
+    (emulated with SIGSTOP: gloo itself would notice). Its node's torchrun exits 1; srun must end the whole
+    step at once (without --kill-on-bad-exit it waits for the hung node until the collective timeout, 30 min
+    by default)."""
     env = job_env(tiny_bert, tmp_path, QA_CPU_PROCS_PER_NODE="2")
     proc, log_file = submit(
         "job_ddp.sh",

@@ -30,6 +30,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 def _guarded() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
+        # private, the one way in for every process subprocess starts (listed in qa_hpc/private_api.py)
         patch.setattr(
             subprocess.Popen,
             "_execute_child",

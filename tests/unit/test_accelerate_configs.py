@@ -1,5 +1,5 @@
-"""The accelerate configs in configs/accelerate/: the GPU ones cannot run here, so accelerate must at least read
-each as what it claims to be. (The CPU ones run for real: tests/e2e/test_launchers.py.)"""
+"""The accelerate configs in configs/accelerate/: the GPU ones cannot run here, so accelerate must at least
+read each as what it claims to be. (The CPU ones run for real: tests/e2e/test_launchers.py.)"""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ def test_accelerate_configs_load_as_intended() -> None:
 
 
 def test_multi_node_command_as_documented_rendezvous_c10d_on_the_first_node() -> None:
-    """What torchrun gets from multi_node.yaml's documented command (accelerate ignores rdzv keys in a config):
-    c10d at the first node's address on every node, 4 workers per node of 2."""
+    """What torchrun gets from multi_node.yaml's documented command (accelerate ignores rdzv keys in a
+    config): c10d at the first node's address on every node, 4 workers per node of 2."""
+    # _filter_args and _validate_launch_command are private: listed in qa_hpc/private_api.py
     import torch.distributed.run as distrib_run
     from accelerate.commands.launch import _filter_args, _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_multi_gpu_env

@@ -15,10 +15,8 @@ from qa_hpc.squad_io import load_qa_records
 def test_flat_copy_holds_the_same_first_records(demo_files: dict, tmp_path: Path):
     dst = tmp_path / "dev.flat.json"
     assert flatten_squad.flatten(str(demo_files["validation"]), str(dst), first=5) == 5
-    flat, (original, _) = (
-        json.loads(dst.read_text()),
-        load_qa_records(demo_files["validation"], split="validation"),
-    )
+    flat = json.loads(dst.read_text())
+    original, _ = load_qa_records(demo_files["validation"], split="validation")
     assert list(flat) == ["version", "data"] and temp_files(tmp_path) == []
     assert flat["data"] == [{k: r[k] for k in flatten_squad.FIELDS} for r in original[:5]]
     again, _ = load_qa_records(dst, split="validation")  # our reader takes the flat form back
@@ -38,11 +36,8 @@ def test_compare_predictions_counts_agreement_and_checks_the_difference(tmp_path
     far = _eval_dir(tmp_path / "far", {"a": "q", "b": "y", "c": "r"}, 49.0, 60.0)
     assert compare_predictions.main([f"ref={ref}", f"close={close}", "--max_diff", "0.05"]) == 0
     out = capsys.readouterr().out
-    assert (
-        "PREDICTIONS name=close ref=ref same=2 of=3" in out
-        and "AGREEMENT name=close" in out
-        and "ok=1" in out
-    )
+    assert "PREDICTIONS name=close ref=ref same=2 of=3" in out
+    assert "AGREEMENT name=close" in out and "ok=1" in out
     assert compare_predictions.main([f"ref={ref}", f"far={far}", "--max_diff", "0.05"]) == 1
     assert "same=1 of=3" in capsys.readouterr().out
 

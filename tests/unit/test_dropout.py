@@ -1,5 +1,5 @@
-"""The bulk dropout mask: torch's drop probability and scaling, the same mask forward and backward, reproducible
-under the seed, and a model whose eval outputs do not change when it is installed."""
+"""The bulk dropout mask: torch's drop probability and scaling, the same mask forward and backward,
+reproducible under the seed, and a model whose eval outputs do not change when it is installed."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def test_same_seed_same_masks_and_eval_outputs_unchanged() -> None:
     swapped = install(model)
     # embeddings + 3 a layer (attention, its output, the FFN output)
     assert swapped == sum(isinstance(m, BulkDropout) for m in model.modules()) == 1 + 3 * 2
+    # private: listed in qa_hpc/private_api.py
     assert model.config._attn_implementation == ATTENTION_NAME
     assert torch.equal(model(input_ids=ids).start_logits, before)
     model.train()
@@ -55,20 +56,22 @@ def test_same_seed_same_masks_and_eval_outputs_unchanged() -> None:
 
 
 def test_padding_stays_masked_in_training() -> None:
-    """The explicit attention path (training) must mask padded keys as SDPA does: same logits when nothing drops."""
+    """The explicit attention path (training) must mask padded keys as SDPA does:
+    same logits when nothing drops."""
     torch.manual_seed(0)  # p > 0: dropout runs, but p * 65536 rounds to 0
     torch_model = BertForQuestionAnswering(
         tiny_bert_config(hidden_dropout_prob=1e-9, attention_probs_dropout_prob=1e-9)
     ).train()
     install(bulk_model := copy.deepcopy(torch_model))
-    ids, mask = torch.randint(0, 100, (2, 9)), torch.tensor([[1] * 9, [1] * 5 + [0] * 4])
+    ids = torch.randint(0, 100, (2, 9))
+    mask = torch.tensor([[1] * 9, [1] * 5 + [0] * 4])
     want, got = (m(input_ids=ids, attention_mask=mask).start_logits for m in (torch_model, bulk_model))
     assert torch.allclose(got[mask.bool()], want[mask.bool()], atol=1e-5)
 
 
 def test_attention_dropout_draws_the_bulk_mask() -> None:
-    """With only attention dropout on, the installed model drops other attention weights than torch's SDPA would
-    under the same seed (its own mask), and the same ones again under that seed."""
+    """With only attention dropout on, the installed model drops other attention weights than torch's SDPA
+    would under the same seed (its own mask), and the same ones again under that seed."""
     torch_model = BertForQuestionAnswering(
         tiny_bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)
     ).train()

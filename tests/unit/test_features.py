@@ -81,7 +81,8 @@ def test_train_labels_recover_gold_span_in_every_window_that_holds_it(tokenizer,
     )
     windows: dict[int, list[bool]] = {0: [], 1: [], 2: []}  # per example: does each window hold the answer?
     for i, (s, e) in enumerate(zip(feats["start_positions"], feats["end_positions"])):
-        ex, offsets = enc["overflow_to_sample_mapping"][i], enc["offset_mapping"][i]
+        ex = enc["overflow_to_sample_mapping"][i]
+        offsets = enc["offset_mapping"][i]
         context_tokens = [k for k, sid in enumerate(enc.sequence_ids(i)) if sid == 1]
         a_start = examples["answers"][ex]["answer_start"][0]
         a_end = a_start + len(examples["answers"][ex]["text"][0])
@@ -122,9 +123,8 @@ def test_validation_features_keep_offsets_only_in_context(tokenizer):
     assert set(feats["example_id"]) == {"a"} and len(feats["example_id"]) >= 4
     q_len = len(tokenizer(QUESTION, add_special_tokens=False)["input_ids"])
     for ids, offsets in zip(feats["input_ids"], feats["offset_mapping"]):
-        assert (
-            all(o is None for o in offsets[: q_len + 2]) and offsets[-1] is None
-        )  # CLS, question, SEP; last SEP
+        # CLS, question, SEP; last SEP
+        assert all(o is None for o in offsets[: q_len + 2]) and offsets[-1] is None
         assert all(o is not None for o in offsets[q_len + 2 : len(ids) - 1])
 
 
@@ -144,8 +144,8 @@ def test_question_too_long_names_record_and_field(tokenizer):
 
 
 def test_a_split_comes_from_its_file_or_a_dataset_that_has_it(tmp_path):
-    """Neither --validation_file nor --dataset_name, or a dataset (here a local folder) without that split: one
-    UsageError naming what to give, before anything is tokenized."""
+    """Neither --validation_file nor --dataset_name, or a dataset (here a local folder) without that split:
+    one UsageError naming what to give, before anything is tokenized."""
     with pytest.raises(
         UsageError, match="^no --validation_file and no --dataset_name to read the validation split"
     ):
@@ -225,7 +225,8 @@ class _Stages(TrainerCallback):  # which callback event each stage raised, with 
 
 
 def test_evaluate_and_predict_raise_their_own_callback_event(eval_setup, tokenizer, tmp_path):
-    """Callbacks that act on evaluation (early stopping, best-model tracking) must not see prediction metrics."""
+    """Callbacks that act on evaluation (early stopping, best-model tracking) must not see prediction
+    metrics."""
     features, model = eval_setup
     stages = _Stages()
     args = QATrainingArguments(output_dir=str(tmp_path), report_to="none")
@@ -298,7 +299,8 @@ def test_batch_widths_and_token_counts(tiny_bert, demo_files, tmp_path, caplog, 
         strategy="random" if pad else "group_by_length",
     )
     logged = re.search(r"TOKENS split=train features=\d+ real_tokens=(\d+) tokens_at_max_length=(\d+)", b.log)
-    real, at_max = sum(sum(m) for m in b.data.train["attention_mask"]), len(b.data.train) * 128
+    real = sum(sum(m) for m in b.data.train["attention_mask"])
+    at_max = len(b.data.train) * 128
     assert tuple(map(int, logged.groups())) == (real, at_max) and real < at_max
     trainer = QuestionAnsweringTrainer(  # as run_qa.py builds it (its collator)
         model=load_model(b.model_args, load_config(b.model_args)),
@@ -309,7 +311,8 @@ def test_batch_widths_and_token_counts(tiny_bert, demo_files, tmp_path, caplog, 
         if pad
         else DataCollatorWithPadding(b.tokenizer, pad_to_multiple_of=8),
     )
-    widths, seen = [], 0
+    widths: list[int] = []
+    seen = 0
     for batch in trainer.get_train_dataloader():
         widths.append(batch["input_ids"].shape[1])
         longest = int(batch["attention_mask"].sum(dim=1).max())
@@ -329,9 +332,8 @@ def test_features_cache_reused_until_file_tokenizer_or_settings_change(
 
     written: dict[str, int] = {}  # cache folder -> when its features file was written
 
-    def cache(
-        **changed,
-    ) -> dict[str, str]:  # split -> reused|computed; features said reused are not written again
+    def cache(**changed) -> dict[str, str]:
+        """split -> reused|computed; features said reused are not written again."""
         b = _build(tiny_bert, files, tmp_path, caplog, **changed)
         assert len(b.data.train) > 0 and len(b.data.eval_features) > 0
         said = {}
@@ -340,15 +342,16 @@ def test_features_cache_reused_until_file_tokenizer_or_settings_change(
             assert how == "computed" or written[folder] == stamp, (
                 f"{split} features said reused but were written"
             )
-            written[folder], said[split] = stamp, how
+            written[folder] = stamp
+            said[split] = how
         return said
 
-    computed, reused = {"train": "computed", "eval": "computed"}, {"train": "reused", "eval": "reused"}
+    computed = {"train": "computed", "eval": "computed"}
+    reused = {"train": "reused", "eval": "reused"}
     assert (cache(), cache(), cache(doc_stride=48)) == (computed, reused, computed)
     assert (cache(padding_side="left"), cache(overwrite_cache=True)) == (computed, computed)
     text = files["validation"].read_text(encoding="utf-8")
-    files["validation"].write_text(
-        text.replace("?", " ?", 1), encoding="utf-8"
-    )  # same size class, other bytes
+    # same size class, other bytes
+    files["validation"].write_text(text.replace("?", " ?", 1), encoding="utf-8")
     assert cache() == {"train": "reused", "eval": "computed"}
     assert cache(max_train_samples=5) == {"train": "computed", "eval": "reused"}

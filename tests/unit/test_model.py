@@ -1,5 +1,5 @@
-"""Model loading without a process: a model neither on disk nor reachable, and pickled weights, are clear errors.
-(run_qa.py ending with these messages, exit 2 and nothing written: tests/e2e.)"""
+"""Model loading without a process: a model neither on disk nor reachable, and pickled weights, are clear
+errors. (run_qa.py ending with these messages, exit 2 and nothing written: tests/e2e.)"""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Pa
 
 
 class _RunsACommand:
-    """Unpickling this runs a command, as a malicious .bin checkpoint would (conftest's guard also stops it)."""
+    """Unpickling this runs a command, as a malicious .bin checkpoint would (conftest's guard also stops
+    it)."""
 
     def __init__(self, marker: Path) -> None:
         self.marker = marker
@@ -52,6 +53,5 @@ def test_pickled_weights_are_loaded_weights_only(tiny_bert: Path, tmp_path: Path
         load_model(args, load_config(args))
     assert not marker.exists(), "a pickled weights file ran code"
     assert str(info.value).startswith(f"{model}: refusing to load the pickled weights file")
-    assert re.search(r"GLOBAL \w+\.call\b", str(info.value)), str(
-        info.value
-    )  # names what it refused (py2 name)
+    # names what it refused (py2 name)
+    assert re.search(r"GLOBAL \w+\.call\b", str(info.value)), str(info.value)

@@ -30,7 +30,8 @@ def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writer
         write_json_atomic(target, {"eval_f1": object()})
     assert json.loads(target.read_text()) == {"eval_f1": 88.1}
     live = tmp_path / f".x.json.{socket.gethostname()}-{os.getpid()}.abc.tmp"
-    # a pid above the kernel's limit (pid_max is at most 2**22) never runs: its temp file is left by a dead writer
+    # a pid above the kernel's limit (pid_max is at most 2**22) never runs:
+    # its temp file is left by a dead writer
     dead = tmp_path / f".x.json.{socket.gethostname()}-{2**22 + 1}.abc.tmp"
     live.write_text("partial")
     dead.write_text("partial")
@@ -70,6 +71,17 @@ def test_resume_skips_an_incompletely_written_checkpoint(
     assert f"INCOMPLETE_CHECKPOINT path={tmp_path / 'checkpoint-8'}" in caplog.text
 
 
+def test_resume_takes_the_highest_step_not_the_last_name(tmp_path: Path) -> None:
+    """checkpoint-10 is newer than checkpoint-9 (a name sort would say otherwise); other names are no
+    checkpoint."""
+    for step in (9, 10):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+    (tmp_path / "checkpoint-notes").mkdir()
+    (tmp_path / "checkpoint-99.txt").write_text("not a folder")
+    assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-10")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
 def test_read_only_output_dir(tmp_path: Path) -> None:
     (ro := tmp_path / "ro").mkdir(mode=0o500)
@@ -90,9 +102,8 @@ def test_write_failure_names_the_reason_from_rust_and_torch_errors(tmp_path: Pat
     # an error with no errno on a writable disk is not a write failure: left to the traceback
     assert write_failure(RuntimeError("shape mismatch"), target) is None
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(
-        resource.RLIMIT_FSIZE, (1 << 20, hard)
-    )  # Python ignores SIGXFSZ: writes fail with EFBIG
+    # Python ignores SIGXFSZ: writes fail with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
     try:
         err = write_failure(
             RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64"), target

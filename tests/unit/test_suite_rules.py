@@ -1,5 +1,6 @@
 """The rules of the suite itself: a missing resource skips locally but fails under CI=true, a unit test
-cannot start a process or train, and CI runs the README's test command. (.ci/run itself: tests/e2e/test_ci_run.py.)"""
+cannot start a process or train, and CI runs the README's test command. (.ci/run itself:
+tests/e2e/test_ci_run.py.)"""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from transformers import Trainer  # imported before the tests run: the guard pat
 def test_a_missing_resource_fails_under_ci_and_skips_elsewhere_saying_why(
     monkeypatch, ci: str | None, fails: bool
 ):
-    monkeypatch.delenv("CI", raising=False) if ci is None else monkeypatch.setenv("CI", ci)
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
     prefix = "CI=true, and a resource this test needs is missing: " if fails else ""
     for call, arg, says in (
         (skip_or_fail, "gone", "gone"),

@@ -1,0 +1,148 @@
+"""Every use of a library's private or undocumented API in this project, in one table: the name, the files
+that use it, the library version it was written against, and why no public API does the job.
+
+tests/unit/test_private_api.py fails when an installed library is not the version an entry was written
+against (check the entry against the new version, then update `written_against`), when a name is gone or
+changed, and when a file no longer uses its entry's name (then drop the entry). Python's standard library
+is not pinned: its entries are checked for their shape only.
+
+Looked at and public (documented, or exported by the library's top-level package): TensorBoardCallback,
+AttentionInterface and AttentionMaskInterface with their mapping access, `sdpa_attention_forward` (the
+attention interface guide imports it), datasets' `Hasher`, accelerate.utils' collectives, torch.profiler's
+schedule, torch.utils.tensorboard.summary's `hparams` (in its `__all__`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class PrivateUse(NamedTuple):
+    # the dotted name as the code reaches it; its last part is what the files contain
+    name: str
+    # files, relative to the checkout
+    used_in: tuple[str, ...]
+    # the distribution as pip names it, or "python" for the standard library
+    library: str
+    written_against: str
+    why_no_public_api: str
+
+
+PRIVATE_API: tuple[PrivateUse, ...] = (
+    PrivateUse(
+        "torch.distributed.distributed_c10d._set_pg_timeout",
+        ("qa_hpc/preemption.py",),
+        "torch",
+        "2.13.0",
+        "a process group's timeout is set at init_process_group only, and transformers passes --ddp_timeout "
+        "there for GPU backends alone; this gives gloo (CPU jobs) the same timeout",
+    ),
+    PrivateUse(
+        "torch.profiler.profile.step_num",
+        ("qa_hpc/observe/profiler.py",),
+        "torch",
+        "2.13.0",
+        "written, with current_action, so that ProfilerStep#S is the Trainer's global step S (also after a "
+        "resume); the profiler has no public way to start counting at a given step",
+    ),
+    PrivateUse(
+        "torch.profiler.profile.current_action",
+        ("qa_hpc/observe/profiler.py",),
+        "torch",
+        "2.13.0",
+        "written with step_num: the schedule's action for the step the count starts at (2.13's own "
+        "_prev_schedule_action stays at step 0's; it is read only after a device stop, or by stop() for a "
+        "later start(), neither of which happens here)",
+    ),
+    PrivateUse(
+        "torch.utils.tensorboard.SummaryWriter.file_writer",
+        ("qa_hpc/observe/tensorboard.py",),
+        "torch",
+        "2.13.0",
+        "an undocumented attribute: SummaryWriter's only public way to the HPARAMS tab, add_hparams, writes "
+        "a second event file in a subfolder; the run's totals go into its one event file",
+    ),
+    PrivateUse(
+        "datasets.Dataset._fingerprint",
+        ("qa_hpc/features.py",),
+        "datasets",
+        "5.2.0",
+        "the features cache is keyed by the examples' fingerprint (it changes with a select); datasets has "
+        "no public accessor for it",
+    ),
+    PrivateUse(
+        "transformers.Trainer._get_eval_sampler",
+        ("trainer_qa.py",),
+        "transformers",
+        "5.23.0",
+        "overridden: with group_by_length the Trainer evaluates through a shuffled LengthGroupedSampler; "
+        "get_eval_dataloader, the public one, would have to be rebuilt whole to change only the sampler",
+    ),
+    PrivateUse(
+        "transformers.Trainer._memory_tracker",
+        ("trainer_qa.py",),
+        "transformers",
+        "5.23.0",
+        "evaluate() and predict() are replaced whole; this keeps the memory metrics the Trainer's own add "
+        "under --skip_memory_metrics False",
+    ),
+    PrivateUse(
+        "transformers.trainer_utils.speed_metrics",
+        ("trainer_qa.py",),
+        "transformers",
+        "5.23.0",
+        "not exported by transformers nor documented: the Trainer's own runtime / samples_per_second / "
+        "steps_per_second keys for the replaced evaluate() and predict()",
+    ),
+    PrivateUse(
+        "transformers.trainer_utils.PredictionOutput",
+        ("trainer_qa.py",),
+        "transformers",
+        "5.23.0",
+        "not exported by transformers nor documented as a class: what Trainer.predict returns",
+    ),
+    PrivateUse(
+        "transformers.integrations.integration_utils.default_logdir",
+        ("qa_hpc/observe/__init__.py",),
+        "transformers",
+        "5.23.0",
+        "not exported by transformers.integrations: the TensorBoard folder name the Trainer would choose",
+    ),
+    PrivateUse(
+        "transformers.PretrainedConfig._attn_implementation",
+        ("qa_hpc/plan.py", "tests/unit/test_dropout.py"),
+        "transformers",
+        "5.23.0",
+        "the attention a loaded model runs with; set_attn_implementation sets it, nothing public reads it",
+    ),
+    PrivateUse(
+        "accelerate.commands.launch._validate_launch_command",
+        ("tests/unit/test_accelerate_configs.py",),
+        "accelerate",
+        "1.15.0",
+        "a dry run of `accelerate launch`: what a config and command line resolve to, without starting "
+        "processes; accelerate has no public call that stops there",
+    ),
+    PrivateUse(
+        "accelerate.commands.launch._filter_args",
+        ("tests/unit/test_accelerate_configs.py",),
+        "accelerate",
+        "1.15.0",
+        "the same dry run: the arguments `accelerate launch` hands torchrun",
+    ),
+    PrivateUse(
+        "argparse.ArgumentParser._actions",
+        ("qa_hpc/flags.py",),
+        "python",
+        "3.11",
+        "an arguments file is held to the flags' names and choices; argparse has no public list of a "
+        "parser's arguments",
+    ),
+    PrivateUse(
+        "subprocess.Popen._execute_child",
+        ("tests/unit/conftest.py",),
+        "python",
+        "3.11",
+        "the unit tests refuse to start processes: every way subprocess starts one goes through it",
+    ),
+)

@@ -1,0 +1,42 @@
+"""When this process started (qa_hpc.dist.process_start_time), which WALL_CLOCK_SECONDS counts from: read
+in this very process. (The closing line of a real run, between its timed phases and its whole life as a test
+measures it: tests/e2e/test_run_qa.py.)"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import qa_hpc.dist
+from qa_hpc.dist import process_start_time
+
+
+def test_start_is_this_process_start_to_the_tick() -> None:
+    start = process_start_time()
+    # psutil's figure is the boot time in whole seconds plus the start after boot: the same start, up to a
+    # second early; with the boot time read from the boot clock instead, the same start to the tick
+    by_psutil = psutil.Process().create_time()
+    booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    assert start == pytest.approx(booted + by_psutil - psutil.boot_time(), abs=0.01)
+    assert 0 <= start - by_psutil < 1.01
+    assert start < time.time()
+
+
+def test_a_command_name_with_spaces_and_parentheses_does_not_shift_the_fields(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = Path("/proc/self/stat").read_text()
+    pid, rest = real.split(" ", 1)
+    odd = tmp_path / "stat"
+    odd.write_text(f"{pid} (py) 1 (x) {rest.rsplit(')', 1)[1].lstrip()}")
+    expected = process_start_time()
+    monkeypatch.setattr(qa_hpc.dist, "PROC_SELF_STAT", str(odd))
+    assert process_start_time() == pytest.approx(expected, abs=0.01)
+
+
+def test_without_proc_the_start_is_psutils(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(qa_hpc.dist, "PROC_SELF_STAT", str(tmp_path / "no-proc"))
+    assert process_start_time() == psutil.Process().create_time()

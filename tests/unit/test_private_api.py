@@ -1,0 +1,211 @@
+"""qa_hpc/private_api.py, the one list of private and undocumented library API the project uses: each entry
+is still there and shaped as its files use it, its library is the version it was written against (an
+upgrade fails here until someone re-checks the entry), every entry has a check, and every listed file still
+uses its name."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import inspect
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+import pytest
+from conftest import REPO
+
+from qa_hpc.private_api import PRIVATE_API, PrivateUse
+
+
+def parameters(function: Callable) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def check_set_pg_timeout(tmp_path: Path) -> None:
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    assert parameters(distributed_c10d._set_pg_timeout) == ["timeout", "group"]
+    # on a real gloo group of one process, as a CPU job has it
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        distributed_c10d._set_pg_timeout(timedelta(seconds=7))
+    finally:
+        dist.destroy_process_group()
+
+
+def check_profiler_step_state(tmp_path: Path) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    steps = schedule(wait=0, warmup=1, active=1, skip_first=4)
+    prof = profile(activities=[ProfilerActivity.CPU], schedule=steps)
+    assert prof.step_num == 0
+    assert prof.current_action == steps(0)
+    # as qa_hpc/observe/profiler.py starts it: at step 5, in the schedule's action for step 5
+    prof.step_num = 5
+    prof.current_action = steps(5)
+    prof.start()
+    torch.ones(4, 4).matmul(torch.ones(4, 4))
+    prof.stop()
+    # the trace keeps the step names (the tables group them as ProfilerStep*)
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    assert '"ProfilerStep#5"' in trace.read_text(encoding="utf-8")
+
+
+def check_summary_writer_file_writer(tmp_path: Path) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import hparams
+
+    writer = SummaryWriter(log_dir=str(tmp_path))
+    for summary in hparams({"lr": 0.1}, {"hparam/f1": 50.0}):
+        writer.file_writer.add_summary(summary)
+    writer.close()
+    (event_file,) = tmp_path.rglob("events.out.tfevents.*")
+    assert b"hparams" in event_file.read_bytes()
+
+
+def check_dataset_fingerprint(tmp_path: Path) -> None:
+    import datasets
+
+    examples = datasets.Dataset.from_dict({"id": ["a", "b"]})
+    assert isinstance(examples._fingerprint, str)
+    assert examples.select([0])._fingerprint != examples._fingerprint
+
+
+def check_get_eval_sampler(tmp_path: Path) -> None:
+    from transformers import Trainer
+
+    assert parameters(Trainer._get_eval_sampler) == ["self", "eval_dataset"]
+    # an override nothing calls would change nothing, silently
+    assert "sampler_fn=self._get_eval_sampler" in inspect.getsource(Trainer.get_eval_dataloader)
+
+
+def check_memory_tracker(tmp_path: Path) -> None:
+    from transformers import Trainer
+    from transformers.trainer_utils import TrainerMemoryTracker
+
+    assert "self._memory_tracker = TrainerMemoryTracker(" in inspect.getsource(Trainer.__init__)
+    assert parameters(TrainerMemoryTracker.start) == ["self"]
+    assert parameters(TrainerMemoryTracker.stop_and_update_metrics) == ["self", "metrics"]
+
+
+def check_speed_metrics(tmp_path: Path) -> None:
+    from transformers.trainer_utils import speed_metrics
+
+    metrics = speed_metrics("eval", time.time() - 2, num_samples=10, num_steps=5)
+    assert set(metrics) == {"eval_runtime", "eval_samples_per_second", "eval_steps_per_second"}
+
+
+def check_prediction_output(tmp_path: Path) -> None:
+    from transformers.trainer_utils import PredictionOutput
+
+    assert PredictionOutput._fields == ("predictions", "label_ids", "metrics")
+
+
+def check_default_logdir(tmp_path: Path) -> None:
+    from transformers.integrations.integration_utils import default_logdir
+
+    logdir = default_logdir()
+    assert logdir.startswith("runs" + os.sep)
+    assert logdir.endswith("_" + socket.gethostname())
+
+
+def check_attn_implementation(tmp_path: Path) -> None:
+    from transformers import BertConfig, BertForQuestionAnswering
+
+    config = BertConfig(
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        vocab_size=10,
+        attn_implementation="eager",
+    )
+    assert config._attn_implementation == "eager"
+    model = BertForQuestionAnswering(config)
+    model.set_attn_implementation("sdpa")
+    assert model.config._attn_implementation == "sdpa"
+
+
+def check_validate_launch_command(tmp_path: Path) -> None:
+    from accelerate.commands.launch import _validate_launch_command
+
+    assert parameters(_validate_launch_command) == ["args"]
+
+
+def check_filter_args(tmp_path: Path) -> None:
+    from accelerate.commands.launch import _filter_args
+
+    assert parameters(_filter_args) == ["args", "parser", "default_args"]
+
+
+def check_argparse_actions(tmp_path: Path) -> None:
+    from transformers import HfArgumentParser
+
+    @dataclass
+    class Flags:
+        backend: Literal["gloo", "nccl"] = field(default="gloo")
+
+    parser = HfArgumentParser(Flags)
+    assert isinstance(parser, argparse.ArgumentParser)
+    choices = {action.dest: action.choices for action in parser._actions}
+    assert list(choices["backend"]) == ["gloo", "nccl"]
+
+
+def check_execute_child(tmp_path: Path) -> None:
+    assert inspect.isfunction(subprocess.Popen._execute_child)
+    assert "self._execute_child(" in inspect.getsource(subprocess.Popen.__init__)
+
+
+CHECKS: dict[str, Callable[[Path], None]] = {
+    "torch.distributed.distributed_c10d._set_pg_timeout": check_set_pg_timeout,
+    "torch.profiler.profile.step_num": check_profiler_step_state,
+    "torch.profiler.profile.current_action": check_profiler_step_state,
+    "torch.utils.tensorboard.SummaryWriter.file_writer": check_summary_writer_file_writer,
+    "datasets.Dataset._fingerprint": check_dataset_fingerprint,
+    "transformers.Trainer._get_eval_sampler": check_get_eval_sampler,
+    "transformers.Trainer._memory_tracker": check_memory_tracker,
+    "transformers.trainer_utils.speed_metrics": check_speed_metrics,
+    "transformers.trainer_utils.PredictionOutput": check_prediction_output,
+    "transformers.integrations.integration_utils.default_logdir": check_default_logdir,
+    "transformers.PretrainedConfig._attn_implementation": check_attn_implementation,
+    "accelerate.commands.launch._validate_launch_command": check_validate_launch_command,
+    "accelerate.commands.launch._filter_args": check_filter_args,
+    "argparse.ArgumentParser._actions": check_argparse_actions,
+    "subprocess.Popen._execute_child": check_execute_child,
+}
+
+
+def test_every_listed_use_has_a_check() -> None:
+    assert sorted(CHECKS) == sorted(use.name for use in PRIVATE_API)
+
+
+@pytest.mark.parametrize("use", PRIVATE_API, ids=[use.name for use in PRIVATE_API])
+def test_listed_use_is_still_there_on_the_version_written_against(use: PrivateUse, tmp_path: Path) -> None:
+    if use.library != "python":
+        installed = importlib.metadata.version(use.library).split("+")[0]
+        assert installed == use.written_against, (
+            f"{use.library} {installed} is installed; {use.name} ({', '.join(use.used_in)}) was written "
+            f"against {use.written_against}: check it still does what those files expect, then update "
+            "written_against in qa_hpc/private_api.py"
+        )
+    CHECKS[use.name](tmp_path)
+
+
+@pytest.mark.parametrize("use", PRIVATE_API, ids=[use.name for use in PRIVATE_API])
+def test_listed_files_still_use_the_name(use: PrivateUse) -> None:
+    used = use.name.rsplit(".", 1)[-1]
+    for path in use.used_in:
+        assert used in (REPO / path).read_text(encoding="utf-8"), (
+            f"{path} no longer uses {use.name}: take the file out of its entry in qa_hpc/private_api.py "
+            "(the entry, when no file is left)"
+        )
