@@ -177,12 +177,12 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
         data_collator=default_data_collator
         if flags.data.pad_to_max_length
         else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
-        post_process_function=make_postprocess(flags.data, args.output_dir, flags.speed.postprocess),
+        post_process_function=make_postprocess(flags.data, args.output_dir),
         score_function=score,
         sort_eval_by_length=not flags.data.pad_to_max_length,
         callbacks=[*observability_callbacks(flags, plan), preemption],
     )
-    effective = Effective.read(trainer, flags.speed.postprocess)
+    effective = Effective.read(trainer)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
     effective.check(plan)
     return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume)

@@ -134,7 +134,7 @@ class QATrainingArguments(TrainingArguments):
 
 @dataclass(frozen=True)
 class SpeedArguments:
-    """(qa-hpc) Precision, threads, kernels and postprocessing (decided per device in qa_hpc.plan; the rules:
+    """(qa-hpc) Precision, threads and kernels (decided per device in qa_hpc.plan; the rules:
     README, "How precision, threads and devices are chosen")."""
 
     precision: str = flag(
@@ -148,12 +148,6 @@ class SpeedArguments:
         0,
         "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it (a "
         "launcher's 1 is no choice: for 1 thread, --num_threads 1), else this process's share of its CPUs.",
-    )
-    postprocess: str = flag(
-        "vectorized",
-        "(qa-hpc) Logits -> answers: 'vectorized' (array code, same answers, 20x+ "
-        "faster) or 'loop' (the per-feature reference loop, as in the HF example).",
-        choices=["vectorized", "loop"],
     )
     attn_implementation: str | None = flag(
         None,

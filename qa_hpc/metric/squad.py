@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import datasets
     import evaluate
 
-    from qa_hpc.postprocess_loop import QAPredictions
+    from qa_hpc.postprocess import QAPredictions
 
 Scores = dict[str, float]  # v2's *_total values are ints
 # (answers, examples) -> metrics without prefix, e.g. {"exact_match": .., "f1": ..}: what the trainer calls

@@ -15,7 +15,7 @@ import qa_hpc.metric.squad as sm
 import score_squad
 from qa_hpc.errors import UsageError
 from qa_hpc.metric.squad import LOCAL_MODULES, load_squad_metric, make_score
-from qa_hpc.postprocess_loop import QAPredictions
+from qa_hpc.postprocess import QAPredictions
 from qa_hpc.squad_io import load_references
 
 OFFICIAL_V11 = (
