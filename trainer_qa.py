@@ -16,8 +16,9 @@ from accelerate.utils import broadcast_object_list
 from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, speed_metrics
 
+from qa_hpc.features import real_lengths
 from qa_hpc.metric.squad import ScoreFunction
-from qa_hpc.postprocess import QAPredictions
+from qa_hpc.postprocess import QAPredictions, mask_padding, refuse_non_finite
 
 # (examples, features, (start_logits, end_logits), stage) -> answers; writes prediction files
 PostProcessFunction = Callable[[Any, Any, tuple[np.ndarray, np.ndarray], str], QAPredictions]
@@ -95,6 +96,9 @@ class QuestionAnsweringTrainer(Trainer):
         start = time.time()
         description = "Evaluation" if stage == "eval" else "Prediction"
         logits, loop_metrics, num_samples = self._gather_logits(dataset, description, ignore_keys, prefix)
+        # Every rank holds every logit, so each refuses a diverged model's at once (none is left waiting for
+        # the main process in the broadcast below); only the positions postprocessing reads count.
+        refuse_non_finite(mask_padding(logits, real_lengths(dataset)), f"{stage} logits")
         metrics: dict[str, float] = {}
         preds: QAPredictions | None = None
         if self.is_world_process_zero() and self.post_process_function is not None:

@@ -5,6 +5,7 @@ module to) tries n_best x n_best (start, end) pairs per feature in Python (~4 mi
 Here the top-n_best starts and ends of all features become one grid of pairs, masked by the loop's rules; one
 stable sort by (example, -score) then does the loop's sorts, n_best cut and null re-insertion at once. Scores
 are sums in the logits' dtype, then float64, as the loop's; stable sorts keep its order among equal scores.
+NaN or infinite logits (a diverged model) are refused: no answer read from them means anything.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pyarrow.compute as pc
 import torch
 
 from qa_hpc.atomic_io import json_text, write_text_atomic
+from qa_hpc.errors import UsageError
 from qa_hpc.features import real_lengths
 
 logger = logging.getLogger(__name__)
@@ -48,6 +50,26 @@ class QAPredictions:
     # per example id: text, probability, score, start_logit, end_logit; best first
     nbest: Mapping[str, list[dict]]
     null_odds: dict[str, float] | None
+
+
+class DivergedModel(UsageError):
+    """NaN or infinite logits: the model diverged (exit 2, as other settings that cannot work)."""
+
+
+def refuse_non_finite(logits: Logits, what: str) -> None:
+    """Raise DivergedModel counting the NaN and infinite values in `logits` (one row per feature), if any:
+    answers read from them follow no rule (NaN compares false with everything), and a silent EM of 0 costs a
+    user a night."""
+    start, end = (np.asarray(x) for x in logits)
+    nan = int(np.count_nonzero(np.isnan(start))) + int(np.count_nonzero(np.isnan(end)))
+    inf = int(np.count_nonzero(np.isinf(start))) + int(np.count_nonzero(np.isinf(end)))
+    if nan or inf:
+        rows = int(np.count_nonzero(~np.isfinite(start).all(axis=1) | ~np.isfinite(end).all(axis=1)))
+        raise DivergedModel(
+            f"{what} have {nan} NaN values and {inf} infinite values, in {rows} of {len(start)} features: "
+            "the model diverged, so no answers were written; train again with a lower --learning_rate or in "
+            "--precision bf16 or fp32 rather than fp16, or evaluate an earlier checkpoint"
+        )
 
 
 def example_of_features(
@@ -82,13 +104,13 @@ def mask_padding(logits: Logits, lengths: np.ndarray, fill: float = -100.0) -> L
 def top_k_with_values(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row, `np.argsort(row)[-1:-k-1:-1]` (the loop's ranking) and the logits at those indices.
 
-    torch.topk ranks all rows at once; a row with equal values or NaN among its k + 1 largest (common with
-    bf16 logits or -100 padding) is ranked by np.argsort itself, whose order among equal values is its own."""
+    torch.topk ranks all rows at once; a row with equal values among its k + 1 largest (common with bf16
+    logits or -100 padding) is ranked by np.argsort itself, whose order among equal values is its own."""
     width = logits.shape[1]
     k = min(k, width)
     # k + 1: a tie across the cut changes which indices make the top k (an empty array is fine)
     values, indices = (t.numpy() for t in torch.topk(_tensor(logits), min(k + 1, width), dim=1))
-    ambiguous = np.any(values[:, :-1] == values[:, 1:], axis=1) | np.isnan(values).any(axis=1)
+    ambiguous = np.any(values[:, :-1] == values[:, 1:], axis=1)
     indices = indices[:, :k].copy()
     values = values[:, :k].copy()
     for row in np.flatnonzero(ambiguous).tolist():
@@ -154,10 +176,9 @@ def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: 
     # A span scores its start logit plus its end logit, summed in the logits' dtype as the loop sums them.
     scores = s_val[:, :, None] + e_val[:, None, :]
     # Pairs scoring below their feature's n_best-th valid pair can never reach the n-best (ties stay: the
-    # stable sort settles them); the sort this spares costs more than the top-k. With a NaN the n_best-th
-    # means nothing.
+    # stable sort settles them); the sort this spares costs more than the top-k.
     n_pairs = scores.shape[1] * scores.shape[2]
-    if len(scores) and n_pairs > cfg.n_best_size and not np.isnan(scores).any():
+    if len(scores) and n_pairs > cfg.n_best_size:
         masked = np.where(ok, scores, -np.inf).reshape(len(scores), n_pairs)
         kth = torch.topk(_tensor(masked), cfg.n_best_size, dim=1).values[:, -1].numpy()
         ok &= scores >= kth[:, None, None]
@@ -177,7 +198,7 @@ def _span_candidates(logits: Logits, offsets: Any, ex_of_feat: np.ndarray, cfg: 
 
 def by_example_then_score(example: np.ndarray, score: np.ndarray) -> np.ndarray:
     """`np.lexsort((-score, example))`, ~3x sooner: one stable sort of the keys (example, rank of -score)."""
-    # equal scores share a rank, NaN ranks last
+    # equal scores share a rank
     distinct, rank = np.unique(-score, return_inverse=True)
     return np.argsort(example * len(distinct) + rank, kind="stable")
 
@@ -273,7 +294,7 @@ def postprocess_qa_predictions(
     cfg: PostprocessConfig,
 ) -> QAPredictions:
     """The loop's contract and output. features["offset_mapping"]: best the features' Arrow column (lists
-    work)."""
+    work). NaN or infinite logits raise DivergedModel."""
     start_logits, end_logits = (np.asarray(p) for p in predictions)
     ids = list(examples["id"])
     contexts = list(examples["context"])
@@ -286,9 +307,10 @@ def postprocess_qa_predictions(
             f"start/end logits must be two arrays of one 2-D shape, got {start_logits.shape} "
             f"and {end_logits.shape}"
         )
+    refuse_non_finite((start_logits, end_logits), "start/end logits")
     # v2's null score ("no answer": the span [CLS, CLS]) is the smallest CLS start + end over the example's
     # windows: the example has no answer only as far as every window agrees. Found as the loop finds it (the
-    # first of equal values: 0.0 and -0.0 are written differently; a NaN only when it comes first).
+    # first of equal values: 0.0 and -0.0 are written differently).
     null: list[float | None] = [None] * len(ids)
     cls_scores = (start_logits[:, :1] + end_logits[:, :1]).astype(np.float64).ravel().tolist()
     for ex, v in zip(ex_of_feat.tolist(), cls_scores):
