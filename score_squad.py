@@ -84,8 +84,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "dataset_file",
-        help="SQuAD dataset: the official nested JSON, or flat JSON / JSON Lines / "
-        "CSV / Parquet as run_qa.py reads",
+        help="SQuAD dataset: the official nested JSON, or flat JSON / JSON Lines as run_qa.py reads",
     )
     parser.add_argument("prediction_file", help="JSON object: question id -> answer text")
     parser.add_argument(

@@ -56,7 +56,7 @@ class DataTrainingArguments:
     )
     dataset_config_name: str | None = flag(None, "Hub dataset config name.")
     train_file: str | None = flag(
-        None, "Training data: official nested SQuAD JSON, flat JSON/JSON Lines, CSV or Parquet."
+        None, "Training data: official nested SQuAD JSON (v1.1, v2.0), flat JSON or JSON Lines."
     )
     validation_file: str | None = flag(None, "Evaluation data (same forms).")
     test_file: str | None = flag(None, "Prediction data (same forms; answers optional).")

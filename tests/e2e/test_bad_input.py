@@ -54,9 +54,8 @@ def _j(obj) -> bytes:
 
 
 # One case per way into run_qa's checks: the reader on the train file, on a later split, the features (each
-# message of the reader itself, a missing file and a CSV table too: tests/unit/test_squad_io.py; a record's
-# answer: the shared failed run below). Each: the file, which flag gets it, what the error names (file,
-# record, field).
+# message of the reader itself, a missing file and a file of another format too: tests/unit/test_squad_io.py;
+# a record's answer: the shared failed run below). Each: the file, which flag gets it, what the error names.
 CASES = [
     pytest.param(
         "trunc.json",

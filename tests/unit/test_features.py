@@ -98,9 +98,8 @@ def test_train_labels_recover_gold_span_in_every_window_that_holds_it(tokenizer,
             assert s == 0 and e == 0, "windows without the whole answer point at CLS"
         assert not pad or len(feats["input_ids"][i]) == 128
     assert all(len(w) >= 4 for w in windows.values()), windows
-    first = [
-        w.index(True) for w in windows.values()
-    ]  # the early answer in the first window, the late in a third+
+    # the early answer in the first window, the late in a third+
+    first = [w.index(True) for w in windows.values()]
     assert first[0] == 0 and first[1] >= 1 and first[2] >= 2, windows
 
 
@@ -124,9 +123,8 @@ def test_validation_features_keep_offsets_only_in_context(tokenizer):
     assert set(feats["example_id"]) == {"a"} and len(feats["example_id"]) >= 4
     q_len = len(tokenizer(QUESTION, add_special_tokens=False)["input_ids"])
     for ids, offsets in zip(feats["input_ids"], feats["offset_mapping"]):
-        assert (
-            all(o is None for o in offsets[: q_len + 2]) and offsets[-1] is None
-        )  # CLS, question, SEP; last SEP
+        # CLS, question, SEP; last SEP
+        assert all(o is None for o in offsets[: q_len + 2]) and offsets[-1] is None
         assert all(o is not None for o in offsets[q_len + 2 : len(ids) - 1])
 
 
@@ -397,12 +395,12 @@ def test_features_cache_reused_until_file_tokenizer_or_settings_change(
             written[folder], said[split] = stamp, how
         return said
 
-    computed, reused = {"train": "computed", "eval": "computed"}, {"train": "reused", "eval": "reused"}
+    computed = {"train": "computed", "eval": "computed"}
+    reused = {"train": "reused", "eval": "reused"}
     assert (cache(), cache(), cache(doc_stride=48)) == (computed, reused, computed)
     assert (cache(padding_side="left"), cache(overwrite_cache=True)) == (computed, computed)
     text = files["validation"].read_text(encoding="utf-8")
-    files["validation"].write_text(
-        text.replace("?", " ?", 1), encoding="utf-8"
-    )  # same size class, other bytes
+    # same size class, other bytes
+    files["validation"].write_text(text.replace("?", " ?", 1), encoding="utf-8")
     assert cache() == {"train": "reused", "eval": "computed"}
     assert cache(max_train_samples=5) == {"train": "computed", "eval": "reused"}
