@@ -155,9 +155,7 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
     for line in batch_lines(args, len(data.train)) if args.do_train else []:
         logger.info(line)  # the main process: global batch, optimizer steps, learning rate
     score = (
-        make_score(
-            flags.data.version_2_with_negative, flags.data.null_score_diff_threshold, flags.data.squad_metric
-        )
+        make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
         if args.do_eval or args.do_predict
         else None
     )  # the metric, loaded

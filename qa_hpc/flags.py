@@ -80,11 +80,6 @@ class DataTrainingArguments:
     null_score_diff_threshold: float = flag(
         0.0, "v2: answer '' when null score - best span score exceeds this."
     )
-    squad_metric: str | None = flag(
-        None,
-        "(qa-hpc) The `evaluate` metric that scores evaluation: a hub name or a "
-        "path (default: this package's offline module for the SQuAD version).",
-    )
     doc_stride: int = flag(128, "Overlap in tokens between windows of a long context.")
     n_best_size: int = flag(20, "Start and end candidates per feature.")
     max_answer_length: int = flag(30, "Longest answer in tokens.")

@@ -54,7 +54,6 @@ PARAMS = (
         "version_2_with_negative",
         "max_train_samples",
         "max_eval_samples",
-        "squad_metric",
     ),
     (
         "max_steps",

@@ -149,22 +149,11 @@ def test_run_qa_rejects(
             2,
         ),
         (["--precision", "fp16"], ["fp16 (--precision fp16) is not supported on CPU"], 2),
-        (
-            ["--do_train", "--train_file", "TRAIN", "--squad_metric", "squad"],  # stops before training
-            [
-                "--squad_metric 'squad' could not be loaded",
-                "HF_HUB_OFFLINE=1",
-                "leave --squad_metric out",
-                "qa_hpc/metric/evaluate_squad_v1",
-            ],
-            2,
-        ),
     ],
     ids=[
         "unwritable-output-dir",
         "non-empty-output-dir-without-checkpoint",
         "fp16-on-cpu",
-        "hub-metric-offline",
     ],
 )
 def test_settings_that_cannot_work_are_refused_before_the_model_loads(

@@ -14,7 +14,7 @@ from conftest import shared_squad_file, skip_or_fail
 import qa_hpc.metric.squad as sm
 import score_squad
 from qa_hpc.errors import UsageError
-from qa_hpc.metric.squad import LOCAL_MODULES, load_squad_metric, make_score
+from qa_hpc.metric.squad import load_metric, make_score
 from qa_hpc.postprocess import QAPredictions
 from qa_hpc.squad_io import load_references
 
@@ -396,23 +396,20 @@ def examples(golds: dict[str, list[str]]) -> dict[str, list]:
 
 
 @pytest.mark.parametrize(
-    ("v2", "hub"), [(False, False), (True, False), (False, True)]
-)  # hub: HF's `squad` module
-def test_make_score_hand_computed(v2: bool, hub: bool) -> None:
+    ("v2", "answers", "probs", "golds", "expected"),
+    [
+        (False, {**V1_PREDS, "zz": "unknown id"}, None, V1_REFS, V1_EXPECTED),
+        (True, V2_PREDS, V2_NA, V2_REFS, V2_EXPECTED),
+    ],
+)
+def test_make_score_hand_computed(v2, answers, probs, golds, expected) -> None:
     # make_score takes the run's threshold: at 1.0 (the metric's default) v2 exact would be 50, not 75
-    if hub and not (OFFICIAL_V11.parent / "squad.py").exists():
-        skip_or_fail(f"HF's squad metric module not found in {OFFICIAL_V11.parent}")
-    answers, probs, golds, expected = (
-        (V2_PREDS, V2_NA, V2_REFS, V2_EXPECTED)
-        if v2
-        else ({**V1_PREDS, "zz": "unknown id"}, None, V1_REFS, V1_EXPECTED)
-    )
-    score = make_score(v2, 0.5 if v2 else 0.0, *([str(OFFICIAL_V11.parent)] if hub else []))
+    score = make_score(v2, 0.5 if v2 else 0.0)
     assert_scores(score(QAPredictions(answers=answers, nbest={}, null_odds=probs), examples(golds)), expected)
 
 
 def test_v2_module_threshold_defaults_to_1_and_probabilities_stay_float64() -> None:
-    metric = load_squad_metric(None, version_2_with_negative=True)
+    metric = load_metric(version_2_with_negative=True)
     result = metric.compute(predictions=rows(answers=V2_PREDS, probs=V2_NA), references=rows(V2_REFS))
     assert_scores(result, V2_RAW, every_key=False)  # the official default no_answer_threshold 1.0
     # p = 0.1 - 1e-12 does not exceed 0.1: "Paris" stands; as float32 (the hub's type) p would round above 0.1
@@ -429,38 +426,6 @@ def test_no_questions_and_repeated_ids_are_errors() -> None:  # other undefined 
     with pytest.raises(ValueError, match="no questions to score"):
         sm.score_v1({}, {})
     with pytest.raises(ValueError, match="'q1' appears more than once"):
-        load_squad_metric(None, version_2_with_negative=False).compute(
+        load_metric(version_2_with_negative=False).compute(
             predictions=rows(answers={"q1": "x", "q2": "y"}), references=rows({"q1": ["x"]}) * 2
         )
-
-
-def test_a_path_chooses_another_metric(tmp_path: Path) -> None:
-    module = tmp_path / "always_half" / "always_half.py"
-    module.parent.mkdir()
-    module.write_text(
-        "import evaluate\nfrom qa_hpc.metric.squad import metric_info\n\n"
-        "class AlwaysHalf(evaluate.Metric):\n    def _info(self):\n        return metric_info(False)\n\n"
-        "    def _compute(self, predictions, references):\n"
-        "        return {'exact_match': 50.0, 'f1': 50.0}\n"
-    )
-    score = make_score(False, 0.0, str(module.parent))
-    assert score(QAPredictions({"q": "P"}, {}, None), examples({"q": ["P"]})) == {
-        "exact_match": 50.0,
-        "f1": 50.0,
-    }
-
-
-def test_a_metric_that_cannot_score_the_run_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(
-        UsageError, match=r"--squad_metric '.*no_such_metric' could not be loaded.*no local path"
-    ):
-        make_score(False, 0.0, str(tmp_path / "no_such_metric"))
-    (tmp_path / "plain.py").write_text("X = 1\n", encoding="utf-8")
-    with pytest.raises(UsageError, match=r"plain\.py' could not be loaded.*no evaluate module"):
-        make_score(False, 0.0, str(tmp_path / "plain.py"))
-    with pytest.raises(
-        UsageError,
-        match=r"takes predictions \['id', 'prediction_text'\].*SQuAD v2\.0 run sends "
-        r"predictions \['id', 'no_answer_probability', 'prediction_text'\]",
-    ):
-        make_score(True, 0.0, str(LOCAL_MODULES[False]))
