@@ -82,7 +82,7 @@ def _read(c: LoadedFile) -> None:
         raise c.fail(None, f"cannot read file: {e}") from None
     ext = p.suffix.lower()
     # JSON by its extension, or by its content under any other name (a SQuAD file saved as .txt); CSV,
-    # Parquet, gzip and the rest are refused by name rather than misread as broken JSON
+    # Parquet, gzip and the rest get one error naming the formats read, not a JSON parse error
     if ext not in JSON_EXTENSIONS and raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"{", b"["):
         raise c.fail(
             None,
