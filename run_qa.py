@@ -154,11 +154,9 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
     data = build_data(flags.model, flags.data, args, tokenizer)
     for line in batch_lines(args, len(data.train)) if args.do_train else []:
         logger.info(line)  # the main process: global batch, optimizer steps, learning rate
-    score = (
-        make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
-        if args.do_eval or args.do_predict
-        else None
-    )  # the metric, loaded
+    score = None
+    if args.do_eval or args.do_predict:  # the metric, loaded before anything is written
+        score = make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
     check_writable_dir(args.output_dir)
     model = load_model(flags.model, config, attn_implementation=flags.speed.attn_implementation)
     if plan.dropout_mask == "bulk":
