@@ -149,13 +149,9 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
     data = build_data(flags.model, flags.data, args, tokenizer)
     for line in batch_lines(args, len(data.train)) if args.do_train else []:
         logger.info(line)  # the main process: global batch, optimizer steps, learning rate
-    score = (
-        make_score(
-            flags.data.version_2_with_negative, flags.data.null_score_diff_threshold, flags.data.squad_metric
-        )
-        if args.do_eval or args.do_predict
-        else None
-    )  # the metric, loaded
+    score = None
+    if args.do_eval or args.do_predict:  # the metric, loaded before anything is written
+        score = make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
     check_writable_dir(args.output_dir)
     model = load_model(flags.model, config, attn_implementation=flags.speed.attn_implementation)
     if plan.dropout_mask == "bulk":
@@ -172,12 +168,12 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
         data_collator=default_data_collator
         if flags.data.pad_to_max_length
         else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
-        post_process_function=make_postprocess(flags.data, args.output_dir, flags.speed.postprocess),
+        post_process_function=make_postprocess(flags.data, args.output_dir),
         score_function=score,
         sort_eval_by_length=not flags.data.pad_to_max_length,
         callbacks=[*observability_callbacks(flags, plan), preemption],
     )
-    effective = Effective.read(trainer, flags.speed.postprocess)
+    effective = Effective.read(trainer)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
     effective.check(plan)
     return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume)

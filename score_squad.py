@@ -1,11 +1,13 @@
 """Score a SQuAD predictions file against the dataset's gold answers.
 
     python score_squad.py DATASET.json PREDICTIONS.json [--version_2_with_negative]
-        [--na_prob_file F] [--na_prob_thresh 1.0] [--out_file F] [--ignore_unknown_ids]
+        [--na_prob_file F] [--na_prob_thresh 1.0] [> scores.json]
 
 Prints one JSON line with the official evaluate-v1.1.py / evaluate-v2.0.py numbers (qa_hpc/metric/squad.py).
-Unlike the official scripts, which crash or mis-score silently on bad input, every input problem names the file,
-the record and the field, exits with status 2 and writes nothing. The dataset may be any file run_qa.py reads.
+Unlike the official scripts, which crash or mis-score silently on bad input, every input problem names the
+file, the record and the field and exits with status 2, printing no scores. Questions without a prediction
+(they score 0) and ids the dataset does not hold (ignored, as officially) are warnings on stderr. The dataset
+may be any file run_qa.py reads. Light on purpose: neither torch, datasets nor transformers is imported.
 """
 
 from __future__ import annotations
@@ -13,12 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from qa_hpc.atomic_io import OutputError, write_text_atomic
 from qa_hpc.errors import EXIT_USAGE, UsageError
 from qa_hpc.metric.squad import Scores, first_ids, score_v1, score_v2
 from qa_hpc.squad_io import DataError, load_references
@@ -66,16 +66,18 @@ def read_json_object(path: str, what: str, mapping: str) -> dict:
     return value
 
 
-def check_unknown(
-    references: Mapping[str, object], mapping: Mapping[str, object], path: str, dataset: str, allow: bool
+def warn_unknown(
+    references: Mapping[str, object], mapping: Mapping[str, object], path: str, dataset: str
 ) -> None:
-    """Ids not in the dataset usually mean the wrong file: an error unless allowed (the scores ignore them)."""
+    """Ids not in the dataset are ignored, as the official scripts ignore them; many usually mean the wrong
+    file, so they are named."""
     unknown = [qid for qid in mapping if qid not in references]
     if unknown:
-        message = f"{path}: {len(unknown)} id(s) are not questions of {dataset}: {first_ids(unknown)}"
-        if not allow:
-            raise UsageError(message + " (pass --ignore_unknown_ids to score anyway)")
-        print(f"{PROG}: warning: {message}; ignored", file=sys.stderr)
+        print(
+            f"{PROG}: warning: {path}: {len(unknown)} id(s) are not questions of {dataset}: "
+            f"{first_ids(unknown)}; ignored",
+            file=sys.stderr,
+        )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -84,8 +86,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "dataset_file",
-        help="SQuAD dataset: the official nested JSON, or flat JSON / JSON Lines / "
-        "CSV / Parquet as run_qa.py reads",
+        help="SQuAD dataset: the official nested JSON, or flat JSON / JSON Lines as run_qa.py reads",
     )
     parser.add_argument("prediction_file", help="JSON object: question id -> answer text")
     parser.add_argument(
@@ -99,12 +100,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=float,
         default=None,
         help="v2 only: predict no answer when its probability exceeds this (default 1.0)",
-    )
-    parser.add_argument("--out_file", help="also write the metrics JSON here (atomically)")
-    parser.add_argument(
-        "--ignore_unknown_ids",
-        action="store_true",
-        help="warn instead of failing when predictions name ids not in the dataset",
     )
     args = parser.parse_args(argv)
     if not args.version_2_with_negative:
@@ -120,10 +115,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def compute(args: argparse.Namespace) -> Scores:
     """Read and check every input, then score (unanswered questions score 0, summarized in one warning)."""
-    dataset, pred_file, na_file = args.dataset_file, args.prediction_file, args.na_prob_file
+    dataset = args.dataset_file
+    pred_file = args.prediction_file
+    na_file = args.na_prob_file
     references = load_references(dataset)
     predictions = read_json_object(pred_file, "predictions", "question id to answer text")
-    check_unknown(references, predictions, pred_file, dataset, args.ignore_unknown_ids)
+    warn_unknown(references, predictions, pred_file, dataset)
     for qid, text in predictions.items():
         if not isinstance(text, str):
             raise UsageError(
@@ -138,7 +135,7 @@ def compute(args: argparse.Namespace) -> Scores:
                 raise UsageError(
                     f"{na_file}: no-answer probability for id {qid!r} must be a finite number, got {shown}"
                 )
-        check_unknown(references, na_probs, na_file, dataset, args.ignore_unknown_ids)
+        warn_unknown(references, na_probs, na_file, dataset)
         absent = [qid for qid in references if qid in predictions and qid not in na_probs]
         if absent:
             raise UsageError(
@@ -155,8 +152,8 @@ def compute(args: argparse.Namespace) -> Scores:
     missing = [qid for qid in references if qid not in predictions]
     if missing:
         print(
-            f"{PROG}: warning: {len(missing)} of {len(references)} question(s) in {dataset} have no prediction "
-            f"in {pred_file} and will receive score 0: {first_ids(missing)}",
+            f"{PROG}: warning: {len(missing)} of {len(references)} question(s) in {dataset} have no "
+            f"prediction in {pred_file} and will receive score 0: {first_ids(missing)}",
             file=sys.stderr,
         )
     return result
@@ -166,12 +163,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         line = json.dumps(compute(args))
-        if args.out_file:
-            try:
-                write_text_atomic(args.out_file, line + "\n")  # readers never see half a file
-            except OutputError as exc:
-                reason = os.strerror(exc.errno) if exc.errno else str(exc)
-                raise UsageError(f"{args.out_file}: cannot write output file: {reason}") from None
     except (UsageError, DataError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

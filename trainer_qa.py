@@ -1,8 +1,7 @@
 """QuestionAnsweringTrainer: a Trainer whose evaluate() and predict() return answers and EM/F1.
 
-The Trainer's loop gathers every feature's logits exactly once onto every rank; postprocessing and scoring run on the
-main process alone and the metrics are broadcast, so every rank returns the same numbers.
-"""
+The Trainer's loop gathers every feature's logits exactly once onto every rank; postprocessing and scoring run
+on the main process alone and the metrics are broadcast, so every rank returns the same numbers."""
 
 from __future__ import annotations
 
@@ -17,8 +16,9 @@ from accelerate.utils import broadcast_object_list
 from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, speed_metrics
 
+from qa_hpc.features import real_lengths
 from qa_hpc.metric.squad import ScoreFunction
-from qa_hpc.postprocess_loop import QAPredictions
+from qa_hpc.postprocess import QAPredictions, mask_padding, refuse_non_finite
 
 # (examples, features, (start_logits, end_logits), stage) -> answers; writes prediction files
 PostProcessFunction = Callable[[Any, Any, tuple[np.ndarray, np.ndarray], str], QAPredictions]
@@ -50,16 +50,15 @@ class QuestionAnsweringTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.eval_examples = eval_examples
         self.post_process_function = post_process_function
-        self.score_function = (
-            score_function  # in place of compute_metrics, which stays None: the loop never scores
-        )
+        # in place of compute_metrics, which stays None: the loop never scores
+        self.score_function = score_function
         self.sort_eval_by_length = sort_eval_by_length
 
     def _get_eval_sampler(self, eval_dataset: Any) -> torch.utils.data.Sampler | None:
-        """Keep evaluation in dataset order: transformers 5.23 hands evaluation a shuffled LengthGroupedSampler with
-        group_by_length, and every answer would be read from another feature's logits (length_order sorts instead,
-        in a known order). In DDP, None lets accelerate shard the sequential order and gather_for_metrics restore it.
-        """
+        """Keep evaluation in dataset order: transformers 5.23 hands evaluation a shuffled
+        LengthGroupedSampler with group_by_length, and every answer would be read from another feature's
+        logits (length_order sorts instead, in a known order). In DDP, None lets accelerate shard the
+        sequential order and gather_for_metrics restore it."""
         if eval_dataset is None or self.args.world_size > 1:
             return None
         return torch.utils.data.SequentialSampler(eval_dataset)
@@ -91,38 +90,33 @@ class QuestionAnsweringTrainer(Trainer):
     def _answer(
         self, dataset: Any, examples: Any, ignore_keys: list[str] | None, prefix: str, stage: str
     ) -> tuple[QAPredictions | None, dict[str, float]]:
-        """The body of evaluate() and predict(): logits -> answers and EM/F1 on the main process, the metrics every
-        rank returns; logged, with the callbacks' on_evaluate or on_predict and the Trainer's memory metrics."""
+        """The body of evaluate() and predict(): logits -> answers and EM/F1 on the main process, the metrics
+        every rank returns; logged, with the callbacks' on_evaluate or on_predict and the memory metrics."""
         self._memory_tracker.start()
         start = time.time()
         description = "Evaluation" if stage == "eval" else "Prediction"
         logits, loop_metrics, num_samples = self._gather_logits(dataset, description, ignore_keys, prefix)
+        # Every rank holds every logit, so each refuses a diverged model's at once (none is left waiting for
+        # the main process in the broadcast below); only the positions postprocessing reads count.
+        refuse_non_finite(mask_padding(logits, real_lengths(dataset)), f"{stage} logits")
         metrics: dict[str, float] = {}
         preds: QAPredictions | None = None
         if self.is_world_process_zero() and self.post_process_function is not None:
             t0 = time.perf_counter()
             preds = self.post_process_function(examples, dataset, logits, stage)
             metrics[f"{prefix}_postprocess_seconds"] = round(time.perf_counter() - t0, 4)
-            if (
-                self.score_function is not None and "answers" in examples.column_names
-            ):  # a test set may have none
-                metrics.update({f"{prefix}_{k}": v for k, v in self.score_function(preds, examples).items()})
+            # a test set may have no answers
+            if self.score_function is not None and "answers" in examples.column_names:
+                scores = self.score_function(preds, examples)
+                metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
         metrics = broadcast_object_list([metrics])[0]  # the main process's, on every rank
-        # speed over the whole evaluation, postprocessing included (what users wait for), with the loop's model
-        # preparation time and loss (when not NaN)
+        # speed over the whole evaluation, postprocessing included (what users wait for), with the loop's
+        # model preparation time and loss (when not NaN)
         total_batch = self.args.eval_batch_size * self.args.world_size
-        metrics.update(
-            speed_metrics(
-                prefix, start, num_samples=num_samples, num_steps=math.ceil(num_samples / total_batch)
-            )
-        )
-        metrics.update(
-            {
-                key: value
-                for key, value in loop_metrics.items()
-                if key in (f"{prefix}_model_preparation_time", f"{prefix}_loss") and not math.isnan(value)
-            }
-        )
+        num_steps = math.ceil(num_samples / total_batch)
+        metrics.update(speed_metrics(prefix, start, num_samples=num_samples, num_steps=num_steps))
+        passed_on = (f"{prefix}_model_preparation_time", f"{prefix}_loss")
+        metrics.update({k: v for k, v in loop_metrics.items() if k in passed_on and not math.isnan(v)})
         metrics[f"{prefix}_examples"] = len(examples)
         self.log(metrics)
         callback = self.callback_handler.on_evaluate if stage == "eval" else self.callback_handler.on_predict

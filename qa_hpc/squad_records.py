@@ -7,8 +7,6 @@ official scripts read, a unique string id and the answer texts, so a file they s
 
 from __future__ import annotations
 
-import contextlib
-import json
 import numbers
 import reprlib
 import shlex
@@ -17,35 +15,31 @@ from typing import Any
 
 from qa_hpc.errors import UsageError
 
-PAIR = ("answer_text", "answer_start")  # a table's one-answer-per-row columns
-
 
 class DataError(UsageError):
     """Bad input: ``path: location (id 'x'): field 'f': what is wrong``."""
 
 
-Answer = tuple[
-    str, Any, str, str
-]  # text, answer_start (None when scoring), and the fields they were read from
-FieldError = Callable[[str, str], DataError]  # (message, field) -> the error, placed at the record
+# text, answer_start (None when scoring), and the fields they were read from
+Answer = tuple[str, Any, str, str]
+# (message, field) -> the error, placed at the record
+FieldError = Callable[[str, str], DataError]
 
 
 class LoadedFile:
-    """One file's records (or, ``scoring``, id -> gold texts), each checked as a reader hands it over, and what
-    was loaded: the reader sets ``fmt`` and ``digest``, ``answer_check`` counts ``fixed`` answers and ``skipped``
-    records (reason -> count)."""
+    """One file's records (or, ``scoring``, id -> gold texts), each checked as a reader hands it over, and
+    what was loaded: the reader sets ``fmt`` and ``digest``, ``answer_check`` counts ``fixed`` answers and
+    ``skipped`` records (reason -> count)."""
 
     def __init__(
         self, path: str, split: str, v2: bool = False, answer_check: str = "error", scoring: bool = False
     ) -> None:
-        self.path, self.split, self.v2, self.answer_check, self.scoring = (
-            path,
-            split,
-            v2,
-            answer_check,
-            scoring,
-        )
-        self.fmt = ""  # "squad-nested" | "json" | "jsonl" | "csv" | "parquet"
+        self.path = path
+        self.split = split
+        self.v2 = v2
+        self.answer_check = answer_check
+        self.scoring = scoring
+        self.fmt = ""  # "squad-nested" | "json" | "jsonl"
         self.digest = ""  # of the bytes that were read and checked: what the features cache is keyed by
         self.seen: dict[str, str] = {}  # id -> location of its first occurrence
         self.records: list[dict] = []
@@ -63,7 +57,7 @@ class LoadedFile:
         return sum(1 for rec in self.records if not rec["answers"]["text"])
 
     def summary(self) -> str:
-        """One greppable ``DATA_LOADED key=value ...`` line for job logs: at a glance, no data went missing."""
+        """The greppable ``DATA_LOADED key=value ...`` line of job logs: no record went missing unseen."""
         parts = [
             "DATA_LOADED",
             f"file={shlex.quote(self.path)}",
@@ -79,11 +73,8 @@ class LoadedFile:
         record = " ".join(p for p in (loc, isinstance(rid, str) and rid and f"(id {rid!r})") if p)
         return DataError(": ".join(p for p in (self.path, record, fld and f"field '{fld}'", msg) if p))
 
-    def add(
-        self, loc: str, rec: Any, *, impossible: bool = False, cell: bool = False, pair: bool = False
-    ) -> None:
-        """Check one flat record and keep it (or its gold texts, when scoring). ``cell``: a table's answers may be
-        a JSON string; ``pair``: the answer is in the row's answer_text + answer_start columns."""
+    def add(self, loc: str, rec: Any, *, impossible: bool = False) -> None:
+        """Check one flat record and keep it (or its gold texts, when scoring)."""
         if not isinstance(rec, dict):
             raise self.fail(
                 loc, f"expected a record object with id, question, context, answers; found {kind_of(rec)}"
@@ -95,8 +86,7 @@ class LoadedFile:
                 'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
                 fld="paragraphs",
             )
-        raw = {k: v for k, v in rec.items() if k not in PAIR} if pair else rec
-        rid = _string(raw, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them")
+        rid = _string(rec, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them")
         if rid in self.seen:
             raise self.fail(
                 loc,
@@ -105,36 +95,32 @@ class LoadedFile:
                 fld="id",
             )
         self.seen[rid] = loc
-        err: FieldError = lambda msg, f: self.fail(loc, msg, rid=rid, fld=f)  # noqa: E731 - this record's errors
-        if (
-            not (pair or impossible or "answers" in rec) and self.split != "test"
-        ):  # the scorer reads "validation"
-            why = (
-                "scoring needs the gold answers"
-                if self.scoring
-                else "answers may be left out only for split='test'"
-            )
-            raise err(f"missing (record has keys {keys_of(raw)}); {why}", "answers")
-        golds = (
-            []
-            if impossible
-            else _pair_answers(rec, err, self.scoring)
-            if pair
-            else _answers(rec.get("answers"), err, self.scoring, cell)
-        )
+
+        def err(msg: str, fld: str) -> DataError:
+            return self.fail(loc, msg, rid=rid, fld=fld)
+
+        # the scorer reads its dataset as split "validation": it needs the gold answers too
+        if not (impossible or "answers" in rec) and self.split != "test":
+            if self.scoring:
+                why = "scoring needs the gold answers"
+            else:
+                why = "answers may be left out only for split='test'"
+            raise err(f"missing (record has keys {keys_of(rec)}); {why}", "answers")
+        golds = [] if impossible else _answers(rec.get("answers"), err, self.scoring)
         if self.scoring:
             self.references[rid] = [text for text, *_ in golds]
             return
-        title = raw.get("title")
+        title = rec.get("title")
         if title is not None and not isinstance(title, str):
             raise err(f"must be a string, got {type(title).__name__}", "title")
-        question, context = (_string(raw, name, err) for name in ("question", "context"))
+        question = _string(rec, "question", err)
+        context = _string(rec, "context", err)
         if not golds and self.split != "test" and not self.v2:
             why = "is_impossible is true" if impossible else "no answers given"
             raise err(
                 f"record has no answer ({why}) but version_2_with_negative is off; pass "
                 "--version_2_with_negative for SQuAD v2-style data with unanswerable questions",
-                "is_impossible" if impossible else PAIR[0] if pair else "answers",
+                "is_impossible" if impossible else "answers",
             )
         answers = self._placed(context, golds, err)
         if answers is None:
@@ -155,69 +141,59 @@ class LoadedFile:
                 if self.answer_check == "skip":
                     return None
                 occurrences = (i for i in range(len(context)) if context.startswith(text, i))
-                new = min(
-                    occurrences, key=lambda i: (abs(i - start), i), default=None
-                )  # the nearest, earlier on ties
+                # the nearest occurrence, the earlier one on ties
+                new = min(occurrences, key=lambda i: (abs(i - start), i), default=None)
                 if self.answer_check == "error" or new is None:
-                    where = (
-                        "; the text does not occur anywhere in the context"
-                        if new is None
-                        else f"; the text does occur at {new} (answer_check='fix' corrects such offsets, "
-                        "'skip' drops such records)"
-                    )
+                    if new is None:
+                        where = "; the text does not occur anywhere in the context"
+                    else:
+                        where = (
+                            f"; the text does occur at {new} (answer_check='fix' corrects such offsets, "
+                            "'skip' drops such records)"
+                        )
                     raise err(
                         f"answer text {reprlib.repr(text)} not found at answer_start {start} "
                         f"(context has {reprlib.repr(found)} there){where}",
                         text_field,
                     )
-                start, self.fixed = new, self.fixed + 1
+                start = new
+                self.fixed += 1
             answers["text"].append(text)
             answers["answer_start"].append(start)
         return answers
 
 
-def _string(raw: dict, name: str, err: FieldError, hint: str = "") -> str:
+def _string(rec: dict, name: str, err: FieldError, hint: str = "") -> str:
     """id / question / context: a string with something in it."""
-    val = raw.get(name)
-    problem = (
-        f"missing (record has keys {keys_of(raw)})"
-        if val is None
-        else f"must be a string, got {type(val).__name__} {reprlib.repr(val)}" + (hint and f" ({hint})")
-        if not isinstance(val, str)
-        else "is empty or whitespace only"
-        if not val.strip()
-        else None
-    )
-    if problem:
-        raise err(problem, name)
+    val = rec.get(name)
+    if val is None:
+        raise err(f"missing (record has keys {keys_of(rec)})", name)
+    if not isinstance(val, str):
+        hint_text = f" ({hint})" if hint else ""
+        raise err(f"must be a string, got {type(val).__name__} {reprlib.repr(val)}{hint_text}", name)
+    if not val.strip():
+        raise err("is empty or whitespace only", name)
     return val
 
 
-def _answers(answers: Any, err: FieldError, scoring: bool, cell: bool) -> list[Answer]:
-    """Every answer of one record: HF columns, SQuAD objects, or (``cell``) a JSON string of either.
+def _answers(answers: Any, err: FieldError, scoring: bool) -> list[Answer]:
+    """Every answer of one record: HF columns or SQuAD objects.
 
     Scoring reads only the texts, as the official scripts do: ``answer_start`` may be absent
     and an empty text is kept (v2 scoring ignores golds that normalize to nothing).
     """
     keys = ("text",) if scoring else ("text", "answer_start")
-    if cell and isinstance(answers, str):  # a CSV/Parquet cell; empty means no answer
-        try:
-            answers = json.loads(answers) if answers.strip() else None
-        except json.JSONDecodeError as e:
-            raise err(
-                f"is not valid JSON ({e.msg} at column {e.colno}); expected "
-                '{"text": [...], "answer_start": [...]} or [{"text": ..., "answer_start": ...}]',
-                "answers",
-            ) from None
     if answers is None:
         return []
     if isinstance(answers, dict):  # HF columns {"text": [...], "answer_start": [...]}
         missing = [key for key in keys if key not in answers]
         if missing:
             raise err(f"missing (answers has keys {keys_of(answers)})", f"answers.{missing[0]}")
-        texts, starts = answers["text"], answers.get("answer_start")
+        texts = answers["text"]
+        starts = answers.get("answer_start")
         if isinstance(texts, str) and (_is_int(starts) or scoring):  # one answer written as scalars
-            texts, starts = [texts], [starts]
+            texts = [texts]
+            starts = [starts]
         for key, val in zip(keys, (texts, starts)):
             if not isinstance(val, (list, tuple)):
                 raise err(f"must be a list, got {type(val).__name__}", f"answers.{key}")
@@ -244,19 +220,6 @@ def _answers(answers: Any, err: FieldError, scoring: bool, cell: bool) -> list[A
         _answer(text, start, (f"answers[{i}].text", f"answers[{i}].answer_start"), err, scoring)
         for i, (text, start) in enumerate(pairs)
     ]
-
-
-def _pair_answers(row: dict[str, Any], err: FieldError, scoring: bool) -> list[Answer]:
-    """A table row's answer_text + answer_start cells, named by their columns; no answer when both are empty."""
-    text, start = row.get(PAIR[0]), row.get(PAIR[1])  # the scorer's table may have no answer_start column
-    start = start.strip() if isinstance(start, str) else start
-    has_text = not (text is None or isinstance(text, str) and not text.strip())
-    if not scoring and has_text == (start in (None, "")):
-        empty, other = PAIR[::-1] if has_text else PAIR
-        raise err(f"is empty but {other} is set", empty)
-    with contextlib.suppress(ValueError):
-        start = int(start) if isinstance(start, str) else start  # a bad one is reported by _answer
-    return [_answer(text, start, PAIR, err, scoring)] if has_text else []
 
 
 def _answer(text: Any, start: Any, fields: tuple[str, str], err: FieldError, scoring: bool) -> Answer:

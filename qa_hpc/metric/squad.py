@@ -1,25 +1,23 @@
-"""SQuAD v1.1 / v2.0 scores equal to the official evaluate-v1.1.py / evaluate-v2.0.py (every quirk that changes a
-number kept), for score_squad.py and for the `evaluate` modules beside this file that the trainer scores with.
-Departures: a question without a prediction scores 0 (v2 officially crashes); no questions, or v1 questions without
-gold answers, raise ValueError (officially a crash). score_squad.py checks the rest of its files itself."""
+"""SQuAD v1.1 / v2.0 scores equal to the official evaluate-v1.1.py / evaluate-v2.0.py (every quirk that
+changes a number kept), for score_squad.py and for the `evaluate` modules beside this file that the trainer
+scores with. Departures: a question without a prediction scores 0 (v2 officially crashes); no questions, or v1
+questions without gold answers, raise ValueError (officially a crash). score_squad.py checks its files.
+"""
 
 from __future__ import annotations
 
 import collections
-import os
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qa_hpc.errors import UsageError
-
 if TYPE_CHECKING:
     import datasets
     import evaluate
 
-    from qa_hpc.postprocess_loop import QAPredictions
+    from qa_hpc.postprocess import QAPredictions
 
 Scores = dict[str, float]  # v2's *_total values are ints
 # (answers, examples) -> metrics without prefix, e.g. {"exact_match": .., "f1": ..}: what the trainer calls
@@ -74,7 +72,7 @@ def _raw_scores(
 
 
 def score_v1(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str]) -> Scores:
-    """Official v1.1 ``{"exact_match": %, "f1": %}``; references: id -> gold texts (unknown predictions ignored)."""
+    """Official v1.1 ``{"exact_match": %, "f1": %}``; references: id -> gold texts (unknown ids ignored)."""
     empty = [qid for qid, golds in references.items() if not golds]
     if empty:
         raise ValueError(
@@ -94,7 +92,7 @@ def score_v2(
     na_probs: Mapping[str, float] | None = None,
     na_prob_thresh: float = 1.0,
 ) -> Scores:
-    """Official v2.0 with --na-prob-file / --na-prob-thresh, its keys in its order; ``[]`` golds: unanswerable."""
+    """Official v2.0 with --na-prob-file / --na-prob-thresh, keys in its order; golds ``[]``: no answer."""
     has_answer = {qid: bool(golds) for qid, golds in references.items()}
     exact_raw, f1_raw = _raw_scores(references, predictions, v2=True)
     # Officially P(no answer) is 0.0 without na_probs, so a negative threshold abstains on everything.
@@ -137,8 +135,8 @@ def _best_threshold(
     has_answer: Mapping[str, bool],
     total: int,
 ) -> tuple[float, float]:
-    """Official ``find_best_thresh``: abstain on everything, then un-abstain by ascending na_prob (ties one by one in
-    na_probs order); an unanswerable question costs 1 if its *raw* text is non-empty (" " too)."""
+    """Official ``find_best_thresh``: abstain on everything, then un-abstain by ascending na_prob (ties one by
+    one in na_probs order); an unanswerable question costs 1 if its *raw* text is non-empty (" " too)."""
     current = float(sum(1 for qid in raw if not has_answer[qid]))
     best, best_thresh = current, 0.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
@@ -170,8 +168,8 @@ PAPERS = {
 
 def metric_info(v2: bool, inputs_description: str = "") -> evaluate.MetricInfo:
     """What both `evaluate` modules beside this file say of themselves. Their inputs are the hub's `squad` /
-    `squad_v2` ones, but float64 "no_answer_probability": as float32 the null-score differences would move threshold
-    decisions away from score_squad.py's on eval_null_odds.json."""
+    `squad_v2` ones, but float64 "no_answer_probability": as float32 the null-score differences would move
+    threshold decisions away from score_squad.py's on eval_null_odds.json."""
     import evaluate  # only where a metric is built: score_squad.py needs none
     from datasets import Features, List, Value
 
@@ -181,7 +179,9 @@ def metric_info(v2: bool, inputs_description: str = "") -> evaluate.MetricInfo:
         predictions["no_answer_probability"] = Value("float64")
     answers = {"text": List(Value("string")), "answer_start": List(Value("int32"))}
     return evaluate.MetricInfo(
-        description=f"SQuAD v{version} exact match and F1, equal to the official evaluate-v{version}.py (qa-hpc).",
+        description=(
+            f"SQuAD v{version} exact match and F1, equal to the official evaluate-v{version}.py (qa-hpc)."
+        ),
         citation=PAPERS[v2],
         inputs_description=inputs_description,
         reference_urls=["https://rajpurkar.github.io/SQuAD-explorer/"],
@@ -194,7 +194,7 @@ def metric_info(v2: bool, inputs_description: str = "") -> evaluate.MetricInfo:
 def score_rows(
     predictions: Sequence[Mapping], references: Sequence[Mapping], no_answer_threshold: float | None = None
 ) -> Scores:
-    """The `evaluate` rows scored; a threshold (even 1.0) means v2. A repeated id is an error, not one kept."""
+    """The `evaluate` rows scored; a threshold (even 1.0) means v2. A repeated id is an error, not dropped."""
     for source, rows in (("references", references), ("predictions", predictions)):
         repeated = [qid for qid, n in collections.Counter(row["id"] for row in rows).items() if n > 1]
         if repeated:
@@ -208,11 +208,11 @@ def score_rows(
     )
 
 
-def make_score(
-    version_2_with_negative: bool, null_score_diff_threshold: float, squad_metric: str | None = None
-) -> ScoreFunction:
-    """Load the metric now (a bad --squad_metric stops the run before training); return what scores answers."""
-    metric, v2 = load_squad_metric(squad_metric, version_2_with_negative), version_2_with_negative
+def make_score(version_2_with_negative: bool, null_score_diff_threshold: float) -> ScoreFunction:
+    """Load the `evaluate` module beside this file for the SQuAD version now (before training, as HF's example
+    loads its metric); return what scores answers."""
+    metric = load_metric(version_2_with_negative)
+    v2 = version_2_with_negative
     # v2: thresholding the null odds at the postprocessing's threshold keeps exact/f1 unchanged and
     # makes best_f1_thresh a usable threshold
     options = {"no_answer_threshold": null_score_diff_threshold} if v2 else {}
@@ -233,59 +233,9 @@ def make_score(
     return score
 
 
-def load_squad_metric(name: str | None, version_2_with_negative: bool) -> evaluate.EvaluationModule:
-    """The `evaluate` metric asked for (default: ours for the version), checked to take run_qa's inputs."""
+def load_metric(version_2_with_negative: bool) -> evaluate.EvaluationModule:
+    """This package's `evaluate` module for the SQuAD version (evaluate copies it into HF_HOME's modules)."""
     import evaluate  # slow to import (it pulls in transformers.pipelines): only once a run is set up
-    from huggingface_hub import constants
 
-    if constants.HF_HUB_OFFLINE:
-        # evaluate has its own offline switch; without it an offline job asking for a hub metric
-        # would try the network first (and wait for it) before falling back to evaluate's cache
-        evaluate.config.HF_EVALUATE_OFFLINE = True
-    path = name or str(LOCAL_MODULES[version_2_with_negative])
-    try:
-        metric = evaluate.load(path, keep_in_memory=True)  # scores on the main process only: no cache files
-    except (
-        Exception
-    ) as err:  # evaluate raises FileNotFoundError, ConnectionError, ImportError, TypeError, ...
-        if name is None:  # our own module: not the user's doing, keep the traceback
-            raise
-        if os.path.exists(name):
-            how = (
-                "the path exists but is no evaluate module: give a .py file that defines an evaluate.Metric, "
-                "or a folder holding one named after the folder"
-            )
-        else:
-            local = LOCAL_MODULES[version_2_with_negative].relative_to(Path(__file__).parents[2])
-            offline = "offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else "no internet?"
-            how = (
-                f"it is no local path, and a hub metric is fetched once from the Hugging Face Hub ({offline}): "
-                "load it where there is internet with HF_HOME set as in the job (it is then cached in "
-                f"{constants.HF_HOME}/modules for offline runs), or leave --squad_metric out to use {local}, "
-                "which gives the official numbers offline"
-            )
-        cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UsageError(
-            f"--squad_metric {name!r} could not be loaded ({type(err).__name__}: {cause}); {how}"
-        ) from err
-    _check_metric_inputs(metric, path, version_2_with_negative)
-    return metric
-
-
-def _check_metric_inputs(metric: evaluate.EvaluationModule, name: str, v2: bool) -> None:
-    """The metric must take the rows run_qa sends (a v1 metric cannot score a v2 run, and back)."""
-
-    def inputs(f: Mapping) -> str:
-        return " and ".join(
-            f"{k} {sorted(f[k]) if isinstance(f.get(k), dict) else []}" for k in ("predictions", "references")
-        )
-
-    schemas = metric.features if isinstance(metric.features, list) else [metric.features]
-    wanted, found = inputs(metric_info(v2).features), [inputs(f) for f in schemas]
-    if wanted not in found:
-        version = "2.0" if v2 else "1.1"
-        raise UsageError(
-            f"--squad_metric {name!r} takes {' or '.join(found)}, but a SQuAD v{version} run sends "
-            f"{wanted}: use a SQuAD v{version} metric (on the hub: {'squad_v2' if v2 else 'squad'!r}), "
-            "or leave --squad_metric out"
-        )
+    # scores on the main process only: no cache files
+    return evaluate.load(str(LOCAL_MODULES[version_2_with_negative]), keep_in_memory=True)

@@ -1,8 +1,7 @@
-"""Bad input ends with exit 2 (74 for an unwritable output dir), one ERROR line naming the file, the record and the
-field, no traceback and nothing written; code inside a model directory never runs unasked (pickled weights:
-tests/unit/test_model.py). Most cases run run_qa.cli(argv) in-process (the exit code and stderr a user sees); the
-shared failed run and the missing-model cases meet bad input in real processes.
-"""
+"""Bad input ends with exit 2 (74 for an unwritable output dir), one ERROR line naming the file, the record
+and the field, no traceback and nothing written; code inside a model directory never runs unasked (pickled
+weights: tests/unit/test_model.py). Most cases run run_qa.cli(argv) in-process (the exit code and stderr a
+user sees); the shared failed run and the missing-model cases meet bad input in real processes."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ from unittest import mock
 
 import datasets
 import pytest
+import torch
 import transformers
 from fixtures.procs import (
     PYTHON,
@@ -53,9 +53,9 @@ def _j(obj) -> bytes:
     return json.dumps(obj).encode()
 
 
-# One case per way into run_qa's checks: the reader on the train file, on a later split, the features (each message
-# of the reader itself, a missing file and a CSV table too: tests/unit/test_squad_io.py; a record's answer: the shared
-# failed run below). Each: the file, which flag gets it, what the error names (file, record, field).
+# One case per way into run_qa's checks: the reader on the train file, on a later split, the features (each
+# message of the reader itself, a missing file and a file of another format too: tests/unit/test_squad_io.py;
+# a record's answer: the shared failed run below). Each: the file, which flag gets it, what the error names.
 CASES = [
     pytest.param(
         "trunc.json",
@@ -82,18 +82,15 @@ CASES = [
 
 
 def run_qa_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """`python run_qa.py ARGV` in this process: (exit code, stdout + stderr, stderr). run_qa.main sets up the process
-    it runs in (environment, signals, threads, logging): undone after."""
-    import torch
-
+    """`python run_qa.py ARGV` in this process: (exit code, stdout + stderr, stderr). run_qa.main sets up the
+    process it runs in (environment, signals, threads, logging): undone after."""
     import run_qa
 
-    threads, handlers = (
-        torch.get_num_threads(),
-        {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)},
-    )
+    threads = torch.get_num_threads()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
     root = logging.getLogger()
-    root_handlers, root_level = root.handlers[:], root.level
+    root_handlers = root.handlers[:]
+    root_level = root.level
     try:
         with mock.patch.dict(os.environ), mock.patch.object(sys, "argv", ["run_qa.py", *argv]):
             code = run_qa.cli()
@@ -110,7 +107,7 @@ def run_qa_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str
 
 
 def _check(argv: list[str], tmp_path: Path, capsys, expect: list[str], code: int = 2) -> str:
-    """run_qa ARGV exits `code` with one ERROR line holding every piece of `expect`, no traceback, nothing written."""
+    """run_qa ARGV exits `code` with one ERROR line holding each piece of `expect`, no traceback, no file."""
     before = sorted(tmp_path.rglob("*"))  # files and folders
     got, output, stderr = run_qa_cli(argv, capsys)
     assert got == code, f"exit {got}, expected {code}:\n{output[-3000:]}"
@@ -152,22 +149,11 @@ def test_run_qa_rejects(
             2,
         ),
         (["--precision", "fp16"], ["fp16 (--precision fp16) is not supported on CPU"], 2),
-        (
-            ["--do_train", "--train_file", "TRAIN", "--squad_metric", "squad"],  # stops before training
-            [
-                "--squad_metric 'squad' could not be loaded",
-                "HF_HUB_OFFLINE=1",
-                "leave --squad_metric out",
-                "qa_hpc/metric/evaluate_squad_v1",
-            ],
-            2,
-        ),
     ],
     ids=[
         "unwritable-output-dir",
         "non-empty-output-dir-without-checkpoint",
         "fp16-on-cpu",
-        "hub-metric-offline",
     ],
 )
 def test_settings_that_cannot_work_are_refused_before_the_model_loads(
@@ -186,6 +172,30 @@ def test_settings_that_cannot_work_are_refused_before_the_model_loads(
         *flags,
     )
     _check(argv, tmp_path, capsys, expect, code)
+
+
+def test_a_diverged_model_at_eval_is_one_error_and_a_failed_record(
+    tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    """Weights holding NaN, as a training run that diverged leaves them: the evaluation stops with exit 2 and
+    one ERROR line saying so, writes no predictions, and run_summary.json records the failed run."""
+    model_dir = tmp_path / "diverged"
+    shutil.copytree(tiny_bert, model_dir)
+    model = transformers.AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert))
+    with torch.no_grad():
+        model.qa_outputs.weight.fill_(float("nan"))
+    model.save_pretrained(model_dir)
+    out = tmp_path / "out"
+    validation = ["--validation_file", str(demo_files["validation"]), "--max_eval_samples", "2"]
+    code, output, stderr = run_qa_cli(tiny_flags(model_dir, out, "--do_eval", *validation), capsys)
+    assert code == 2, output[-3000:]
+    error = one_error_line(stderr)
+    assert error.startswith("ERROR: eval logits have ") and "NaN values" in error, error
+    assert "the model diverged, so no answers were written" in error and "Traceback" not in output
+    summary = json.loads((out / "run_summary.json").read_text(encoding="utf-8"))
+    assert (summary["status"], summary["exit_code"]) == ("failed", 2)
+    assert summary["error"] == "DivergedModel: " + error.removeprefix("ERROR: ")
+    assert not (out / "eval_predictions.json").exists()
 
 
 # ----------------------------------------------------------------- real processes
@@ -208,8 +218,8 @@ def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Ru
 
 @pytest.mark.parametrize("offline", [True, False])
 def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: Path, offline: bool) -> None:
-    """A compute node where setup_bert.sh never ran; offline=False: the hub is asked and cannot be reached. Real
-    processes: the hub's settings are read once per process."""
+    """A compute node where setup_bert.sh never ran; offline=False: the hub is asked and cannot be reached.
+    Real processes: the hub's settings are read once per process."""
     cache = tmp_path / "empty_cache"
     # online: a hub endpoint on this machine that refuses connections, as an unreachable hub does (without the
     # network's own timeouts)
@@ -256,7 +266,7 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
 
 
 def model_with_code(tiny_bert: Path, model: Path, marker: Path) -> Path:
-    """A copy of tiny_bert whose config asks to run its own Python code, which creates `marker` when it runs."""
+    """A copy of tiny_bert whose config asks to run its own Python code, which creates `marker` if it runs."""
     shutil.copytree(tiny_bert, model)
     (model / "custom_bert.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
@@ -276,12 +286,11 @@ def model_with_code(tiny_bert: Path, model: Path, marker: Path) -> Path:
 def test_remote_code_runs_only_with_the_flag(
     tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
 ) -> None:
-    """Without --trust_remote_code the model's own code does not run; the control, with it, shows that it would."""
-    markers, runs = {}, []
-    for name, flags in (
-        ("plain", []),
-        ("trusted", ["--trust_remote_code", "true"]),
-    ):  # each its own model and cache
+    """Without --trust_remote_code the model's own code does not run; the control, with it, shows it would."""
+    markers = {}
+    runs = []
+    # each its own model and cache
+    for name, flags in (("plain", []), ("trusted", ["--trust_remote_code", "true"])):
         markers[name] = tmp_path / f"REMOTE_CODE_RAN_{name}"
         model = model_with_code(tiny_bert, tmp_path / f"model_{name}", markers[name])
         args = tiny_flags(

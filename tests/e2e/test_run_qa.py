@@ -134,7 +134,6 @@ def test_run_summary_and_final_lines(plain: Run, tiny_bert: Path) -> None:
     )
     assert re.search(rf"run_qa: PLAN .* threads={summary['plan']['threads']} ", log)
     assert "EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32" in log
-    assert "postprocess=vectorized" in log
     assert_effective_is_the_plan(summary)
 
 
@@ -161,11 +160,11 @@ def test_token_is_never_printed_or_written(plain: Run) -> None:
     assert [str(p) for p in written if SECRET.encode() in p.read_bytes()] == []
 
 
-def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives_identical_files(
+def test_eval_only_from_a_json_config_reuses_features_and_writes_identical_files(
     plain: Run, demo_files: dict[str, Path], features_cache: Path, tmp_path: Path
 ) -> None:
-    """The trained model, from an args.json: features come from the cache, the per-feature loop writes the
-    vectorized run's files byte for byte, and `evaluate` writes only into HF_HOME (nothing in the cwd)."""
+    """The trained model, from an args.json: features come from the cache, the prediction files are the
+    training run's byte for byte, and `evaluate` writes only into HF_HOME (nothing in the cwd)."""
     out = tmp_path / "eval"
     hf_home = tmp_path / "hf_home"
     cwd = tmp_path / "cwd"
@@ -179,13 +178,12 @@ def test_eval_only_from_a_json_config_reuses_features_and_loop_postprocess_gives
         "doc_stride": 32,
         "per_device_eval_batch_size": 16,
         "report_to": "none",
-        "postprocess": "loop",
         "features_cache_dir": str(features_cache),
         "precision": "fp32",
     }  # as the plain run
     (tmp_path / "args.json").write_text(json.dumps(config))
     log = ok(run_qa([str(tmp_path / "args.json")], env=offline_env(HF_HOME=str(hf_home)), cwd=str(cwd)))
-    assert "FEATURES_CACHE split=eval reused" in log and "postprocess=loop" in log
+    assert "FEATURES_CACHE split=eval reused" in log
     for name in ("eval_predictions.json", "eval_nbest_predictions.json"):
         assert (out / name).read_bytes() == (plain.out / name).read_bytes(), name
     copies = [p for p in files_under(hf_home / "modules") if p.endswith("evaluate_squad_v1.py")]

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import shutil
@@ -33,6 +34,7 @@ from qa_hpc.features import (
 )
 from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from qa_hpc.model import load_config, load_model, load_tokenizer
+from qa_hpc.postprocess import DivergedModel
 from qa_hpc.squad_io import load_qa_records
 from trainer_qa import QuestionAnsweringTrainer, length_order
 
@@ -97,9 +99,8 @@ def test_train_labels_recover_gold_span_in_every_window_that_holds_it(tokenizer,
             assert s == 0 and e == 0, "windows without the whole answer point at CLS"
         assert not pad or len(feats["input_ids"][i]) == 128
     assert all(len(w) >= 4 for w in windows.values()), windows
-    first = [
-        w.index(True) for w in windows.values()
-    ]  # the early answer in the first window, the late in a third+
+    # the early answer in the first window, the late in a third+
+    first = [w.index(True) for w in windows.values()]
     assert first[0] == 0 and first[1] >= 1 and first[2] >= 2, windows
 
 
@@ -240,6 +241,58 @@ def test_evaluate_and_predict_raise_their_own_callback_event(eval_setup, tokeniz
     trainer.evaluate(features, features)
     trainer.predict(features, features)
     assert stages.seen == [("on_evaluate", {"eval"}), ("on_predict", {"predict"})]
+
+
+def test_eval_loss_is_the_models_loss_on_labelled_features(tokenizer, demo_files, eval_setup, tmp_path):
+    """Features with labels: the evaluation loop's loss reaches the metrics as eval_loss, equal to the loss of
+    one direct forward pass over the same batch."""
+    _, model = eval_setup
+    examples = datasets.Dataset.from_list(
+        load_qa_records(demo_files["validation"], split="validation")[0][:4]
+    )
+    labelled = examples.map(
+        prepare_train_features,
+        batched=True,
+        remove_columns=examples.column_names,
+        fn_kwargs={"tokenizer": tokenizer, "cfg": FeatureConfig(128, 32)},
+    )
+    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)
+    # one batch: the loop's loss is then that batch's mean, the same as the model's own
+    args = QATrainingArguments(
+        output_dir=str(tmp_path), report_to="none", per_device_eval_batch_size=len(labelled)
+    )
+    trainer = QuestionAnsweringTrainer(
+        model=model, args=args, processing_class=tokenizer, data_collator=collator
+    )
+    metrics = trainer.evaluate(labelled, examples)
+    with torch.no_grad():
+        expected = model(**collator(labelled.to_list())).loss.item()
+    assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_diverged_model_stops_evaluation_before_postprocessing(eval_setup, tokenizer, tmp_path):
+    """NaN logits (a NaN bias of the start head) fail evaluate() where they are gathered, on every rank,
+    before the main process alone postprocesses; only the positions an answer can come from are counted."""
+    features, model = eval_setup
+    diverged = copy.deepcopy(model)
+    with torch.no_grad():
+        diverged.qa_outputs.bias[0] = float("nan")
+    postprocessed = []
+    trainer = QuestionAnsweringTrainer(
+        model=diverged,
+        args=QATrainingArguments(output_dir=str(tmp_path), report_to="none"),
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
+        post_process_function=lambda *call: postprocessed.append(call),
+    )
+    n = len(features)
+    nan = int(real_lengths(features).sum())
+    with pytest.raises(
+        DivergedModel,
+        match=rf"^eval logits have {nan} NaN values and 0 infinite values, in {n} of {n} features: the model",
+    ):
+        trainer.evaluate(features, features)
+    assert postprocessed == []
 
 
 def test_real_lengths_from_arrow_and_lists_count_mask_ones():  # the real tokens of the efficiency figures

@@ -1,11 +1,11 @@
-"""The SQuAD metric through its callers (the scorers, score_squad.py's main() in-process, the `evaluate` modules),
-every expected value worked out by hand (arithmetic in the comments) or from the official evaluate-v1.1.py."""
+"""The SQuAD metric through its callers (the scorers, score_squad.py's main() in-process, the `evaluate`
+modules), every expected value worked out by hand (arithmetic in the comments) or from the official script.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -13,9 +13,8 @@ from conftest import shared_squad_file, skip_or_fail
 
 import qa_hpc.metric.squad as sm
 import score_squad
-from qa_hpc.errors import UsageError
-from qa_hpc.metric.squad import LOCAL_MODULES, load_squad_metric, make_score
-from qa_hpc.postprocess_loop import QAPredictions
+from qa_hpc.metric.squad import load_metric, make_score
+from qa_hpc.postprocess import QAPredictions
 from qa_hpc.squad_io import load_references
 
 OFFICIAL_V11 = (
@@ -98,13 +97,8 @@ def test_normalize_answer(raw: str, expected: str) -> None:
     [
         (False, ["US"], "the U.S.", 100.0, 100.0),  # both sides normalized (normalize_answer's cases: above)
         (False, ["a cat on a mat"], "the cat sat on the mat", 0.0, 600 / 7),  # P 3/4, R 1
-        (
-            False,
-            ["cat dog dog"],
-            "cat cat cat dog",
-            0.0,
-            400 / 7,
-        ),  # overlap min(3,1) + min(1,2) = 2: P 2/4, R 2/3
+        # overlap min(3,1) + min(1,2) = 2: P 2/4, R 2/3
+        (False, ["cat dog dog"], "cat cat cat dog", 0.0, 400 / 7),
         # official v1: no overlap -> F1 0, even when both normalize to "" (EM 1 then)
         (False, ["the"], "", 100.0, 0.0),
         (False, ["a"], "the", 100.0, 0.0),
@@ -125,7 +119,8 @@ def test_one_question(v2: bool, golds: list[str], pred: str, em: float, f1: floa
     assert (result["exact" if v2 else "exact_match"], result["f1"]) == pytest.approx((em, f1), abs=1e-9)
 
 
-TIE_REFS, TIE_PREDS = {"y": ["cat"], "z": []}, {"y": "cat", "z": "dog"}
+TIE_REFS = {"y": ["cat"], "z": []}
+TIE_PREDS = {"y": "cat", "z": "dog"}
 
 
 @pytest.mark.parametrize(
@@ -155,24 +150,14 @@ TIE_REFS, TIE_PREDS = {"y": ["cat"], "z": []}, {"y": "cat", "z": "dog"}
             1.0,
             {"exact": 100.0, "HasAns_total": 1, "NoAns_total": None},
         ),
-        (
-            V2_REFS,
-            V2_PREDS,
-            V2_NA,
-            1.0,
-            {**V2_RAW, "best_f1": 275 / 3},
-        ),  # the official default: nothing exceeds 1.0
+        # the official default: nothing exceeds 1.0
+        (V2_REFS, V2_PREDS, V2_NA, 1.0, {**V2_RAW, "best_f1": 275 / 3}),
         # tied probabilities are walked one by one in na_probs order (official): y, z: start 1 (z abstains);
         # y +1 -> 2 (best, .5); z -1 -> 1: best_exact 100 at 0.5; though thresh 0.5 answers both (50) ...
         (TIE_REFS, TIE_PREDS, {"y": 0.5, "z": 0.5}, 1.0, {"best_exact": 100.0, "best_exact_thresh": 0.5}),
         (TIE_REFS, TIE_PREDS, {"y": 0.5, "z": 0.5}, 0.5, {"exact": 50.0}),
-        (
-            TIE_REFS,
-            TIE_PREDS,
-            {"z": 0.5, "y": 0.5},
-            1.0,
-            {"best_exact": 50.0, "best_exact_thresh": 0.0},
-        ),  # ... z, y
+        # ... z, y
+        (TIE_REFS, TIE_PREDS, {"z": 0.5, "y": 0.5}, 1.0, {"best_exact": 50.0, "best_exact_thresh": 0.0}),
         # " " scores as empty but is a truthy string, charged -1 when un-abstaining: best stays 1 at 0.0
         (
             {"z": []},
@@ -189,7 +174,8 @@ TIE_REFS, TIE_PREDS = {"y": ["cat"], "z": []}, {"y": "cat", "z": "dog"}
             1.0,
             {"HasAns_total": 1, "HasAns_exact": 100.0, "NoAns_total": None},
         ),
-        # c missing -> 0, not credited as "": 50; best starts from predicted unanswerables only (0): a +1 -> 50 at .1
+        # c missing -> 0, not credited as "": 50; best starts from predicted unanswerables only (0):
+        # a +1 -> 50 at .1
         (
             {"a": ["Paris"], "c": []},
             {"a": "Paris"},
@@ -197,13 +183,8 @@ TIE_REFS, TIE_PREDS = {"y": ["cat"], "z": []}, {"y": "cat", "z": "dog"}
             1.0,
             {"exact": 50.0, "NoAns_exact": 0.0, "best_exact": 50.0, "best_exact_thresh": 0.1},
         ),
-        (
-            {"a": ["Paris"]},
-            {"a": "Paris"},
-            {"a": 0.5},
-            0.5,
-            {"exact": 100.0},
-        ),  # "no answer" only when P > threshold
+        # "no answer" only when P > threshold
+        ({"a": ["Paris"]}, {"a": "Paris"}, {"a": 0.5}, 0.5, {"exact": 100.0}),
         # without na_probs P(no answer) is 0.0 officially: 0.0 > -1 for all: a 0, c 1 -> 50
         ({"a": ["Paris"], "c": []}, {"a": "Paris", "c": "x"}, None, -1.0, {"exact": 50.0}),
     ],
@@ -215,7 +196,7 @@ def test_score_v2_thresholds_and_quirks(
 
 
 def test_dev_set_equals_the_official_v11_script() -> None:
-    """Imperfect answers of every kind (partial, padded, another gold, empty, missing): bitwise the official floats."""
+    """Imperfect answers of all kinds (partial, padded, another gold, empty, missing): the official floats."""
     if not OFFICIAL_V11.exists():
         skip_or_fail(f"the official v1.1 script not found at {OFFICIAL_V11}")
     dev_refs = load_references(shared_squad_file("dev-v1.1.json"))
@@ -235,7 +216,8 @@ def test_dev_set_equals_the_official_v11_script() -> None:
             ][i % 6]
     dataset = json.loads(shared_squad_file("dev-v1.1.json").read_text(encoding="utf-8"))["data"]
     assert sm.score_v1(dev_refs, preds) == official.compute_score(dataset, preds)
-    # empty answers: F1 0, EM not: 3 questions list "." among their golds, which normalizes to "" (100 * 3/10570)
+    # empty answers: F1 0, EM not: 3 questions list "." among their golds, which normalizes to ""
+    # (100 * 3/10570)
     assert sm.score_v1(dev_refs, dict.fromkeys(dev_refs, "")) == {"exact_match": 100 * 3 / 10570, "f1": 0.0}
 
 
@@ -267,8 +249,8 @@ def cli(capsys: pytest.CaptureFixture, *args: object) -> tuple[int, str, str]:
 
 
 def squad_files(tmp_path: Path, v2: bool, changes: dict | None = None) -> dict[str, Path]:
-    """data.json, preds.json (and na.json) of the v1 or v2 case above, with these contents changed (None: absent;
-    bytes as they are, anything else as JSON)."""
+    """data.json, preds.json (and na.json) of the v1 or v2 case above, with these contents changed (None:
+    absent; bytes as they are, anything else as JSON)."""
     files = {
         "data": nested(V2_REFS if v2 else V1_REFS),
         "preds": V2_PREDS if v2 else V1_PREDS,
@@ -282,49 +264,47 @@ def squad_files(tmp_path: Path, v2: bool, changes: dict | None = None) -> dict[s
     return paths
 
 
+V2_THRESH = ["--version_2_with_negative", "--na_prob_thresh", "0.5"]
+
+
 @pytest.mark.parametrize(
     ("changes", "args", "expected", "err_has"),
     [
-        (
-            {},
-            [],
-            V1_EXPECTED,
-            ["1 of 4 question(s)", "'q4'", "score 0"],
-        ),  # the missing q4 scores 0 and is named
+        # the missing q4 scores 0 and is named
+        ({}, [], V1_EXPECTED, ["1 of 4 question(s)", "'q4'", "score 0"]),
+        # at most five ids listed
         (
             {"data": nested({f"q{i}": ["x"] for i in range(8)}), "preds": {"q0": "x"}},
-            [],  # at most five ids listed
+            [],
             {"exact_match": 12.5, "f1": 12.5},
             ["7 of 8", "'q5'", "(2 more)"],
         ),
         ({}, ["--version_2_with_negative"], {**V2_RAW, "best_f1": None}, []),
-        ({"na": V2_NA}, ["--version_2_with_negative", "--na_prob_thresh", "0.5"], V2_EXPECTED, []),
-        ({"preds": {**V1_PREDS, "zz1": "x"}}, ["--ignore_unknown_ids"], V1_EXPECTED, ["warning", "'zz1'"]),
+        ({"na": V2_NA}, V2_THRESH, V2_EXPECTED, []),
+        # ids the dataset does not hold are ignored, as officially, and named in a warning
         (
-            {"preds": b"\xef\xbb\xbf" + json.dumps(V1_PREDS).encode()},
+            {"preds": {**V1_PREDS, "zz1": "x", "zz2": "y"}},
             [],
             V1_EXPECTED,
-            ["'q4'"],
-        ),  # a UTF-8 BOM
+            ["warning: ", "preds.json: 2 id(s) are not questions of ", "'zz1', 'zz2'; ignored"],
+        ),
+        # ... in the no-answer probabilities too: the best threshold search skips them
+        ({"na": {**V2_NA, "zz": 0.5}}, V2_THRESH, V2_EXPECTED, ["na.json: 1 id(s)", "'zz'; ignored"]),
+        # a UTF-8 BOM
+        ({"preds": b"\xef\xbb\xbf" + json.dumps(V1_PREDS).encode()}, [], V1_EXPECTED, ["'q4'"]),
     ],
 )
 def test_cli_scores(tmp_path: Path, capsys, changes: dict, args: list, expected: dict, err_has: list) -> None:
-    paths, out_file = (
-        squad_files(tmp_path, "--version_2_with_negative" in args, changes),
-        tmp_path / "s" / "e.json",
-    )
+    paths = squad_files(tmp_path, "--version_2_with_negative" in args, changes)
     na = ["--na_prob_file", paths["na"]] if "na" in paths else []
-    code, out, err = cli(capsys, paths["data"], paths["preds"], *args, *na, "--out_file", out_file)
+    code, out, err = cli(capsys, paths["data"], paths["preds"], *args, *na)
     assert code == 0 and len(out.splitlines()) == 1 and (err_has or not err), err
     assert_scores(json.loads(out), expected, every_key=expected is V1_EXPECTED or expected is V2_EXPECTED)
     assert all(w in err for w in err_has) and "'q6'" not in err, err
-    # its directory is created, and no temp file is left beside it
-    assert json.loads(out_file.read_text(encoding="utf-8")) == json.loads(out) and os.listdir(
-        out_file.parent
-    ) == ["e.json"]
 
 
-BAD_INPUTS = {  # case: (the files that differ, the first one named in the message; words of the message)
+# case: (the files that differ, the first one named in the message; words of the message)
+BAD_INPUTS = {
     "preds_truncated_json": (
         {"preds": b'{\n  "q1": "Broncos",\n  "q2": "Lev'},
         ["not valid JSON", "line 3, column"],
@@ -334,11 +314,11 @@ BAD_INPUTS = {  # case: (the files that differ, the first one named in the messa
     "preds_not_object": ({"preds": b'["Broncos"]'}, ["JSON object", "array"]),
     "preds_value_not_string": ({"preds": b'{"q1": "Broncos", "q2": ["x"]}'}, ["id 'q2'", "string", "array"]),
     "preds_value_null": ({"preds": b'{"q1": null}'}, ["id 'q1'", "null"]),
-    "preds_unknown_ids": (
-        {"preds": b'{"q1": "x", "zz1": "y", "zz2": "y"}'},
-        ["2 id(s)", "not questions of", "'zz1'", "'zz2'", "--ignore_unknown_ids"],
+    # a dataset given as the predictions: its ids are unknown (a warning), its "data" no answer text
+    "preds_is_a_dataset": (
+        {"preds": nested(V1_REFS)},
+        ["prediction for id 'data' must be a string, got an array"],
     ),
-    "preds_is_a_dataset": ({"preds": nested(V1_REFS)}, ["2 id(s)", "'version'", "'data'"]),
     "data_no_questions": ({"data": {"data": []}}, ["no questions"]),
     "data_v2_without_flag": (
         {"data": nested({**V1_REFS, "q5": []}), "preds": {**V1_PREDS, "q5": ""}},
@@ -347,25 +327,22 @@ BAD_INPUTS = {  # case: (the files that differ, the first one named in the messa
     "na_string": ({"na": {**V2_NA, "b": "high"}}, ["id 'b'", "finite number", "string"]),
     "na_boolean": ({"na": {**V2_NA, "b": True}}, ["id 'b'", "boolean"]),
     "na_missing_id": ({"na": {"a": 0.1, "c": 0.9, "d": 0.8}}, ["1 predicted question", "'b'"]),
-    "na_unknown_id": ({"na": {**V2_NA, "zz": 0.5}}, ["1 id(s)", "'zz'"]),
     "na_not_object": ({"na": [0.1, 0.2]}, ["JSON object", "array"]),
     "data_absent": ({"data": None}, ["dataset file not found"]),
     "preds_absent": ({"preds": None}, ["predictions file not found"]),
     "na_absent": ({"na": None}, ["na_prob file not found"]),
-    "out_a_directory": ({"out": None}, ["cannot write output file"]),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
-def test_cli_bad_input_exit_2_naming_the_file_and_writing_nothing(tmp_path: Path, capsys, case: str) -> None:
+def test_cli_bad_input_exit_2_naming_the_file_and_printing_no_scores(
+    tmp_path: Path, capsys, case: str
+) -> None:
     changes, fragments = BAD_INPUTS[case]
-    paths = squad_files(tmp_path, "na" in changes, {"out": None, **changes})
-    if "out" in changes:
-        paths["out"].mkdir()  # a directory where the scores should go
+    paths = squad_files(tmp_path, "na" in changes, changes)
     extra = ["--version_2_with_negative", "--na_prob_file", paths["na"]] if "na" in changes else []
-    before = sorted(tmp_path.rglob("*"))
-    code, out, err = cli(capsys, paths["data"], paths["preds"], *extra, "--out_file", paths["out"])
-    assert (code, out) == (2, "") and sorted(tmp_path.rglob("*")) == before, err  # nothing written
+    code, out, err = cli(capsys, paths["data"], paths["preds"], *extra)
+    assert (code, out) == (2, ""), err
     assert all(f in err for f in [f"{paths[next(iter(changes))]}: ", *fragments]), err
 
 
@@ -376,7 +353,7 @@ def test_cli_na_prob_options_require_v2(tmp_path: Path, capsys, flag: list) -> N
     assert code == 2 and "requires --version_2_with_negative" in err
 
 
-# --------------------------------------------------------------------------- the `evaluate` modules, make_score
+# ------------------------------------------------------------------------- the `evaluate` modules, make_score
 
 
 def rows(
@@ -396,23 +373,20 @@ def examples(golds: dict[str, list[str]]) -> dict[str, list]:
 
 
 @pytest.mark.parametrize(
-    ("v2", "hub"), [(False, False), (True, False), (False, True)]
-)  # hub: HF's `squad` module
-def test_make_score_hand_computed(v2: bool, hub: bool) -> None:
+    ("v2", "answers", "probs", "golds", "expected"),
+    [
+        (False, {**V1_PREDS, "zz": "unknown id"}, None, V1_REFS, V1_EXPECTED),
+        (True, V2_PREDS, V2_NA, V2_REFS, V2_EXPECTED),
+    ],
+)
+def test_make_score_hand_computed(v2, answers, probs, golds, expected) -> None:
     # make_score takes the run's threshold: at 1.0 (the metric's default) v2 exact would be 50, not 75
-    if hub and not (OFFICIAL_V11.parent / "squad.py").exists():
-        skip_or_fail(f"HF's squad metric module not found in {OFFICIAL_V11.parent}")
-    answers, probs, golds, expected = (
-        (V2_PREDS, V2_NA, V2_REFS, V2_EXPECTED)
-        if v2
-        else ({**V1_PREDS, "zz": "unknown id"}, None, V1_REFS, V1_EXPECTED)
-    )
-    score = make_score(v2, 0.5 if v2 else 0.0, *([str(OFFICIAL_V11.parent)] if hub else []))
+    score = make_score(v2, 0.5 if v2 else 0.0)
     assert_scores(score(QAPredictions(answers=answers, nbest={}, null_odds=probs), examples(golds)), expected)
 
 
 def test_v2_module_threshold_defaults_to_1_and_probabilities_stay_float64() -> None:
-    metric = load_squad_metric(None, version_2_with_negative=True)
+    metric = load_metric(version_2_with_negative=True)
     result = metric.compute(predictions=rows(answers=V2_PREDS, probs=V2_NA), references=rows(V2_REFS))
     assert_scores(result, V2_RAW, every_key=False)  # the official default no_answer_threshold 1.0
     # p = 0.1 - 1e-12 does not exceed 0.1: "Paris" stands; as float32 (the hub's type) p would round above 0.1
@@ -429,38 +403,6 @@ def test_no_questions_and_repeated_ids_are_errors() -> None:  # other undefined 
     with pytest.raises(ValueError, match="no questions to score"):
         sm.score_v1({}, {})
     with pytest.raises(ValueError, match="'q1' appears more than once"):
-        load_squad_metric(None, version_2_with_negative=False).compute(
+        load_metric(version_2_with_negative=False).compute(
             predictions=rows(answers={"q1": "x", "q2": "y"}), references=rows({"q1": ["x"]}) * 2
         )
-
-
-def test_a_path_chooses_another_metric(tmp_path: Path) -> None:
-    module = tmp_path / "always_half" / "always_half.py"
-    module.parent.mkdir()
-    module.write_text(
-        "import evaluate\nfrom qa_hpc.metric.squad import metric_info\n\n"
-        "class AlwaysHalf(evaluate.Metric):\n    def _info(self):\n        return metric_info(False)\n\n"
-        "    def _compute(self, predictions, references):\n"
-        "        return {'exact_match': 50.0, 'f1': 50.0}\n"
-    )
-    score = make_score(False, 0.0, str(module.parent))
-    assert score(QAPredictions({"q": "P"}, {}, None), examples({"q": ["P"]})) == {
-        "exact_match": 50.0,
-        "f1": 50.0,
-    }
-
-
-def test_a_metric_that_cannot_score_the_run_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(
-        UsageError, match=r"--squad_metric '.*no_such_metric' could not be loaded.*no local path"
-    ):
-        make_score(False, 0.0, str(tmp_path / "no_such_metric"))
-    (tmp_path / "plain.py").write_text("X = 1\n", encoding="utf-8")
-    with pytest.raises(UsageError, match=r"plain\.py' could not be loaded.*no evaluate module"):
-        make_score(False, 0.0, str(tmp_path / "plain.py"))
-    with pytest.raises(
-        UsageError,
-        match=r"takes predictions \['id', 'prediction_text'\].*SQuAD v2\.0 run sends "
-        r"predictions \['id', 'no_answer_probability', 'prediction_text'\]",
-    ):
-        make_score(True, 0.0, str(LOCAL_MODULES[False]))

@@ -1,6 +1,7 @@
-"""Postprocessing: the loop picks the right spans (hand-built logits); qa_hpc.postprocess returns exactly what the
-loop returns (answers, n-best lists as exact floats, null odds, order) on generated logits with ties and padding,
-real features and Arrow offsets; the prediction files hold the predictions.
+"""Postprocessing: the loop (the oracle, tests/fixtures/postprocess_loop.py) picks the right spans
+(hand-built logits); qa_hpc.postprocess returns exactly what the loop returns (answers, n-best lists as exact
+floats, null odds, order) on generated logits with ties and padding, real features, Arrow offsets and
+datasets as run_qa.py hands them over; the prediction files hold the predictions.
 """
 
 from __future__ import annotations
@@ -8,34 +9,37 @@ from __future__ import annotations
 import json
 import warnings
 
+import datasets
 import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
+from fixtures.postprocess_loop import postprocess_qa_predictions_loop
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qa_hpc.features import FeatureConfig, prepare_validation_features
 from qa_hpc.postprocess import (
+    DivergedModel,
+    PostprocessConfig,
     QAPredictions,
     by_example_then_score,
     mask_padding,
     postprocess_qa_predictions,
+    predictions_from_logits,
     write_prediction_files,
 )
-from qa_hpc.postprocess_loop import PostprocessConfig, postprocess_qa_predictions_loop
 from qa_hpc.squad_io import load_qa_records
 
 
 def assert_same(ref: QAPredictions, got: QAPredictions) -> None:
-    """ref from the loop, got from the array path: the same values in the same order, written as the same JSON."""
+    """ref from the loop, got from the array path: the same values in the same order, the same JSON."""
     plain = dict(got.nbest)  # what the n-best file holds
     assert (ref.answers, ref.null_odds) == (got.answers, got.null_odds) and ref.nbest == got.nbest == plain
     assert list(ref.answers) == list(got.answers) == list(got.nbest) == list(plain)
     # orjson also tells what == cannot: 0.0 is written "0.0", -0.0 "-0.0"
-    assert orjson.dumps([ref.answers, ref.nbest, ref.null_odds]) == orjson.dumps(
-        [got.answers, plain, got.null_odds]
-    )
+    expected = orjson.dumps([ref.answers, ref.nbest, ref.null_odds])
+    assert orjson.dumps([got.answers, plain, got.null_odds]) == expected
 
 
 def both(examples: dict, features: dict, logits, cfg: PostprocessConfig) -> QAPredictions:
@@ -43,12 +47,10 @@ def both(examples: dict, features: dict, logits, cfg: PostprocessConfig) -> QAPr
     ref = postprocess_qa_predictions_loop(examples, features, logits, cfg)
     got = postprocess_qa_predictions(examples, features, logits, cfg)
     assert_same(ref, got)
-    sliced = pa.chunked_array(
-        [pa.array([[(7, 9)]] + list(features["offset_mapping"])).slice(1)]
-    )  # nonzero offset
-    assert_same(
-        ref, postprocess_qa_predictions(examples, {**features, "offset_mapping": sliced}, logits, cfg)
-    )
+    # an Arrow column that starts at a nonzero offset
+    sliced = pa.chunked_array([pa.array([[(7, 9)]] + list(features["offset_mapping"])).slice(1)])
+    from_arrow = postprocess_qa_predictions(examples, {**features, "offset_mapping": sliced}, logits, cfg)
+    assert_same(ref, from_arrow)
     return got
 
 
@@ -68,7 +70,7 @@ def both(examples: dict, features: dict, logits, cfg: PostprocessConfig) -> QAPr
 def test_array_path_equals_loop_on_generated_logits(
     seed, n_examples, width, tie_step, dtype, pad_frac, v2, n_best, max_answer_length, threshold
 ):
-    """0-3 features per example, offsets None at random, logits rounded to make ties (as bf16 does), -100 padding."""
+    """0-3 features per example, offsets None at random, logits rounded into ties (as bf16), -100 padding."""
     rng = np.random.default_rng(seed)
     ids = [f"q{i}" for i in range(n_examples)]
     contexts = ["".join(chr(97 + c) for c in rng.integers(0, 26, size=120)) for _ in ids]
@@ -95,13 +97,14 @@ def test_array_path_equals_loop_on_generated_logits(
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
-def test_candidate_order_equals_lexsort_with_ties_zeros_infinities_and_nan(dtype):
+def test_candidate_order_equals_lexsort_with_ties_zeros_and_infinities(dtype):
+    """Infinities: a sum of two finite float16 logits can overflow (NaN never comes: it is refused)."""
     rng = np.random.default_rng(5)
     for trial in range(40):
         n = int(rng.integers(0, 2000))
         ex = np.sort(rng.integers(0, 30, n)) if trial % 2 else rng.integers(0, 30, n)
         score = (np.round(rng.normal(size=n) * 4) / 2).astype(dtype)
-        special = [np.inf, -np.inf, -0.0, 0.0] + ([np.nan] if trial % 5 == 0 else [])
+        special = [np.inf, -np.inf, -0.0, 0.0]
         score[: min(n, len(special))] = special[: min(n, len(special))]
         score = score.astype(np.float64)
         np.testing.assert_array_equal(by_example_then_score(ex, score), np.lexsort((-score, ex)))
@@ -124,6 +127,35 @@ def test_real_tokenizer_features_v1_and_v2(tokenizer, demo_files_v2):
 
 
 @pytest.mark.parametrize("v2", [False, True])
+def test_datasets_as_run_qa_hands_them_over_give_the_loops_answers(tokenizer, demo_files_v2, v2):
+    """Examples and features as datasets, logits as wide as their batch (pad-token outputs past a feature's
+    real length, even NaN: no answer reads them; -100 past the batch): predictions_from_logits, what an eval
+    calls, equals the loop on the real part."""
+    examples = datasets.Dataset.from_list(
+        load_qa_records(demo_files_v2["validation"], split="validation", version_2_with_negative=True)[0]
+    )
+    features = examples.map(
+        prepare_validation_features,
+        batched=True,
+        remove_columns=examples.column_names,
+        fn_kwargs={"tokenizer": tokenizer, "cfg": FeatureConfig(max_seq_length=96, doc_stride=24)},
+    )
+    lengths = np.array([sum(mask) for mask in features["attention_mask"]])
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(2, len(features), lengths.max() + 8)).astype(np.float32)
+    logits[:, len(features) // 2 :, lengths.max() :] = -100.0  # the later batches were narrower
+    logits[:, : len(features) // 2, lengths.max() :] = np.nan
+    cfg = PostprocessConfig(version_2_with_negative=v2)
+    ref = postprocess_qa_predictions_loop(
+        {"id": examples["id"], "context": examples["context"]},
+        {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]},
+        mask_padding(logits, lengths),
+        cfg,
+    )
+    assert_same(ref, predictions_from_logits(examples, features, (logits[0], logits[1]), cfg))
+
+
+@pytest.mark.parametrize("v2", [False, True])
 def test_a_repeated_id_keeps_its_first_place_and_its_last_list(v2, tmp_path):
     examples = {"id": ["a", "b", "a"], "context": ["xyz abc", "pqr", "uvw def"]}
     features = {
@@ -135,29 +167,48 @@ def test_a_repeated_id_keeps_its_first_place_and_its_last_list(v2, tmp_path):
     assert list(preds.answers) == ["a", "b"] and preds.answers["a"] == "uvw"  # the last context
 
 
-LOOP_TOO = [postprocess_qa_predictions_loop, postprocess_qa_predictions]
+@pytest.mark.parametrize(
+    ("bad", "counts"),
+    [(np.nan, "2 NaN values and 0 infinite values"), (np.inf, "0 NaN values and 2 infinite values")],
+)
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_diverged_models_logits_are_refused_with_their_count(bad, counts, sign):
+    """NaN or +-inf (a diverged model) would give answers that follow no rule: one clear error instead, here
+    for one value in a start row and one in an end row (of 3 features, 2 touched)."""
+    start, end = np.random.default_rng(2).normal(size=(2, 3, len(OFFSETS))).astype(np.float32)
+    start[0, 5] = sign * bad
+    end[2, 6] = sign * bad
+    with pytest.raises(
+        DivergedModel, match=f"start/end logits have {counts}, in 2 of 3 features: the model "
+    ):
+        postprocess_qa_predictions(
+            {"id": ["a"], "context": [CONTEXT]},
+            {"example_id": ["a"] * 3, "offset_mapping": [OFFSETS] * 3},
+            (start, end),
+            PostprocessConfig(),
+        )
 
 
 @pytest.mark.parametrize(
-    ("paths", "feature_ids", "offsets", "rows", "message"),
+    ("feature_ids", "offsets", "rows", "message"),
     [
-        (LOOP_TOO, ["zzz"], [[(0, 1)]], 1, "feature 0 belongs to unknown example id 'zzz'"),
-        (LOOP_TOO, ["a", "a"], [[(0, 1)]] * 2, 1, "got 1 logit rows for 2 features"),
+        (["zzz"], [[(0, 1)]], 1, "feature 0 belongs to unknown example id 'zzz'"),
+        (["a", "a"], [[(0, 1)]] * 2, 1, "got 1 logit rows for 2 features"),
+        # offsets that are not pairs
         *[
-            ([postprocess_qa_predictions], ["a"] * len(o), o, len(o), "pairs")
+            (["a"] * len(o), o, len(o), "pairs")
             for o in ([[(1, 2, 3)], [(4,)]], [[(1, 2, 3)], [(4, 5)]], [[(0, 3), (4, None)]])
         ],
     ],
-)  # offsets that are not pairs
-def test_bad_features_are_named(paths, feature_ids, offsets, rows, message):
-    for postprocess in paths:
-        with pytest.raises(ValueError, match=message):
-            postprocess(
-                {"id": ["a"], "context": ["abcdef"]},
-                {"example_id": feature_ids, "offset_mapping": offsets},
-                (np.zeros((rows, 2), np.float32),) * 2,
-                PostprocessConfig(),
-            )
+)
+def test_bad_features_are_named(feature_ids, offsets, rows, message):
+    with pytest.raises(ValueError, match=message):
+        postprocess_qa_predictions(
+            {"id": ["a"], "context": ["abcdef"]},
+            {"example_id": feature_ids, "offset_mapping": offsets},
+            (np.zeros((rows, 2), np.float32),) * 2,
+            PostprocessConfig(),
+        )
 
 
 @pytest.mark.slow
@@ -205,7 +256,8 @@ def test_mask_padding_sets_padding_in_the_logits_dtype_on_new_arrays(dtype):
 
 
 def test_prediction_files_hold_the_predictions(tmp_path):
-    nbest = {  # awkward ids and texts, a v2 null (logits None), non-finite values (JSON has none: written as null)
+    # awkward ids and texts, a v2 null (logits None), non-finite values (JSON has none: written as null)
+    nbest = {
         "q-1": [
             {
                 "text": 'Zürich "old" town',
@@ -227,10 +279,8 @@ def test_prediction_files_hold_the_predictions(tmp_path):
             {"text": "日本", "probability": 1.0, "score": np.nan, "start_logit": np.inf, "end_logit": -np.inf}
         ],
     }
-    answers, null_odds = (
-        {qid: lst[0]["text"] for qid, lst in nbest.items()},
-        {"q-1": -0.5, 'é"2': 1.25, "q\\3": 0.0},
-    )
+    answers = {qid: lst[0]["text"] for qid, lst in nbest.items()}
+    null_odds = {"q-1": -0.5, 'é"2': 1.25, "q\\3": 0.0}
     written = write_prediction_files(QAPredictions(answers, nbest, null_odds), str(tmp_path / "out"), "eval")
     names = ["eval_predictions.json", "eval_nbest_predictions.json", "eval_null_odds.json"]
     assert written == [str(tmp_path / "out" / name) for name in names]
@@ -239,9 +289,8 @@ def test_prediction_files_hold_the_predictions(tmp_path):
     assert read == [answers, nbest, null_odds] and list(read[1]) == list(nbest)
     text = (tmp_path / "out" / "eval_nbest_predictions.json").read_text("utf-8")
     assert text.endswith("}\n") and '\n  "q-1": [\n' in text and "Zürich" in text, "indented, UTF-8 as is"
-    write_prediction_files(
-        QAPredictions({}, {}, None), str(tmp_path / "v1"), "predict"
-    )  # v1: no null odds file
+    # v1: no null odds file
+    write_prediction_files(QAPredictions({}, {}, None), str(tmp_path / "v1"), "predict")
     assert sorted(p.name for p in (tmp_path / "v1").iterdir()) == [
         "predict_nbest_predictions.json",
         "predict_predictions.json",
@@ -251,9 +300,8 @@ def test_prediction_files_hold_the_predictions(tmp_path):
 # ---- hand-built logits: the loop's rules (and the array path, which must agree) -------------------------
 
 CONTEXT = "alpha beta gamma delta epsilon zeta"
-OFFSETS = (
-    [None] * 4 + [(0, 5), (6, 10), (11, 16), (17, 22), (23, 30), (31, 35)] + [None]
-)  # CLS, question, SEP, ...
+# CLS, question, SEP, ...
+OFFSETS = [None] * 4 + [(0, 5), (6, 10), (11, 16), (17, 22), (23, 30), (31, 35)] + [None]
 
 
 def row(start: dict[int, float], end: dict[int, float], width: int = len(OFFSETS)):
@@ -282,14 +330,10 @@ NULL_ROW = row({0: 3.0, 5: 2.0}, {0: 3.0, 5: 2.0})  # null = s[0]+e[0] = 6; best
 @pytest.mark.parametrize(
     ("rows", "ids", "cfg", "answers", "null_odds"),
     [
-        (
-            [row({5: 4.0, 6: 3.0}, {6: 4.5, 7: 1.0})],
-            None,
-            {},
-            {"q": "beta gamma"},
-            None,
-        ),  # tokens 5..6 = words 1..2
-        # (1,0)=18 is question/CLS, (9,8)=16 runs backwards, (4,8)=15 is 5 tokens (max 3): the best valid is (6,8)=10
+        # tokens 5..6 = words 1..2
+        ([row({5: 4.0, 6: 3.0}, {6: 4.5, 7: 1.0})], None, {}, {"q": "beta gamma"}, None),
+        # (1,0)=18 is question/CLS, (9,8)=16 runs backwards, (4,8)=15 is 5 tokens (max 3): the best valid
+        # is (6,8)=10
         (
             [row({1: 9.0, 9: 8.0, 4: 7.0, 6: 2.0}, {0: 9.0, 8: 8.0, 7: 2.0})],
             None,
@@ -312,20 +356,10 @@ NULL_ROW = row({0: 3.0, 5: 2.0}, {0: 3.0, 5: 2.0})  # null = s[0]+e[0] = 6; best
             {"q": ""},
             None,
         ),
-        (
-            [row({5: 1.0, 13: 50.0}, {5: 1.0, 14: 50.0}, width=17)],
-            None,
-            {},
-            {"q": "beta"},
-            None,
-        ),  # padding never chosen
-        (
-            [row({4: 2.0}, {4: 2.0}), row({8: 3.0}, {9: 3.0})],
-            ["q", "q"],
-            {},
-            {"q": "epsilon zeta"},
-            None,
-        ),  # windows
+        # padding never chosen
+        ([row({5: 1.0, 13: 50.0}, {5: 1.0, 14: 50.0}, width=17)], None, {}, {"q": "beta"}, None),
+        # windows
+        ([row({4: 2.0}, {4: 2.0}), row({8: 3.0}, {9: 3.0})], ["q", "q"], {}, {"q": "epsilon zeta"}, None),
         (
             [row({4: 2.0}, {4: 2.0}), row({9: 3.0}, {9: 3.0})],
             ["a", "b"],
@@ -333,14 +367,10 @@ NULL_ROW = row({0: 3.0, 5: 2.0}, {0: 3.0, 5: 2.0})  # null = s[0]+e[0] = 6; best
             {"a": "alpha", "b": "zeta"},
             None,
         ),
-        ([NULL_ROW], None, V2, {"q": ""}, {"q": 2.0}),  # v2: null wins by 2 ...
-        (
-            [NULL_ROW],
-            None,
-            {**V2, "null_score_diff_threshold": 2.5},
-            {"q": "beta"},
-            {"q": 2.0},
-        ),  # ... unless threshold
+        # v2: null wins by 2 ...
+        ([NULL_ROW], None, V2, {"q": ""}, {"q": 2.0}),
+        # ... unless threshold
+        ([NULL_ROW], None, {**V2, "null_score_diff_threshold": 2.5}, {"q": "beta"}, {"q": 2.0}),
         # the null score is the minimum over windows: 10 and 2; best span 6..6 = 6: 2 - 6
         (
             [row({0: 5.0, 5: 1.0}, {0: 5.0, 5: 1.0}), row({0: 1.0, 6: 3.0}, {0: 1.0, 6: 3.0})],
@@ -355,9 +385,7 @@ def test_hand_built_logits(rows, ids, cfg, answers, null_odds):
     preds = run(rows, ids, **cfg)
     assert (preds.answers, preds.null_odds) == (answers, null_odds)
     for nbest in preds.nbest.values():
-        assert sum(p["probability"] for p in nbest) == pytest.approx(1.0) and all(
-            p["text"] in CONTEXT for p in nbest
-        )
-        assert nbest == sorted(nbest, key=lambda p: -p["score"]) and (
-            nbest[0]["text"] != "beta gamma" or nbest[0]["score"] == 8.5
-        )
+        assert sum(p["probability"] for p in nbest) == pytest.approx(1.0)
+        assert all(p["text"] in CONTEXT for p in nbest)
+        assert nbest == sorted(nbest, key=lambda p: -p["score"])
+        assert nbest[0]["text"] != "beta gamma" or nbest[0]["score"] == 8.5

@@ -1,18 +1,16 @@
-"""squad_io: every input format gives the same records; every bad input names file, record and field. The scorer's
-load_references needs only a unique string id and the answers' texts, so a file the official scripts score is never
-refused."""
+"""squad_io: every input format gives the same records; any other format is refused naming the ones read;
+every bad input names file, record and field. The scorer's load_references needs only a unique string id and
+the answers' texts, so a file the official scripts score is never refused."""
 
 from __future__ import annotations
 
-import csv
 import gzip
-import io
 import json
 import re
 from pathlib import Path
 
 import pytest
-from conftest import needed_module, shared_squad_file
+from conftest import shared_squad_file
 
 from qa_hpc.squad_io import DataError, load_qa_records, load_references
 
@@ -33,7 +31,7 @@ def _rec(i: int = 0, **kw) -> dict:
     return {k: v for k, v in r.items() if v is not _DROP}
 
 
-RECORDS = [  # non-ASCII text, a comma, quotes and a newline: CSV quoting and UTF-8 both matter
+RECORDS = [  # non-ASCII text, a comma, quotes and a newline: JSON escapes and UTF-8 both matter
     _rec(
         0,
         title='Zürich, "quoted"',
@@ -42,9 +40,8 @@ RECORDS = [  # non-ASCII text, a comma, quotes and a newline: CSV quoting and UT
         answers={"text": ["Ana Núñez"], "answer_start": [39]},
     ),
     _rec(1, title=""),
-    _rec(
-        2, title="", question="Which river?", answers={"text": ["Seine"], "answer_start": [47]}
-    ),  # same paragraph
+    # the same paragraph
+    _rec(2, title="", question="Which river?", answers={"text": ["Seine"], "answer_start": [47]}),
 ]
 IMPOSSIBLE = _rec(3, title="", context="No answer here.", answers={"text": [], "answer_start": []})
 
@@ -75,29 +72,9 @@ def _j(obj) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode()
 
 
-def _csv(header: list[str], rows: list[list]) -> bytes:
-    buf = io.StringIO(newline="")
-    csv.writer(buf).writerows([header, *rows])  # "\r\n" ends each row, as Excel writes it
-    return buf.getvalue().encode()
-
-
-def _parquet(rows: list[dict]) -> bytes:
-    pa, pq = needed_module("pyarrow"), needed_module("pyarrow.parquet")
-    buf = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows), buf)
-    return buf.getvalue()
-
-
-def _row(r: dict) -> list:
-    t, s = r["answers"]["text"], r["answers"]["answer_start"]
-    return [r["id"], r["title"], r["question"], r["context"], t[0] if t else "", s[0] if s else ""]
-
-
-COLS, PAIR_COLS = ["id", "title", "question", "context"], ["answer_text", "answer_start"]
 # format id -> (file name, records -> bytes, the format the report names)
 FORMATS = {
     "nested": ("nested.json", lambda recs, v2: _j(_nested(recs, v2)), "squad-nested"),
-    "nested_gzip": ("train.json.gz", lambda recs, v2: gzip.compress(_j(_nested(recs, v2))), "squad-nested"),
     "flat_list": ("flat.json", lambda recs, v2: _j(recs), "json"),
     "flat_answer_objects": (
         "objs.json",
@@ -109,34 +86,7 @@ FORMATS = {
     "pretty_json_named_jsonl": ("pretty.jsonl", lambda recs, v2: json.dumps(recs, indent=2).encode(), "json"),
     "jsonl": ("recs.jsonl", lambda recs, v2: b"".join(_j(r) + b"\n" for r in recs), "jsonl"),
     "jsonl_as_json": ("lines.json", lambda recs, v2: b"\n".join(_j(r) for r in recs) + b"\n\n", "jsonl"),
-    "csv_answers_json": (
-        "answers.csv",
-        lambda recs, v2: _csv([*COLS, "answers"], [[*_row(r)[:4], json.dumps(r["answers"])] for r in recs]),
-        "csv",
-    ),
-    "csv_pair": ("pair.csv", lambda recs, v2: _csv([*COLS, *PAIR_COLS], [_row(r) for r in recs]), "csv"),
-    "csv_bom_answer_objects": (
-        "excel.csv",
-        lambda recs, v2: (
-            b"\xef\xbb\xbf"
-            + _csv(  # what Excel on Windows writes
-                ["id", "question", "context", "answers", "title"],
-                [[r["id"], r["question"], r["context"], json.dumps(_pairs(r)), r["title"]] for r in recs],
-            )
-        ),
-        "csv",
-    ),
-    "parquet_struct": ("struct.parquet", lambda recs, v2: _parquet(recs), "parquet"),
-    "parquet_list": (
-        "list.parquet",
-        lambda recs, v2: _parquet([dict(r, answers=_pairs(r)) for r in recs]),
-        "parquet",
-    ),
-    "parquet_json_string": (
-        "str.parquet",
-        lambda recs, v2: _parquet([dict(r, answers=json.dumps(r["answers"])) for r in recs]),
-        "parquet",
-    ),
+    "ndjson": ("recs.ndjson", lambda recs, v2: b"".join(_j(r) + b"\n" for r in recs), "jsonl"),
 }
 
 
@@ -164,7 +114,7 @@ def test_every_format_gives_the_same_records_and_references(tmp_path, form, v2):
     assert load_references(path) == {r["id"]: r["answers"]["text"] for r in expected}
 
 
-@pytest.mark.parametrize("form", ["nested", "jsonl", "csv_answers_json", "parquet_list"])
+@pytest.mark.parametrize("form", ["nested", "jsonl", "flat_answer_objects"])
 def test_multiple_answers_all_kept_and_each_checked(tmp_path, form):
     rec = _rec(
         0,
@@ -179,12 +129,9 @@ def test_multiple_answers_all_kept_and_each_checked(tmp_path, form):
         load_qa_records(path)
 
 
-@pytest.mark.parametrize("form", ["nested", "flat_list", "jsonl", "csv"])
+@pytest.mark.parametrize("form", ["nested", "flat_list", "jsonl"])
 def test_test_split_may_leave_answers_out(tmp_path, form):
-    recs = [_rec(i, answers=_DROP) for i in range(2)]
-    path = tmp_path / "t.csv" if form == "csv" else _write(tmp_path, form, recs)
-    if form == "csv":  # a table without an answers column
-        path.write_bytes(_csv(COLS, [[r[c] for c in COLS] for r in recs]))
+    path = _write(tmp_path, form, [_rec(i, answers=_DROP) for i in range(2)])
     recs, _ = load_qa_records(path, split="test")
     assert [(r["id"], r["answers"]) for r in recs] == [
         (f"q{i}", {"text": [], "answer_start": []}) for i in range(2)
@@ -211,8 +158,13 @@ def _qas(*qas: dict) -> dict:
     return {"version": "x", "data": [{"title": "t", "paragraphs": [{"context": "c", "qas": list(qas)}]}]}
 
 
-QAS, TABLE = "data[0].paragraphs[0].qas", ["id", "question", "context", *PAIR_COLS]
+QAS = "data[0].paragraphs[0].qas"
 REF = {"load": load_references}  # what the scorer reads
+# what the error for any other format names: every format that is read
+READ = (
+    "the formats read are the official nested SQuAD JSON (v1.1, v2.0), flat JSON (a list of records or "
+    '{"data": [records]}) and JSON Lines (.jsonl, .ndjson): convert the file to one of them',
+)
 
 
 def _case(case: str, name: str, content, *fragments: str, load=load_qa_records, **kwargs):
@@ -250,7 +202,8 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         "null_answers_nested",
         "n.json",
         _qas({"id": "q0", "question": "?", "answers": None}),  # null: absent
-        f"{QAS}[0] (id 'q0'): field 'answers': missing (record has keys ['id', 'question', 'context', 'title'])",
+        f"{QAS}[0] (id 'q0'): field 'answers': missing "
+        "(record has keys ['id', 'question', 'context', 'title'])",
     ),
     _case(
         "missing_id",
@@ -268,7 +221,8 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         "text_not_at_start",
         "f.json",
         [_rec(0), _rec(1, **_ans("France", 3))],
-        "[1] (id 'q1'): field 'answers[0].text': answer text 'France' not found at answer_start 3 (context has",
+        "[1] (id 'q1'): field 'answers[0].text': answer text 'France' not found at answer_start 3 "
+        "(context has",
         "the text does occur at 24 (answer_check='fix' corrects such offsets, 'skip' drops such records)",
     ),
     _case(
@@ -321,14 +275,11 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         "top_level_without_data",
         "obj.json",
         {"version": "1.1", "articles": []},
-        "wrong top-level shape: found an object with keys ['version', 'articles'], without a 'data' field; expected",
+        "wrong top-level shape: found an object with keys ['version', 'articles'], without a 'data' field; "
+        "expected",
     ),
     _case(
-        "csv_missing_column",
-        "c.csv",
-        _csv(["id", "question", "answers"], [["q0", "?", "{}"]]),
-        "CSV line 1: field "
-        "'context': missing required column 'context' (columns found: 'id', 'question', 'answers')",
+        "csv", "train.csv", b"id,question,context,answers\nq0,?,c,[]\n", "(extension '.csv', content", *READ
     ),
     # the other shapes, formats and fields
     _case("top_level_string", "s.json", "hello", "wrong top-level shape: found a str ('hello'); expected"),
@@ -445,61 +396,12 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         "line 2: not valid JSON: ",
         "(the line ends",
     ),
-    _case(
-        "csv_pair_start_not_int",
-        "c.csv",
-        _csv(TABLE, [["q0", "?", CTX, "Paris", "0"], ["q1", "?", CTX, "P", "x"]]),
-        "CSV line 3 (id 'q1'): field 'answer_start': must be an integer character offset, got str 'x'",
-    ),
-    _case(
-        "csv_pair_text_not_at_start",
-        "c.csv",
-        _csv(TABLE, [["q1", "?", CTX, "Seine", "40"]]),
-        "CSV line 2 (id 'q1'): field 'answer_text': answer text 'Seine' not found at answer_start 40",
-    ),
-    _case(
-        "csv_pair_start_empty",
-        "c.csv",
-        _csv(TABLE, [["q0", "?", CTX, "P", ""]]),
-        "'answer_start': is empty but",
-    ),
-    _case(
-        "csv_answers_bad_json",
-        "c.csv",
-        _csv([*TABLE[:3], "answers"], [["q0", "?", CTX, "{'text': []}"]]),
-        "CSV line 2 (id 'q0'): field 'answers': is not valid JSON",
-    ),
-    _case(
-        "csv_lines_of_multiline_fields",
-        "c.csv",
-        _csv(TABLE, [["a", "?", "one\ntwo\nParis", "Paris", "8"], ["b", "?", CTX, "Paris", "0", "extra"]]),
-        "CSV line 5 (id 'b'): row has 6 fields but the header has 5",
-    ),
-    _case(
-        "csv_short_row",
-        "c.csv",
-        _csv(TABLE, [["q0", "?", CTX]]),
-        "CSV line 2 (id 'q0'): field 'answer_text': row has 3 fields but the header has 5 (no value for answer_",
-    ),
-    _case(
-        "parquet_missing_column",
-        "p.parquet",
-        lambda: _parquet([_rec(0, question=_DROP)]),
-        "column 'question'",
-    ),
-    _case(
-        "parquet_int_id",
-        "p.parquet",
-        lambda: _parquet([_rec(0, id=5)]),
-        "row 0: field 'id': must be a string",
-    ),
-    _case("not_parquet", "x.parquet", b"this is not parquet", "not a readable Parquet file"),
-    _case(
-        "unknown_format",
-        "notes.txt",
-        b"just some words\n",
-        "cannot tell the format from the extension '.txt'",
-    ),
+    # every other format: one error naming the formats that are read
+    _case("tsv", "train.tsv", b"id\tquestion\nq0\t?\n", "(extension '.tsv', content not JSON)", *READ),
+    _case("parquet", "train.parquet", b"PAR1\x15\x04\x15", "(extension '.parquet', content", *READ),
+    _case("gzip", "train.json.gz", lambda: gzip.compress(_j(_nested(RECORDS))), "(extension '.gz'", *READ),
+    _case("text", "notes.txt", b"just some words\n", "(extension '.txt', content not JSON)", *READ),
+    _case("no_extension", "train", b"id,question\n", "(extension '(none)', content not JSON)", *READ),
     _case("empty_list", "e.json", [], "contains no records (format json)"),
     _case(
         "all_skipped",
@@ -546,13 +448,7 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         f"{QAS}[1] (id 'q1'): field 'id'",
         **REF,
     ),
-    _case(
-        "ref_csv_no_id",
-        "dev.csv",
-        _csv(["qid", "answers"], [["q1", "[]"]]),
-        "CSV line 1: field 'id': missing required column 'id'",
-        **REF,
-    ),
+    _case("ref_csv", "dev.csv", b"id,answers\nq1,[]\n", "not a format this reader reads", *READ, **REF),
 ]
 
 
@@ -590,10 +486,10 @@ FIXABLE = [
             _ans("Bern", 0),  # fine
             _ans("Bern", 18),  # nearest is 16
             {"answers": {"text": ["Aare", "the Aare"], "answer_start": [54, 52]}},  # both off by one
-            _ans("Bern", 5),
+            _ans("Bern", 5),  # nearest is 0 (5 away, not 11)
         ]
     )
-]  # nearest is 0 (5 away, not 11)
+]
 
 
 @pytest.mark.parametrize(
@@ -653,13 +549,8 @@ def test_references_need_only_ids_and_texts(tmp_path):
     files = {
         "dev.json": _j(data),
         "f.jsonl": b"\n".join(map(_j, flat)),
-        "pair.csv": _csv(["id", "answer_text"], [["q1", "P"], ["q2", ""]]),
     }
     for name, content in files.items():
         (tmp_path / name).write_bytes(content)
     assert load_references(tmp_path / "dev.json") == {"a": ["Paris", "", "Paris"], "b": ["Seine"], "c": []}
-    assert (
-        load_references(tmp_path / "f.jsonl")
-        == load_references(tmp_path / "pair.csv")
-        == {"q1": ["P"], "q2": []}
-    )
+    assert load_references(tmp_path / "f.jsonl") == {"q1": ["P"], "q2": []}
