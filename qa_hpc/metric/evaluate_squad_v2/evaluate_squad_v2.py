@@ -5,7 +5,8 @@
                      references=[{"id": "q1", "answers": {"text": [], "answer_start": []}}],
                      no_answer_threshold=0.5)
     # -> exact, f1, total, HasAns_* / NoAns_* (when such questions exist), best_exact(_thresh),
-    #    best_f1(_thresh): the numbers of the official evaluate-v2.0.py with --na-prob-file and --na-prob-thresh (default 1.0)
+    #    best_f1(_thresh): the numbers of the official evaluate-v2.0.py with --na-prob-file and
+    #    --na-prob-thresh (default 1.0)
 
 "" is the answer "no answer"; no gold texts: the question is unanswerable. Questions without a
 prediction score 0; predictions of unknown ids are ignored. evaluate copies this file into its
