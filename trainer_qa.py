@@ -1,7 +1,7 @@
 """QuestionAnsweringTrainer: a Trainer whose evaluate() and predict() return answers and EM/F1.
 
-The Trainer's loop gathers every feature's logits exactly once onto every rank; postprocessing and scoring run on the
-main process alone and the metrics are broadcast, so every rank returns the same numbers.
+The Trainer's loop gathers every feature's logits exactly once onto every rank; postprocessing and scoring run
+on the main process alone and the metrics are broadcast, so every rank returns the same numbers.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from accelerate.utils import broadcast_object_list
 from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, speed_metrics
 
+from qa_hpc.batching import LOSS_WIDTH, span_loss
 from qa_hpc.metric.squad import ScoreFunction
 from qa_hpc.postprocess_loop import QAPredictions
 
@@ -50,16 +51,33 @@ class QuestionAnsweringTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.eval_examples = eval_examples
         self.post_process_function = post_process_function
-        self.score_function = (
-            score_function  # in place of compute_metrics, which stays None: the loop never scores
-        )
+        # in place of compute_metrics, which stays None: the loop never scores
+        self.score_function = score_function
         self.sort_eval_by_length = sort_eval_by_length
 
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+        """The model's own loss; for a batch padded to a bucket (it carries LOSS_WIDTH), the same loss over
+        the positions dynamic padding would have given it (qa_hpc.batching.span_loss)."""
+        width = inputs.pop(LOSS_WIDTH, None)
+        if width is None:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        start_positions = inputs.pop("start_positions")
+        end_positions = inputs.pop("end_positions")
+        outputs = model(**inputs)
+        loss = span_loss(outputs.start_logits, outputs.end_logits, start_positions, end_positions, width)
+        return (loss, outputs) if return_outputs else loss
+
     def _get_eval_sampler(self, eval_dataset: Any) -> torch.utils.data.Sampler | None:
-        """Keep evaluation in dataset order: transformers 5.23 hands evaluation a shuffled LengthGroupedSampler with
-        group_by_length, and every answer would be read from another feature's logits (length_order sorts instead,
-        in a known order). In DDP, None lets accelerate shard the sequential order and gather_for_metrics restore it.
-        """
+        """Keep evaluation in dataset order: transformers 5.23 hands evaluation a shuffled
+        LengthGroupedSampler with group_by_length, and every answer would be read from another feature's
+        logits (length_order sorts instead, in a known order). In DDP, None lets accelerate shard the
+        sequential order and gather_for_metrics restore it."""
         if eval_dataset is None or self.args.world_size > 1:
             return None
         return torch.utils.data.SequentialSampler(eval_dataset)
@@ -91,8 +109,9 @@ class QuestionAnsweringTrainer(Trainer):
     def _answer(
         self, dataset: Any, examples: Any, ignore_keys: list[str] | None, prefix: str, stage: str
     ) -> tuple[QAPredictions | None, dict[str, float]]:
-        """The body of evaluate() and predict(): logits -> answers and EM/F1 on the main process, the metrics every
-        rank returns; logged, with the callbacks' on_evaluate or on_predict and the Trainer's memory metrics."""
+        """The body of evaluate() and predict(): logits -> answers and EM/F1 on the main process, the metrics
+        every rank returns; logged, with the callbacks' on_evaluate or on_predict and the Trainer's memory
+        metrics."""
         self._memory_tracker.start()
         start = time.time()
         description = "Evaluation" if stage == "eval" else "Prediction"
@@ -103,13 +122,13 @@ class QuestionAnsweringTrainer(Trainer):
             t0 = time.perf_counter()
             preds = self.post_process_function(examples, dataset, logits, stage)
             metrics[f"{prefix}_postprocess_seconds"] = round(time.perf_counter() - t0, 4)
-            if (
-                self.score_function is not None and "answers" in examples.column_names
-            ):  # a test set may have none
-                metrics.update({f"{prefix}_{k}": v for k, v in self.score_function(preds, examples).items()})
+            # a test set may have no answers to score against
+            if self.score_function is not None and "answers" in examples.column_names:
+                scores = self.score_function(preds, examples)
+                metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
         metrics = broadcast_object_list([metrics])[0]  # the main process's, on every rank
-        # speed over the whole evaluation, postprocessing included (what users wait for), with the loop's model
-        # preparation time and loss (when not NaN)
+        # speed over the whole evaluation, postprocessing included (what users wait for), with the loop's
+        # model preparation time and loss (when not NaN)
         total_batch = self.args.eval_batch_size * self.args.world_size
         metrics.update(
             speed_metrics(
