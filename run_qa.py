@@ -6,8 +6,8 @@
     python run_qa.py args.json
     torchrun --nproc_per_node=4 run_qa.py ...
 
-main() is the recipe, top to bottom: decide the settings once, set up data, model and trainer, train, evaluate,
-predict, report. `python run_qa.py --help` lists every flag.
+main() is the recipe, top to bottom: decide the settings once, set up data, model and trainer, train,
+evaluate, predict, report. `python run_qa.py --help` lists every flag.
 """
 
 from __future__ import annotations
@@ -26,8 +26,11 @@ import datasets  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from accelerate import PartialState  # noqa: E402
-from transformers import DataCollatorWithPadding, TrainingArguments, default_data_collator  # noqa: E402
+from transformers import TrainingArguments  # noqa: E402
 
+from qa_hpc import attention  # noqa: E402
+from qa_hpc.batching import make_collator  # noqa: E402
+from qa_hpc.compile import CompiledSteps, apply_recompile_limit  # noqa: E402
 from qa_hpc.device import DeviceFacts, read_device_facts  # noqa: E402
 from qa_hpc.dist import end_process_group, launch_env  # noqa: E402
 from qa_hpc.dropout import install as install_bulk_dropout  # noqa: E402
@@ -147,9 +150,8 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
     apply_collective_timeout(args.ddp_timeout)  # --ddp_timeout for gloo too: a frozen rank fails the job
     resume = checkpoint_to_resume(args, flags.data.overwrite_output_dir)
     transformers.set_seed(args.seed)
-    config = load_config(
-        flags.model
-    )  # model, tokenizer, data and metric found, every record checked: then write
+    # model, tokenizer, data and metric found, every record checked: then write
+    config = load_config(flags.model)
     tokenizer = load_tokenizer(flags.model)
     data = build_data(flags.model, flags.data, args, tokenizer)
     for line in batch_lines(args, len(data.train)) if args.do_train else []:
@@ -162,6 +164,9 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
         else None
     )  # the metric, loaded
     check_writable_dir(args.output_dir)
+    # process-wide settings the model's kernels and compiled graphs read: set before the model exists
+    attention.apply(plan.attn_backend)
+    apply_recompile_limit(plan)
     model = load_model(flags.model, config, attn_implementation=flags.speed.attn_implementation)
     if plan.dropout_mask == "bulk":
         install_bulk_dropout(model)
@@ -174,12 +179,11 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
         eval_dataset=data.eval_features,
         eval_examples=data.eval_examples,
         processing_class=tokenizer,
-        data_collator=default_data_collator
-        if flags.data.pad_to_max_length
-        else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
+        data_collator=make_collator(tokenizer, plan.pad_to_buckets, flags.data.pad_to_max_length),
         post_process_function=make_postprocess(flags.data, args.output_dir, flags.speed.postprocess),
         score_function=score,
         sort_eval_by_length=not flags.data.pad_to_max_length,
+        compiled_steps=CompiledSteps(plan.torch_compile, plan.cuda_graphs),
         callbacks=[*observability_callbacks(flags, plan), preemption],
     )
     effective = Effective.read(trainer, flags.speed.postprocess)
@@ -189,7 +193,8 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
 
 
 def train(run: Run, stop: StopRequest) -> bool:
-    """Train (resuming from a checkpoint when there is one); False when a stop signal ended it at a checkpoint."""
+    """Train (resuming from a checkpoint when there is one); False when a stop signal ended it at a
+    checkpoint."""
     trainer, out = run.trainer, run.args.output_dir
     checkpoint_dir = lambda: os.path.join(out, f"checkpoint-{trainer.state.global_step}")  # noqa: E731
     with guarded("train", checkpoint_dir, run.batch):
@@ -260,6 +265,8 @@ def report(run: Run) -> None:
     # every rank: the memory report gathers every rank's figures
     lines, memory = finish_observability(run.trainer, run.flags, run.plan, run.shape, run.results, wall)
     if run.trainer.is_world_process_zero():
+        if compiled := run.trainer.compiled_steps.summary():
+            logger.info(compiled)  # graphs built against the batch shapes seen
         record(run, "ok", EXIT_OK, memory=memory, wall=wall)
         for line in lines + run.lines + final_lines(run.results, wall):
             print(line, flush=True)

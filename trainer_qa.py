@@ -18,6 +18,7 @@ from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, speed_metrics
 
 from qa_hpc.batching import LOSS_WIDTH, span_loss
+from qa_hpc.compile import CompiledSteps
 from qa_hpc.metric.squad import ScoreFunction
 from qa_hpc.postprocess_loop import QAPredictions
 
@@ -46,6 +47,7 @@ class QuestionAnsweringTrainer(Trainer):
         post_process_function: PostProcessFunction | None = None,
         score_function: ScoreFunction | None = None,
         sort_eval_by_length: bool = True,
+        compiled_steps: CompiledSteps | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -54,6 +56,27 @@ class QuestionAnsweringTrainer(Trainer):
         # in place of compute_metrics, which stays None: the loop never scores
         self.score_function = score_function
         self.sort_eval_by_length = sort_eval_by_length
+        self.compiled_steps = compiled_steps or CompiledSteps(torch_compile=False, cuda_graphs=False)
+
+    def training_step(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor:
+        self.compiled_steps.begin(model, inputs, training=True)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def prediction_step(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        self.compiled_steps.begin(model, inputs, training=False)
+        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        return self.compiled_steps.own(model, loss), self.compiled_steps.own(model, logits), labels
 
     def compute_loss(
         self,
