@@ -23,8 +23,11 @@ import datasets
 import torch
 import transformers
 from accelerate import PartialState
-from transformers import DataCollatorWithPadding, TrainingArguments, default_data_collator
+from transformers import TrainingArguments
 
+from qa_hpc import attention
+from qa_hpc.batching import make_collator
+from qa_hpc.compile import CompiledSteps, apply_recompile_limit
 from qa_hpc.device import DeviceFacts, read_device_facts
 from qa_hpc.dist import end_process_group, launch_env, process_start_time
 from qa_hpc.dropout import install as install_bulk_dropout
@@ -142,9 +145,8 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
     apply_collective_timeout(args.ddp_timeout)  # --ddp_timeout for gloo too: a frozen rank fails the job
     resume = checkpoint_to_resume(args, flags.data.overwrite_output_dir)
     transformers.set_seed(args.seed)
-    config = load_config(
-        flags.model
-    )  # model, tokenizer, data and metric found, every record checked: then write
+    # model, tokenizer, data and metric found, every record checked: then write
+    config = load_config(flags.model)
     tokenizer = load_tokenizer(flags.model)
     data = build_data(flags.model, flags.data, args, tokenizer)
     for line in batch_lines(args, len(data.train)) if args.do_train else []:
@@ -153,6 +155,9 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
     if args.do_eval or args.do_predict:  # the metric, loaded before anything is written
         score = make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
     check_writable_dir(args.output_dir)
+    # process-wide settings the model's kernels and compiled graphs read: set before the model exists
+    attention.apply(plan.attn_backend)
+    apply_recompile_limit(plan)
     model = load_model(flags.model, config, attn_implementation=flags.speed.attn_implementation)
     if plan.dropout_mask == "bulk":
         install_bulk_dropout(model)
@@ -165,12 +170,11 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
         eval_dataset=data.eval_features,
         eval_examples=data.eval_examples,
         processing_class=tokenizer,
-        data_collator=default_data_collator
-        if flags.data.pad_to_max_length
-        else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
+        data_collator=make_collator(tokenizer, plan.pad_to_buckets, flags.data.pad_to_max_length),
         post_process_function=make_postprocess(flags.data, args.output_dir),
         score_function=score,
         sort_eval_by_length=not flags.data.pad_to_max_length,
+        compiled_steps=CompiledSteps(plan.torch_compile, plan.cuda_graphs),
         callbacks=[*observability_callbacks(flags, plan), preemption],
     )
     effective = Effective.read(trainer)
@@ -250,6 +254,8 @@ def report(run: Run) -> None:
     wall = time.time() - process_start_time()
     # every rank: the memory report gathers every rank's figures
     memory = finish_observability(run.trainer, run.flags, run.plan, run.shape, run.results, wall)
+    if run.trainer.is_world_process_zero() and (compiled := run.trainer.compiled_steps.summary()):
+        logger.info(compiled)  # graphs built against the batch shapes seen
     ended = record(run, "ok", EXIT_OK, wall=wall, memory=Memory.of(memory) if memory else None)
     if ended is not None:
         for line in ended.closing_lines():

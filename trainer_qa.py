@@ -16,6 +16,8 @@ from accelerate.utils import broadcast_object_list
 from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, speed_metrics
 
+from qa_hpc.batching import LOSS_WIDTH, span_loss
+from qa_hpc.compile import CompiledSteps
 from qa_hpc.features import real_lengths
 from qa_hpc.metric.squad import ScoreFunction
 from qa_hpc.postprocess import QAPredictions, mask_padding, refuse_non_finite
@@ -45,6 +47,7 @@ class QuestionAnsweringTrainer(Trainer):
         post_process_function: PostProcessFunction | None = None,
         score_function: ScoreFunction | None = None,
         sort_eval_by_length: bool = True,
+        compiled_steps: CompiledSteps | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -53,6 +56,45 @@ class QuestionAnsweringTrainer(Trainer):
         # in place of compute_metrics, which stays None: the loop never scores
         self.score_function = score_function
         self.sort_eval_by_length = sort_eval_by_length
+        self.compiled_steps = compiled_steps or CompiledSteps(torch_compile=False, cuda_graphs=False)
+
+    def training_step(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor:
+        self.compiled_steps.begin(model, inputs, training=True)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def prediction_step(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        self.compiled_steps.begin(model, inputs, training=False)
+        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        return self.compiled_steps.own(model, loss), self.compiled_steps.own(model, logits), labels
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+        """The model's own loss; for a batch padded to a bucket (it carries LOSS_WIDTH), the same loss over
+        the positions dynamic padding would have given it (qa_hpc.batching.span_loss)."""
+        width = inputs.pop(LOSS_WIDTH, None)
+        if width is None:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        start_positions = inputs.pop("start_positions")
+        end_positions = inputs.pop("end_positions")
+        outputs = model(**inputs)
+        loss = span_loss(outputs.start_logits, outputs.end_logits, start_positions, end_positions, width)
+        return (loss, outputs) if return_outputs else loss
 
     def _get_eval_sampler(self, eval_dataset: Any) -> torch.utils.data.Sampler | None:
         """Keep evaluation in dataset order: transformers 5.23 hands evaluation a shuffled
@@ -91,7 +133,8 @@ class QuestionAnsweringTrainer(Trainer):
         self, dataset: Any, examples: Any, ignore_keys: list[str] | None, prefix: str, stage: str
     ) -> tuple[QAPredictions | None, dict[str, float]]:
         """The body of evaluate() and predict(): logits -> answers and EM/F1 on the main process, the metrics
-        every rank returns; logged, with the callbacks' on_evaluate or on_predict and the memory metrics."""
+        every rank returns; logged, with the callbacks' on_evaluate or on_predict and the Trainer's memory
+        metrics."""
         self._memory_tracker.start()
         start = time.time()
         description = "Evaluation" if stage == "eval" else "Prediction"
@@ -105,7 +148,7 @@ class QuestionAnsweringTrainer(Trainer):
             t0 = time.perf_counter()
             preds = self.post_process_function(examples, dataset, logits, stage)
             metrics[f"{prefix}_postprocess_seconds"] = round(time.perf_counter() - t0, 4)
-            # a test set may have no answers
+            # a test set may have no answers to score against
             if self.score_function is not None and "answers" in examples.column_names:
                 scores = self.score_function(preds, examples)
                 metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})

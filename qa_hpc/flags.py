@@ -15,6 +15,7 @@ from typing import NamedTuple, TypeVar
 
 from transformers import HfArgumentParser, TrainingArguments
 
+from qa_hpc.compile import fall_back_if_broken
 from qa_hpc.device import DeviceFacts
 from qa_hpc.errors import UsageError
 from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide
@@ -73,6 +74,14 @@ class DataTrainingArguments:
         "Pad every feature to max_seq_length. Off by default (qa-hpc): batches are "
         "padded to their longest feature (a multiple of 8), which wastes far less compute.",
     )
+    pad_to_buckets: str = flag(
+        "off",
+        "(qa-hpc) Pad every train and eval batch to the narrowest of a few widths that holds it, so that a "
+        "pass over a split has at most one batch shape per width plus a short last batch (fewer graphs for "
+        "torch.compile, cuDNN attention plans, CUDA graphs): 'off'; 'on' = 5 widths from max_seq_length/3 to "
+        "max_seq_length, multiples of 8 (128,192,256,320,384 at 384); or widths, comma-separated, multiples "
+        "of 8, ascending, the largest equal to --max_seq_length.",
+    )
     max_train_samples: int | None = flag(None, "Use only the first N train questions.")
     max_eval_samples: int | None = flag(None, "Use only the first N eval questions.")
     max_predict_samples: int | None = flag(None, "Use only the first N prediction questions.")
@@ -98,7 +107,8 @@ class DataTrainingArguments:
     def __post_init__(self) -> None:
         if self.doc_stride >= self.max_seq_length:
             raise ValueError(
-                f"--doc_stride ({self.doc_stride}) must be smaller than --max_seq_length ({self.max_seq_length})"
+                f"--doc_stride ({self.doc_stride}) must be smaller than "
+                f"--max_seq_length ({self.max_seq_length})"
             )
         if self.n_best_size < 1 or self.max_answer_length < 1:
             raise ValueError("--n_best_size and --max_answer_length must be at least 1")
@@ -116,6 +126,11 @@ class QATrainingArguments(TrainingArguments):
         choices=["random", "sequential", "group_by_length", "batch_rebalance"],
     )
     logging_steps: float = flag(50, "Log loss, lr and speed every N update steps.")
+    dataloader_num_workers: int | None = flag(
+        None,
+        "Dataloader worker processes per process. Not given (qa-hpc): up to 4 on a GPU under "
+        "--speed_defaults, else 0; given, as given (0 too).",
+    )
     ddp_find_unused_parameters: bool | None = flag(
         False, "(qa-hpc default: False) BERT QA uses every parameter; the extra DDP graph walk only costs."
     )
@@ -126,6 +141,12 @@ class QATrainingArguments(TrainingArguments):
         "'tensorboard' (event files in --logging_dir), 'none', or other HF integrations.",
     )
 
+    def __post_init__(self) -> None:
+        # not given: qa_hpc.plan decides, and its fields are put in; built without them, TrainingArguments' 0
+        if self.dataloader_num_workers is None:
+            self.dataloader_num_workers = 0
+        super().__post_init__()
+
 
 @dataclass(frozen=True)
 class SpeedArguments:
@@ -135,8 +156,8 @@ class SpeedArguments:
     precision: str = flag(
         "auto",
         "(qa-hpc) Precision of training and evaluation: 'auto' = bf16 where the device "
-        "has fast bf16, else fp16 on GPUs and fp32 on CPUs. Given, it wins over --bf16/--fp16 and accelerate's "
-        "mixed_precision.",
+        "has fast bf16, else fp16 on GPUs and fp32 on CPUs. Given, it wins over --bf16/--fp16 and "
+        "accelerate's mixed_precision.",
         choices=list(PRECISIONS),
     )
     num_threads: int = flag(
@@ -148,6 +169,13 @@ class SpeedArguments:
         None,
         "(qa-hpc) Attention kernel: 'sdpa', 'eager', 'flash_attention_2' "
         "(needs the flash-attn package). Default: transformers' choice (sdpa for BERT-style models).",
+    )
+    attn_backend: str = flag(
+        "auto",
+        "(qa-hpc) The SDPA kernels attention may run: 'auto' (on GPUs where torch runs cuDNN attention "
+        "first, every kernel but cuDNN's while batch shapes vary; elsewhere torch's choice), 'all' (torch's "
+        "choice), or a comma-separated subset of flash,efficient,cudnn,math. Not applied under "
+        "--attn_implementation eager or flash_attention_2.",
     )
     dropout_mask: str = flag(
         "auto",
@@ -229,12 +257,10 @@ def read_flags(argv: list[str]) -> dict[str, object]:
         raise UsageError(f"{path}: not a readable JSON object of flags: {err}") from err
     if not isinstance(given, dict):
         raise UsageError(f"{path}: expected a JSON object of flags, got {type(given).__name__}")
-    # held to the command line's names and choices (argparse checks those only for what it parses); a default (null
-    # for ddp_backend, say) is always allowed
-    defaults, choices = (
-        vars(parser.parse_args([])),
-        {action.dest: action.choices for action in parser._actions},
-    )
+    # held to the command line's names and choices (argparse checks those only for what it parses); a default
+    # (null for ddp_backend, say) is always allowed
+    defaults = vars(parser.parse_args([]))
+    choices = {action.dest: action.choices for action in parser._actions}
     if unknown := sorted(set(given) - set(choices)):
         raise UsageError(f"{path}: unknown keys (not flags of run_qa.py): {', '.join(unknown)}")
     for key, value in given.items():
@@ -261,23 +287,21 @@ def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:
 
 def decide_and_build(values: FlagValues, facts: DeviceFacts) -> tuple[RunPlan, Flags]:
     """This process's plan (qa_hpc.plan), then every flag dataclass built once with the plan's fields in."""
-    plan = decide(values, facts)
+    plan = fall_back_if_broken(decide(values, facts))  # a compiler that cannot work here: eager, said so
     os.environ.update(plan.environment(os.environ))  # what TrainingArguments also reads from the launcher
     return plan, build_flags(values, plan.training_fields(values["tf32"]))
 
 
 def batch_lines(args: TrainingArguments, train_features: int) -> list[str]:
-    """PLAN_BATCH: global batch, optimizer steps (counted as the Trainer counts them) and learning rate. With several
-    processes, PLAN_SCALING: the recipe differs from the 1-device run's, and the flags that keep it or scale it."""
-    per_device, ranks, accumulation, lr = (
-        args.per_device_train_batch_size,
-        args.world_size,
-        args.gradient_accumulation_steps,
-        args.learning_rate,
-    )
-    batches = math.ceil(
-        math.ceil(train_features / ranks) / per_device
-    )  # per rank and epoch (DistributedSampler)
+    """PLAN_BATCH: global batch, optimizer steps (counted as the Trainer counts them) and learning rate. With
+    several processes, PLAN_SCALING: the recipe differs from the 1-device run's, and the flags that keep it or
+    scale it."""
+    per_device = args.per_device_train_batch_size
+    ranks = args.world_size
+    accumulation = args.gradient_accumulation_steps
+    lr = args.learning_rate
+    # per rank and epoch (DistributedSampler)
+    batches = math.ceil(math.ceil(train_features / ranks) / per_device)
     steps = (
         args.max_steps
         if args.max_steps > 0

@@ -6,13 +6,17 @@ docs/REFERENCE.md, "Precision, TF32, threads and the batch across processes".
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
+from accelerate.utils import DynamoBackend
 
+from qa_hpc import attention
+from qa_hpc.batching import DEFAULT_BUCKETS, buckets_of, parse_buckets
 from qa_hpc.device import CPU_BF16_FEATURES, CpuFacts, DeviceFacts, read_device_facts
 from qa_hpc.dropout import BulkDropout
 from qa_hpc.errors import EXIT_USAGE, UsageError
@@ -24,13 +28,20 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ACCELERATE_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}  # accelerate's names -> ours
 BF16_MIN_CAPABILITY = (8, 0)  # bf16 and TF32 tensor cores: Ampere and newer
 MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
+# torch >= 2.10 runs cuDNN's attention first on these compute capabilities' majors, with cuDNN newer than
+# 9.15.0 (check_prefer_cudnn_attention in aten/src/ATen/native/transformers/cuda/sdp_utils.cpp); builds for
+# CUDA < 13 only at minor 0 and 3. cuDNN builds an execution plan for every new input shape.
+CUDNN_FIRST_TORCH = (2, 10)
+CUDNN_FIRST_MAJORS = (9, 10)
+CUDNN_FIRST_AFTER = 91500  # torch.backends.cudnn.version() of cuDNN 9.15.0
+CUDNN_FIRST_MINORS_BEFORE_CUDA_13 = (0, 3)
+NO_CUDNN_ATTENTION = "flash,efficient,math"
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that record CUDA graphs
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
 ON = {True: "on", False: "off"}  # a switch in log lines
-LOG_NAMES = {
-    "dataloader_num_workers": "dataloader_workers",
-    "attn_implementation": "attn",
-}  # short keys in log lines
+# short keys in log lines
+LOG_NAMES = {"dataloader_num_workers": "dataloader_workers", "attn_implementation": "attn"}
 
 
 class PlanError(UsageError):
@@ -60,6 +71,19 @@ class RunPlan:
     dropout_mask: str = "torch"  # torch | bulk (qa_hpc.dropout)
     dropout_reason: str = "--dropout_mask torch"
     gpu_name: str | None = None
+    workers_reason: str = ""  # none: not decided (a CPU's 0)
+    pad_to_buckets: tuple[int, ...] = ()  # widths batches are padded to (qa_hpc.batching); () = off
+    pad_to_buckets_reason: str = ""
+    attn_backend: str = attention.ALL  # SDPA kernels enabled (qa_hpc.attention)
+    attn_backend_reason: str = "--attn_backend all"
+    torch_compile: bool = False
+    compile_backend: str | None = None
+    compile_mode: str | None = None
+    compile_dynamic: bool | None = None  # None: torch's automatic dynamic shapes
+    recompile_limit: int | None = None  # None: torch's own
+    compile_reason: str = "no --torch_compile"
+    cuda_graphs: bool = False
+    cuda_graphs_reason: str = "no --torch_compile"
 
     def training_fields(self, tf32_given: bool | None) -> dict[str, object]:
         """The TrainingArguments fields this plan owns, and only these."""
@@ -72,28 +96,54 @@ class RunPlan:
             "use_cpu": self.device == "cpu",
             "report_to": list(self.report_to),
             "tf32": self.tf32 if self.device == "cuda" else tf32_given,
+            "torch_compile": self.torch_compile,
+            "torch_compile_backend": self.compile_backend,
+            "torch_compile_mode": self.compile_mode,
         }
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        """The launcher's variables that must say the plan's precision before TrainingArguments is built: it
-        takes ACCELERATE_MIXED_PRECISION as the precision when --bf16/--fp16 are off (fp32 under accelerate's
-        bf16: bf16)."""
+        """Variables the Trainer reads that must say the plan's settings before TrainingArguments is built:
+        ACCELERATE_MIXED_PRECISION, which it takes as the precision when --bf16/--fp16 are off (fp32 under
+        accelerate's bf16: bf16), and ACCELERATE_DYNAMO_USE_DYNAMIC, the one way transformers 5.23 lets
+        torch.compile's `dynamic` reach accelerate's TorchDynamoPlugin."""
         names = {ours: theirs for theirs, ours in ACCELERATE_PRECISION.items()}
-        return (
-            {"ACCELERATE_MIXED_PRECISION": names[self.precision]}
-            if "ACCELERATE_MIXED_PRECISION" in env
-            else {}
-        )
+        variables = {}
+        if "ACCELERATE_MIXED_PRECISION" in env:
+            variables["ACCELERATE_MIXED_PRECISION"] = names[self.precision]
+        if self.compile_dynamic is not None:
+            variables["ACCELERATE_DYNAMO_USE_DYNAMIC"] = str(self.compile_dynamic).lower()
+        return variables
 
     def log_line(self) -> str:
+        gpu = f"({self.gpu_name})" if self.gpu_name else ""
         return (
-            f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} "
-            f"precision={self.precision} ({self.precision_reason}) tf32={ON[self.tf32]} "
-            f"threads={self.threads} ({self.threads_reason}) "
-            f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} local_world_size="
-            f"{self.local_world_size} launcher={self.launcher} stop_vote_every={self.stop_vote_every} "
-            f"tensorboard={ON[self.tensorboard]} profile={ON[self.profile_dir is not None]} "
-            f"dropout_mask={self.dropout_mask} ({self.dropout_reason})"
+            f"PLAN device={self.device}{gpu} precision={self.precision} ({self.precision_reason}) "
+            f"tf32={ON[self.tf32]} threads={self.threads} ({self.threads_reason}) "
+            f"dataloader_workers={self.dataloader_num_workers}{self.workers_shown()} "
+            f"world_size={self.world_size} local_world_size={self.local_world_size} launcher={self.launcher} "
+            f"stop_vote_every={self.stop_vote_every} tensorboard={ON[self.tensorboard]} "
+            f"profile={ON[self.profile_dir is not None]} "
+            f"dropout_mask={self.dropout_mask} ({self.dropout_reason}) "
+            f"pad_to_buckets={self.buckets_shown()} "
+            f"attn_backend={self.attn_backend} ({self.attn_backend_reason}) "
+            f"compile={self.compile_shown()} "
+            f"cuda_graphs={ON[self.cuda_graphs]} ({self.cuda_graphs_reason})"
+        )
+
+    def workers_shown(self) -> str:
+        return f" ({self.workers_reason})" if self.workers_reason else ""
+
+    def buckets_shown(self) -> str:
+        widths = ",".join(map(str, self.pad_to_buckets)) or "off"
+        return f"{widths} ({self.pad_to_buckets_reason})" if self.pad_to_buckets_reason else widths
+
+    def compile_shown(self) -> str:
+        if not self.torch_compile:
+            return f"off ({self.compile_reason})"
+        return (
+            f"on (backend={self.compile_backend} mode={self.compile_mode} dynamic="
+            f"{'auto' if self.compile_dynamic is None else self.compile_dynamic} recompile_limit="
+            f"{self.recompile_limit or 'torch'}: {self.compile_reason})"
         )
 
 
@@ -121,16 +171,22 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
             f"--tf32 true needs a GPU of compute capability 8.0 or newer; this run is on {device}"
             + (f" ({_sm(facts.capability)})" if device == "cuda" else "")
         )
-    tf32 = (
-        flags["tf32"]
-        if flags["tf32"] is not None
-        else (flags["speed_defaults"] and ampere and flags["precision"] != "fp32")
-    )
-    workers, threads, threads_reason = decide_threads(flags, facts, device)
+    if flags["tf32"] is not None:
+        tf32 = flags["tf32"]
+    else:  # a speed default where the tensor cores do it; --precision fp32 is true fp32
+        tf32 = flags["speed_defaults"] and ampere and flags["precision"] != "fp32"
+    workers, workers_reason = decide_workers(flags, facts, device)
+    threads, threads_reason = decide_threads(flags, facts, workers)
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
-    dropout, dropout_reason = decide_dropout(flags["dropout_mask"], device, facts.cpu)
+    buckets, buckets_reason = decide_buckets(flags)
+    # a pass over a split has at most this many batch shapes (each width, and a short last batch); None: any
+    shapes_per_pass = len(buckets or [flags["max_seq_length"]]) + 1
+    fixed_shapes = shapes_per_pass if buckets or flags["pad_to_max_length"] else None
+    attn_backend, attn_reason = decide_attn_backend(flags, facts, device, fixed_shapes is not None)
+    compiled = decide_compile(flags, device, facts.world_size, fixed_shapes)
+    dropout, dropout_reason = decide_dropout(flags["dropout_mask"], device, facts.cpu, compiled.torch_compile)
     return RunPlan(
         device=device,
         precision=precision,
@@ -150,33 +206,211 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
         profile_dir=(flags["profile_dir"] or f"{flags['output_dir']}/profiler") if flags["profile"] else None,
         dropout_mask=dropout,
         dropout_reason=dropout_reason,
+        workers_reason=workers_reason,
+        pad_to_buckets=buckets,
+        pad_to_buckets_reason=buckets_reason,
+        attn_backend=attn_backend,
+        attn_backend_reason=attn_reason,
+        **compiled._asdict(),
     )
 
 
-def decide_threads(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[int, int, str]:
-    """(dataloader workers, torch threads, why those threads)."""
-    share, omp = max(1, facts.cpus // max(1, facts.local_world_size)), facts.omp_num_threads
-    workers = flags["dataloader_num_workers"]
-    if workers <= 0 and flags["speed_defaults"] and device == "cuda":  # collation overlaps the step
-        workers = max(0, min(MAX_AUTO_WORKERS, share - 1))
+def _cpu_share(facts: DeviceFacts) -> int:
+    """The CPUs of this node that are this process's: its CPUs over the processes on the node."""
+    return max(1, facts.cpus // max(1, facts.local_world_size))
+
+
+def decide_workers(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[int, str]:
+    """(dataloader workers per process, why): as given (0 included); else on a GPU, under --speed_defaults, up
+    to MAX_AUTO_WORKERS, one CPU of the process's share kept for it; else 0 (on a CPU, with no reason: nothing
+    was decided)."""
+    given = flags["dataloader_num_workers"]
+    if given is not None:
+        return given, f"--dataloader_num_workers {given}"
+    if device == "cpu":  # collation in the training process, every core to torch's threads
+        return 0, ""
+    if not flags["speed_defaults"]:
+        return 0, "--speed_defaults false"
+    workers = max(0, min(MAX_AUTO_WORKERS, _cpu_share(facts) - 1))
+    return workers, f"auto: GPU: collation beside the step, up to {MAX_AUTO_WORKERS} per process"
+
+
+def decide_threads(flags: FlagValues, facts: DeviceFacts, workers: int) -> tuple[int, str]:
+    """(torch threads, why), beside `workers` dataloader workers."""
+    omp = facts.omp_num_threads
     if flags["num_threads"] > 0:
-        return workers, flags["num_threads"], "--num_threads"
+        return flags["num_threads"], "--num_threads"
     # torchrun and accelerate launch export OMP_NUM_THREADS=1 when it was unset: a launcher's 1 is no choice
     if omp and not (omp == 1 and facts.launcher != "python"):
-        return workers, omp, "OMP_NUM_THREADS"
+        return omp, "OMP_NUM_THREADS"
     own_share = f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"  # less its workers
     return (
-        workers,
-        max(1, share - workers),
+        max(1, _cpu_share(facts) - workers),
         own_share + (f" - {workers} dataloader workers" if workers else ""),
     )
 
 
-def decide_dropout(asked: str, device: str, cpu: CpuFacts) -> tuple[str, str]:
+def decide_buckets(flags: FlagValues) -> tuple[tuple[int, ...], str]:
+    """(the widths batches are padded to, why); () when off. A bad list is a usage error."""
+    asked = flags["pad_to_buckets"]
+    try:
+        widths = parse_buckets(asked, flags["max_seq_length"])
+    except ValueError as err:
+        raise PlanError(str(err)) from err
+    if widths and flags["pad_to_max_length"]:
+        raise PlanError(
+            f"--pad_to_buckets {asked} contradicts --pad_to_max_length (every feature padded to "
+            "--max_seq_length); give one of them"
+        )
+    if asked == "on":
+        length = flags["max_seq_length"]
+        return widths, f"on: {DEFAULT_BUCKETS} widths from {length}/3 to {length}, multiples of 8"
+    return widths, ""
+
+
+def _version(text: str | None) -> tuple[int, ...]:
+    """'2.13.0+cu130' -> (2, 13); None or no digits -> ()."""
+    return tuple(int(part) for part in re.findall(r"\d+", text or "")[:2])
+
+
+def torch_runs_cudnn_attention_first(facts: DeviceFacts) -> bool:
+    """Whether this torch, GPU and cuDNN put cuDNN's attention first in SDPA's priority order (the rule of
+    check_prefer_cudnn_attention; see CUDNN_FIRST_TORCH)."""
+    if facts.capability is None or facts.cudnn_version is None:
+        return False
+    major, minor = facts.capability
+    if _version(facts.torch_version) < CUDNN_FIRST_TORCH or major not in CUDNN_FIRST_MAJORS:
+        return False
+    if facts.cudnn_version <= CUDNN_FIRST_AFTER:
+        return False
+    return _version(facts.torch_cuda) >= (13,) or minor in CUDNN_FIRST_MINORS_BEFORE_CUDA_13
+
+
+def decide_attn_backend(
+    flags: FlagValues, facts: DeviceFacts, device: str, shapes_fixed: bool
+) -> tuple[str, str]:
+    """(the SDPA kernels that may run, why): --attn_implementation other than sdpa wins (no SDPA), then
+    --attn_backend all or a list, then auto: on a GPU where torch would run cuDNN's attention first,
+    everything but cuDNN while batch shapes vary; elsewhere torch's own choice."""
+    implementation = flags["attn_implementation"]
+    asked = flags["attn_backend"]
+    if implementation not in (None, "sdpa"):
+        return attention.NOT_SDPA, f"--attn_implementation {implementation}: no SDPA"
+    if asked == attention.ALL:
+        return attention.ALL, "--attn_backend all: torch's own choice"
+    if asked != "auto":
+        try:
+            kernels = attention.parse(asked)
+        except ValueError as err:
+            raise PlanError(str(err)) from err
+        if device == "cpu" and not set(kernels) & set(attention.CPU_KERNELS):
+            raise PlanError(
+                f"--attn_backend {asked}: a CPU has only the {' and '.join(attention.CPU_KERNELS)} SDPA "
+                "kernels; name one of them"
+            )
+        return attention.name_of(kernels), f"--attn_backend {asked}"
+    if device == "cpu":
+        return attention.ALL, "auto: CPU: torch's own choice (flash or math)"
+    torch_version = ".".join(map(str, _version(facts.torch_version)))
+    if not torch_runs_cudnn_attention_first(facts):
+        return attention.ALL, f"auto: torch {torch_version} does not run cuDNN attention first here"
+    if shapes_fixed:
+        return attention.ALL, "auto: batch shapes fixed: cuDNN plans each shape once"
+    # measured on one H200 (docs/PERFORMANCE.md): 1.28x the median step, ~1.5x the whole run
+    return NO_CUDNN_ATTENTION, (
+        f"auto: torch {torch_version} runs cuDNN attention first on {_sm(facts.capability)} (cuDNN "
+        f"{facts.cudnn_version}) and it plans every new batch shape; shapes vary: cuDNN off"
+    )
+
+
+class CompileDecision(NamedTuple):
+    """The RunPlan fields of torch.compile and CUDA graphs."""
+
+    torch_compile: bool
+    compile_backend: str | None
+    compile_mode: str | None
+    compile_dynamic: bool | None
+    recompile_limit: int | None
+    compile_reason: str
+    cuda_graphs: bool
+    cuda_graphs_reason: str
+
+
+def decide_compile(
+    flags: FlagValues, device: str, world_size: int, fixed_shapes: int | None
+) -> CompileDecision:
+    """torch.compile through the Trainer's own flags (a backend or mode given turns it on, as in
+    TrainingArguments), static over fixed batch shapes with room for all of them, and CUDA graphs where they
+    pay: on a GPU, with inductor, over fixed shapes, in one process. `fixed_shapes`: per pass over a split;
+    None when they vary."""
+    if not (flags["torch_compile"] or flags["torch_compile_backend"] or flags["torch_compile_mode"]):
+        return CompileDecision(
+            torch_compile=False,
+            compile_backend=None,
+            compile_mode=None,
+            compile_dynamic=None,
+            recompile_limit=None,
+            compile_reason="no --torch_compile",
+            cuda_graphs=False,
+            cuda_graphs_reason="no --torch_compile",
+        )
+    backend = flags["torch_compile_backend"] or "inductor"
+    known = [name.value.lower() for name in DynamoBackend if name is not DynamoBackend.NO]
+    if backend not in known:
+        raise PlanError(
+            f"--torch_compile_backend {backend}: not a backend the Trainer's torch.compile path takes; "
+            f"one of {', '.join(known)}"
+        )
+    mode = flags["torch_compile_mode"]
+    if fixed_shapes is None:
+        dynamic = None
+        limit = None
+        reason = "batch shapes vary: torch makes them dynamic; --pad_to_buckets fixes them"
+    else:
+        dynamic = False
+        # training's and evaluation's shapes, prediction's short last batch and one to spare: no shape ever
+        # falls back to eager at the limit
+        limit = 2 * fixed_shapes + 2
+        reason = f"{fixed_shapes} batch shapes per pass, one graph each"
+    graphs, graphs_reason = _cuda_graphs(mode, backend, device, world_size, fixed_shapes)
+    if mode is None:
+        mode = CUDA_GRAPH_MODES[0] if graphs else "default"
+    return CompileDecision(
+        torch_compile=True,
+        compile_backend=backend,
+        compile_mode=mode,
+        compile_dynamic=dynamic,
+        recompile_limit=limit,
+        compile_reason=reason,
+        cuda_graphs=graphs,
+        cuda_graphs_reason=graphs_reason,
+    )
+
+
+def _cuda_graphs(
+    mode: str | None, backend: str, device: str, world_size: int, fixed_shapes: int | None
+) -> tuple[bool, str]:
+    """(CUDA graphs on, why) for a compiled run."""
+    if device == "cpu":
+        return False, "CPU: CUDA graphs need a GPU"
+    if mode is not None:
+        return mode in CUDA_GRAPH_MODES and backend == "inductor", f"--torch_compile_mode {mode}"
+    if backend != "inductor":
+        return False, f"auto: --torch_compile_backend {backend}: CUDA graphs come with inductor"
+    if world_size > 1:
+        return False, f"auto: {world_size} processes: DDP's all-reduce runs between the graphs"
+    if fixed_shapes is None:
+        return False, "auto: batch shapes vary: a graph recorded per shape; --pad_to_buckets fixes them"
+    return True, "auto: GPU, fixed batch shapes, one process: a step replays graphs, not kernel by kernel"
+
+
+def decide_dropout(asked: str, device: str, cpu: CpuFacts, compiled: bool) -> tuple[str, str]:
     """As asked, else bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs
-    only)."""
+    only), unless compiled: a compiled graph draws its own masks, and the bulk draw would break it."""
     if asked != "auto":
         return asked, f"--dropout_mask {asked}"
+    if compiled:
+        return "torch", "auto: compiled: the graphs draw their own masks"
     if device == "cuda":
         return "torch", "auto: GPU"
     if cpu.vendor != "GenuineIntel":
@@ -203,11 +437,9 @@ def require_visible_gpu(facts: DeviceFacts) -> None:
 def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere: bool) -> tuple[str, str]:
     """(precision, why), first match wins: --precision or HF's --bf16/--fp16 (both given: they must agree),
     accelerate's mixed precision (`no` = fp32), auto; `ampere`: a GPU of compute capability >= 8.0."""
-    asked, hf, mixed = (
-        flags["precision"],
-        [n for n in ("bf16", "fp16") if flags[n]],
-        facts.accelerate_mixed_precision,
-    )
+    asked = flags["precision"]
+    hf = [n for n in ("bf16", "fp16") if flags[n]]
+    mixed = facts.accelerate_mixed_precision
     if len(hf) > 1:
         raise PlanError("--bf16 and --fp16 contradict each other; give one of them")
     if asked != "auto" and hf and hf[0] != asked:
@@ -245,8 +477,7 @@ def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere:
     return precision, reason
 
 
-# --- what this process sees: the impure half ---------------------------------------------------------------
-# --- what the objects really use ---------------------------------------------------------------------------
+# --- what the objects really use ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Effective:
     precision: str  # the accelerator's mixed precision: what autocast runs in
@@ -261,11 +492,29 @@ class Effective:
     attn_implementation: str
     torch_compile: bool
     dropout_mask: str
+    pad_to_buckets: tuple[int, ...]
+    attn_backend: str
+    compile_backend: str | None
+    compile_mode: str | None
+    compile_dynamic: bool | None
+    recompile_limit: int | None
+    cuda_graphs: bool
 
     @classmethod
     def read(cls, trainer: Trainer) -> Effective:
         """What the Trainer, its accelerator, the model and torch are set to now."""
-        args, mixed = trainer.args, str(trainer.accelerator.mixed_precision)
+        args = trainer.args
+        mixed = str(trainer.accelerator.mixed_precision)
+        if args.device.type == "cuda":
+            device_name = torch.cuda.get_device_name(args.device)
+        else:
+            device_name = args.device.type
+        attn_implementation = getattr(trainer.model.config, "_attn_implementation", None)
+        bulk = any(isinstance(m, BulkDropout) for m in trainer.model.modules())
+        compiled = bool(args.torch_compile)
+        dynamo = trainer.accelerator.state.dynamo_plugin  # what accelerate passes to torch.compile
+        backend = dynamo.backend.value.lower() if compiled else None
+        mode = dynamo.mode if compiled else None
         return cls(
             precision=ACCELERATE_PRECISION.get(mixed, mixed),
             tf32=torch.backends.cuda.matmul.fp32_precision == "tf32",
@@ -275,29 +524,38 @@ class Effective:
             world_size=int(args.world_size),
             device=args.device.type,
             optim=str(args.optim.value),
-            device_name=torch.cuda.get_device_name(args.device)
-            if args.device.type == "cuda"
-            else args.device.type,
-            attn_implementation=str(getattr(trainer.model.config, "_attn_implementation", None) or "default"),
-            torch_compile=bool(args.torch_compile),
-            dropout_mask="bulk"
-            if any(isinstance(m, BulkDropout) for m in trainer.model.modules())
-            else "torch",
+            device_name=device_name,
+            attn_implementation=str(attn_implementation or "default"),
+            torch_compile=compiled,
+            dropout_mask="bulk" if bulk else "torch",
+            pad_to_buckets=buckets_of(trainer.data_collator),
+            attn_backend=attention.enabled(attn_implementation),
+            compile_backend=backend,
+            compile_mode=mode,
+            compile_dynamic=dynamo.dynamic if compiled else None,
+            recompile_limit=torch.compiler.config.recompile_limit if compiled else None,
+            cuda_graphs=backend == "inductor" and mode in CUDA_GRAPH_MODES and args.device.type == "cuda",
         )
 
     def log_line(self, rank: int) -> str:
         """One line per rank (threads and devices can differ between nodes): every field, in order."""
-        shown = {**asdict(self), "tf32": ON[self.tf32], "device_name": self.device_name.replace(" ", "_")}
+        shown = {
+            **asdict(self),
+            "tf32": ON[self.tf32],
+            "device_name": self.device_name.replace(" ", "_"),
+            "pad_to_buckets": ",".join(map(str, self.pad_to_buckets)) or "off",
+            "cuda_graphs": ON[self.cuda_graphs],
+        }
         return " ".join([f"EFFECTIVE rank={rank}", *(f"{LOG_NAMES.get(k, k)}={v}" for k, v in shown.items())])
 
     def check(self, plan: RunPlan) -> None:
         """Stop the run when it would not use the plan (fp32 master weights always), naming every
-        difference."""
+        difference; a field the plan leaves to the libraries (None) is not compared."""
         wanted = {**asdict(plan), "param_dtype": "float32"}  # the fields both have, by name
         diff = [
             f"{key}: planned {wanted[key]}, effective {got}"
             for key, got in asdict(self).items()
-            if key in wanted and got != wanted[key]
+            if wanted.get(key) is not None and got != wanted[key]
         ]
         if diff:
             raise RuntimeError("the run would not use the planned settings: " + "; ".join(diff))

@@ -174,10 +174,10 @@ def test_job_cpu_runs_the_demo_on_the_cpu_with_both_levers_on(tiny_bert: Path, t
         f"PLAN device=cpu precision={kind.precision} ({kind.precision_reason}) tf32=off threads={cpus} "
         "(OMP_NUM_THREADS) dataloader_workers=0 world_size=1 "
     ), log[-3000:]
-    assert plan.group(0).endswith(f" dropout_mask={kind.dropout_mask} ({kind.dropout_reason})"), log[-3000:]
+    assert f" dropout_mask={kind.dropout_mask} ({kind.dropout_reason}) " in plan.group(0), log[-3000:]
     assert re.search(
         rf"^EFFECTIVE rank=0 precision={kind.precision} tf32=off param_dtype=float32 threads={cpus} "
-        rf".*device=cpu .*dropout_mask={kind.dropout_mask}$",
+        rf".*device=cpu .*dropout_mask={kind.dropout_mask} ",
         log,
         re.M,
     ), log[-3000:]

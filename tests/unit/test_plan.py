@@ -1,5 +1,6 @@
-"""The settings plan for every device, decided on a CPU from made-up device facts (each row's outcome written from
-README's "How precision, threads and devices are chosen"); the read-back check; --precision reaching evaluation."""
+"""The settings plan for every device, decided on a CPU from made-up device facts (each row's outcome written
+from README's "How precision, threads and devices are chosen"); the read-back check; --precision reaching
+evaluation."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ def ask(**given: object) -> FlagValues:
 GPUS = {
     "A100": (8, 0),
     "H100": (9, 0),
+    "H200": (9, 0),
+    "B200": (10, 0),
+    "B300": (10, 3),
+    "SM101": (10, 1),
+    "RTX4090": (8, 9),
     "V100": (7, 0),
     "T4": (7, 5),
     "CPU": None,
@@ -46,6 +52,9 @@ def facts(
     gpus_visible: int = 1,
     asked: str | None = None,
     vendor: str = "AuthenticAMD",
+    torch_version: str = "2.13.0",
+    torch_cuda: str = "13.0",
+    cudnn: int | None = 91900,
 ) -> DeviceFacts:
     cuda = GPUS[device] is not None
     return DeviceFacts(
@@ -60,8 +69,9 @@ def facts(
         omp_num_threads=omp,
         accelerate_mixed_precision=accelerate,
         gpus_requested=asked,
-        torch_version="2.13.0",
-        torch_cuda="13.0" if cuda else None,
+        torch_version=torch_version,
+        torch_cuda=torch_cuda if cuda else None,
+        cudnn_version=cudnn if cuda else None,
         cpu=CpuFacts(
             model="made-up CPU", vendor=vendor, flags=("avx2", "fma3", *CPU_BF16.get(device, "").split())
         ),
@@ -88,7 +98,8 @@ def decided(request: FlagValues, device_facts: DeviceFacts, want: str):
     return None
 
 
-# device | --precision | HF flag | accelerate mixed_precision | expected precision, or "!" + words of the refusal
+# device | --precision | HF flag | accelerate mixed_precision | expected precision, or "!" + words of the
+# refusal
 PRECISION_TABLE = """
 A100,H100,AVX512BF16,AMX auto - - bf16
 V100,T4            auto - -    fp16
@@ -133,7 +144,8 @@ def test_precision_for_every_device(device, precision, hf, accelerate, want, ran
         assert plan.precision == want
         fields = plan.training_fields(None)
         assert (fields["bf16"], fields["fp16"]) == (want == "bf16", want == "fp16")
-        # TrainingArguments reads ACCELERATE_MIXED_PRECISION when --bf16/--fp16 are off: it must say the plan's
+        # TrainingArguments reads ACCELERATE_MIXED_PRECISION when --bf16/--fp16 are off: it must say the
+        # plan's
         env = {} if accelerate == "-" else {"ACCELERATE_MIXED_PRECISION": accelerate}
         assert plan.environment(env) == {k: {"fp32": "no"}.get(want, want) for k in env}
 
@@ -168,26 +180,30 @@ def test_tf32_for_every_device(device, tf32, defaults, precision, want):
         assert defaults == "true" or plan.dataloader_num_workers == 0
 
 
-# device | CPUs | processes on the node | OMP_NUM_THREADS | launcher | --num_threads | --dataloader_num_workers |
-# threads | workers  (a launcher's OMP_NUM_THREADS=1 is its default: torchrun and accelerate export 1 when unset)
+# device | CPUs | processes on the node | OMP_NUM_THREADS | launcher | --num_threads |
+# --dataloader_num_workers ('-': not given) | threads | workers  (a launcher's OMP_NUM_THREADS=1 is its
+# default: torchrun and accelerate export 1 when unset)
 THREADS_TABLE = """
-CPU  2  1 -  python     0 0 2  0
-CPU  32 4 -  torchrun   0 0 8  0
-CPU  32 4 1  torchrun   0 0 8  0
-CPU  32 1 1  accelerate 0 0 32 0
-CPU  32 1 1  python     0 0 1  0
-CPU  32 4 2  torchrun   0 0 2  0
-CPU  32 4 -  torchrun   3 0 3  0
-CPU  32 1 12 python     0 0 12 0
+CPU  2  1 -  python     0 - 2  0
+CPU  32 4 -  torchrun   0 - 8  0
+CPU  32 4 1  torchrun   0 - 8  0
+CPU  32 1 1  accelerate 0 - 32 0
+CPU  32 1 1  python     0 - 1  0
+CPU  32 4 2  torchrun   0 - 2  0
+CPU  32 4 -  torchrun   3 - 3  0
+CPU  32 1 12 python     0 - 12 0
 CPU  32 1 -  python     0 2 30 2
 CPU  2  1 -  python     0 4 1  4
-A100 32 1 -  python     0 0 28 4
-A100 32 1 1  accelerate 0 0 28 4
+CPU  2  1 -  python     0 0 2  0
+A100 32 1 -  python     0 - 28 4
+A100 32 1 1  accelerate 0 - 28 4
 A100 32 1 -  python     0 6 26 6
-A100 32 4 -  torchrun   0 0 4  4
-A100 8  4 -  torchrun   0 0 1  1
-A100 4  4 -  torchrun   0 0 1  0
-V100 32 4 32 torchrun   0 0 32 4
+A100 32 1 -  python     0 0 32 0
+H200 16 1 -  python     0 0 16 0
+A100 32 4 -  torchrun   0 - 4  4
+A100 8  4 -  torchrun   0 - 1  1
+A100 4  4 -  torchrun   0 - 1  0
+V100 32 4 32 torchrun   0 - 32 4
 """
 
 
@@ -196,7 +212,10 @@ V100 32 4 32 torchrun   0 0 32 4
 )
 def test_threads_and_workers(device, cpus, ranks, omp, launcher, asked, given_workers, threads, workers):
     plan = decide(
-        ask(num_threads=int(asked), dataloader_num_workers=int(given_workers)),
+        ask(
+            num_threads=int(asked),
+            dataloader_num_workers=None if given_workers == "-" else int(given_workers),
+        ),
         facts(
             device, ranks=int(ranks), cpus=int(cpus), omp=None if omp == "-" else int(omp), launcher=launcher
         ),
@@ -248,11 +267,46 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
                 "precision=bf16 (auto: GPU sm_90 has bf16)",
                 "tf32=on",
                 "threads=4 (32 CPUs / 4 process(es) on this node - 4 dataloader workers)",
-                "dataloader_workers=4",
+                "dataloader_workers=4 (auto: GPU: collation beside the step, up to 4 per process)",
                 "world_size=4",
                 "launcher=torchrun",
                 "stop_vote_every=10",
                 "dropout_mask=torch (auto: GPU)",
+                "pad_to_buckets=off attn_backend=flash,efficient,math (auto: torch 2.13 runs cuDNN attention "
+                "first on sm_90 (cuDNN 91900) and it plans every new batch shape; shapes vary: cuDNN off)",
+                "compile=off (no --torch_compile) cuda_graphs=off (no --torch_compile)",
+            ),
+        ),
+        (
+            facts("H200"),
+            {"pad_to_buckets": "on", "torch_compile": True},
+            (
+                "pad_to_buckets=128,192,256,320,384 (on: 5 widths from 384/3 to 384, multiples of 8) "
+                "attn_backend=all (auto: batch shapes fixed: cuDNN plans each shape once)",
+                "compile=on (backend=inductor mode=reduce-overhead dynamic=False recompile_limit=14: 6 "
+                "batch shapes per pass, one graph each) cuda_graphs=on (auto: GPU, fixed batch shapes, one "
+                "process: a step replays graphs, not kernel by kernel)",
+            ),
+        ),
+        (
+            facts("CPU"),
+            {"pad_to_buckets": "64,128,384", "torch_compile": True, "torch_compile_mode": "reduce-overhead"},
+            (
+                "dataloader_workers=0 world_size=1",
+                "pad_to_buckets=64,128,384 attn_backend=all (auto: CPU: torch's own choice (flash or math))",
+                "compile=on (backend=inductor mode=reduce-overhead dynamic=False recompile_limit=10: 4 batch "
+                "shapes per pass, one graph each) cuda_graphs=off (CPU: CUDA graphs need a GPU)",
+            ),
+        ),
+        (
+            facts("A100"),
+            {"torch_compile": True, "dataloader_num_workers": 0},
+            (
+                "dataloader_workers=0 (--dataloader_num_workers 0)",
+                "attn_backend=all (auto: torch 2.13 does not run cuDNN attention first here)",
+                "compile=on (backend=inductor mode=default dynamic=auto recompile_limit=torch: batch shapes "
+                "vary: torch makes them dynamic; --pad_to_buckets fixes them) cuda_graphs=off (auto: batch "
+                "shapes vary: a graph recorded per shape; --pad_to_buckets fixes them)",
             ),
         ),
         (
@@ -277,6 +331,7 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
             ("dropout_mask=torch (auto: Intel CPU, where torch draws masks in",),
         ),
         (facts("CPU"), {"dropout_mask": "torch"}, ("dropout_mask=torch (--dropout_mask torch)",)),
+        (facts("A100"), {"speed_defaults": False}, ("dataloader_workers=0 (--speed_defaults false)",)),
         (
             facts("CPU", vendor="GenuineIntel"),
             {"dropout_mask": "bulk"},
@@ -298,8 +353,8 @@ def test_plan_log_line_names_every_decision(device_facts, given, parts):
             1,
             -1,
             [
-                "PLAN_BATCH global_batch=24 (24 per device x 1 processes x 1 accumulation) optimizer_steps=7378 "
-                "learning_rate=4e-05"
+                "PLAN_BATCH global_batch=24 (24 per device x 1 processes x 1 accumulation) "
+                "optimizer_steps=7378 learning_rate=4e-05"
             ],
         ),  # 2 x ceil(88524 / 24)
         (
@@ -308,9 +363,10 @@ def test_plan_log_line_names_every_decision(device_facts, given, parts):
             -1,
             [
                 "global_batch=192 (24 per device x 8 processes x 1 accumulation) optimizer_steps=924 ",
-                "PLAN_SCALING global_batch_ratio=8 (x the 1-device run's 24 at the same learning_rate=4e-05): to keep "
-                "the 1-device recipe: --per_device_train_batch_size 3 --gradient_accumulation_steps 1; to scale the "
-                "learning rate on purpose (linear rule): --learning_rate 0.00032",
+                "PLAN_SCALING global_batch_ratio=8 (x the 1-device run's 24 at the same "
+                "learning_rate=4e-05): to keep the 1-device recipe: --per_device_train_batch_size 3 "
+                "--gradient_accumulation_steps 1; to scale the learning rate on purpose (linear rule): "
+                "--learning_rate 0.00032",
             ],
         ),  # 2 x ceil(ceil(88524 / 8) / 24)
         (
@@ -340,11 +396,133 @@ def test_batch_lines_say_the_global_batch_steps_and_how_to_keep_the_1_device_rec
     assert len(lines) == len(want) and all(part in line for line, part in zip(lines, want))
 
 
-# --- what really runs, read back and checked against the plan --------------------------------------------------
+# device | torch | CUDA of torch's build | cuDNN ('-': none) | batch shapes (off: dynamic padding, on:
+# buckets, max: --pad_to_max_length) | --attn_implementation | --attn_backend | the kernels SDPA may run, or
+# "!" + refusal
+# (torch >= 2.10 runs cuDNN's attention first on sm_9x/sm_10x with cuDNN > 9.15.0; CUDA < 13 builds only at
+# minor 0 and 3: check_prefer_cudnn_attention in torch's sdp_utils.cpp)
+ATTN_TABLE = """
+H100,H200,B200,B300 2.13.0 13.0 91900 off - auto flash,efficient,math
+H100,B300 2.13.0 12.8 91900 off - auto flash,efficient,math
+SM101   2.13.0 12.8 91900 off - auto all
+SM101   2.13.0 13.0 91900 off - auto flash,efficient,math
+H100    2.10.0 13.0 91900 off - auto flash,efficient,math
+H100    2.9.1  12.8 91900 off - auto all
+H100    2.13.0 13.0 91500 off - auto all
+H100    2.13.0 13.0 -     off - auto all
+H100    2.13.0 13.0 91900 on  - auto all
+H100    2.13.0 13.0 91900 max - auto all
+A100,RTX4090,V100,T4 2.13.0 13.0 91900 off - auto all
+CPU,AVX512BF16 2.13.0 - - off - auto all
+H100    2.13.0 13.0 91900 off sdpa auto flash,efficient,math
+H100,CPU 2.13.0 13.0 91900 off eager auto n/a
+H100    2.13.0 13.0 91900 off flash_attention_2 cudnn n/a
+H100,CPU 2.13.0 13.0 91900 off - all all
+H100    2.13.0 13.0 91900 off - cudnn,math cudnn,math
+H100,CPU 2.13.0 13.0 91900 off - math,flash flash,math
+A100    2.13.0 13.0 91900 on  - flash,efficient,cudnn,math all
+CPU     2.13.0 13.0 91900 off - efficient,cudnn !a CPU has only the flash and math SDPA kernels; name one
+H100    2.13.0 13.0 91900 off - flash,fast !from flash, efficient, cudnn, math \\(unknown: fast\\)
+"""
+
+
+@pytest.mark.parametrize(
+    "device, torch_version, cuda, cudnn, shapes, implementation, backend, want", rows(ATTN_TABLE, 8)
+)
+def test_the_attention_kernels_for_every_device(
+    device, torch_version, cuda, cudnn, shapes, implementation, backend, want
+):
+    request = ask(
+        attn_backend=backend,
+        attn_implementation=None if implementation == "-" else implementation,
+        pad_to_buckets="on" if shapes == "on" else "off",
+        pad_to_max_length=shapes == "max",
+    )
+    device_facts = facts(
+        device, torch_version=torch_version, torch_cuda=cuda, cudnn=None if cudnn == "-" else int(cudnn)
+    )
+    plan = decided(request, device_facts, want)
+    if plan is not None:
+        assert plan.attn_backend == want
+
+
+# device | processes | --torch_compile | --torch_compile_backend | --torch_compile_mode | batch shapes (as in
+# ATTN_TABLE) | compile | mode | dynamic | recompile limit | CUDA graphs  ('-': not given, or none)
+COMPILE_TABLE = """
+CPU,H100 1 - - - on         off - - - off
+CPU  1 on -         -               off on default - - off
+CPU  1 on -         -               on  on default False 14 off
+CPU  1 on aot_eager -               on  on default False 14 off
+CPU  1 -  eager     -               max on default False 6 off
+CPU  1 -  -         reduce-overhead on  on reduce-overhead False 14 off
+H100 1 on -         -               on  on reduce-overhead False 14 on
+H100 1 on -         -               max on reduce-overhead False 6 on
+H100 1 on -         -               off on default - - off
+H100 4 on -         -               on  on default False 14 off
+H100 1 on aot_eager -               on  on default False 14 off
+H100 1 on -         default         on  on default False 14 off
+H100 1 on -         max-autotune-no-cudagraphs on on max-autotune-no-cudagraphs False 14 off
+H100 1 on -         max-autotune    off on max-autotune - - on
+H100 4 on -         reduce-overhead on  on reduce-overhead False 14 on
+"""
+
+
+@pytest.mark.parametrize(
+    "device, ranks, given, backend, mode, shapes, on, want_mode, dynamic, limit, graphs",
+    rows(COMPILE_TABLE, 11),
+)
+def test_compile_and_cuda_graphs_for_every_device(
+    device, ranks, given, backend, mode, shapes, on, want_mode, dynamic, limit, graphs
+):
+    """Static graphs with room for every fixed shape (training's and evaluation's: 5 buckets + a short batch
+    each at 384, or 384 + a short batch; prediction's short batch and one spare); CUDA graphs on a GPU with
+    inductor over fixed shapes in one process, or where a mode asks for them; what TrainingArguments gets."""
+    request = ask(
+        torch_compile=given == "on",
+        torch_compile_backend=None if backend == "-" else backend,
+        torch_compile_mode=None if mode == "-" else mode,
+        pad_to_buckets="on" if shapes == "on" else "off",
+        pad_to_max_length=shapes == "max",
+    )
+    plan = decide(request, facts(device, ranks=int(ranks), gpus_visible=int(ranks)))
+    shown = {None: "-", True: "on", False: "off"}
+    assert plan.torch_compile == (on == "on")
+    assert (plan.compile_mode or "-", str(shown.get(plan.compile_dynamic, plan.compile_dynamic))) == (
+        want_mode,
+        {"False": "off"}.get(dynamic, dynamic),
+    )
+    assert (str(plan.recompile_limit or "-"), shown[plan.cuda_graphs]) == (limit, graphs)
+    fields = plan.training_fields(None)
+    assert (fields["torch_compile"], fields["torch_compile_mode"]) == (plan.torch_compile, plan.compile_mode)
+    want_backend = (backend if backend != "-" else "inductor") if plan.torch_compile else None
+    assert fields["torch_compile_backend"] == plan.compile_backend == want_backend
+    # accelerate's TorchDynamoPlugin reads `dynamic` from the environment only
+    assert plan.environment({}) == ({"ACCELERATE_DYNAMO_USE_DYNAMIC": "false"} if dynamic == "False" else {})
+
+
+@pytest.mark.parametrize(
+    "given, words",
+    [
+        ({"pad_to_buckets": "100,384"}, "--pad_to_buckets 100,384: give off, on, or comma-separated widths"),
+        ({"pad_to_buckets": "128,256"}, "the largest equal to --max_seq_length \\(384\\)"),
+        (
+            {"pad_to_buckets": "on", "pad_to_max_length": True},
+            "--pad_to_buckets on contradicts --pad_to_max_length",
+        ),
+    ],
+)
+def test_a_bad_bucket_request_is_a_usage_error(given, words):
+    with pytest.raises(PlanError, match=words) as err:
+        decide(ask(**given), facts("H100"))
+    assert isinstance(err.value, UsageError)  # exit 2
+
+
+# --- what really runs, read back and checked against the plan ----------------------------------------------
 def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stops_the_run(
     tiny_bert, demo_files, tmp_path
 ):
-    """Built and read back in process: the settings path of run_qa.setup, the Trainer, the effective settings."""
+    """Built and read back in process: the settings path of run_qa.setup, the Trainer, the effective
+    settings."""
     import run_qa
     from qa_hpc.preemption import StopRequest
 

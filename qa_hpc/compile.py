@@ -1,0 +1,108 @@
+"""torch.compile as the plan decided it, around the Trainer's own --torch_compile path.
+
+transformers hands torch.compile to accelerate (TorchDynamoPlugin: backend, mode, and `dynamic` through
+ACCELERATE_DYNAMO_USE_DYNAMIC, RunPlan.environment); what that path lacks is here: a compiler that cannot
+work on this machine found before training, and the run falling back to eager saying so
+(`fall_back_if_broken`); the recompile limit over the fixed batch shapes (`apply_recompile_limit`); and in
+the Trainer's steps (`CompiledSteps`) the CUDA graph step boundaries marked, outputs kept out of the graphs'
+memory, and the graphs built counted against the batch shapes seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+from accelerate.utils import is_compiled_module
+
+from qa_hpc.plan import RunPlan
+
+logger = logging.getLogger(__name__)
+
+
+def _probe(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x * 2.0 + 1.0)
+
+
+def fall_back_if_broken(plan: RunPlan) -> RunPlan:
+    """The plan as it is when its compiler works here, else the same plan run eagerly, with the reason. A
+    two-op function is compiled and run with the plan's backend and mode on its device: what a missing C++
+    compiler (inductor on a CPU), a missing Triton (on a GPU) or an unsupported Python would make the
+    model's first step raise is found before anything is written."""
+    if not plan.torch_compile:
+        return plan
+    try:
+        compiled = torch.compile(_probe, backend=plan.compile_backend, mode=plan.compile_mode, dynamic=False)
+        compiled(torch.ones(8, device=plan.device))
+    except Exception as err:  # noqa: BLE001 - any failure to compile: run eagerly, and say why in one line
+        reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+        print(f"COMPILE fallback=eager reason={reason}", flush=True)
+        return dataclasses.replace(
+            plan,
+            torch_compile=False,
+            compile_backend=None,
+            compile_mode=None,
+            compile_dynamic=None,
+            recompile_limit=None,
+            compile_reason=f"fallback=eager: --torch_compile_backend {plan.compile_backend} failed here",
+            cuda_graphs=False,
+            cuda_graphs_reason="fallback=eager",
+        )
+    return plan
+
+
+def apply_recompile_limit(plan: RunPlan) -> None:
+    """The process-wide compile setting the plan owns: the recompile limit (each fixed batch shape is one
+    cache entry of the model's forward; past the limit torch would run that shape eagerly)."""
+    if plan.recompile_limit is not None:
+        torch.compiler.config.recompile_limit = plan.recompile_limit
+
+
+def graphs_built() -> int:
+    """The graphs dynamo has compiled in this process so far (its own counter: torch has no public one)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+class CompiledSteps:
+    """What the Trainer's steps need under torch.compile; with compile off, or a step that runs the model
+    uncompiled (transformers 5.23 evaluates after training with the plain model), it does nothing. Each batch
+    shape a compiled step sees is noted, by pass (training, evaluation), to compare with the graphs built
+    (`summary`). With CUDA graphs, every compiled step starts a new graph iteration
+    (torch.compiler.cudagraph_mark_step_begin), and the outputs a prediction step hands on are copied out of
+    the graphs' memory, which the next replay overwrites while the evaluation loop still holds them."""
+
+    def __init__(self, torch_compile: bool, cuda_graphs: bool) -> None:
+        self.torch_compile = torch_compile
+        self.cuda_graphs = cuda_graphs
+        self.shapes: set[tuple[bool, tuple[int, ...]]] = set()
+        self.graphs_before = graphs_built() if torch_compile else 0
+
+    def begin(self, model: torch.nn.Module, inputs: dict[str, Any], training: bool) -> None:
+        """Before a step of `model` (training: a training step, which itself puts the model in train mode)."""
+        if not (self.torch_compile and is_compiled_module(model)):
+            return
+        self.shapes.add((training, tuple(inputs["input_ids"].shape)))
+        if self.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+
+    def own(self, model: torch.nn.Module, outputs: Any) -> Any:
+        """`outputs` (a tensor, tuples of them, or None) in memory of their own when CUDA graphs made them."""
+        if not (self.cuda_graphs and is_compiled_module(model)):
+            return outputs
+        if isinstance(outputs, torch.Tensor):
+            return outputs.clone()
+        if isinstance(outputs, tuple):
+            return tuple(self.own(model, item) for item in outputs)
+        return outputs
+
+    def summary(self) -> str | None:
+        """`COMPILE graphs=N batch_shapes=M`: under dynamic=False, one graph per shape and pass when nothing
+        breaks a graph or recompiles; None with compile off."""
+        if not self.torch_compile:
+            return None
+        graphs = graphs_built() - self.graphs_before
+        return f"COMPILE graphs={graphs} batch_shapes={len(self.shapes)}"

@@ -1,0 +1,86 @@
+"""torch.compile over fixed batch shapes in real processes: a compiled run stops on a signal, checkpoints and
+resumes, and equals the same run uncompiled; one graph per batch shape. (Backend aot_eager: what inductor
+traces, forward and backward, without inductor's C++ compiles, which take minutes on 2 cores.)"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+from fixtures.procs import PYTHON, RUN_QA, LoggedProcess, ok, run_qa, tiny_flags
+from fixtures.runs import assert_resumed_exactly, read
+
+from qa_hpc.errors import EXIT_PREEMPTED
+
+BUCKETS_AT_128 = 5  # --pad_to_buckets on at --max_seq_length 128: 48,64,88,112,128
+
+
+def _flags(model: Path, data: dict[str, Path], out: Path, *extra: str) -> list[str]:
+    """Short contexts (one window each, of lengths over several buckets), 8 steps, then evaluation."""
+    return tiny_flags(
+        model,
+        out,
+        "--do_train",
+        "--do_eval",
+        "--train_file",
+        str(data["train"]),
+        "--validation_file",
+        str(data["validation"]),
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "8",
+        "--num_train_epochs",
+        "1",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "3",
+        "--pad_to_buckets",
+        "on",
+        *extra,
+    )
+
+
+def test_compiled_in_buckets_stops_resumes_and_equals_eager(
+    tiny_bert: Path, ddp_data: dict[str, Path], tmp_path: Path
+) -> None:
+    """A SIGTERM checkpoints a compiled run (exit 75) and the same command resumes it; the resumed run's
+    per-step losses, weights and answers are those of the same run uncompiled and uninterrupted (run beside
+    it); each compiled process builds one graph per batch shape its compiled steps saw, at most one per
+    bucket and a short last batch. (Evaluation after training runs the plain model: transformers 5.23
+    evaluates self.model.)"""
+    out = tmp_path / "compiled"
+    reference = tmp_path / "eager"
+    compiled = [*_flags(tiny_bert, ddp_data, out), "--torch_compile_backend", "aot_eager"]
+    # torch's dropout masks, as the compiled run's plan chooses (uncompiled, some CPUs would draw bulk ones)
+    uncompiled = [*_flags(tiny_bert, ddp_data, reference), "--dropout_mask", "torch"]
+    eager = LoggedProcess([PYTHON, RUN_QA, *uncompiled], tmp_path / "eager.log")
+    first = LoggedProcess([PYTHON, RUN_QA, *compiled], tmp_path / "first.log")
+    try:
+        first.wait_for(r"\{'loss'", count=2)  # compiled, and training
+        os.kill(first.proc.pid, signal.SIGTERM)
+        assert first.proc.wait(timeout=300) == EXIT_PREEMPTED, first.text()[-3000:]
+        assert eager.proc.wait(timeout=300) == 0, eager.text()[-3000:]
+    finally:
+        first.kill_all()
+        eager.kill_all()
+    log = first.text()
+    step = int(re.search(r"PREEMPTED signal=SIGTERM global_step=(\d+) ", log).group(1))
+
+    again = ok(run_qa(compiled))
+    graphs, shapes = map(int, re.search(r"COMPILE graphs=(\d+) batch_shapes=(\d+)", again).groups())
+    assert graphs == shapes and 2 <= shapes <= BUCKETS_AT_128 + 1, again[-3000:]
+    assert_resumed_exactly(out, reference, log, again, step)
+    assert read(out / "eval_predictions.json") == read(reference / "eval_predictions.json")
+    planned = (
+        "dropout_mask=torch (auto: compiled: the graphs draw their own masks) "
+        "pad_to_buckets=48,64,88,112,128 (on: 5 widths from 128/3 to 128, multiples of 8) "
+        "attn_backend=all (auto: CPU: torch's own choice (flash or math)) "
+        "compile=on (backend=aot_eager mode=default dynamic=False recompile_limit=14: 6 batch shapes per "
+        "pass, one graph each) cuda_graphs=off (CPU: CUDA graphs need a GPU)"
+    )
+    assert planned in log, log[-3000:]
+    assert "compile_backend=aot_eager compile_mode=default compile_dynamic=False recompile_limit=14" in log

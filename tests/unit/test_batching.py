@@ -1,0 +1,168 @@
+"""--pad_to_buckets: the widths it gives and refuses, the shapes one pass makes, and that a bucket changes
+neither the loss nor the logits of real tokens nor the answers (a tiny fp32 BERT, features of generated
+SQuAD data)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForQuestionAnswering
+
+from qa_hpc.batching import BucketCollator, default_buckets, make_collator, parse_buckets, smallest_bucket
+from qa_hpc.features import build_data
+from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
+from qa_hpc.model import load_tokenizer
+from qa_hpc.postprocess import make_postprocess
+from trainer_qa import QuestionAnsweringTrainer
+
+MAX_SEQ_LENGTH = 128
+BUCKETS = default_buckets(MAX_SEQ_LENGTH)
+
+
+@pytest.mark.parametrize(
+    "text, max_seq_length, widths",
+    [
+        ("off", 384, ()),
+        ("on", 384, (128, 192, 256, 320, 384)),
+        ("on", 128, (48, 64, 88, 112, 128)),
+        ("on", 512, (176, 256, 344, 432, 512)),
+        ("128,256,384", 384, (128, 256, 384)),
+        ("384", 384, (384,)),
+    ],
+)
+def test_bucket_widths(text, max_seq_length, widths):
+    assert parse_buckets(text, max_seq_length) == widths
+
+
+@pytest.mark.parametrize(
+    "text", ["100,384", "256,128,384", "128,128,384", "128,256", "128,,384", "0,384", "big"]
+)
+def test_a_bad_bucket_list_is_refused_saying_what_a_list_must_be(text):
+    with pytest.raises(ValueError) as err:
+        parse_buckets(text, 384)
+    assert str(err.value) == (
+        f"--pad_to_buckets {text}: give off, on, or comma-separated widths, each a multiple of 8, ascending, "
+        "the largest equal to --max_seq_length (384)"
+    )
+
+
+def test_the_smallest_bucket_that_holds_the_longest_feature():
+    assert [smallest_bucket(BUCKETS, n) for n in (1, 48, 49, 113, 128)] == [48, 48, 64, 128, 128]
+    with pytest.raises(ValueError, match="longer than the widest bucket"):
+        smallest_bucket(BUCKETS, 129)
+
+
+@pytest.fixture(scope="module")
+def qa(tiny_bert, demo_files, tmp_path_factory):
+    """Real features of generated SQuAD files at 128/32, the tiny BERT in eval mode (no dropout), in fp32."""
+    tmp = tmp_path_factory.mktemp("batching")
+    model_args = ModelArguments(model_name_or_path=str(tiny_bert))
+    data_args = DataTrainingArguments(
+        train_file=str(demo_files["train"]),
+        validation_file=str(demo_files["validation"]),
+        max_seq_length=MAX_SEQ_LENGTH,
+        doc_stride=32,
+        features_cache_dir=str(tmp / "cache"),
+    )
+    args = QATrainingArguments(
+        output_dir=str(tmp / "out"),
+        do_train=True,
+        do_eval=True,
+        use_cpu=True,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=7,
+        report_to="none",
+        seed=3,
+    )
+    tokenizer = load_tokenizer(model_args)
+    data = build_data(model_args, data_args, args, tokenizer)
+    model = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).eval()
+    return tokenizer, data, args, model, tmp
+
+
+def _trainer(qa, buckets: tuple[int, ...], output_dir) -> QuestionAnsweringTrainer:
+    tokenizer, data, args, model, _ = qa
+    return QuestionAnsweringTrainer(
+        model=model,
+        args=QATrainingArguments(**{**args.to_dict(), "output_dir": str(output_dir)}),
+        train_dataset=data.train,
+        eval_dataset=data.eval_features,
+        eval_examples=data.eval_examples,
+        processing_class=tokenizer,
+        data_collator=make_collator(tokenizer, buckets, pad_to_max_length=False),
+        post_process_function=make_postprocess(DataTrainingArguments(), str(output_dir)),
+    )
+
+
+def test_one_pass_has_at_most_one_shape_per_bucket_plus_the_short_last_batch(qa, tmp_path):
+    """Training's length-grouped loader: every width a bucket, the batch size fixed but for the last batch,
+    every real token seen once, and no row all padding (each keeps its own real tokens; none is added)."""
+    _, data, args, _, _ = qa
+    trainer = _trainer(qa, BUCKETS, tmp_path)
+    shapes, seen = [], 0
+    for batch in trainer.get_train_dataloader():
+        shapes.append(tuple(batch["input_ids"].shape))
+        rows_real = batch["attention_mask"].sum(dim=1)
+        assert int(rows_real.min()) > 0, "a row of the batch is all padding"
+        assert smallest_bucket(BUCKETS, int(rows_real.max())) == shapes[-1][1], "not the smallest bucket"
+        seen += int(rows_real.sum())
+    assert seen == sum(sum(mask) for mask in data.train["attention_mask"])
+    assert {rows for rows, _ in shapes[:-1]} == {args.per_device_train_batch_size}
+    assert {width for _, width in shapes} <= set(BUCKETS)
+    assert len(set(shapes)) <= len(BUCKETS) + 1
+    assert len({width for _, width in shapes}) > 1, "the data must span several buckets"
+
+
+def _loss_and_real_logits(trainer: QuestionAnsweringTrainer, batch: dict) -> tuple[torch.Tensor, list]:
+    """The loss as the Trainer computes it in training, and each row's start and end logits on its real
+    tokens."""
+    real = batch["attention_mask"].sum(dim=1).tolist()
+    with torch.no_grad():
+        loss, outputs = trainer.compute_loss(trainer.model, dict(batch), return_outputs=True)
+    rows = [(outputs.start_logits[i, :n], outputs.end_logits[i, :n]) for i, n in enumerate(real)]
+    return loss, rows
+
+
+def test_a_bucket_gives_the_pad_to_8_loss_and_real_token_logits(qa, tmp_path):
+    """Train batches collated both ways (the same features): to 1e-5 the same loss and logits of real
+    tokens, and nothing NaN, in batches a bucket pads past dynamic padding's width."""
+    tokenizer, data, _, _, _ = qa
+    trainer = _trainer(qa, BUCKETS, tmp_path)
+    features = [data.train[i] for i in range(len(data.train))]
+    # sorted: the short batches are padded to a bucket much wider than their longest feature
+    features.sort(key=lambda feature: len(feature["input_ids"]))
+    groups = [features[i : i + 8] for i in range(0, len(features), 8)]
+    bucket = BucketCollator(tokenizer, BUCKETS)
+    eight = make_collator(tokenizer, (), pad_to_max_length=False)
+    wider = [
+        group for group in groups if bucket(group)["input_ids"].shape[1] > eight(group)["input_ids"].shape[1]
+    ]
+    assert len(wider) >= 2, "batches padded wider than dynamic padding pads them are the case"
+    for group in [*wider, groups[-1]]:  # and a batch of full windows, as wide either way
+        bucket_loss, bucket_rows = _loss_and_real_logits(trainer, bucket(group))
+        loss, rows = _loss_and_real_logits(trainer, eight(group))
+        assert torch.isfinite(bucket_loss)
+        torch.testing.assert_close(bucket_loss, loss, atol=1e-5, rtol=0)
+        for (bucket_start, bucket_end), (start, end) in zip(bucket_rows, rows):
+            torch.testing.assert_close(bucket_start, start, atol=1e-5, rtol=0)
+            torch.testing.assert_close(bucket_end, end, atol=1e-5, rtol=0)
+
+
+def test_evaluation_in_buckets_gives_the_same_answers(qa, tmp_path):
+    """The Trainer's evaluation (longest first, then restored to dataset order) with buckets and with pad
+    to 8: the same answers and n-best lists, scores to 1e-5."""
+    files = {}
+    for name, buckets in (("buckets", BUCKETS), ("pad8", ())):
+        _trainer(qa, buckets, tmp_path / name).evaluate()
+        files[name] = {
+            kind: json.loads((tmp_path / name / f"eval_{kind}.json").read_text())
+            for kind in ("predictions", "nbest_predictions")
+        }
+    assert files["buckets"]["predictions"] == files["pad8"]["predictions"]
+    for qid, candidates in files["pad8"]["nbest_predictions"].items():
+        got = files["buckets"]["nbest_predictions"][qid]
+        assert [c["text"] for c in got] == [c["text"] for c in candidates]
+        np.testing.assert_allclose([c["score"] for c in got], [c["score"] for c in candidates], atol=1e-5)

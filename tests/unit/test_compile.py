@@ -1,0 +1,105 @@
+"""The settings path of run_qa.setup with buckets, an attention list and torch.compile, in process and without
+training: each reaches the Trainer, accelerate or torch before the model runs, is read back and checked
+against the plan; a compiler that cannot work here makes the run eager, saying so in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import pytest
+import torch
+
+from qa_hpc import attention
+from qa_hpc.batching import BucketCollator
+from qa_hpc.device import read_device_facts
+from qa_hpc.flags import decide_and_build, read_flags
+from qa_hpc.preemption import StopRequest
+
+
+@pytest.fixture
+def process_settings(monkeypatch):
+    """What a run sets for the whole process, put back after the test: the SDPA switches, the recompile
+    limit, torch's threads, and the variable that carries `dynamic` to accelerate."""
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_DYNAMIC", "restored after the test")
+    limit = torch.compiler.config.recompile_limit
+    threads = torch.get_num_threads()
+    yield
+    attention.apply(attention.ALL)
+    torch.compiler.config.recompile_limit = limit
+    torch.set_num_threads(threads)
+
+
+def _argv(tiny_bert, demo_files, tmp_path, *extra: str) -> list[str]:
+    return [
+        "--model_name_or_path",
+        str(tiny_bert),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--max_seq_length",
+        "128",
+        "--doc_stride",
+        "32",
+        "--report_to",
+        "none",
+        "--do_train",
+        "--train_file",
+        str(demo_files["train"]),
+        "--num_threads",
+        "1",
+        *extra,
+    ]
+
+
+def test_buckets_kernels_and_compile_reach_the_trainer_and_read_back(
+    tiny_bert, demo_files, tmp_path, process_settings
+):
+    import run_qa
+
+    argv = _argv(
+        tiny_bert,
+        demo_files,
+        tmp_path,
+        "--attn_backend",
+        "math,flash",
+        "--pad_to_buckets",
+        "64,128",
+        "--torch_compile_backend",
+        "eager",
+    )
+    facts = read_device_facts()
+    plan, flags = decide_and_build(read_flags(argv), facts)
+    run = run_qa.setup(flags, plan, facts, StopRequest())
+    effective = run.effective
+    assert isinstance(run.trainer.data_collator, BucketCollator)
+    assert (effective.pad_to_buckets, effective.attn_backend) == ((64, 128), "flash,math")
+    # 2 widths: 3 shapes a pass; training's, evaluation's, prediction's short batch, one spare
+    assert (effective.torch_compile, effective.compile_backend, effective.compile_mode) == (
+        True,
+        "eager",
+        "default",
+    )
+    assert (effective.compile_dynamic, effective.recompile_limit, effective.cuda_graphs) == (False, 8, False)
+    torch.backends.cuda.enable_cudnn_sdp(True)  # a kernel the plan left off, turned on behind its back
+    with pytest.raises(RuntimeError, match="attn_backend: planned flash,math, effective flash,cudnn,math"):
+        dataclasses.replace(effective, attn_backend=attention.enabled("sdpa")).check(plan)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is not None,
+    reason="onnxruntime is installed: the onnxrt backend works here",
+)
+def test_a_compiler_that_cannot_work_here_falls_back_to_eager_saying_so(
+    tiny_bert, demo_files, tmp_path, capsys, process_settings
+):
+    """onnxrt is a backend accelerate passes on, which torch cannot use without onnxruntime: as a missing
+    C++ compiler or Triton, found before anything is written."""
+    argv = _argv(tiny_bert, demo_files, tmp_path, "--torch_compile_backend", "onnxrt")
+    plan, flags = decide_and_build(read_flags(argv), read_device_facts())
+    assert capsys.readouterr().out == (
+        "COMPILE fallback=eager reason=InvalidBackend: Invalid backend: 'onnxrt', see "
+        "`torch._dynamo.list_backends()` for available backends.\n"
+    )
+    assert not plan.torch_compile and not flags.training.torch_compile
+    assert flags.training.torch_compile_backend is None and plan.compile_dynamic is None
+    assert "compile=off (fallback=eager: --torch_compile_backend onnxrt failed here)" in plan.log_line()
