@@ -116,6 +116,38 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "the attention a loaded model runs with; set_attn_implementation sets it, nothing public reads it",
     ),
     PrivateUse(
+        "torch._dynamo.utils.counters",
+        ("qa_hpc/compile.py",),
+        "torch",
+        "2.13.0",
+        "the count of graphs dynamo built (stats/unique_graphs), for the COMPILE line and the check that a "
+        "pass compiles one graph per batch shape; torch has no public count of compiled graphs",
+    ),
+    PrivateUse(
+        "accelerate.state.AcceleratorState.dynamo_plugin",
+        ("qa_hpc/plan.py",),
+        "accelerate",
+        "1.15.0",
+        "an undocumented attribute: the backend, mode and dynamic setting accelerate hands torch.compile, "
+        "read back into EFFECTIVE; the Accelerator exposes no public view of them",
+    ),
+    PrivateUse(
+        "accelerate.utils.TorchDynamoPlugin.ACCELERATE_DYNAMO_USE_DYNAMIC",
+        ("qa_hpc/plan.py",),
+        "accelerate",
+        "1.15.0",
+        "the environment variable TorchDynamoPlugin reads for torch.compile's `dynamic`: transformers 5.23 "
+        "builds the plugin itself and passes no `dynamic`, so the plan sets it before TrainingArguments",
+    ),
+    PrivateUse(
+        "transformers.trainer_pt_utils.get_length_grouped_indices",
+        ("bench/padding_histogram.py",),
+        "transformers",
+        "5.23.0",
+        "not exported by transformers nor documented: the order group_by_length trains in, so that the "
+        "padding histogram counts the batches the Trainer really builds",
+    ),
+    PrivateUse(
         "accelerate.commands.launch._validate_launch_command",
         ("tests/unit/test_accelerate_configs.py",),
         "accelerate",

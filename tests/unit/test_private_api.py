@@ -166,6 +166,53 @@ def check_execute_child(tmp_path: Path) -> None:
     assert "self._execute_child(" in inspect.getsource(subprocess.Popen.__init__)
 
 
+def check_dynamo_counters(tmp_path: Path) -> None:
+    import torch
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
+    torch.compile(lambda x: x * 2, backend="eager", dynamic=False)(torch.ones(3))
+    assert counters["stats"]["unique_graphs"] == before + 1  # one graph, as qa_hpc/compile.py counts it
+
+
+def check_dynamo_plugin(tmp_path: Path) -> None:
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import TorchDynamoPlugin
+
+    # the state is shared by every Accelerator of the process: one an earlier test built keeps its plugin
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        accelerator = Accelerator(cpu=True, dynamo_plugin=TorchDynamoPlugin(backend="eager", mode="default"))
+        plugin = accelerator.state.dynamo_plugin  # as Effective.read reads the Trainer's
+        assert (plugin.backend.value.lower(), plugin.mode) == ("eager", "default")
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def check_dynamo_use_dynamic(tmp_path: Path) -> None:
+    from accelerate.utils import TorchDynamoPlugin
+
+    previous = os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC")
+    os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = "false"
+    try:
+        assert TorchDynamoPlugin(backend="eager").dynamic is False
+    finally:
+        if previous is None:
+            del os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"]
+        else:
+            os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = previous
+
+
+def check_length_grouped_indices(tmp_path: Path) -> None:
+    import torch
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    order = get_length_grouped_indices([5, 1, 9, 3], 2, generator=torch.Generator().manual_seed(0))
+    assert sorted(order) == [0, 1, 2, 3]
+
+
 CHECKS: dict[str, Callable[[Path], None]] = {
     "torch.distributed.distributed_c10d._set_pg_timeout": check_set_pg_timeout,
     "torch.profiler.profile.step_num": check_profiler_step_state,
@@ -178,6 +225,10 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "transformers.trainer_utils.PredictionOutput": check_prediction_output,
     "transformers.integrations.integration_utils.default_logdir": check_default_logdir,
     "transformers.PretrainedConfig._attn_implementation": check_attn_implementation,
+    "torch._dynamo.utils.counters": check_dynamo_counters,
+    "accelerate.state.AcceleratorState.dynamo_plugin": check_dynamo_plugin,
+    "accelerate.utils.TorchDynamoPlugin.ACCELERATE_DYNAMO_USE_DYNAMIC": check_dynamo_use_dynamic,
+    "transformers.trainer_pt_utils.get_length_grouped_indices": check_length_grouped_indices,
     "accelerate.commands.launch._validate_launch_command": check_validate_launch_command,
     "accelerate.commands.launch._filter_args": check_filter_args,
     "argparse.ArgumentParser._actions": check_argparse_actions,
