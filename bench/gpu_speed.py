@@ -168,7 +168,8 @@ def method_text(sitting: Sitting) -> str:
         "or HF's, run as __main__ with the same TrainerCallback in every Trainer); batch",
         f"{sitting.batch}, {sitting.max_seq_length}/{sitting.doc_stride}, {sitting.max_steps} steps",
         f"(`--max_steps`), the first {sitting.warmup_steps} the warm-up, the rest steady; a step = CUDA",
-        "events at the end of each optimizer step; real tokens from each batch's attention_mask.",
+        "events at the end of each optimizer step (on a CPU the host's clock); real tokens from each",
+        "batch's attention_mask.",
         f"Regular steps: the steady ones but those over {OUTLIER:g}x the median (a compile, new kernel",
         "plans: one-time costs). MFU = useful FLOPs (6 N s + 12 L H s^2 per sequence of s real tokens)",
         "of the regular steps / their time / the GPU's dense peak at the run's precision; whole-run",
@@ -423,7 +424,7 @@ class Measurement:
             )
         print(progress_line(record, path), flush=True)
 
-    def room_for(self, name: str, script: str, seconds: float, reserve: float) -> bool:
+    def room_for(self, name: str, script: str, flags: list[str], seconds: float, reserve: float) -> bool:
         """Whether `seconds` more (and `reserve` kept for MiniLM) fit the budget; says so when not."""
         spent = self.elapsed()
         if spent + seconds + reserve <= self.budget_s:
@@ -432,7 +433,7 @@ class Measurement:
             f"budget: {spent:.0f} s spent + ~{seconds:.0f} s for it + {reserve:.0f} s kept for MiniLM > "
             f"GPU_SPEED_BUDGET_S={self.budget_s:.0f}"
         )
-        self.save(Record(name, script, [], "not_run", reason=reason))
+        self.save(Record(name, script, flags, "not_run", reason=reason))
         return False
 
     def run_variant(self, variant: Variant, reserve: float) -> None:
@@ -441,7 +442,7 @@ class Measurement:
             reason = f"{', '.join(unknown)}: not a flag of this run_qa.py"
             self.save(Record(variant.name, variant.script, flags, "not_run", reason=reason))
             return
-        if not self.room_for(variant.name, variant.script, self.estimate_s[variant.kind], reserve):
+        if not self.room_for(variant.name, variant.script, flags, self.estimate_s[variant.kind], reserve):
             return
         out = self.work / "outputs" / variant.name
         shutil.rmtree(out, ignore_errors=True)
@@ -456,7 +457,7 @@ class Measurement:
 
     def run_minilm(self, flags: list[str]) -> None:
         kind = "minilm_compiled" if "--torch_compile" in flags else "minilm"
-        if not self.room_for("minilm_full", "ours", self.estimate_s[kind], 0):
+        if not self.room_for("minilm_full", "ours", flags, self.estimate_s[kind], 0):
             return
         out = self.work / "outputs" / "minilm_full"
         shutil.rmtree(out, ignore_errors=True)
