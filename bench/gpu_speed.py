@@ -547,9 +547,9 @@ def minilm_reserve(m: Measurement, variants: list[Variant], forced: list[str] | 
     return compiled if pays or fits else m.estimate_s["minilm"]
 
 
-def run(args: argparse.Namespace) -> int:
+def start(args: argparse.Namespace) -> Measurement:
+    """The folders, the inputs, what run_qa.py knows, the first lines: a sitting ready to run variants."""
     sitting = SITTINGS[args.sitting]
-    variants, with_minilm = select(args.variants)
     work = Path(args.work).resolve()
     for sub in ("logs", "probes", "outputs"):
         (work / sub).mkdir(parents=True, exist_ok=True)
@@ -572,34 +572,46 @@ def run(args: argparse.Namespace) -> int:
         args.started or time.time(),
         dict(sitting.estimate_s),
     )
-    names = ",".join([variant.name for variant in variants] + (["minilm_full"] if with_minilm else []))
     print(
-        f"GPU_SPEED sitting={sitting.name} budget_s={m.budget_s:.0f} variants={names} results={results} "
-        f"work={work} elapsed_s={m.elapsed():.0f}",
+        f"GPU_SPEED sitting={sitting.name} budget_s={m.budget_s:.0f} variants={args.variants or 'all'} "
+        f"results={results} work={work} elapsed_s={m.elapsed():.0f}",
         flush=True,
     )
     print(versions_line(), flush=True)
-    forced = shlex.split(args.minilm_flags) if args.minilm_flags is not None else None
-    for variant in variants:
-        m.run_variant(variant, minilm_reserve(m, variants, forced) if with_minilm else 0)
-    if with_minilm:
-        choices = choose_levers({record.name: record for record in m.records})
-        m.choices = [f"GPU_SPEED_LEVER {choice.line()}" for choice in choices]
-        if forced is not None:
-            m.choices.append(
-                f"GPU_SPEED_LEVER MiniLM's flags given (GPU_SPEED_MINILM_FLAGS): {' '.join(forced)}"
-            )
-        print("\n".join(m.choices), flush=True)
-        m.run_minilm(forced if forced is not None else chosen_flags(choices))
+    return m
+
+
+def minilm_with_the_levers_that_paid(m: Measurement, forced: list[str] | None) -> None:
+    choices = choose_levers({record.name: record for record in m.records})
+    m.choices = [f"GPU_SPEED_LEVER {choice.line()}" for choice in choices]
+    if forced is not None:
+        m.choices.append(f"GPU_SPEED_LEVER MiniLM's flags given (GPU_SPEED_MINILM_FLAGS): {' '.join(forced)}")
+    print("\n".join(m.choices), flush=True)
+    m.run_minilm(forced if forced is not None else chosen_flags(choices))
+
+
+def finish(m: Measurement) -> int:
+    """The closing line; exit 1 when a variant failed or was stopped at its limit."""
     ended = [*m.records, *([m.minilm] if m.minilm else [])]
     failed = [record.name for record in ended if record.status in ("failed", "timed_out")]
     print(
         f"GPU_SPEED_DONE elapsed_s={m.elapsed():.0f} ran={sum(record.ran for record in ended)} "
         f"not_run={sum(record.status == 'not_run' for record in ended)} failed={','.join(failed) or 'none'} "
-        f"table={results / 'table.md'}",
+        f"table={m.results / 'table.md'}",
         flush=True,
     )
     return 1 if failed else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    variants, with_minilm = select(args.variants)
+    forced = shlex.split(args.minilm_flags) if args.minilm_flags is not None else None
+    m = start(args)
+    for variant in variants:
+        m.run_variant(variant, minilm_reserve(m, variants, forced) if with_minilm else 0)
+    if with_minilm:
+        minilm_with_the_levers_that_paid(m, forced)
+    return finish(m)
 
 
 def main(argv: list[str]) -> int:
