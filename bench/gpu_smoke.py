@@ -2,12 +2,14 @@
 
     python bench/gpu_smoke.py train RUN_QA_ARGS...        run_qa.py, plus a timer of every optimizer step
     torchrun --nproc_per_node=4 bench/gpu_smoke.py train ...
-    python bench/gpu_smoke.py record OUTPUT_DIR --label job_ft3 --warmup 20 --min_f1 50 --results_dir bench/results
+    python bench/gpu_smoke.py record OUTPUT_DIR --label job_ft3 --warmup 20 --min_f1 50 \
+        --results_dir bench/results
 
-A whole run's figures (train_runtime) hold worker start-up, CUDA/cuBLAS initialisation and the first batches;
-`record` takes the steady state instead: the median of the step times after `--warmup` steps, and from it
-samples/s, real tokens/s and MFU at the precision that ran (per-sample real tokens and FLOPs from run_qa.py's own
-efficiency figures), the 2-epoch projection, and whether the fine-tune learned (eval F1 >= --min_f1).
+A whole run's figures (train_runtime) hold worker start-up, CUDA/cuBLAS initialisation and the first
+batches; `record` takes the steady state instead: the median of the step times after `--warmup` steps, and
+from it samples/s, real tokens/s and MFU at the precision that ran (per-sample real tokens and FLOPs from
+run_qa.py's own efficiency figures), the 2-epoch projection, and whether the fine-tune learned (eval F1 >=
+--min_f1).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ BASELINE_A100 = {"train_seconds": 643, "samples_per_second": 275, "exact_match":
 
 class StepTimer(TrainerCallback):
     """The end of every optimizer step on the device's own clock: CUDA events on a GPU (no host-device sync
-    while training), the host clock on a CPU. Rank 0 writes the step durations to <output_dir>/step_times.json."""
+    while training), the host clock on a CPU. Rank 0 writes the step durations to
+    <output_dir>/step_times.json."""
 
     def __init__(self) -> None:
         self.marks: list[Any] = []
@@ -53,12 +56,15 @@ class StepTimer(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs) -> None:
         self._mark()
 
-    def on_train_end(self, args, state, control, **kwargs) -> None:
+    def step_seconds(self) -> list[float]:
+        """Every optimizer step's duration so far (waits for the GPU)."""
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-            seconds = [start.elapsed_time(end) / 1000 for start, end in pairwise(self.marks)]
-        else:
-            seconds = [end - start for start, end in pairwise(self.marks)]
+            return [start.elapsed_time(end) / 1000 for start, end in pairwise(self.marks)]
+        return [end - start for start, end in pairwise(self.marks)]
+
+    def on_train_end(self, args, state, control, **kwargs) -> None:
+        seconds = self.step_seconds()
         if state.is_world_process_zero:
             with open(os.path.join(args.output_dir, STEP_TIMES), "w", encoding="utf-8") as fh:
                 json.dump({"step_seconds": seconds}, fh)
@@ -75,7 +81,7 @@ def train(argv: list[str], extra_callbacks: tuple[TrainerCallback, ...] = ()) ->
 
 
 def steady_state(step_seconds: list[float], warmup: int) -> dict[str, float | int]:
-    """Median and mean step time after the first `warmup` steps (which hold start-up and first-batch costs)."""
+    """Median and mean step time after the first `warmup` steps (they hold start-up and first-batch costs)."""
     if len(step_seconds) <= warmup:
         raise SystemExit(f"ERROR: {len(step_seconds)} steps timed, need more than --warmup {warmup}")
     steady = step_seconds[warmup:]

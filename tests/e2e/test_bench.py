@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import shared_squad_file, skip_or_fail
 from fixtures import procs
 from fixtures.machines import AVX2_AMD, AVX512_BF16_AMD
 from fixtures.procs import PYTHON, REPO, offline_env, ok, run
@@ -288,3 +291,90 @@ def test_gpu_smoke_steady_state_leaves_the_slow_first_step_out(
     assert record["samples_per_second"] == pytest.approx(4 / record["median_step_seconds"])
     assert record["projected_2_epochs_seconds"] == pytest.approx(2 * 88524 / record["samples_per_second"])
     assert record["learned"] is True and record["mfu"] is None and record["torch"]
+
+
+def test_gpu_speed_dry_run_records_each_variant_and_the_table(tiny_bert: Path, tmp_path: Path):
+    """bench/gpu_speed.sh --dry_run_cpu end to end on three variants (today's default, HF's script at its best
+    flags, MiniLM's recipe on the tiny BERT): one JSON record each, figures from the same probe, the table
+    with its ratios, the copies made for the GPU node's output folder; without a GPU the real sitting
+    refuses."""
+    squad = shared_squad_file("dev-v1.1.json").parent
+    hf_dir = REPO.parent / "shared" / "peers" / "hf_run_qa"
+    if not (hf_dir / "run_qa.py").is_file():
+        skip_or_fail(f"HF's run_qa.py not found in {hf_dir} (expected ../shared/peers/hf_run_qa)")
+    script = REPO / "bench" / "gpu_speed.sh"
+    work, out = tmp_path / "work", tmp_path / "out"
+    env = offline_env(
+        VARIANTS="ours_today,hf_best,minilm_full",
+        GPU_SPEED_BUDGET_S="900",  # the budget's skipping is not under test: every variant runs
+        MINILM_DIR=str(tiny_bert),
+        SQUAD_DIR=str(squad),
+        HF_DIR=str(hf_dir),
+        PY=PYTHON,
+    )
+    log = ok(run(["bash", script, "--dry_run_cpu", "--copy_to", out, work], timeout=600, env=env))
+    assert re.search(r"^GPU_SPEED_DONE .* ran=3 not_run=0 failed=none ", log, re.M), log[-3000:]
+    (results,) = (work / "results").iterdir()
+    records = {name: read(results / f"{name}.json") for name in ("ours_today", "hf_best", "minilm_full")}
+    today, hf, minilm = records.values()
+    assert [r["status"] for r in records.values()] == ["ok"] * 3
+    assert today["script"] == "ours" and today["plan_line"].startswith("PLAN device=cpu precision=bf16")
+    assert (
+        hf["script"] == "hf" and hf["flags"] == ["--no_pad_to_max_length", "--bf16"] and not hf["plan_line"]
+    )
+    assert today["speed"]["dataloader_num_workers"] == 4 and hf["speed"]["dataloader_num_workers"] == 0
+    for record in (today, hf):  # 2 warm-up steps + 4 steady steps of 4 features, bf16, by the same probe
+        speed = record["speed"]
+        probe = read(work / "probes" / f"{record['name']}.json")
+        seconds, lengths = probe["step_seconds"], probe["step_lengths"]
+        median = statistics.median(seconds[2:])
+        regular = [i for i in range(2, 6) if seconds[i] <= 4 * median]  # one-time costs left out
+        regular_seconds = sum(seconds[i] for i in regular)
+        assert speed["steps"] == 6 and speed["global_batch"] == 4 and speed["precision"] == "bf16"
+        assert [len(step) for step in lengths] == [4] * 6 and all(0 < n <= 128 for s in lengths for n in s)
+        assert any(
+            len(set(step)) > 1 for step in lengths
+        )  # each feature's real length, not the batch's width
+        tokens = sum(sum(lengths[i]) for i in regular)
+        assert speed["real_tokens_per_second"] == pytest.approx(tokens / regular_seconds)
+        assert speed["projected_2_epochs_seconds"] == pytest.approx(
+            sum(seconds) + (44262 - 6) * regular_seconds / len(regular)
+        )
+        assert speed["median_samples_per_second"] == pytest.approx(4000 / speed["median_step_ms"])
+        assert speed["mfu"] is None and record["environment"]["device"] == "cpu"
+    assert minilm["accuracy"]["eval_examples"] == 8 and minilm["accuracy"]["eval_f1"] is not None
+    assert minilm["accuracy"]["f1_diff_vs_reference"] is None  # the reference holds for all 10,570 questions
+    table = (results / "table.md").read_text(encoding="utf-8")
+    gain = today["speed"]["projected_2_epochs_seconds"] / hf["speed"]["projected_2_epochs_seconds"]
+    rows = {line.split(" | ")[0]: line for line in table.splitlines() if line.startswith("| ")}
+    assert rows["| ours_today"].endswith("| 1.00x | – | " + f"{1 / gain:.2f}x |"), table
+    assert rows["| hf_best"].endswith(f"| {gain:.2f}x | – | 1.00x |"), table
+    assert "MiniLM's full recipe" in table and "Method: one sitting" in table
+    assert (out / "gpu_speed_table.md").read_text(encoding="utf-8") == table
+    with tarfile.open(out / "gpu_speed_results.tgz") as bundle:
+        assert {Path(name).name for name in bundle.getnames()} >= {"ours_today.json", "table.md"}
+    refused = run(["bash", script], timeout=120, env={**env, "CUDA_VISIBLE_DEVICES": ""})
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout + refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "GPU_SPEED=not_run: no GPU here (torch sees none); run it on a GPU node, or --dry_run_cpu here"
+    ]
+
+
+def test_packed_weights_travel_within_16_significant_bits(tiny_bert: Path, tmp_path: Path):
+    """bench/pack_weights.py, as --prepare packs MiniLM for the GPU node and gpu_speed.sh unpacks it there:
+    every tensor back with its name, dtype and shape, fp32 values within 2^-16, the small files as they
+    were."""
+    from safetensors.numpy import load_file
+
+    packed, unpacked = tmp_path / "packed", tmp_path / "model"
+    ok(run([PYTHON, "bench/pack_weights.py", "pack", tiny_bert, packed]))
+    ok(run([PYTHON, "bench/pack_weights.py", "unpack", packed, unpacked]))
+    before = load_file(str(tiny_bert / "model.safetensors"))
+    after = load_file(str(unpacked / "model.safetensors"))
+    assert {k: (v.dtype, v.shape) for k, v in after.items()} == {
+        k: (v.dtype, v.shape) for k, v in before.items()
+    }
+    for name, value in before.items():
+        change = abs(after[name].astype("float64") - value) / abs(value).clip(min=1e-30)
+        assert change.max() <= 2.0**-16, name
+    assert (unpacked / "tokenizer.json").read_bytes() == (tiny_bert / "tokenizer.json").read_bytes()
