@@ -186,7 +186,9 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     fixed_shapes = shapes_per_pass if buckets or flags["pad_to_max_length"] else None
     attn_backend, attn_reason = decide_attn_backend(flags, facts, device, fixed_shapes is not None)
     compiled = decide_compile(flags, device, facts.world_size, fixed_shapes)
-    dropout, dropout_reason = decide_dropout(flags["dropout_mask"], device, facts.cpu, compiled.torch_compile)
+    dropout, dropout_reason = decide_dropout(
+        flags["dropout_mask"], device, facts.cpu, compiled.torch_compile, flags["attn_implementation"]
+    )
     return RunPlan(
         device=device,
         precision=precision,
@@ -404,13 +406,24 @@ def _cuda_graphs(
     return True, "auto: GPU, fixed batch shapes, one process: a step replays graphs, not kernel by kernel"
 
 
-def decide_dropout(asked: str, device: str, cpu: CpuFacts, compiled: bool) -> tuple[str, str]:
+def decide_dropout(
+    asked: str, device: str, cpu: CpuFacts, compiled: bool, attn_implementation: str | None
+) -> tuple[str, str]:
     """As asked, else bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs
-    only), unless compiled: a compiled graph draws its own masks, and the bulk draw would break it."""
+    only), unless compiled (a compiled graph draws its own masks, and the bulk draw would break it) or
+    attention was asked for by name (bulk masks draw attention's dropout inside their own SDPA call)."""
+    own_attention = attn_implementation not in (None, "sdpa")
+    if asked == "bulk" and own_attention:
+        raise PlanError(
+            f"--dropout_mask bulk draws attention's dropout inside SDPA, which contradicts "
+            f"--attn_implementation {attn_implementation}; give one of them"
+        )
     if asked != "auto":
         return asked, f"--dropout_mask {asked}"
     if compiled:
         return "torch", "auto: compiled: the graphs draw their own masks"
+    if own_attention:
+        return "torch", f"auto: --attn_implementation {attn_implementation} keeps its own attention"
     if device == "cuda":
         return "torch", "auto: GPU"
     if cpu.vendor != "GenuineIntel":

@@ -337,12 +337,26 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
             {"dropout_mask": "bulk"},
             ("dropout_mask=bulk (--dropout_mask bulk)",),
         ),
+        (
+            facts("CPU"),
+            {"attn_implementation": "eager"},
+            (
+                "dropout_mask=torch (auto: --attn_implementation eager keeps its own attention)",
+                "attn_backend=n/a",
+            ),
+        ),
     ],
 )
 def test_plan_log_line_names_every_decision(device_facts, given, parts):
     plan = decide(ask(**given), device_facts)
     assert all(part in plan.log_line() for part in parts), plan.log_line()
     assert f"dropout_mask={plan.dropout_mask} (" in plan.log_line()
+
+
+def test_bulk_masks_are_refused_beside_an_attention_asked_for_by_name():
+    # bulk masks route attention through their own SDPA call: the eager attention asked for would not run
+    with pytest.raises(PlanError, match="--dropout_mask bulk .* contradicts --attn_implementation eager"):
+        decide(ask(dropout_mask="bulk", attn_implementation="eager"), facts("CPU"))
 
 
 @pytest.mark.parametrize(
