@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.functional import cross_entropy
-from transformers import DataCollatorWithPadding, default_data_collator
 
+# transformers' collators are imported where a collator is built: the plan reads the widths here, and
+# `python -m qa_hpc.plan --machine` (every bench script, job_ddp.sh) should not load transformers for that
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -76,6 +77,8 @@ class BucketCollator:
     which every feature fits); the rows are the batch's own, none added."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, widths: tuple[int, ...]) -> None:
+        from transformers import DataCollatorWithPadding
+
         self.widths = widths
         self._by_width = {
             width: DataCollatorWithPadding(tokenizer, padding="max_length", max_length=width)
@@ -112,6 +115,8 @@ def make_collator(
 ) -> Collator:
     """The collator of every split: features already padded to max_seq_length are stacked as they are; else
     each batch is padded to a bucket, or (no buckets) to its longest feature rounded up to a multiple of 8."""
+    from transformers import DataCollatorWithPadding, default_data_collator
+
     if pad_to_max_length:
         return default_data_collator
     if buckets:

@@ -18,7 +18,6 @@ from accelerate.utils import DynamoBackend
 from qa_hpc import attention
 from qa_hpc.batching import DEFAULT_BUCKETS, buckets_of, parse_buckets
 from qa_hpc.device import CPU_BF16_FEATURES, CpuFacts, DeviceFacts, read_device_facts
-from qa_hpc.dropout import BulkDropout
 from qa_hpc.errors import EXIT_USAGE, UsageError
 
 if TYPE_CHECKING:
@@ -523,6 +522,9 @@ class Effective:
         else:
             device_name = args.device.type
         attn_implementation = getattr(trainer.model.config, "_attn_implementation", None)
+        # here, not at the top: `python -m qa_hpc.plan --machine` needs no model code
+        from qa_hpc.dropout import BulkDropout
+
         bulk = any(isinstance(m, BulkDropout) for m in trainer.model.modules())
         compiled = bool(args.torch_compile)
         dynamo = trainer.accelerator.state.dynamo_plugin  # what accelerate passes to torch.compile
