@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from qa_hpc.device import CPU_BF16_FEATURES, TEST_MACHINE_VAR, DeviceFacts, read_device_facts
-from qa_hpc.dropout import BulkDropout
 from qa_hpc.errors import EXIT_USAGE, UsageError
 
 if TYPE_CHECKING:
@@ -34,7 +33,8 @@ LOG_NAMES = {
 
 
 class PlanError(UsageError):
-    """A request this machine cannot honour; the message says what was asked, what was seen, and what to do."""
+    """A request this machine cannot honour; the message says what was asked, what was seen, and what to
+    do."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,8 @@ class RunPlan:
 
     def training_fields(self, tf32_given: bool | None) -> dict[str, object]:
         """The TrainingArguments fields this plan owns, and only these."""
-        # TrainingArguments refuses tf32=True off Ampere and leaves None alone: say it only where it means something
+        # TrainingArguments refuses tf32=True off Ampere and leaves None alone: say it only where it means
+        # something
         return {
             "bf16": self.precision == "bf16",
             "fp16": self.precision == "fp16",
@@ -73,8 +74,9 @@ class RunPlan:
         }
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        """The launcher's variables that must say the plan's precision before TrainingArguments is built: it takes
-        ACCELERATE_MIXED_PRECISION as the precision when --bf16/--fp16 are off (fp32 under accelerate's bf16: bf16)."""
+        """The launcher's variables that must say the plan's precision before TrainingArguments is built: it
+        takes ACCELERATE_MIXED_PRECISION as the precision when --bf16/--fp16 are off (fp32 under accelerate's
+        bf16: bf16)."""
         names = {ours: theirs for theirs, ours in ACCELERATE_PRECISION.items()}
         return (
             {"ACCELERATE_MIXED_PRECISION": names[self.precision]}
@@ -84,8 +86,9 @@ class RunPlan:
 
     def log_line(self) -> str:
         return (
-            f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} precision={self.precision} "
-            f"({self.precision_reason}) tf32={ON[self.tf32]} threads={self.threads} ({self.threads_reason}) "
+            f"PLAN device={self.device}{f'({self.gpu_name})' if self.gpu_name else ''} "
+            f"precision={self.precision} ({self.precision_reason}) tf32={ON[self.tf32]} "
+            f"threads={self.threads} ({self.threads_reason}) "
             f"dataloader_workers={self.dataloader_num_workers} world_size={self.world_size} local_world_size="
             f"{self.local_world_size} launcher={self.launcher} stop_vote_every={self.stop_vote_every} "
             f"tensorboard={ON[self.tensorboard]} profile={ON[self.profile_dir is not None]} "
@@ -98,7 +101,8 @@ def _sm(capability: tuple[int, int] | None) -> str:
 
 
 def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
-    """The whole plan from the parsed flags (by name) and this process's facts; PlanError for what it cannot honour."""
+    """The whole plan from the parsed flags (by name) and this process's facts; PlanError for what it cannot
+    honour."""
     if not flags["use_cpu"]:
         require_visible_gpu(facts)
     device = "cuda" if facts.cuda_available and not flags["use_cpu"] else "cpu"
@@ -168,7 +172,8 @@ def decide_threads(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[
 
 
 def decide_dropout(asked: str, device: str, cpu_vendor: str) -> tuple[str, str]:
-    """As asked, else bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs only)."""
+    """As asked, else bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs
+    only)."""
     if asked != "auto":
         return asked, f"--dropout_mask {asked}"
     if device == "cpu" and cpu_vendor != "GenuineIntel":
@@ -179,7 +184,8 @@ def decide_dropout(asked: str, device: str, cpu_vendor: str) -> tuple[str, str]:
 
 
 def require_visible_gpu(facts: DeviceFacts) -> None:
-    """Refuse a job that asked for a GPU whose torch sees none: on the CPU it would take days, logged as a GPU run."""
+    """Refuse a job that asked for a GPU whose torch sees none: on the CPU it would take days, logged as a GPU
+    run."""
     if facts.gpus_requested and not facts.cuda_available:
         raise PlanError(
             f"this job asked for a GPU ({facts.gpus_requested}) but torch sees none: torch "
@@ -237,7 +243,7 @@ def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere:
 
 
 # --- what this process sees: the impure half ---------------------------------------------------------------
-# --- what the objects really use ------------------------------------------------------------------------------
+# --- what the objects really use ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Effective:
     precision: str  # the accelerator's mixed precision: what autocast runs in
@@ -257,6 +263,10 @@ class Effective:
     @classmethod
     def read(cls, trainer: Trainer, postprocess: str) -> Effective:
         """What the Trainer, its accelerator, the model and torch are set to now."""
+        # imported here, not at the top: qa_hpc.dropout imports transformers' attention (~2 s), which the
+        # job and bench scripts' `python -m qa_hpc.plan --gpu-count` and `--machine` never need
+        from qa_hpc.dropout import BulkDropout
+
         args, mixed = trainer.args, str(trainer.accelerator.mixed_precision)
         return cls(
             precision=ACCELERATE_PRECISION.get(mixed, mixed),
@@ -284,7 +294,8 @@ class Effective:
         return " ".join([f"EFFECTIVE rank={rank}", *(f"{LOG_NAMES.get(k, k)}={v}" for k, v in shown.items())])
 
     def check(self, plan: RunPlan) -> None:
-        """Stop the run when it would not use the plan (fp32 master weights always), naming every difference."""
+        """Stop the run when it would not use the plan (fp32 master weights always), naming every
+        difference."""
         wanted = {**asdict(plan), "param_dtype": "float32"}  # the fields both have, by name
         diff = [
             f"{key}: planned {wanted[key]}, effective {got}"
@@ -296,8 +307,8 @@ class Effective:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m qa_hpc.plan --gpu-count`: the GPUs job_ddp.sh starts a process for (exit 2: asked for, none seen);
-    `--machine`: the one MACHINE line bench scripts keep with every result (spaces in names as _)."""
+    """`python -m qa_hpc.plan --gpu-count`: the GPUs job_ddp.sh starts a process for (exit 2: asked for, none
+    seen); `--machine`: the one MACHINE line bench scripts keep with every result (spaces in names as _)."""
     facts = read_device_facts()
     if argv == ["--machine"]:  # the CPU as run_summary.json records it, the GPU, torch
         print(facts.machine_line())
