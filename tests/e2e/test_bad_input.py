@@ -1,8 +1,7 @@
-"""Bad input ends with exit 2 (74 for an unwritable output dir), one ERROR line naming the file, the record and the
-field, no traceback and nothing written; code inside a model directory never runs unasked (pickled weights:
-tests/unit/test_model.py). Most cases run run_qa.cli(argv) in-process (the exit code and stderr a user sees); the
-shared failed run and the missing-model cases meet bad input in real processes.
-"""
+"""Bad input ends with exit 2 (74 for an unwritable output dir), one ERROR line naming the file, the record
+and the field, no traceback and nothing written; code inside a model directory never runs unasked (pickled
+weights: tests/unit/test_model.py). Most cases run run_qa.cli(argv) in-process (the exit code and stderr a
+user sees); the shared failed run and the missing-model cases meet bad input in real processes."""
 
 from __future__ import annotations
 
@@ -12,12 +11,15 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from unittest import mock
 
 import datasets
 import pytest
 import transformers
+from fixtures.ahead import started_ahead
 from fixtures.procs import (
     PYTHON,
     RUN_QA,
@@ -53,9 +55,10 @@ def _j(obj) -> bytes:
     return json.dumps(obj).encode()
 
 
-# One case per way into run_qa's checks: the reader on the train file, on a later split, the features (each message
-# of the reader itself, a missing file and a CSV table too: tests/unit/test_squad_io.py; a record's answer: the shared
-# failed run below). Each: the file, which flag gets it, what the error names (file, record, field).
+# One case per way into run_qa's checks: the reader on the train file, on a later split, the features (each
+# message of the reader itself, a missing file and a CSV table too: tests/unit/test_squad_io.py; a record's
+# answer: the shared failed run below). Each: the file, which flag gets it, what the error names (file,
+# record, field).
 CASES = [
     pytest.param(
         "trunc.json",
@@ -82,8 +85,8 @@ CASES = [
 
 
 def run_qa_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """`python run_qa.py ARGV` in this process: (exit code, stdout + stderr, stderr). run_qa.main sets up the process
-    it runs in (environment, signals, threads, logging): undone after."""
+    """`python run_qa.py ARGV` in this process: (exit code, stdout + stderr, stderr). run_qa.main sets up the
+    process it runs in (environment, signals, threads, logging): undone after."""
     import torch
 
     import run_qa
@@ -110,7 +113,7 @@ def run_qa_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str
 
 
 def _check(argv: list[str], tmp_path: Path, capsys, expect: list[str], code: int = 2) -> str:
-    """run_qa ARGV exits `code` with one ERROR line holding every piece of `expect`, no traceback, nothing written."""
+    """run_qa ARGV exits `code` with one ERROR line holding each piece of `expect`, no traceback, no file."""
     before = sorted(tmp_path.rglob("*"))  # files and folders
     got, output, stderr = run_qa_cli(argv, capsys)
     assert got == code, f"exit {got}, expected {code}:\n{output[-3000:]}"
@@ -206,28 +209,10 @@ def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Ru
     assert "Loading weights" not in failed.text
 
 
-@pytest.mark.parametrize("offline", [True, False])
-def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: Path, offline: bool) -> None:
-    """A compute node where setup_bert.sh never ran; offline=False: the hub is asked and cannot be reached. Real
-    processes: the hub's settings are read once per process."""
-    cache = tmp_path / "empty_cache"
-    # online: a hub endpoint on this machine that refuses connections, as an unreachable hub does (without the
-    # network's own timeouts)
-    env = offline_env(
-        HF_HOME=str(cache),
-        **(
-            {}
-            if offline
-            else {
-                "HF_HUB_OFFLINE": None,
-                "HF_DATASETS_OFFLINE": None,
-                "TRANSFORMERS_OFFLINE": None,
-                "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",
-            }
-        ),
-    )
-    why = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else "the hub could not be reached"
-    cases = (
+def missing_cases(tiny_bert: Path, cache: Path) -> list[tuple[list[str], str, str]]:
+    """run_qa.py's flags with nothing given (the model is missing) and with a model but no data (the dataset
+    is missing); for each, what the error says is missing from HF_HOME `cache` and the way out it names."""
+    return [
         (
             [],
             f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({cache}/hub)",
@@ -238,25 +223,62 @@ def test_missing_model_or_dataset_is_one_clear_error(tiny_bert: Path, tmp_path: 
             f"dataset 'squad' is not a local path and not in the Hugging Face cache ({cache}/datasets)",
             "--train_file/--validation_file/--test_file",
         ),
-    )
-    # side by side: most of an online run is huggingface_hub's retry back-off
-    procs = side_by_side(
-        *(
-            ([PYTHON, RUN_QA, "--do_eval", "--output_dir", str(tmp_path / "out"), *extra], env)
-            for extra, _, _ in cases
-        )
-    )
-    for proc, (_, what, alternative) in zip(procs, cases):
+    ]
+
+
+def missing_model_or_dataset(tiny_bert: Path, tmp: Path) -> dict[bool, tuple[Path, list]]:
+    """Each case of missing_cases, offline and with a hub that cannot be reached, all four side by side (most
+    of an online run is huggingface_hub's retry back-off, ~23 s); per mode, its folder (an empty HF_HOME
+    empty_cache, output dir out) and the two processes."""
+    runs, folders = [], {}
+    for offline in (True, False):
+        folders[offline] = tmp / ("offline" if offline else "online")
+        cache = folders[offline] / "empty_cache"
+        # online: a hub endpoint on this machine that refuses connections, as an unreachable hub does (without
+        # the network's own timeouts)
+        online = {
+            "HF_HUB_OFFLINE": None,
+            "HF_DATASETS_OFFLINE": None,
+            "TRANSFORMERS_OFFLINE": None,
+            "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        }
+        env = offline_env(HF_HOME=str(cache), **({} if offline else online))
+        out = folders[offline] / "out"
+        for extra, _, _ in missing_cases(tiny_bert, cache):
+            runs.append(([PYTHON, RUN_QA, "--do_eval", "--output_dir", str(out), *extra], env))
+    procs = side_by_side(*runs)
+    return {True: (folders[True], procs[:2]), False: (folders[False], procs[2:])}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def missing_runs(request, tiny_bert: Path, tmp_path_factory) -> Iterator[Future | None]:
+    """missing_model_or_dataset, started with the module: its online runs mostly wait, meanwhile the module's
+    other tests run."""
+    tests = [f"test_missing_model_or_dataset_is_one_clear_error[{offline}]" for offline in (True, False)]
+    tmp = tmp_path_factory.mktemp("missing")
+    with started_ahead(request, tests, missing_model_or_dataset, tiny_bert, tmp) as job:
+        yield job
+
+
+@pytest.mark.parametrize("offline", [True, False])
+def test_missing_model_or_dataset_is_one_clear_error(
+    missing_runs: Future, tiny_bert: Path, offline: bool
+) -> None:
+    """A compute node where setup_bert.sh never ran; offline=False: the hub is asked and cannot be reached.
+    Real processes: the hub's settings are read once per process."""
+    folder, procs = missing_runs.result()[offline]
+    why = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else "the hub could not be reached"
+    for proc, (_, what, alternative) in zip(procs, missing_cases(tiny_bert, folder / "empty_cache")):
         error = one_error_line(ok(proc, 2))
         assert (
             error.startswith(f"ERROR: {what}, and {why}: get it with 'bash setup_bert.sh'")
             and alternative in error
         )
-        assert not (tmp_path / "out").exists()
+        assert not (folder / "out").exists()
 
 
 def model_with_code(tiny_bert: Path, model: Path, marker: Path) -> Path:
-    """A copy of tiny_bert whose config asks to run its own Python code, which creates `marker` when it runs."""
+    """A copy of tiny_bert whose config asks to run its own Python code, which creates `marker` if it runs."""
     shutil.copytree(tiny_bert, model)
     (model / "custom_bert.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
@@ -276,12 +298,11 @@ def model_with_code(tiny_bert: Path, model: Path, marker: Path) -> Path:
 def test_remote_code_runs_only_with_the_flag(
     tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
 ) -> None:
-    """Without --trust_remote_code the model's own code does not run; the control, with it, shows that it would."""
-    markers, runs = {}, []
-    for name, flags in (
-        ("plain", []),
-        ("trusted", ["--trust_remote_code", "true"]),
-    ):  # each its own model and cache
+    """Without --trust_remote_code the model's own code does not run; the control, with it, shows it would."""
+    markers = {}
+    runs = []
+    # each its own model and cache
+    for name, flags in (("plain", []), ("trusted", ["--trust_remote_code", "true"])):
         markers[name] = tmp_path / f"REMOTE_CODE_RAN_{name}"
         model = model_with_code(tiny_bert, tmp_path / f"model_{name}", markers[name])
         args = tiny_flags(
