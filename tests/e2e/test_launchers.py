@@ -1,6 +1,7 @@
 """The launchers as a user runs them, without Slurm and offline (the hub a closed or recording loopback port):
 setup_bert.sh, the job scripts falling back loudly to the offline demo and exiting with the run's status,
-accelerate launch, and scripts/start_tensorboard.sh serving a real run. Tiny overrides keep each run to seconds.
+accelerate launch, and scripts/start_tensorboard.sh serving a real run. Tiny overrides keep each run to
+seconds.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,7 @@ from fixtures.procs import (
     RUN_QA,
     LoggedProcess,
     accelerate,
+    at_once,
     demo_job_env,
     free_port,
     offline_env,
@@ -36,8 +40,8 @@ from fixtures.runs import Run, plain_flags
 
 
 def run_demo_job(script: str, env: dict[str, str], tmp: Path, job: str) -> str:
-    """bash SCRIPT with nothing cached, nothing reachable: the offline demo ran, labelled everywhere, scored the 5
-    questions asked for (arguments after the script win), its log copied to QA_LOG_DIR; the log."""
+    """bash SCRIPT with nothing cached, nothing reachable: the offline demo ran, labelled everywhere, scored
+    the 5 questions asked for (arguments after the script win), its log copied to QA_LOG_DIR; the log."""
     log = ok(run(["bash", REPO / script, "--max_eval_samples", "5"], env=env))
     for says in (
         "MISSING model=bert-base-uncased",
@@ -64,14 +68,14 @@ def run_demo_job(script: str, env: dict[str, str], tmp: Path, job: str) -> str:
 
 
 def test_job_ft3_falls_back_to_the_offline_demo_and_labels_it(tiny_bert: Path, tmp_path: Path):
-    """...and QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what ran, its
-    torch threads the CPUs it may use."""
+    """...and QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what
+    ran, its torch threads the CPUs it may use."""
     env = demo_job_env(tiny_bert, tmp_path, QA_PRECISION="bf16", OMP_NUM_THREADS=None)
     log = run_demo_job("job_ft3.sh", env, tmp_path, "bert_squad_ft3")
     cpus = len(os.sched_getaffinity(0))
     assert (
-        f"PLAN device=cpu precision=bf16 (--precision bf16) tf32=off threads={cpus} ({cpus} CPUs / 1 process(es) "
-        "on this node) dataloader_workers=0 world_size=1 "
+        f"PLAN device=cpu precision=bf16 (--precision bf16) tf32=off threads={cpus} ({cpus} CPUs / 1 "
+        "process(es) on this node) dataloader_workers=0 world_size=1 "
     ) in log, log[-3000:]
     assert re.search(r"^EFFECTIVE rank=0 precision=bf16 ", log, re.M)
     train = json.loads((tmp_path / "data" / "train.json").read_text())["data"]  # generated with the overrides
@@ -92,9 +96,9 @@ class _RecordingHub(http.server.BaseHTTPRequestHandler):
 
 
 def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
-    """QA_SKIP_PREFETCH=1: setup only checks the cache and finishes. Then the login-node branch, not offline: it
-    asks the hub (down: 503) for the model, once, says what is missing, and still ends ready (exit 0), keeping
-    the demo data the first run made."""
+    """QA_SKIP_PREFETCH=1: setup only checks the cache and finishes. Then the login-node branch, not offline:
+    it asks the hub (down: 503) for the model, once, says what is missing, and still ends ready (exit 0),
+    keeping the demo data the first run made."""
     work = (
         tmp_path / "checkout"
     )  # without data, caches and outputs; the project's venv linked in (pip is CI's)
@@ -139,9 +143,9 @@ def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
 
 
 def test_job_cpu_runs_the_demo_on_the_cpu_with_both_levers_on(tiny_bert: Path, tmp_path: Path):
-    """bash job_cpu.sh outside Slurm: one CPU process, allocator and thread binding on, whose torch threads are all the
-    CPUs it may use (not the one its main thread is bound to), in bf16 where this CPU does bf16 in hardware
-    (AVX512-BF16 or AMX: torch's own capability check), else fp32."""
+    """bash job_cpu.sh outside Slurm: one CPU process, allocator and thread binding on, whose torch threads
+    are all the CPUs it may use (not the one its main thread is bound to), in bf16 where this CPU does bf16 in
+    hardware (AVX512-BF16 or AMX: torch's own capability check), else fp32."""
     import torch
 
     fast = next(
@@ -212,29 +216,54 @@ def test_start_tensorboard_serves_a_runs_scalars(plain: Run, tmp_path: Path):
         server.kill_all()
 
 
-@pytest.mark.parametrize(
-    "config, world, launch, precision, want, reason",
-    [
-        # tiny_flags says --precision fp32; auto (the default) leaves it to accelerate's config or --mixed_precision
-        (
-            "cpu.yaml",
-            1,
-            (),
-            "auto",
-            "fp32",
-            "accelerate mixed_precision=no",
-        ),  # cpu.yaml says mixed_precision: 'no'
-        (
-            "cpu_multi.yaml",
-            2,
-            ("--mixed_precision", "bf16"),
-            "auto",
-            "bf16",
-            "accelerate mixed_precision=bf16",
-        ),
-        ("cpu.yaml", 1, ("--mixed_precision", "bf16"), "fp32", "fp32", "--precision fp32"),  # the flag wins
-    ],
-)
+# accelerate launch: config, processes, launcher flags, run_qa.py's --precision, the precision that trains
+# and why
+ACCELERATE_CASES = [
+    # tiny_flags says --precision fp32; auto (the default) leaves it to accelerate's config or
+    # --mixed_precision
+    (
+        "cpu.yaml",
+        1,
+        (),
+        "auto",
+        "fp32",
+        "accelerate mixed_precision=no",
+    ),  # cpu.yaml says mixed_precision: 'no'
+    (
+        "cpu_multi.yaml",
+        2,
+        ("--mixed_precision", "bf16"),
+        "auto",
+        "bf16",
+        "accelerate mixed_precision=bf16",
+    ),
+    ("cpu.yaml", 1, ("--mixed_precision", "bf16"), "fp32", "fp32", "--precision fp32"),  # the flag wins
+]
+
+
+@pytest.fixture(scope="module")
+def accelerate_runs(tiny_bert: Path, demo_files: dict, tmp_path_factory) -> list[tuple[str, Path]]:
+    """Each of ACCELERATE_CASES launched as users do, in a folder of its own, all side by side (each mostly
+    starts up: accelerate, then run_qa.py); in order, the launch's output (exit 0) and run_qa.py's output
+    dir."""
+    runs = []
+    for config, _, launch, precision, _, _ in ACCELERATE_CASES:
+        tmp = tmp_path_factory.mktemp("accelerate")
+        args = [
+            *plain_flags(tiny_bert, demo_files, tmp / "out"),
+            "--report_to",
+            "none",
+            "--save_strategy",
+            "no",
+            "--precision",
+            precision,
+        ]
+        runs.append((partial(run, accelerate(config, RUN_QA, *args, launch=launch), cwd=tmp), tmp / "out"))
+    procs = at_once(*(launch for launch, _ in runs))
+    return [(ok(proc), out) for proc, (_, out) in zip(procs, runs)]
+
+
+@pytest.mark.parametrize("config, world, launch, precision, want, reason", ACCELERATE_CASES)
 def test_accelerate_launch_cpu_configs(
     config: str,
     world: int,
@@ -242,22 +271,11 @@ def test_accelerate_launch_cpu_configs(
     precision: str,
     want: str,
     reason: str,
-    tiny_bert: Path,
-    demo_files: dict,
-    tmp_path: Path,
+    accelerate_runs: list[tuple[str, Path]],
 ):
-    """Each config runs, and accelerate's mixed precision is what trains (unless --precision says otherwise)."""
-    out = tmp_path / "out"
-    args = [
-        *plain_flags(tiny_bert, demo_files, out),
-        "--report_to",
-        "none",
-        "--save_strategy",
-        "no",
-        "--precision",
-        precision,
-    ]
-    log = ok(run(accelerate(config, RUN_QA, *args, launch=launch), cwd=tmp_path))
+    """Each config runs, and accelerate's mixed precision is what trains (unless --precision says
+    otherwise)."""
+    log, out = accelerate_runs[ACCELERATE_CASES.index((config, world, launch, precision, want, reason))]
     assert f"precision={want} ({reason})" in log
     assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
     assert f"DISTRIBUTED world_size={world}" in log
@@ -273,43 +291,57 @@ def test_accelerate_launch_cpu_configs(
 
 # --- settings through the launchers: what the user asks for reaches run_qa.py unchanged ------------------
 
+# QA_PRECISION, the job's arguments, its exit code, what its log says
+PRECISION_CASES = [
+    (
+        "none",
+        (),
+        0,
+        "PLAN device=cpu precision=fp32 (--precision fp32)",
+    ),  # the old name of fp32 (bf16: the demo run)
+    (
+        "bf16",
+        ("--precision", "fp32"),
+        0,
+        "PLAN device=cpu precision=fp32 (--precision fp32)",
+    ),  # the job's own win
+    ("fp8", (), 2, "ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32"),
+    ("auto", ("--no_such_flag", "1"), 2, "JOB_EXIT_CODE=2"),  # the run's own status is the job's
+]
 
-@pytest.mark.parametrize(
-    "qa_precision, args, code, says",
-    [
-        (
-            "none",
-            (),
-            0,
-            "PLAN device=cpu precision=fp32 (--precision fp32)",
-        ),  # the old name of fp32 (bf16: the demo run)
-        (
-            "bf16",
-            ("--precision", "fp32"),
-            0,
-            "PLAN device=cpu precision=fp32 (--precision fp32)",
-        ),  # the job's own win
-        ("fp8", (), 2, "ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32"),
-        ("auto", ("--no_such_flag", "1"), 2, "JOB_EXIT_CODE=2"),  # the run's own status is the job's
-    ],
-)
-def test_job_precision_reaches_run_qa_and_bad_settings_exit_2(
-    qa_precision: str, args: tuple[str, ...], code: int, says: str, tiny_bert: Path, tmp_path: Path
-):
-    log = ok(
-        run(
-            ["bash", REPO / "job_ft3.sh", *args, "--max_steps", "1", "--max_eval_samples", "2"],
-            env=demo_job_env(tiny_bert, tmp_path, QA_PRECISION=qa_precision),
-        ),
-        code,
+
+@pytest.fixture(scope="module")
+def precision_jobs(tiny_bert: Path, tmp_path_factory) -> list[subprocess.CompletedProcess]:
+    """Each of PRECISION_CASES' jobs (job_ft3.sh's demo, one step), in a folder of its own, all side by side
+    (each mostly starts up); in order."""
+    return side_by_side(
+        *(
+            (
+                ["bash", REPO / "job_ft3.sh", *args, "--max_steps", "1", "--max_eval_samples", "2"],
+                demo_job_env(tiny_bert, tmp_path_factory.mktemp("precision"), QA_PRECISION=qa_precision),
+            )
+            for qa_precision, args, _, _ in PRECISION_CASES
+        )
     )
+
+
+@pytest.mark.parametrize("qa_precision, args, code, says", PRECISION_CASES)
+def test_job_precision_reaches_run_qa_and_bad_settings_exit_2(
+    qa_precision: str,
+    args: tuple[str, ...],
+    code: int,
+    says: str,
+    precision_jobs: list[subprocess.CompletedProcess],
+):
+    log = ok(precision_jobs[PRECISION_CASES.index((qa_precision, args, code, says))], code)
     assert says in log, log[-3000:]
     assert bool(re.search(r"^EFFECTIVE rank=0 precision=fp32 ", log, re.M)) == (code == 0), log[-3000:]
     assert bool(re.search(r"^WALL_CLOCK_SECONDS=", log, re.M)) == (code == 0), log[-3000:]
 
 
 def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_path: Path):
-    """CUDA_VISIBLE_DEVICES names a GPU (as Slurm sets it for --gres=gpu) but torch sees none: exit 2, no training."""
+    """CUDA_VISIBLE_DEVICES names a GPU (as Slurm sets it for --gres=gpu) but torch sees none: exit 2, no
+    training."""
     scripts = ("job_ft3.sh", "job_ddp.sh")
     envs = [demo_job_env(tiny_bert, tmp_path / script, CUDA_VISIBLE_DEVICES="0") for script in scripts]
     jobs = side_by_side(*((["bash", REPO / script], env) for script, env in zip(scripts, envs)))
@@ -322,7 +354,8 @@ def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_pa
 
 
 def test_rendezvous_port_is_the_jobs_own():
-    """Two jobs on one node must not meet on one port: the port follows the job id (QA_RDZV_PORT overrides)."""
+    """Two jobs on one node must not meet on one port: the port follows the job id (QA_RDZV_PORT
+    overrides)."""
 
     def port(**env: str) -> str:
         script = f"source {REPO}/scripts/env_setup.sh && qa_rdzv_port"
@@ -480,8 +513,9 @@ def test_levers_reach_the_training_process(
 def test_ddp_job_binds_each_gpu_worker_near_its_gpu(
     binding: str, torchrun_has: str, threads: str, tiny_bert: Path, tmp_path: Path, demo_data: Path
 ):
-    """A made-up node, 4 GPUs and 32 CPUs for the task: each worker an exclusive share of the CPUs of its GPU's NUMA
-    node, and that share as its threads (run_qa.py's plan takes OMP_NUM_THREADS); QA_NUMA_BINDING=none: neither."""
+    """A made-up node, 4 GPUs and 32 CPUs for the task: each worker an exclusive share of the CPUs of its
+    GPU's NUMA node, and that share as its threads (run_qa.py's plan takes OMP_NUM_THREADS);
+    QA_NUMA_BINDING=none: neither."""
     log = levers_job(
         tiny_bert,
         tmp_path,
