@@ -238,11 +238,12 @@ STOPS = {
         [r"rank\s*:\s*1 \(local_rank: 1\)", r"pid: {1}\b", "SIGKILL"],
     ),
     # frozen (SIGSTOP: a hung node or file system): alive but silent, sockets open, only a timeout can tell;
-    # --ddp_timeout reaches gloo too, so rank 0 gives up after 10 s (not 1800), says so, and the launcher
-    # stops
+    # --ddp_timeout reaches gloo too, so rank 0 gives up after 20 s (not 1800), says so, and the launcher
+    # stops. 20, not less: the job starts beside the module's other tests, and the same timeout bounds its
+    # ranks' first meeting
     "frozen": (
         signal.SIGSTOP,
-        ("--ddp_timeout", "10"),
+        ("--ddp_timeout", "20"),
         150,
         [r"ERROR: rank 0 \(pid {0}\) failed: .*[Tt]ime(d )?out", r"rank\s*:\s*0 \(local_rank: 0\)"],
     ),
@@ -293,7 +294,7 @@ def stop_rank_1(
 def frozen_job(
     request, tiny_bert: Path, demo_files: dict[str, Path], tmp_path_factory
 ) -> Iterator[Future | None]:
-    """The frozen-rank job, started with the module: once rank 1 is stopped it only waits (rank 0's 10 s
+    """The frozen-rank job, started with the module: once rank 1 is stopped it only waits (rank 0's 20 s
     --ddp_timeout, then torchrun's 30 s for a worker to exit before it kills it), so the module's other tests
     run meanwhile and its own test collects the outcome."""
     tmp = tmp_path_factory.mktemp("frozen")
