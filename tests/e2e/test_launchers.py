@@ -17,7 +17,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,6 @@ from fixtures.procs import (
     RUN_QA,
     LoggedProcess,
     accelerate,
-    at_once,
     demo_job_env,
     free_port,
     offline_env,
@@ -216,54 +214,30 @@ def test_start_tensorboard_serves_a_runs_scalars(plain: Run, tmp_path: Path):
         server.kill_all()
 
 
-# accelerate launch: config, processes, launcher flags, run_qa.py's --precision, the precision that trains
-# and why
-ACCELERATE_CASES = [
-    # tiny_flags says --precision fp32; auto (the default) leaves it to accelerate's config or
-    # --mixed_precision
-    (
-        "cpu.yaml",
-        1,
-        (),
-        "auto",
-        "fp32",
-        "accelerate mixed_precision=no",
-    ),  # cpu.yaml says mixed_precision: 'no'
-    (
-        "cpu_multi.yaml",
-        2,
-        ("--mixed_precision", "bf16"),
-        "auto",
-        "bf16",
-        "accelerate mixed_precision=bf16",
-    ),
-    ("cpu.yaml", 1, ("--mixed_precision", "bf16"), "fp32", "fp32", "--precision fp32"),  # the flag wins
-]
-
-
-@pytest.fixture(scope="module")
-def accelerate_runs(tiny_bert: Path, demo_files: dict, tmp_path_factory) -> list[tuple[str, Path]]:
-    """Each of ACCELERATE_CASES launched as users do, in a folder of its own, all side by side (each mostly
-    starts up: accelerate, then run_qa.py); in order, the launch's output (exit 0) and run_qa.py's output
-    dir."""
-    runs = []
-    for config, _, launch, precision, _, _ in ACCELERATE_CASES:
-        tmp = tmp_path_factory.mktemp("accelerate")
-        args = [
-            *plain_flags(tiny_bert, demo_files, tmp / "out"),
-            "--report_to",
-            "none",
-            "--save_strategy",
-            "no",
-            "--precision",
-            precision,
-        ]
-        runs.append((partial(run, accelerate(config, RUN_QA, *args, launch=launch), cwd=tmp), tmp / "out"))
-    procs = at_once(*(launch for launch, _ in runs))
-    return [(ok(proc), out) for proc, (_, out) in zip(procs, runs)]
-
-
-@pytest.mark.parametrize("config, world, launch, precision, want, reason", ACCELERATE_CASES)
+@pytest.mark.parametrize(
+    "config, world, launch, precision, want, reason",
+    [
+        # tiny_flags says --precision fp32; auto (the default) leaves it to accelerate's config or
+        # --mixed_precision
+        (
+            "cpu.yaml",
+            1,
+            (),
+            "auto",
+            "fp32",
+            "accelerate mixed_precision=no",
+        ),  # cpu.yaml says mixed_precision: 'no'
+        (
+            "cpu_multi.yaml",
+            2,
+            ("--mixed_precision", "bf16"),
+            "auto",
+            "bf16",
+            "accelerate mixed_precision=bf16",
+        ),
+        ("cpu.yaml", 1, ("--mixed_precision", "bf16"), "fp32", "fp32", "--precision fp32"),  # the flag wins
+    ],
+)
 def test_accelerate_launch_cpu_configs(
     config: str,
     world: int,
@@ -271,11 +245,23 @@ def test_accelerate_launch_cpu_configs(
     precision: str,
     want: str,
     reason: str,
-    accelerate_runs: list[tuple[str, Path]],
+    tiny_bert: Path,
+    demo_files: dict,
+    tmp_path: Path,
 ):
     """Each config runs, and accelerate's mixed precision is what trains (unless --precision says
     otherwise)."""
-    log, out = accelerate_runs[ACCELERATE_CASES.index((config, world, launch, precision, want, reason))]
+    out = tmp_path / "out"
+    args = [
+        *plain_flags(tiny_bert, demo_files, out),
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--precision",
+        precision,
+    ]
+    log = ok(run(accelerate(config, RUN_QA, *args, launch=launch), cwd=tmp_path))
     assert f"precision={want} ({reason})" in log
     assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
     assert f"DISTRIBUTED world_size={world}" in log
