@@ -1,8 +1,8 @@
 """Real runs of run_qa.py shared by the end-to-end tests, each trained once per session and read by many
 tests: plain (one process), ddp (torchrun, 2 gloo ranks, through tests/fixtures/run_qa_probe.py) and failed
-(bad data, exit 2). Each lives in a "project" folder as a cluster user has it (logs/<job name>-<job id>.out,
-outputs/<job name>/), with the Slurm job name and id in the variables Slurm sets, so run_summary.json records
-them as under Slurm.
+(bad data, exit 2), side by side. Each lives in a "project" folder as a cluster user has it (logs/<job
+name>-<job id>.out, outputs/<job name>/), with the Slurm job name and id in the variables Slurm sets, so
+run_summary.json records them as under Slurm.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import json
 import subprocess
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
-from fixtures.procs import PYTHON, REPO, RUN_QA, offline_env, torchrun
+from fixtures.procs import PYTHON, REPO, RUN_QA, at_once, offline_env, torchrun
 from fixtures.runs import (
     PROBE,
     SECRET,
@@ -59,8 +60,7 @@ def features_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("features_cache")
 
 
-@pytest.fixture(scope="session")
-def plain(project: Path, tiny_bert: Path, demo_files: dict[str, Path], features_cache: Path) -> Run:
+def plain_run(project: Path, tiny_bert: Path, demo_files: dict[str, Path], features_cache: Path) -> Run:
     return _launch(
         ("qa-tiny", "1001"),
         project,
@@ -90,8 +90,7 @@ def plain(project: Path, tiny_bert: Path, demo_files: dict[str, Path], features_
     )
 
 
-@pytest.fixture(scope="session")
-def failed(project: Path, tiny_bert: Path, demo_files: dict[str, Path], tmp_path_factory) -> Run:
+def failed_run(project: Path, tiny_bert: Path, demo_files: dict[str, Path], tmp_path_factory) -> Run:
     data = read(demo_files["train"])
     data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 3  # off its text
     broken = tmp_path_factory.mktemp("broken") / "broken_train.json"
@@ -141,8 +140,7 @@ def ddp_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return files
 
 
-@pytest.fixture(scope="session")
-def ddp(project: Path, tiny_bert: Path, ddp_data: dict[str, Path]) -> Run:
+def ddp_run(project: Path, tiny_bert: Path, ddp_data: dict[str, Path]) -> Run:
     """The 2-rank run; its log is torchrun's output followed by each rank's (torchrun --redirects)."""
     rank_dir, params = ddp_side_dirs(project)
     launch = ("--standalone", "--nproc_per_node", "2", "--redirects", "3", "--log-dir", str(rank_dir))
@@ -160,3 +158,53 @@ def ddp(project: Path, tiny_bert: Path, ddp_data: dict[str, Path]) -> Run:
         for path in logs:
             fh.write(path.read_text(encoding="utf-8", errors="replace"))
     return run
+
+
+class SharedRuns:
+    """The shared runs by name, each started once: those the session's tests use side by side, at the first
+    request for one (each mostly starts up, one thread per process), any other when it is asked for."""
+
+    def __init__(self, start: dict[str, Callable[[], Run]], session: pytest.Session) -> None:
+        self._start = start
+        used = [name for name in start if any(name in item.fixturenames for item in session.items)]
+        self._runs = dict(zip(used, at_once(*(start[name] for name in used))))
+
+    def __getitem__(self, name: str) -> Run:
+        if name not in self._runs:
+            self._runs[name] = self._start[name]()
+        return self._runs[name]
+
+
+@pytest.fixture(scope="session")
+def shared_runs(
+    request: pytest.FixtureRequest,
+    project: Path,
+    tiny_bert: Path,
+    demo_files: dict[str, Path],
+    features_cache: Path,
+    ddp_data: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> SharedRuns:
+    start = {
+        "plain": partial(plain_run, project, tiny_bert, demo_files, features_cache),
+        "ddp": partial(ddp_run, project, tiny_bert, ddp_data),
+        "failed": partial(failed_run, project, tiny_bert, demo_files, tmp_path_factory),
+    }
+    return SharedRuns(start, request.session)
+
+
+@pytest.fixture(scope="session")
+def plain(shared_runs: SharedRuns) -> Run:
+    """One process: train, evaluate, predict, profiled, with the hub token given (it must never show)."""
+    return shared_runs["plain"]
+
+
+@pytest.fixture(scope="session")
+def ddp(shared_runs: SharedRuns) -> Run:
+    return shared_runs["ddp"]
+
+
+@pytest.fixture(scope="session")
+def failed(shared_runs: SharedRuns) -> Run:
+    """Bad training data: exit 2 before the model loads."""
+    return shared_runs["failed"]

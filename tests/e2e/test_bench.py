@@ -23,10 +23,11 @@ from qa_hpc.device import parse_test_machine
 
 
 def test_postprocess_bench_reports_identical_outputs(demo_files, tmp_path):
-    out = tmp_path / "bench.json"
-    for v2 in ([], ["--version_2_with_negative"]):
-        log = ok(
-            run(
+    """SQuAD v1 and v2 (--version_2_with_negative), side by side: each run is mostly python's start-up."""
+    v2s = ([], ["--version_2_with_negative"])
+    runs = procs.side_by_side(
+        *(
+            (
                 [
                     PYTHON,
                     "-m",
@@ -35,53 +36,68 @@ def test_postprocess_bench_reports_identical_outputs(demo_files, tmp_path):
                     demo_files["validation"],
                     "--random_logits",
                     "--cache_dir",
-                    tmp_path / "cache",
+                    tmp_path / f"cache{len(v2)}",
                     "--repeats",
                     "1",
                     "--sizes",
                     "5,16",
                     "--json_out",
-                    out,
+                    tmp_path / f"bench{len(v2)}.json",
                     *v2,
-                ]
+                ],
+                offline_env(),
             )
+            for v2 in v2s
         )
+    )
+    for v2, proc in zip(v2s, runs):
+        log = ok(proc)
         for key in ("POSTPROCESS ", "POSTPROCESS_DATASET ", "POSTPROCESS_WRITE "):
             rows = [line for line in log.splitlines() if line.startswith(key)]
             assert len(rows) == 2 and all("identical=True" in line for line in rows), log
-        report = json.loads(out.read_text())
+        report = json.loads((tmp_path / f"bench{len(v2)}.json").read_text())
         assert [r["examples"] for r in report["rows"]] == [5, 16]
         assert all(r["nbest_file_bytes"] > 0 and r["v2"] == bool(v2) for r in report["rows"])
 
 
 TRAIN_STEP = [PYTHON, "-m", "bench.train_step", "--device", "cpu"]
+REFUSED = [("fp16", "fp16 and tf32 need a CUDA GPU"), ("fp32+turbo", "'fp32+turbo'")]  # variant, what it says
 
 
-def test_variants_report_steps_and_json(tiny_bert: Path, tmp_path: Path) -> None:
-    out = tmp_path / "steps.json"
-    log = ok(
-        run(
-            [
-                *TRAIN_STEP,
-                "--model",
-                tiny_bert,
-                "--variants",
-                "fp32,fp32+fused,fp32+eager_attn",
-                "--batch",
-                "2",
-                "--widths",
-                "16,24",
-                "--steps",
-                "2",
-                "--warmup",
-                "1",
-                "--rounds",
-                "2",
-                "--json_out",
-                out,
-            ]
-        )
-    )
+@pytest.fixture(scope="module")
+def train_steps(tiny_bert: Path, tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, list]:
+    """bench.train_step with three variants that run, and once with each of REFUSED, side by side (each is
+    mostly python's start-up): the first process, its JSON file, then the refused ones' processes."""
+    out = tmp_path_factory.mktemp("train_step") / "steps.json"
+    variants = [
+        *TRAIN_STEP,
+        "--model",
+        tiny_bert,
+        "--variants",
+        "fp32,fp32+fused,fp32+eager_attn",
+        "--batch",
+        "2",
+        "--widths",
+        "16,24",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--rounds",
+        "2",
+        "--json_out",
+        out,
+    ]
+    refused = [
+        [*TRAIN_STEP, "--model", tiny_bert, "--variants", variant, "--steps", "1"] for variant, _ in REFUSED
+    ]
+    first, *others = procs.side_by_side(*((cmd, offline_env()) for cmd in (variants, *refused)))
+    return first, out, others
+
+
+def test_variants_report_steps_and_json(train_steps) -> None:
+    proc, out, _ = train_steps
+    log = ok(proc)
     step_lines = [line for line in log.splitlines() if line.startswith("STEP ")]
     assert [line.split()[1] for line in step_lines] == [
         "variant=fp32",
@@ -98,11 +114,9 @@ def test_variants_report_steps_and_json(tiny_bert: Path, tmp_path: Path) -> None
     assert data["rows"][0]["speedup_vs_first"] == 1.0
 
 
-@pytest.mark.parametrize(
-    "variant, says", [("fp16", "fp16 and tf32 need a CUDA GPU"), ("fp32+turbo", "'fp32+turbo'")]
-)
-def test_a_variant_that_cannot_run_is_refused_naming_it(variant: str, says: str, tiny_bert: Path) -> None:
-    proc = run([*TRAIN_STEP, "--model", tiny_bert, "--variants", variant, "--steps", "1"])
+@pytest.mark.parametrize("variant, says", REFUSED)
+def test_a_variant_that_cannot_run_is_refused_naming_it(variant: str, says: str, train_steps) -> None:
+    proc = train_steps[2][REFUSED.index((variant, says))]
     assert proc.returncode != 0 and says in proc.stderr, proc.stderr[-3000:]
 
 

@@ -1,7 +1,8 @@
 """Real multi-process DDP on CPU (gloo): what every rank holds and sees, not rank 0 alone. The shared 2-rank
 run (tests/e2e/conftest.py) trains through tests/fixtures/run_qa_probe.py, which saves each rank's parameters
 after the last step, so split data, synchronized gradients, the best checkpoint loaded everywhere and an exact
-resume after a stop are read back from files; killed, frozen and voting ranks run under torchrun of their own.
+resume after a stop are read back from files; killed, frozen and voting ranks run under torchrun of their own
+(the frozen one beside the module's other tests: it mostly waits).
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import os
 import re
 import signal
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 import torch
+from fixtures.ahead import started_ahead
 from fixtures.procs import (
     REPO,
     RUN_QA,
@@ -226,31 +230,40 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(
     assert read(out / "run_summary.json")["status"] == "ok"
 
 
-@pytest.mark.parametrize(
-    "sig, flags, within, named",
-    [
-        # the launcher's failure report names the dead rank, its pid and the signal
-        (signal.SIGKILL, (), 120, [r"rank\s*:\s*1 \(local_rank: 1\)", r"pid: {1}\b", "SIGKILL"]),
-        # frozen (SIGSTOP: a hung node or file system): alive but silent, sockets open, only a timeout can
-        # tell; --ddp_timeout reaches gloo too, so rank 0 gives up after 10 s (not 1800), says so, and the
-        # launcher stops
-        (
-            signal.SIGSTOP,
-            ("--ddp_timeout", "10"),
-            150,
-            [r"ERROR: rank 0 \(pid {0}\) failed: .*[Tt]ime(d )?out", r"rank\s*:\s*0 \(local_rank: 0\)"],
-        ),
-    ],
-    ids=["killed", "frozen"],
-)
-def test_a_killed_or_frozen_rank_ends_the_job_in_bounded_time_named(
-    sig, flags, within, named, tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
-):
+# A job whose rank 1 stops: the signal, run_qa.py's extra flags, the bound on the seconds from the signal to
+# the job's exit, and what its log must name ({0}, {1}: rank 0's and rank 1's pid).
+STOPS = {
+    # the launcher's failure report names the dead rank, its pid and the signal
+    "killed": (
+        signal.SIGKILL,
+        (),
+        120,
+        [r"rank\s*:\s*1 \(local_rank: 1\)", r"pid: {1}\b", "SIGKILL"],
+    ),
+    # frozen (SIGSTOP: a hung node or file system): alive but silent, sockets open, only a timeout can tell;
+    # --ddp_timeout reaches gloo too, so rank 0 gives up after 20 s (not 1800), says so, and the launcher
+    # stops. 20, not less: the job starts beside the module's other tests, and the same timeout bounds its
+    # ranks' first meeting
+    "frozen": (
+        signal.SIGSTOP,
+        ("--ddp_timeout", "20"),
+        150,
+        [r"ERROR: rank 0 \(pid {0}\) failed: .*[Tt]ime(d )?out", r"rank\s*:\s*0 \(local_rank: 0\)"],
+    ),
+}
+
+
+def stop_rank_1(
+    case: str, tiny_bert: Path, demo_files: dict[str, Path], tmp: Path
+) -> tuple[int, float, str, dict]:
+    """A 2-rank training job whose rank 1 gets STOPS[case]'s signal once both ranks train: the job's exit
+    code, the seconds from the signal to its exit, its log, and the ranks' pids."""
+    sig, flags, within, _ = STOPS[case]
     cmd = torchrun(
         RUN_QA,
         *tiny_flags(
             tiny_bert,
-            tmp_path / "out",
+            tmp / "out",
             "--do_train",
             "--train_file",
             str(demo_files["train"]),
@@ -267,7 +280,7 @@ def test_a_killed_or_frozen_rank_ends_the_job_in_bounded_time_named(
             *flags,
         ),
     )
-    job = LoggedProcess(cmd, tmp_path / "torchrun.log")
+    job = LoggedProcess(cmd, tmp / "torchrun.log")
     pids: dict[int, int] = {}
     try:
         job.wait_for(r"\{'loss'", count=2)  # both ranks are in the training loop
@@ -278,7 +291,31 @@ def test_a_killed_or_frozen_rank_ends_the_job_in_bounded_time_named(
         elapsed = time.monotonic() - started
     finally:
         job.kill_all(*pids.values())  # workers may live in their own sessions
-    log = job.text()
+    return code, elapsed, job.text(), pids
+
+
+@pytest.fixture(scope="module", autouse=True)
+def frozen_job(
+    request, tiny_bert: Path, demo_files: dict[str, Path], tmp_path_factory
+) -> Iterator[Future | None]:
+    """The frozen-rank job, started with the module: once rank 1 is stopped it only waits (rank 0's 20 s
+    --ddp_timeout, then torchrun's 30 s for a worker to exit before it kills it), so the module's other tests
+    run meanwhile and its own test collects the outcome."""
+    tmp = tmp_path_factory.mktemp("frozen")
+    test = "test_a_killed_or_frozen_rank_ends_the_job_in_bounded_time_named[frozen]"
+    with started_ahead(request, [test], stop_rank_1, "frozen", tiny_bert, demo_files, tmp) as job:
+        yield job
+
+
+@pytest.mark.parametrize("case", ["killed", "frozen"])
+def test_a_killed_or_frozen_rank_ends_the_job_in_bounded_time_named(
+    case: str, frozen_job: Future | None, tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
+):
+    _, _, within, named = STOPS[case]
+    if case == "frozen":
+        code, elapsed, log, pids = frozen_job.result()
+    else:
+        code, elapsed, log, pids = stop_rank_1(case, tiny_bert, demo_files, tmp_path)
     assert code != 0 and elapsed < within, f"exit {code} after {elapsed:.0f} s:\n{log[-4000:]}"
     for pattern in named:
         assert re.search(pattern.format(pids[0], pids[1]), log), (pattern, log[-4000:])

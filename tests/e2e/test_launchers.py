@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import threading
 import time
 import urllib.error
@@ -297,36 +298,49 @@ def test_accelerate_launch_cpu_configs(
 
 # --- settings through the launchers: what the user asks for reaches run_qa.py unchanged ------------------
 
+# QA_PRECISION, the job's arguments, its exit code, what its log says
+PRECISION_CASES = [
+    (
+        "none",
+        (),
+        0,
+        "PLAN device=cpu precision=fp32 (--precision fp32)",
+    ),  # the old name of fp32 (bf16: the demo run)
+    (
+        "bf16",
+        ("--precision", "fp32"),
+        0,
+        "PLAN device=cpu precision=fp32 (--precision fp32)",
+    ),  # the job's own win
+    ("fp8", (), 2, "ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32"),
+    ("auto", ("--no_such_flag", "1"), 2, "JOB_EXIT_CODE=2"),  # the run's own status is the job's
+]
 
-@pytest.mark.parametrize(
-    "qa_precision, args, code, says",
-    [
-        (
-            "none",
-            (),
-            0,
-            "PLAN device=cpu precision=fp32 (--precision fp32)",
-        ),  # the old name of fp32 (bf16: the demo run)
-        (
-            "bf16",
-            ("--precision", "fp32"),
-            0,
-            "PLAN device=cpu precision=fp32 (--precision fp32)",
-        ),  # the job's own win
-        ("fp8", (), 2, "ERROR: QA_PRECISION=fp8: use auto, bf16, fp16 or fp32"),
-        ("auto", ("--no_such_flag", "1"), 2, "JOB_EXIT_CODE=2"),  # the run's own status is the job's
-    ],
-)
-def test_job_precision_reaches_run_qa_and_bad_settings_exit_2(
-    qa_precision: str, args: tuple[str, ...], code: int, says: str, tiny_bert: Path, tmp_path: Path
-):
-    log = ok(
-        run(
-            ["bash", REPO / "job_ft3.sh", *args, "--max_steps", "1", "--max_eval_samples", "2"],
-            env=demo_job_env(tiny_bert, tmp_path, QA_PRECISION=qa_precision),
-        ),
-        code,
+
+@pytest.fixture(scope="module")
+def precision_jobs(tiny_bert: Path, tmp_path_factory) -> list[subprocess.CompletedProcess]:
+    """Each of PRECISION_CASES' jobs (job_ft3.sh's demo, one step), in a folder of its own, all side by side
+    (each mostly starts up); in order."""
+    return side_by_side(
+        *(
+            (
+                ["bash", REPO / "job_ft3.sh", *args, "--max_steps", "1", "--max_eval_samples", "2"],
+                demo_job_env(tiny_bert, tmp_path_factory.mktemp("precision"), QA_PRECISION=qa_precision),
+            )
+            for qa_precision, args, _, _ in PRECISION_CASES
+        )
     )
+
+
+@pytest.mark.parametrize("qa_precision, args, code, says", PRECISION_CASES)
+def test_job_precision_reaches_run_qa_and_bad_settings_exit_2(
+    qa_precision: str,
+    args: tuple[str, ...],
+    code: int,
+    says: str,
+    precision_jobs: list[subprocess.CompletedProcess],
+):
+    log = ok(precision_jobs[PRECISION_CASES.index((qa_precision, args, code, says))], code)
     assert says in log, log[-3000:]
     assert bool(re.search(r"^EFFECTIVE rank=0 precision=fp32 ", log, re.M)) == (code == 0), log[-3000:]
     assert bool(re.search(r"^WALL_CLOCK_SECONDS=", log, re.M)) == (code == 0), log[-3000:]

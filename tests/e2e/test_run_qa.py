@@ -1,6 +1,6 @@
 """run_qa.py end to end as users run it (real processes, tiny random BERT, generated data): mostly what the
 shared plain run (tests/e2e/conftest.py) wrote, printed and recorded; runs of their own where a case needs its
-own command (eval-only from a JSON config, a rerun, SQuAD v2, an fp16 checkpoint).
+own command (eval-only from a JSON config; a rerun, SQuAD v2 and an fp16 checkpoint, these side by side).
 """
 
 from __future__ import annotations
@@ -9,6 +9,9 @@ import json
 import os
 import re
 import shutil
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -193,31 +196,46 @@ def test_eval_only_from_a_json_config_reuses_features_and_writes_identical_files
     assert files_under(cwd) == [], "nothing lands in the working directory"
 
 
+# own_runs builds models in this process one at a time: build_tiny_bert seeds torch's global generator
+BUILDING = threading.Lock()
+RESULTS = ("trainer_state.json", "train_results.json", "eval_results.json", "all_results.json")
+
+
+def rerun_into_a_copy(
+    plain: Run, tiny_bert: Path, demo_files: dict[str, Path], tmp: Path
+) -> tuple[str, Path, Path]:
+    """The plain run's command again, into a copy of its output dir whose RESULTS have hard links in
+    tmp/old_inodes: the rerun's output, the copy, the links' folder."""
+    out = tmp / "out"
+    keep = tmp / "old_inodes"
+    shutil.copytree(plain.ok().out, out)
+    keep.mkdir()
+    for name in RESULTS:
+        os.link(out / name, keep / name)
+    return ok(run_qa([*plain_flags(tiny_bert, demo_files, out), "--report_to", "none"])), out, keep
+
+
 def test_rerun_resumes_trains_no_step_twice_and_replaces_its_files(
-    plain: Run, tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
+    plain: Run, own_runs: dict[str, Future]
 ) -> None:
     """A rerun from scratch would reach the same weights: the proof is that no step logs a loss. Hard links
     keep the old files' inodes, so a write in place (which a crash truncates) would show through them."""
-    out = tmp_path / "out"
-    keep = tmp_path / "old_inodes"
-    shutil.copytree(plain.ok().out, out)
-    keep.mkdir()
-    names = ("trainer_state.json", "train_results.json", "eval_results.json", "all_results.json")
-    old = {name: (out / name).read_bytes() for name in names}
-    for name in names:
-        os.link(out / name, keep / name)
-    before = read(out / "trainer_state.json")
+    log, out, keep = own_runs["rerun"].result()
+    # the copy held what the plain run's output dir holds
+    old = {name: (plain.out / name).read_bytes() for name in RESULTS}
+    before = read(plain.out / "trainer_state.json")
     checkpoint = out / f"checkpoint-{before['global_step']}"
-    assert (checkpoint / "trainer_state.json").is_file(), sorted(p.name for p in out.iterdir())
-    weights = load_file(out / "model.safetensors")
-    log = ok(run_qa([*plain_flags(tiny_bert, demo_files, out), "--report_to", "none"]))
+    assert (plain.out / checkpoint.name / "trainer_state.json").is_file(), sorted(
+        p.name for p in plain.out.iterdir()
+    )
+    weights = load_file(plain.out / "model.safetensors")
     assert f"RESUME_FROM={checkpoint} " in log
     assert "'loss'" not in log, "a step was trained again:\n" + log[-3000:]
     trained_steps = lambda state: [h for h in state["log_history"] if "train_runtime" not in h]  # noqa: E731
     assert trained_steps(read(out / "trainer_state.json")) == trained_steps(before)
     again = load_file(out / "model.safetensors")
     assert all(torch.equal(again[k], weights[k]) for k in weights)
-    for name in names:
+    for name in RESULTS:
         assert (keep / name).read_bytes() == old[name], f"{name} was written in place"
         assert (out / name).stat().st_ino != (keep / name).stat().st_ino, name
     assert temp_files(out) == []
@@ -268,25 +286,23 @@ EVAL_BOOKKEEPING = {
 THRESHOLD = "5.0"
 
 
-def test_version_2_with_negative_abstains_and_answers(
-    tokenizer, demo_files_v2: dict[str, Path], tmp_path: Path
-):
-    """v2 train + eval where the null path runs both ways:
-    empty answer <=> null score difference > threshold."""
+def null_design(tokenizer, demo_files_v2: dict[str, Path]) -> tuple[dict, dict[str, int], int]:
+    """The v2 validation questions by id, their lengths in tokens, and the question length that splits them
+    most evenly into abstentions and answers (build_null_biased_bert's first_null_position)."""
     questions = {qa["id"]: qa for qa in flat(read(demo_files_v2["validation"]))}
     n_tokens = {qid: len(tokenizer(qa["question"])["input_ids"]) for qid, qa in questions.items()}
-    # the question length that splits the questions most evenly into abstentions and answers
     first_null = min(
         sorted(set(n_tokens.values()))[1:],
         key=lambda n: abs(2 * sum(v >= n for v in n_tokens.values()) - len(n_tokens)),
     )
-    expected_empty = {qid for qid, n in n_tokens.items() if n >= first_null}  # from the model's design alone
-    impossible = {qid for qid, qa in questions.items() if not qa["answers"]}
-    assert 0 < len(expected_empty) < len(questions) and 0 < len(impossible) < len(questions)
-    assert impossible & expected_empty and impossible - expected_empty, "want right and wrong abstentions"
+    return questions, n_tokens, first_null
 
-    model = build_null_biased_bert(tmp_path / "model", first_null)
-    out = tmp_path / "v2"
+
+def v2_run(tokenizer, demo_files_v2: dict[str, Path], tmp: Path) -> Path:
+    """v2 train + eval of the null-biased BERT, at --null_score_diff_threshold THRESHOLD: its output dir."""
+    with BUILDING:
+        model = build_null_biased_bert(tmp / "model", null_design(tokenizer, demo_files_v2)[2])
+    out = tmp / "v2"
     ok(
         run_qa(
             tiny_flags(
@@ -312,6 +328,21 @@ def test_version_2_with_negative_abstains_and_answers(
             )
         )
     )
+    return out
+
+
+def test_version_2_with_negative_abstains_and_answers(
+    tokenizer, demo_files_v2: dict[str, Path], own_runs: dict[str, Future]
+):
+    """v2 train + eval where the null path runs both ways:
+    empty answer <=> null score difference > threshold."""
+    questions, n_tokens, first_null = null_design(tokenizer, demo_files_v2)
+    expected_empty = {qid for qid, n in n_tokens.items() if n >= first_null}  # from the model's design alone
+    impossible = {qid for qid, qa in questions.items() if not qa["answers"]}
+    assert 0 < len(expected_empty) < len(questions) and 0 < len(impossible) < len(questions)
+    assert impossible & expected_empty and impossible - expected_empty, "want right and wrong abstentions"
+
+    out = own_runs["v2"].result()
     preds, odds = read(out / "eval_predictions.json"), read(out / "eval_null_odds.json")
     assert set(preds) == set(odds) == set(questions)
     for qid in questions:  # both directions, every question
@@ -345,20 +376,42 @@ def test_version_2_with_negative_abstains_and_answers(
     assert set(results) - {f"eval_{k}" for k in scored} - {"epoch"} <= EVAL_BOOKKEEPING
 
 
-def test_fp16_checkpoint_trains_with_fp32_weights_as_planned(tiny_bert, demo_files, tmp_path):
+def fp16_run(tiny_bert: Path, demo_files: dict[str, Path], tmp: Path) -> tuple[str, Path, Path]:
+    """Two training steps from tiny_bert saved in fp16: the run's output, the fp16 model's dir, its output
+    dir."""
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    half = tmp_path / "half"
-    AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).half().save_pretrained(half)
-    AutoTokenizer.from_pretrained(str(tiny_bert)).save_pretrained(half)
+    half = tmp / "half"
+    out = tmp / "out"
+    with BUILDING:
+        AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).half().save_pretrained(half)
+        AutoTokenizer.from_pretrained(str(tiny_bert)).save_pretrained(half)
+    args = tiny_flags(half, out, "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "2")
+    return ok(run_qa(args)), half, out
+
+
+def test_fp16_checkpoint_trains_with_fp32_weights_as_planned(own_runs: dict[str, Future]):
+    from transformers import AutoModelForQuestionAnswering
+
+    log, half, out = own_runs["fp16"].result()
     # what "auto" would give
     assert AutoModelForQuestionAnswering.from_pretrained(str(half)).dtype == torch.float16
-    out = tmp_path / "out"
-    log = ok(
-        run_qa(
-            tiny_flags(half, out, "--do_train", "--train_file", str(demo_files["train"]), "--max_steps", "2")
-        )
-    )
     assert re.search(r"^EFFECTIVE rank=0 precision=fp32 tf32=off param_dtype=float32 ", log, re.M)
     assert_effective_is_the_plan(read(out / "run_summary.json"))
     assert load_file(out / "model.safetensors")["qa_outputs.weight"].dtype == torch.float32
+
+
+@pytest.fixture(scope="module")
+def own_runs(
+    plain: Run, tiny_bert: Path, demo_files, demo_files_v2, tokenizer, tmp_path_factory
+) -> dict[str, Future]:
+    """The runs of the module's own that need nothing but the shared plain run (a rerun of it, SQuAD v2, an
+    fp16 checkpoint), all side by side (each is mostly python's start-up): by name, what each returned (or
+    raised) for its test to collect."""
+    starts = {
+        "rerun": partial(rerun_into_a_copy, plain, tiny_bert, demo_files),
+        "v2": partial(v2_run, tokenizer, demo_files_v2),
+        "fp16": partial(fp16_run, tiny_bert, demo_files),
+    }
+    with ThreadPoolExecutor(max_workers=len(starts)) as pool:  # leaving it waits for every run
+        return {name: pool.submit(start, tmp_path_factory.mktemp(name)) for name, start in starts.items()}

@@ -1,7 +1,7 @@
 """The job scripts under a real Slurm (slurmctld + 2 slurmd as two nodes + munge; .ci/run starts it, else
 these tests start one if they can and skip, saying why): tiny offline-demo jobs preempted for real by SIGUSR1,
 requeued and resumed from their checkpoint; failing jobs and dying DDP nodes end the job with a non-zero
-status.
+status. The one-node jobs run side by side.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -145,12 +146,14 @@ def run_preempted_job(
             if "restart_count=1" in log.read_text(errors="replace"):
                 return True  # already running again
             # only once the first run has fully left the nodes: a job released while its old
-            # credential is still being revoked is killed as "non-startable"
-            nodes_idle = all(t == "idle" for t in _sh("sinfo", "-h", "-N", "-o", "%t").stdout.split())
+            # credential is still being revoked is killed as "non-startable". Other jobs may run beside
+            # it (idle, mix, alloc), but no node may still be completing one (comp)
+            states = _sh("sinfo", "-h", "-N", "-o", "%t").stdout.split()
+            nodes_settled = all(t in ("idle", "mix", "alloc") for t in states)
             if (
                 job_field(job_id, "Restarts") == "1"
                 and job_field(job_id, "JobState") == "PENDING"
-                and nodes_idle
+                and nodes_settled
             ):
                 time.sleep(3)
                 subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=20)
@@ -198,12 +201,48 @@ def assert_resumed_and_scored(rc: int, log: str, out: Path, first_exit: str) -> 
     assert (out / "OFFLINE_DEMO.txt").is_file()
 
 
-def test_ft3_job_is_preempted_requeues_resumes_and_scores(slurm, tiny_bert: Path, tmp_path: Path):
-    # --gres=none: the CI nodes' GPUs are fake, and a GPU job whose torch sees none stops (test below)
-    rc, log = run_preempted_job(
-        "job_ft3.sh", tmp_path, job_env(tiny_bert, tmp_path), "--gres=none", name="ft3test"
+FAILING = [
+    ("--gres=none", ("--no_such_flag", "1"), "--no_such_flag"),
+    # --gres=gpu:1 (fake GPUs here): Slurm sets CUDA_VISIBLE_DEVICES, torch sees none
+    ("--gres=gpu:1", (), "asked for a GPU (CUDA_VISIBLE_DEVICES="),
+]
+
+
+def failing_job(tiny_bert: Path, tmp: Path, gres: str, args: tuple[str, ...]) -> tuple[int, str]:
+    """job_ft3.sh under sbatch --wait: sbatch's status and the job's log (sbatch's own output if none)."""
+    proc = run(
+        sbatch_cmd("job_ft3.sh", tmp, gres, name="failtest") + list(args),
+        env=job_env(tiny_bert, tmp),
+        timeout=JOB_TIMEOUT,
     )
-    assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="75")  # run_qa.py's own status
+    log = next(tmp.glob("failtest-*.out"), None)
+    return proc.returncode, log.read_text(errors="replace") if log else proc.stdout + proc.stderr
+
+
+def preempted_ft3_job(tiny_bert: Path, tmp: Path) -> tuple[int, str, Path]:
+    """job_ft3.sh by run_preempted_job: its status, its log and the run's output dir."""
+    # --gres=none: the CI nodes' GPUs are fake, and a GPU job whose torch sees none stops (test below)
+    rc, log = run_preempted_job("job_ft3.sh", tmp, job_env(tiny_bert, tmp), "--gres=none", name="ft3test")
+    return rc, log, tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def one_node_jobs(slurm, tiny_bert: Path, tmp_path_factory) -> dict[str, Future]:
+    """The one-node jobs, 1 CPU each, side by side (the cluster has 2 x 2): job_ft3.sh preempted ("ft3": its
+    status, log and output dir) and FAILING's jobs (by gres; the GPU one only where the cluster has gres/gpu,
+    its test says so otherwise). Each test collects its own outcome. The 2-node DDP jobs run alone, as their
+    ranks' shutdown is timing-sensitive (both emulated nodes share this machine's cores)."""
+    jobs = {"ft3": (preempted_ft3_job, tiny_bert, tmp_path_factory.mktemp("ft3test"))}
+    for gres, args, _ in FAILING:
+        if gres == "--gres=none" or slurm["gpu_gres"]:
+            jobs[gres] = (failing_job, tiny_bert, tmp_path_factory.mktemp("failtest"), gres, args)
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:  # leaving it waits for every job
+        return {name: pool.submit(*job) for name, job in jobs.items()}
+
+
+def test_ft3_job_is_preempted_requeues_resumes_and_scores(one_node_jobs: dict[str, Future]):
+    rc, log, out = one_node_jobs["ft3"].result()
+    assert_resumed_and_scored(rc, log, out, first_exit="75")  # run_qa.py's own status
     assert "DISTRIBUTED world_size=1" in log
 
 
@@ -235,26 +274,14 @@ def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_score
         assert f"[rank{rank}] INFO run_qa: DISTRIBUTED world_size=2 rank={rank}" in log
 
 
-@pytest.mark.parametrize(
-    "gres, args, what",
-    [
-        ("--gres=none", ("--no_such_flag", "1"), "--no_such_flag"),
-        # --gres=gpu:1 (fake GPUs here): Slurm sets CUDA_VISIBLE_DEVICES, torch sees none
-        ("--gres=gpu:1", (), "asked for a GPU (CUDA_VISIBLE_DEVICES="),
-    ],
-)
+@pytest.mark.parametrize("gres, args, what", FAILING)
 def test_failing_job_stops_at_once_and_exits_2(
-    slurm, tiny_bert: Path, tmp_path: Path, gres: str, args: tuple[str, ...], what: str
+    slurm, one_node_jobs: dict[str, Future], gres: str, args: tuple[str, ...], what: str
 ):
     if gres != "--gres=none" and not slurm["gpu_gres"]:
         pytest.fail("the CI cluster has no gres/gpu: start it with SLURM_CI_GPUS=1 (.ci/run does)")
-    proc = run(
-        sbatch_cmd("job_ft3.sh", tmp_path, gres, name="failtest") + list(args),
-        env=job_env(tiny_bert, tmp_path),
-        timeout=JOB_TIMEOUT,
-    )
-    log = next(tmp_path.glob("failtest-*.out")).read_text(errors="replace")
-    assert proc.returncode == 2, log[-3000:]
+    code, log = one_node_jobs[gres].result()
+    assert code == 2, log[-3000:]
     assert what in log and "JOB_EXIT_CODE=2" in log and "REQUEUE" not in log and "'loss'" not in log
     assert not re.search(r"^WALL_CLOCK_SECONDS=", log, re.M)
 
