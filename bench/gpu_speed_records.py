@@ -4,6 +4,7 @@ record, MiniLM's accuracy beside the eager reference, and the markdown table of 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -123,6 +124,15 @@ class Record:
     @property
     def ran(self) -> bool:
         return self.speed is not None
+
+
+def load_record(path: Path) -> Record:
+    """A variant's record as bench/gpu_speed.py saved it (its JSON, the sitting's name beside the fields)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.pop("sitting", None)
+    data.pop("call", None)  # a joined record's call (bench/gpu_speed.py join)
+    speed = data.pop("speed")
+    return Record(**data, speed=Speed(**speed) if speed else None)
 
 
 def log_line(log: str, key: str) -> str | None:

@@ -233,7 +233,10 @@ def decide_workers(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[
     if not flags["speed_defaults"]:
         return 0, "--speed_defaults false"
     workers = max(0, min(MAX_AUTO_WORKERS, _cpu_share(facts) - 1))
-    return workers, f"auto: GPU: collation beside the step, up to {MAX_AUTO_WORKERS} per process"
+    # measured on one H200 (docs/PERFORMANCE.md, "On a GPU: the measurement"): 0 workers took the 2-epoch
+    # projection to 0.76x of 4 workers' (collation then runs on the main thread, between the steps)
+    reason = f"collation beside the step, up to {MAX_AUTO_WORKERS} per process; 0 measured 0.76x on one H200"
+    return workers, f"auto: GPU: {reason}"
 
 
 def decide_threads(flags: FlagValues, facts: DeviceFacts, workers: int) -> tuple[int, str]:

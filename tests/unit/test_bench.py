@@ -8,8 +8,10 @@ from pathlib import Path
 
 from fixtures.outputs import temp_files
 
-from bench import compare_predictions, flatten_squad, plot_learning_curve
+from bench import compare_predictions, flatten_squad, gpu_speed, plot_learning_curve
 from qa_hpc.squad_io import load_qa_records
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_flat_copy_holds_the_same_first_records(demo_files: dict, tmp_path: Path):
@@ -48,3 +50,34 @@ def test_learning_curve_png(tmp_path: Path):
     state.write_text(json.dumps({"log_history": history + [{"step": 30, "train_runtime": 5.0}]}))
     assert plot_learning_curve.main([str(state), str(tmp_path / "curve.png")]) == 0
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_gpu_speed_join_makes_one_table_of_a_sitting_split_over_calls(tmp_path: Path):
+    """bench/gpu_speed.py join on the H200 records in bench/results: the first call's folder with two
+    variants not run (as its budget left them), the second call's with those two; the joined table has every
+    row the recorded one has, each record its call, and a later record that did not run never replaces one
+    that did."""
+    measured = REPO / "bench" / "results" / "2026-11-27_h200_gpu_speed"
+    first, second, out = tmp_path / "call1", tmp_path / "call2", tmp_path / "joined"
+    first.mkdir()
+    second.mkdir()
+    names = [variant.name for variant in gpu_speed.VARIANTS] + ["minilm_full"]
+    for name in names:
+        record = json.loads((measured / f"{name}.json").read_text())
+        record.pop("call")
+        if name in ("workers0", "compile"):
+            (second / f"{name}.json").write_text(json.dumps(record))
+            record = {**record, "status": "not_run", "reason": "budget", "speed": None}
+        (first / f"{name}.json").write_text(json.dumps(record))
+    skipped_later = {**json.loads((first / "buckets.json").read_text()), "status": "not_run", "speed": None}
+    (second / "buckets.json").write_text(json.dumps(skipped_later))
+
+    assert gpu_speed.main(["join", "--out", str(out), str(first), str(second)]) == 0
+
+    def rows(table: Path) -> list[str]:
+        return [line for line in table.read_text().splitlines() if line.startswith(("| ", "- GPU_SPEED"))]
+
+    assert rows(out / "table.md") == rows(measured / "table.md")
+    calls = {name: json.loads((out / f"{name}.json").read_text())["call"] for name in names}
+    assert calls == {name: 2 if name in ("workers0", "compile") else 1 for name in names}
+    assert "call 2: workers0, compile)" in (out / "table.md").read_text()
