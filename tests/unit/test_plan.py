@@ -267,7 +267,8 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
                 "precision=bf16 (auto: GPU sm_90 has bf16)",
                 "tf32=on",
                 "threads=4 (32 CPUs / 4 process(es) on this node - 4 dataloader workers)",
-                "dataloader_workers=4 (auto: GPU: collation beside the step, up to 4 per process; 0 measured 0.76x on one H200)",
+                "dataloader_workers=4 (auto: GPU: collation beside the step, up to 4 per process; "
+                "0 measured 0.76x on one H200)",
                 "world_size=4",
                 "launcher=torchrun",
                 "stop_vote_every=10",
