@@ -9,11 +9,14 @@ import re
 import statistics
 import subprocess
 import tarfile
+from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 from conftest import shared_squad_file, skip_or_fail
 from fixtures import procs
+from fixtures.ahead import started_ahead
 from fixtures.machines import AVX2_AMD, AVX512_BF16_AMD
 from fixtures.procs import PYTHON, REPO, offline_env, ok, run
 from fixtures.runs import plain_flags, read
@@ -307,17 +310,17 @@ def test_gpu_smoke_steady_state_leaves_the_slow_first_step_out(
     assert record["learned"] is True and record["mfu"] is None and record["torch"]
 
 
-def test_gpu_speed_dry_run_records_each_variant_and_the_table(tiny_bert: Path, tmp_path: Path):
-    """bench/gpu_speed.sh --dry_run_cpu end to end on three variants (today's default, HF's script at its best
-    flags, MiniLM's recipe on the tiny BERT): one JSON record each, figures from the same probe, the table
-    with its ratios, the copies made for the GPU node's output folder; without a GPU the real sitting
-    refuses."""
+GPU_SPEED = REPO / "bench" / "gpu_speed.sh"
+
+
+def gpu_speed_dry_run(tiny_bert: Path, tmp: Path) -> tuple[subprocess.CompletedProcess, Path, Path, dict]:
+    """bench/gpu_speed.sh --dry_run_cpu on three variants: (its process, its work and --copy_to folders, its
+    environment)."""
     squad = shared_squad_file("dev-v1.1.json").parent
     hf_dir = REPO.parent / "shared" / "peers" / "hf_run_qa"
     if not (hf_dir / "run_qa.py").is_file():
         skip_or_fail(f"HF's run_qa.py not found in {hf_dir} (expected ../shared/peers/hf_run_qa)")
-    script = REPO / "bench" / "gpu_speed.sh"
-    work, out = tmp_path / "work", tmp_path / "out"
+    work, out = tmp / "work", tmp / "out"
     env = offline_env(
         VARIANTS="ours_today,hf_best,minilm_full",
         GPU_SPEED_BUDGET_S="900",  # the budget's skipping is not under test: every variant runs
@@ -326,7 +329,27 @@ def test_gpu_speed_dry_run_records_each_variant_and_the_table(tiny_bert: Path, t
         HF_DIR=str(hf_dir),
         PY=PYTHON,
     )
-    log = ok(run(["bash", script, "--dry_run_cpu", "--copy_to", out, work], timeout=600, env=env))
+    proc = run(["bash", GPU_SPEED, "--dry_run_cpu", "--copy_to", out, work], timeout=600, env=env)
+    return proc, work, out, env
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dry_run(request, tiny_bert: Path, tmp_path_factory) -> Iterator[Future | None]:
+    """gpu_speed_dry_run, started with the module: its variants run one after another, each a process that
+    mostly starts up on one thread, while the module's other tests run beside them."""
+    test = "test_gpu_speed_dry_run_records_each_variant_and_the_table"
+    tmp = tmp_path_factory.mktemp("gpu_speed")
+    with started_ahead(request, [test], gpu_speed_dry_run, tiny_bert, tmp) as job:
+        yield job
+
+
+def test_gpu_speed_dry_run_records_each_variant_and_the_table(dry_run: Future):
+    """bench/gpu_speed.sh --dry_run_cpu end to end on three variants (today's default, HF's script at its best
+    flags, MiniLM's recipe on the tiny BERT): one JSON record each, figures from the same probe, the table
+    with its ratios, the copies made for the GPU node's output folder; without a GPU the real sitting
+    refuses."""
+    proc, work, out, env = dry_run.result()
+    log = ok(proc)
     assert re.search(r"^GPU_SPEED_DONE .* ran=3 not_run=0 failed=none ", log, re.M), log[-3000:]
     (results,) = (work / "results").iterdir()
     records = {name: read(results / f"{name}.json") for name in ("ours_today", "hf_best", "minilm_full")}
@@ -367,7 +390,7 @@ def test_gpu_speed_dry_run_records_each_variant_and_the_table(tiny_bert: Path, t
     assert (out / "gpu_speed_table.md").read_text(encoding="utf-8") == table
     with tarfile.open(out / "gpu_speed_results.tgz") as bundle:
         assert {Path(name).name for name in bundle.getnames()} >= {"ours_today.json", "table.md"}
-    refused = run(["bash", script], timeout=120, env={**env, "CUDA_VISIBLE_DEVICES": ""})
+    refused = run(["bash", GPU_SPEED], timeout=120, env={**env, "CUDA_VISIBLE_DEVICES": ""})
     assert refused.returncode == 2 and refused.stdout == "", refused.stdout + refused.stderr
     assert refused.stderr.strip().splitlines() == [
         "GPU_SPEED=not_run: no GPU here (torch sees none); run it on a GPU node, or --dry_run_cpu here"
