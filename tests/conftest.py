@@ -60,22 +60,9 @@ def shared_squad_file(name: str) -> Path:
 
 def build_tiny_bert(out_dir: Path, seed: int = 0) -> Path:
     """Save a 2-layer, 64-wide random BERT for QA with MiniLM's tokenizer to out_dir."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
+    from bench.random_bert_base import tiny_bert
 
-    torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir()))
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=512,
-    )
-    BertForQuestionAnswering(config).save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir
+    return tiny_bert(out_dir, minilm_dir(), seed)
 
 
 @pytest.fixture(scope="session")
