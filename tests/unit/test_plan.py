@@ -10,6 +10,7 @@ import types
 import datasets
 import pytest
 import torch
+from fixtures.procs import tiny_flags
 from transformers import AutoModelForQuestionAnswering, Trainer
 
 from qa_hpc.device import CpuFacts, DeviceFacts, read_device_facts
@@ -541,19 +542,9 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
     import run_qa
     from qa_hpc.preemption import StopRequest
 
-    argv = [
-        "--model_name_or_path",
-        str(tiny_bert),
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--max_seq_length",
-        "128",
-        "--doc_stride",
-        "32",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "true",
+    argv = tiny_flags(
+        tiny_bert,
+        tmp_path / "out",
         "--do_train",
         "--train_file",
         str(demo_files["train"]),
@@ -561,9 +552,7 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
         "1",
         "--num_threads",
         "1",
-        "--precision",
-        "fp32",
-    ]
+    )
     device_facts = read_device_facts()
     plan, flags = decide_and_build(read_flags(argv), device_facts)
     threads = torch.get_num_threads()
