@@ -11,9 +11,14 @@ import os
 import re
 import resource
 import signal
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+from fixtures.ahead import started_ahead
 from fixtures.outputs import temp_files
 from fixtures.procs import (
     PYTHON,
@@ -212,24 +217,29 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 MARGIN = 512 << 20
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmPeak is read from /proc (Linux)")
-def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tiny_bert: Path, tmp_path: Path):
-    """160 features at --max_seq_length 512 in one batch: eager attention keeps 160 x 2 heads x 512 x 512 fp32
-    scores (320 MiB) x 3 tensors x 2 layers for backward, ~1.9 GiB, nearly 4x the margin;
-    a batch of 2 needs 24 MiB."""
+class OutOfMemoryRuns(NamedTuple):
+    small: subprocess.CompletedProcess
+    small_peak: int  # bytes of address space; 0 when the small run did not say
+    big: subprocess.CompletedProcess | None  # None when the small run failed
+    big_out: Path
+
+
+def out_of_memory_runs(tiny_bert: Path, tmp: Path) -> OutOfMemoryRuns:
+    """160 features at --max_seq_length 512: one step at batch 2 (its peak address space measured), then at
+    batch 160 under that peak + MARGIN."""
     from qa_hpc.tools.make_demo_data import generate_squad
 
-    train = tmp_path / "train.json"
+    train = tmp / "train.json"
     train.write_text(json.dumps(generate_squad(80, seed=1)))
     # fewer glibc arenas: less address space reserved per thread, less noise; the checkout on the path, as
     # `python run_qa.py` has it (the wrapper runs the script by path)
     env = offline_env(MALLOC_ARENA_MAX="2", PYTHONPATH=str(REPO))
 
-    def fit(batch: int, out: str, limit: int | None = None):
+    def fit(batch: int, out: str, limit: int | None = None) -> subprocess.CompletedProcess:
         # 512/128 win over tiny_flags' 128/32
         args = tiny_flags(
             tiny_bert,
-            tmp_path / out,
+            tmp / out,
             "--train_file",
             str(train),
             "--do_train",
@@ -247,20 +257,41 @@ def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tin
             "--save_strategy",
             "no",
             "--features_cache_dir",
-            str(tmp_path / "cache"),
+            str(tmp / "cache"),
         )
         return run(
             [PYTHON, "-c", VMPEAK_WRAPPER, RUN_QA, *args],
             timeout=300,
             env=env,
-            cwd=str(tmp_path),
+            cwd=str(tmp),
             preexec_fn=_limit(resource.RLIMIT_AS, limit) if limit else None,
         )
 
-    small = ok(fit(2, "small"))
-    assert "TOKENS split=train features=160 " in small
-    peak = int(re.search(r"^VMPEAK_KB=(\d+)$", small, re.M).group(1)) * 1024
-    big = fit(160, "big", peak + MARGIN)
+    small = fit(2, "small")
+    said = re.search(r"^VMPEAK_KB=(\d+)$", small.stderr, re.M)
+    if small.returncode or not said:
+        return OutOfMemoryRuns(small, 0, None, tmp / "big")
+    peak = int(said.group(1)) * 1024
+    return OutOfMemoryRuns(small, peak, fit(160, "big", peak + MARGIN), tmp / "big")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def out_of_memory(request, tiny_bert: Path, tmp_path_factory) -> Iterator[Future | None]:
+    """out_of_memory_runs, started with the module: its two processes (one after the other) run beside the
+    module's other tests, which run one process at a time (a process's peak address space is its own)."""
+    tests = ["test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch"]
+    tmp = tmp_path_factory.mktemp("oom")
+    with started_ahead(request, tests, out_of_memory_runs, tiny_bert, tmp) as job:
+        yield job
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmPeak is read from /proc (Linux)")
+def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(out_of_memory: Future):
+    """160 features at --max_seq_length 512 in one batch: eager attention keeps 160 x 2 heads x 512 x 512 fp32
+    scores (320 MiB) x 3 tensors x 2 layers for backward, ~1.9 GiB, nearly 4x the margin;
+    a batch of 2 needs 24 MiB."""
+    small, peak, big, big_out = out_of_memory.result()
+    assert "TOKENS split=train features=160 " in ok(small) and peak, small.stderr[-3000:]
     assert big.returncode == EXIT_OOM, (
         f"exit {big.returncode}, small-batch peak {peak >> 20} MiB\n{big.stderr[-3000:]}"
     )
@@ -269,5 +300,5 @@ def test_out_of_memory_under_an_address_space_limit_exits_3_naming_the_batch(tin
         "--gradient_accumulation_steps 1 --max_seq_length 512; try --per_device_train_batch_size 80 "
         "--gradient_accumulation_steps 2 (same effective batch of 160 per device)"
     ), big.stderr[-3000:]
-    summary = read(tmp_path / "big" / "run_summary.json")
+    summary = read(big_out / "run_summary.json")
     assert (summary["status"], summary["exit_code"]) == ("failed", EXIT_OOM)

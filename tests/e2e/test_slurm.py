@@ -250,12 +250,16 @@ def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_score
     slurm, tiny_bert: Path, tmp_path: Path
 ):
     """scancel --signal=USR1 reaches every process of the step, the ranks' dataloader workers too: they must
-    neither die nor print (a worker killed by the signal would fail its rank with a traceback)."""
+    neither die nor print (a worker killed by the signal would fail its rank with a traceback). One rank per
+    node, with the node's 2 CPUs (a 1-CPU step seeing 1 CPU: test_steps_see_only_the_cpus_they_were_given)."""
     rc, log = run_preempted_job(
         "job_ddp.sh",
         tmp_path,
         job_env(tiny_bert, tmp_path),
         "--gres=none",
+        # each emulated node whole: both nodes' CPU 0 is this machine's CPU 0, where Slurm binds a 1-CPU step,
+        # so with 1 CPU per node both nodes' ranks would share one core (and the job take ~1.8x as long)
+        "--cpus-per-task=2",
         name="ddptest",
         args=("--dataloader_num_workers", "2"),
     )
