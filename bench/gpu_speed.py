@@ -112,6 +112,7 @@ class Variant:
     flags: tuple[str, ...] = ()
     lever: str | None = None  # the lever it measures alone (MiniLM's recipe gets it when it pays)
     today_pinned: bool = True  # ours: today's default behaviour pinned (TODAY) where its flags exist
+    caches_of: str | None = None  # compiles in that variant's inductor/Triton caches (default: its own)
 
     @property
     def kind(self) -> str:
@@ -137,6 +138,9 @@ VARIANTS = (  # in the order they run: what the targets need first, so that a sh
     Variant("workers0", "ours", WORKERS_0, lever="workers"),
     Variant("compile_graphs", "ours", GRAPHS, lever="compile"),
     Variant("compile", "ours", ("--torch_compile",), lever="compile"),
+    # compile again, in the caches compile just filled: what a later job gets from a TORCHINDUCTOR_CACHE_DIR
+    # that persists between jobs. No lever: a first job compiles cold, so only compile's cold figure chooses
+    Variant("compile_warm", "ours", ("--torch_compile",), caches_of="compile"),
     Variant("ours_default", "ours", today_pinned=False),  # the defaults of the run_qa.py that runs
 )
 
@@ -181,7 +185,8 @@ def method_text(sitting: Sitting) -> str:
         "of the regular steps / their time / the GPU's dense peak at the run's precision; whole-run",
         "samples/s = all steps' samples / train()'s wall time (warm-up, compiles and the data loader's",
         "start included); one-time s = what all timed steps took beyond as many regular steps; compile",
-        "s = dynamo's own account, each variant compiling cold (inductor and Triton caches of its own);",
+        "s = dynamo's own account, each variant compiling cold (inductor and Triton caches of its own) but",
+        "compile_warm, in the caches compile filled just before it (a later job's, caches kept);",
         "2 epochs projected = the timed steps as they ran + the rest of",
         f"{math.ceil(TWO_EPOCHS / sitting.batch):,} steps (2 x 88,524 features of SQuAD v1.1 at 384/128)",
         "at the regular mean step; every ratio is one of those projections over another. Train file:",
@@ -344,9 +349,10 @@ class Measurement:
     def elapsed(self) -> float:
         return time.time() - self.started
 
-    def child_env(self, name: str) -> dict[str, str]:
-        """Offline, one shared datasets cache; each variant compiles cold, in caches of its own."""
-        compile_cache = self.work / "compile_cache" / name
+    def child_env(self, name: str, caches_of: str | None = None) -> dict[str, str]:
+        """Offline, one shared datasets cache; each variant compiles in caches of its own (cold), or in
+        those of variant `caches_of`."""
+        compile_cache = self.work / "compile_cache" / (caches_of or name)
         return {
             **os.environ,
             "HF_HOME": str(self.work / "hf_home"),
@@ -358,9 +364,12 @@ class Measurement:
             "TRITON_CACHE_DIR": str(compile_cache / "triton"),
         }
 
-    def run_child(self, name: str, script: Path, argv: list[str], timeout: float) -> ChildRun:
+    def run_child(
+        self, name: str, script: Path, argv: list[str], timeout: float, caches_of: str | None = None
+    ) -> ChildRun:
         """One variant's process, `python bench/gpu_speed_probe.py PROBE SCRIPT ARGV...`, from SCRIPT's folder
-        (HF's script finds its metric beside it); killed with its data loader workers at `timeout`."""
+        (HF's script finds its metric beside it), compiling in caches_of's caches (default: its own); killed
+        with its data loader workers at `timeout`."""
         probe_path = self.work / "probes" / f"{name}.json"
         probe_path.unlink(missing_ok=True)
         log_path = self.work / "logs" / f"{name}.log"
@@ -370,7 +379,7 @@ class Measurement:
             proc = subprocess.Popen(
                 command,
                 cwd=script.parent,
-                env=self.child_env(name),
+                env=self.child_env(name, caches_of),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -430,6 +439,11 @@ class Measurement:
             reason = f"{', '.join(unknown)}: not a flag of this run_qa.py"
             self.save(Record(variant.name, variant.script, flags, "not_run", reason=reason))
             return
+        warmed = {record.name for record in self.records if record.ran}
+        if variant.caches_of and variant.caches_of not in warmed:
+            reason = f"{variant.caches_of} did not run before it in this sitting: its caches would be cold"
+            self.save(Record(variant.name, variant.script, flags, "not_run", reason=reason))
+            return
         # MiniLM's seconds stay, even after a variant stopped at its limit
         keep = minilm_s + BETWEEN_S if minilm_s else 0.0
         if not self.room_for(variant.name, variant.script, flags, self.estimate_s[variant.kind], keep):
@@ -439,7 +453,8 @@ class Measurement:
         script = self.inputs.hf_dir / "run_qa.py" if variant.script == "hf" else REPO / "run_qa.py"
         argv = [*speed_args(self.sitting, variant, self.inputs, out), *flags]
         print(f"GPU_SPEED_START variant={variant.name} elapsed_s={self.elapsed():.0f}", flush=True)
-        done = self.run_child(variant.name, script, argv, self.budget_s - self.elapsed() - keep)
+        timeout = self.budget_s - self.elapsed() - keep
+        done = self.run_child(variant.name, script, argv, timeout, variant.caches_of)
         if done.status == "ok":
             self.estimate_s[variant.kind] = done.seconds
         self.save(done.record(variant.name, variant.script, flags, self.sitting.warmup_steps))

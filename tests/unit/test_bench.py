@@ -4,6 +4,7 @@ plot. (Their command lines and scripts: tests/e2e/test_bench.py.)"""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from fixtures.outputs import temp_files
@@ -61,7 +62,8 @@ def test_gpu_speed_join_makes_one_table_of_a_sitting_split_over_calls(tmp_path: 
     first, second, out = tmp_path / "call1", tmp_path / "call2", tmp_path / "joined"
     first.mkdir()
     second.mkdir()
-    names = [variant.name for variant in gpu_speed.VARIANTS] + ["minilm_full"]
+    recorded = [v.name for v in gpu_speed.VARIANTS if (measured / f"{v.name}.json").is_file()]
+    names = recorded + ["minilm_full"]
     for name in names:
         record = json.loads((measured / f"{name}.json").read_text())
         record.pop("call")
@@ -81,3 +83,34 @@ def test_gpu_speed_join_makes_one_table_of_a_sitting_split_over_calls(tmp_path: 
     calls = {name: json.loads((out / f"{name}.json").read_text())["call"] for name in names}
     assert calls == {name: 2 if name in ("workers0", "compile") else 1 for name in names}
     assert "call 2: workers0, compile)" in (out / "table.md").read_text()
+
+
+def sitting_here(tmp_path: Path) -> gpu_speed.Measurement:
+    """A dry-run sitting that has run nothing yet, its folders under tmp_path."""
+    sitting = gpu_speed.SITTINGS["dry_run_cpu"]
+    folders = ("model", "minilm", "train", "dev", "hf_train", "hf")
+    inputs = gpu_speed.Inputs(*(tmp_path / name for name in folders))
+    results = tmp_path / "results"
+    results.mkdir()
+    return gpu_speed.Measurement(
+        sitting, inputs, tmp_path / "work", results, None, {"--torch_compile"}, 900, time.time(), {}
+    )
+
+
+def test_compile_warm_compiles_in_the_caches_compile_filled_and_never_cold(tmp_path: Path):
+    """compile_warm's process gets compile's inductor and Triton caches (every other variant its own); in a
+    sitting where compile did not run before it, it is not run, saying why, rather than measured cold."""
+    m = sitting_here(tmp_path)
+    (warm,) = [variant for variant in gpu_speed.VARIANTS if variant.name == "compile_warm"]
+    names = [variant.name for variant in gpu_speed.VARIANTS]
+    assert warm.caches_of == "compile" and names.index("compile") < names.index("compile_warm")
+    assert warm.lever is None  # a first job compiles cold: only compile's own figure chooses the lever
+    env = m.child_env(warm.name, warm.caches_of)
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "work" / "compile_cache" / "compile")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "work" / "compile_cache" / "compile" / "triton")
+    assert m.child_env("buckets")["TORCHINDUCTOR_CACHE_DIR"].endswith("compile_cache/buckets")
+
+    m.run_variant(warm, 0)
+    record = json.loads((m.results / "compile_warm.json").read_text())
+    assert record["status"] == "not_run" and record["speed"] is None
+    assert record["reason"] == "compile did not run before it in this sitting: its caches would be cold"
