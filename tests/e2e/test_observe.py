@@ -1,7 +1,7 @@
-"""Observability of real runs (the shared plain and 2-rank runs of tests/e2e/conftest.py), read back with
-TensorBoard's own reader and from the profiler's and memory report's files: what only a real training shows
-(the logging steps, the Trainer's own numbers, counts that add up across ranks, the profiled ops and spans,
-measured peaks). How each figure is computed is tested without a run in tests/unit/test_observe.py.
+"""Observability of real runs (the shared plain and 2-rank runs of tests/fixtures/shared_runs.py), read back
+with TensorBoard's own reader and from the profiler's and memory report's files: what only a real training
+shows (the logging steps, the Trainer's own numbers, counts that add up across ranks, the profiled ops and
+spans, measured peaks). How each figure is computed is tested without a run in tests/unit/test_observe.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """run_qa.py end to end as users run it (real processes, tiny random BERT, generated data): mostly what the
-shared plain run (tests/e2e/conftest.py) wrote, printed and recorded; runs of their own where a case needs its
-own command (eval-only from a JSON config; a rerun, SQuAD v2 and an fp16 checkpoint, these side by side).
+shared plain run (tests/fixtures/shared_runs.py) wrote, printed and recorded; runs of their own where a case
+needs its own command (eval-only from a JSON config; a rerun, SQuAD v2 and an fp16 checkpoint, these side by
+side).
 """
 
 from __future__ import annotations

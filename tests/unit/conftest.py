@@ -1,6 +1,8 @@
 """Unit tests start no process and train nothing: one that does fails, naming what it started.
 
-Real runs belong in tests/e2e (marked e2e there); this guard keeps the split true.
+Real runs belong in tests/e2e (marked e2e there); this guard keeps the split true. Processes started off the
+main thread are not a unit test's: they are the shared runs (tests/fixtures/shared_runs.py), which start
+with the session and run beside the unit tests.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
@@ -29,13 +32,16 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 def _guarded() -> Iterator[None]:
+    start_process = subprocess.Popen._execute_child
+
+    def refuse_on_the_tests_thread(popen: subprocess.Popen, args, *rest, **kwargs) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return start_process(popen, args, *rest, **kwargs)  # a shared run's thread
+        _refuse(f"starts a process ({args!r:.200})")
+
     with pytest.MonkeyPatch.context() as patch:
         # private, the one way in for every process subprocess starts (listed in qa_hpc/private_api.py)
-        patch.setattr(
-            subprocess.Popen,
-            "_execute_child",
-            lambda popen, args, *a, **k: _refuse(f"starts a process ({args!r:.200})"),
-        )
+        patch.setattr(subprocess.Popen, "_execute_child", refuse_on_the_tests_thread)
         patch.setattr(os, "fork", lambda: _refuse("forks"))
         patch.setattr(os, "system", lambda cmd: _refuse(f"starts a shell ({cmd!r:.200})"))
         if (trainer := sys.modules.get("transformers.trainer")) is not None:

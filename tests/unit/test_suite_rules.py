@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import REPO, needed_module, shared_squad_file, skip_or_fail
@@ -38,9 +39,12 @@ def test_a_missing_resource_fails_under_ci_and_skips_elsewhere_saying_why(
 
 
 def test_a_unit_test_that_starts_a_process_or_trains_fails() -> None:
-    """tests/unit/conftest.py turns a process start or a training run into a failure naming it."""
+    """tests/unit/conftest.py turns a process start or a training run into a failure naming it; a process
+    started off the test's thread is a shared run's (tests/fixtures/shared_runs.py) and starts."""
     with pytest.raises(pytest.fail.Exception, match=r"a unit test starts a process \(\['true'\]\)"):
         subprocess.run(["true"])
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(subprocess.run, ["true"]).result().returncode == 0
     with pytest.raises(pytest.fail.Exception, match=r"a unit test trains a model"):
         Trainer.train(None)
 
