@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from accelerate.utils import is_compiled_module
 
-from qa_hpc.plan import RunPlan
+from qa_hpc.plan import CompileDecision, RunPlan
 
 logger = logging.getLogger(__name__)
 
@@ -39,17 +39,11 @@ def fall_back_if_broken(plan: RunPlan) -> RunPlan:
     except Exception as err:  # noqa: BLE001 - any failure to compile: run eagerly, and say why in one line
         reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
         print(f"COMPILE fallback=eager reason={reason}", flush=True)
-        return dataclasses.replace(
-            plan,
-            torch_compile=False,
-            compile_backend=None,
-            compile_mode=None,
-            compile_dynamic=None,
-            recompile_limit=None,
+        eager = CompileDecision(
             compile_reason=f"fallback=eager: --torch_compile_backend {plan.compile_backend} failed here",
-            cuda_graphs=False,
             cuda_graphs_reason="fallback=eager",
         )
+        return dataclasses.replace(plan, **eager._asdict())
     return plan
 
 

@@ -298,7 +298,7 @@ def decide_attn_backend(
     everything but cuDNN while batch shapes vary; elsewhere torch's own choice."""
     implementation = flags["attn_implementation"]
     asked = flags["attn_backend"]
-    if implementation not in (None, "sdpa"):
+    if names_other_attention(implementation):
         return attention.NOT_SDPA, f"--attn_implementation {implementation}: no SDPA"
     if asked == attention.ALL:
         return attention.ALL, "--attn_backend all: torch's own choice"
@@ -328,16 +328,16 @@ def decide_attn_backend(
 
 
 class CompileDecision(NamedTuple):
-    """The RunPlan fields of torch.compile and CUDA graphs."""
+    """The RunPlan fields of torch.compile and CUDA graphs; by default, compile off."""
 
-    torch_compile: bool
-    compile_backend: str | None
-    compile_mode: str | None
-    compile_dynamic: bool | None
-    recompile_limit: int | None
-    compile_reason: str
-    cuda_graphs: bool
-    cuda_graphs_reason: str
+    torch_compile: bool = False
+    compile_backend: str | None = None
+    compile_mode: str | None = None
+    compile_dynamic: bool | None = None
+    recompile_limit: int | None = None
+    compile_reason: str = "no --torch_compile"
+    cuda_graphs: bool = False
+    cuda_graphs_reason: str = "no --torch_compile"
 
 
 def decide_compile(
@@ -348,16 +348,7 @@ def decide_compile(
     pay: on a GPU, with inductor, over fixed shapes, in one process. `fixed_shapes`: per pass over a split;
     None when they vary."""
     if not (flags["torch_compile"] or flags["torch_compile_backend"] or flags["torch_compile_mode"]):
-        return CompileDecision(
-            torch_compile=False,
-            compile_backend=None,
-            compile_mode=None,
-            compile_dynamic=None,
-            recompile_limit=None,
-            compile_reason="no --torch_compile",
-            cuda_graphs=False,
-            cuda_graphs_reason="no --torch_compile",
-        )
+        return CompileDecision()
     backend = flags["torch_compile_backend"] or "inductor"
     known = [name.value.lower() for name in DynamoBackend if name is not DynamoBackend.NO]
     if backend not in known:
@@ -398,7 +389,7 @@ def _cuda_graphs(
     if device == "cpu":
         return False, "CPU: CUDA graphs need a GPU"
     if mode is not None:
-        return mode in CUDA_GRAPH_MODES and backend == "inductor", f"--torch_compile_mode {mode}"
+        return records_cuda_graphs(backend, mode, device), f"--torch_compile_mode {mode}"
     if backend != "inductor":
         return False, f"auto: --torch_compile_backend {backend}: CUDA graphs come with inductor"
     if world_size > 1:
@@ -408,13 +399,23 @@ def _cuda_graphs(
     return True, "auto: GPU, fixed batch shapes, one process: a step replays graphs, not kernel by kernel"
 
 
+def records_cuda_graphs(backend: str | None, mode: str | None, device: str) -> bool:
+    """Whether torch.compile with this backend and mode records CUDA graphs on this device (cuda | cpu)."""
+    return device == "cuda" and backend == "inductor" and mode in CUDA_GRAPH_MODES
+
+
+def names_other_attention(attn_implementation: str | None) -> bool:
+    """--attn_implementation names an attention that does not call SDPA (eager, flash_attention_2)."""
+    return attn_implementation not in (None, "sdpa")
+
+
 def decide_dropout(
     asked: str, device: str, cpu: CpuFacts, compiled: bool, attn_implementation: str | None
 ) -> tuple[str, str]:
     """As asked, else bulk masks where torch's CPU bernoulli_ is serial (its parallel path is for Intel CPUs
     only), unless compiled (a compiled graph draws its own masks, and the bulk draw would break it) or
     attention was asked for by name (bulk masks draw attention's dropout inside their own SDPA call)."""
-    own_attention = attn_implementation not in (None, "sdpa")
+    own_attention = names_other_attention(attn_implementation)
     if asked == "bulk" and own_attention:
         raise PlanError(
             f"--dropout_mask bulk draws attention's dropout inside SDPA, which contradicts "
@@ -552,7 +553,7 @@ class Effective:
             compile_mode=mode,
             compile_dynamic=dynamo.dynamic if compiled else None,
             recompile_limit=torch.compiler.config.recompile_limit if compiled else None,
-            cuda_graphs=backend == "inductor" and mode in CUDA_GRAPH_MODES and args.device.type == "cuda",
+            cuda_graphs=records_cuda_graphs(backend, mode, args.device.type),
         )
 
     def log_line(self, rank: int) -> str:
