@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -165,8 +164,7 @@ def test_job_cpu_runs_the_demo_on_the_cpu_with_both_levers_on(tiny_bert: Path, t
         log = run_demo_job("job_cpu.sh", env, tmp_path, "bert_squad_cpu")
         assert bf16_job.proc.wait(timeout=300) == 2, bf16_job.text()[-3000:]
     finally:
-        if bf16_job.proc.poll() is None:
-            os.killpg(bf16_job.proc.pid, signal.SIGKILL)
+        bf16_job.kill_all()
     cpus = len(os.sched_getaffinity(0))
     kind = AVX2_AMD
     assert re.search(r"CPU_LEVERS allocator=\S+ .*affinity=OMP_PROC_BIND=close", log)

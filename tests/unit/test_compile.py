@@ -9,6 +9,7 @@ import importlib.util
 
 import pytest
 import torch
+from fixtures.procs import tiny_flags
 
 from qa_hpc import attention
 from qa_hpc.batching import BucketCollator
@@ -31,24 +32,8 @@ def process_settings(monkeypatch):
 
 
 def _argv(tiny_bert, demo_files, tmp_path, *extra: str) -> list[str]:
-    return [
-        "--model_name_or_path",
-        str(tiny_bert),
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--max_seq_length",
-        "128",
-        "--doc_stride",
-        "32",
-        "--report_to",
-        "none",
-        "--do_train",
-        "--train_file",
-        str(demo_files["train"]),
-        "--num_threads",
-        "1",
-        *extra,
-    ]
+    train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1")
+    return tiny_flags(tiny_bert, tmp_path / "out", *train, *extra)
 
 
 def test_buckets_kernels_and_compile_reach_the_trainer_and_read_back(
@@ -73,12 +58,12 @@ def test_buckets_kernels_and_compile_reach_the_trainer_and_read_back(
     effective = run.effective
     assert isinstance(run.trainer.data_collator, BucketCollator)
     assert (effective.pad_to_buckets, effective.attn_backend) == ((64, 128), "flash,math")
-    # 2 widths: 3 shapes a pass; training's, evaluation's, prediction's short batch, one spare
     assert (effective.torch_compile, effective.compile_backend, effective.compile_mode) == (
         True,
         "eager",
         "default",
     )
+    # 2 widths: 3 shapes a pass; training's, evaluation's, prediction's short batch, one spare
     assert (effective.compile_dynamic, effective.recompile_limit, effective.cuda_graphs) == (False, 8, False)
     torch.backends.cuda.enable_cudnn_sdp(True)  # a kernel the plan left off, turned on behind its back
     with pytest.raises(RuntimeError, match="attn_backend: planned flash,math, effective flash,cudnn,math"):
