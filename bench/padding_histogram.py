@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from collections import Counter
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
-from qa_hpc.batching import WIDTH_MULTIPLE, parse_buckets, smallest_bucket
+from qa_hpc.batching import parse_buckets, round_up, smallest_bucket
 from qa_hpc.features import FeatureConfig, prepare_train_features, prepare_validation_features, real_lengths
 from qa_hpc.flags import ModelArguments
 from qa_hpc.model import load_tokenizer
@@ -84,7 +83,7 @@ def padding(split: str, lengths: np.ndarray, batch_size: int, widths: tuple[int,
     full: Counter[tuple[int, int]] = Counter()
     for batch in batches_of(lengths, split, batch_size, seed):
         longest = int(batch.max())
-        pad_to_8[len(batch), math.ceil(longest / WIDTH_MULTIPLE) * WIDTH_MULTIPLE] += 1
+        pad_to_8[len(batch), round_up(longest)] += 1
         buckets[len(batch), smallest_bucket(widths, longest)] += 1
         full[len(batch), widths[-1]] += 1
     return Padding(

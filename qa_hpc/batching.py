@@ -35,11 +35,12 @@ def default_buckets(max_seq_length: int) -> tuple[int, ...]:
     max_seq_length, each rounded up to a multiple of 8 (384: 128,192,256,320,384; 128: 48,64,88,112,128)."""
     lowest = max_seq_length / 3
     step = (max_seq_length - lowest) / (DEFAULT_BUCKETS - 1)
-    widths = {_round_up(lowest + i * step) for i in range(DEFAULT_BUCKETS - 1)}
+    widths = {round_up(lowest + i * step) for i in range(DEFAULT_BUCKETS - 1)}
     return tuple(sorted(widths | {max_seq_length}))
 
 
-def _round_up(width: float) -> int:
+def round_up(width: float) -> int:
+    """The width a batch whose longest row is `width` is padded to: the next multiple of WIDTH_MULTIPLE."""
     return math.ceil(round(width, 6) / WIDTH_MULTIPLE) * WIDTH_MULTIPLE
 
 
@@ -89,7 +90,7 @@ class BucketCollator:
         longest = max(len(feature["input_ids"]) for feature in features)
         batch = self._by_width[smallest_bucket(self.widths, longest)](features)
         if "start_positions" in batch:  # training: the loss keeps to dynamic padding's width (span_loss)
-            batch[LOSS_WIDTH] = _round_up(longest)
+            batch[LOSS_WIDTH] = round_up(longest)
         return batch
 
 
