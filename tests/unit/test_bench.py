@@ -7,9 +7,10 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from fixtures.outputs import temp_files
 
-from bench import compare_predictions, flatten_squad, gpu_speed, plot_learning_curve
+from bench import compare_predictions, flatten_squad, gpu_speed, plot_learning_curve, suite_profile
 from qa_hpc.squad_io import load_qa_records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,3 +115,17 @@ def test_compile_warm_compiles_in_the_caches_compile_filled_and_never_cold(tmp_p
     record = json.loads((m.results / "compile_warm.json").read_text())
     assert record["status"] == "not_run" and record["speed"] is None
     assert record["reason"] == "compile did not run before it in this sitting: its caches would be cold"
+
+
+def test_suite_profile_sums_each_files_tests_and_the_cores_busy_meanwhile():
+    """Two tests of one file and one of another; a sample counts for the test it was taken in."""
+    assert suite_profile.busy_cores((100, 40), (200, 90), cores=2) == 1.0  # half the jiffies idle
+    spans = [
+        suite_profile.Span("tests/e2e/test_a.py::one", 0.0, 4.0),
+        suite_profile.Span("tests/e2e/test_a.py::two", 4.0, 6.0),
+        suite_profile.Span("tests/unit/test_b.py::three", 6.0, 7.0),
+    ]
+    samples = [(1.0, 2.0), (3.0, 1.0), (5.0, 0.5), (6.5, 1.0)]
+    rows = suite_profile.per_file(spans, samples)
+    file_a = ("tests/e2e/test_a.py", 6.0, pytest.approx((4 * 1.5 + 2 * 0.5) / 6))
+    assert rows == [file_a, ("tests/unit/test_b.py", 1.0, 1.0)]
