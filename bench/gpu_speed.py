@@ -143,6 +143,13 @@ VARIANTS = (  # in the order they run: what the targets need first, so that a sh
     Variant("compile_warm", "ours", ("--torch_compile",), caches_of="compile"),
     Variant("ours_default", "ours", today_pinned=False),  # the defaults of the run_qa.py that runs
 )
+MINILM = "minilm_full"  # MiniLM's full recipe with the levers that paid, after the variants
+NAMES = (*(variant.name for variant in VARIANTS), MINILM)  # every record a sitting can write
+
+
+def minilm_kind(flags: list[str] | tuple[str, ...]) -> str:
+    """Which estimate of seconds MiniLM's recipe with these flags takes."""
+    return "minilm_compiled" if "--torch_compile" in flags else "minilm"
 
 
 def flag_names(flags: tuple[str, ...] | list[str]) -> list[str]:
@@ -400,7 +407,7 @@ class Measurement:
 
     def save(self, record: Record) -> None:
         """The record's JSON, the table again, and both copied out: whatever ends the sitting, these stay."""
-        if record.name == "minilm_full":
+        if record.name == MINILM:
             self.minilm = record
         else:
             self.records.append(record)
@@ -421,6 +428,10 @@ class Measurement:
             )
         print(progress_line(record, path), flush=True)
 
+    def skip(self, name: str, script: str, flags: list[str], reason: str) -> None:
+        """A variant not run, with the reason: its record says so like any other."""
+        self.save(Record(name, script, flags, "not_run", reason=reason))
+
     def room_for(self, name: str, script: str, flags: list[str], seconds: float, reserve: float) -> bool:
         """Whether `seconds` more (and `reserve` kept for MiniLM) fit the budget; says so when not."""
         spent = self.elapsed()
@@ -430,19 +441,19 @@ class Measurement:
             f"budget: {spent:.0f} s spent + ~{seconds:.0f} s for it + {reserve:.0f} s kept for MiniLM > "
             f"GPU_SPEED_BUDGET_S={self.budget_s:.0f}"
         )
-        self.save(Record(name, script, flags, "not_run", reason=reason))
+        self.skip(name, script, flags, reason)
         return False
 
     def run_variant(self, variant: Variant, minilm_s: float) -> None:
         flags, unknown = command_flags(variant, self.known_flags)
         if unknown:
             reason = f"{', '.join(unknown)}: not a flag of this run_qa.py"
-            self.save(Record(variant.name, variant.script, flags, "not_run", reason=reason))
+            self.skip(variant.name, variant.script, flags, reason)
             return
         warmed = {record.name for record in self.records if record.ran}
         if variant.caches_of and variant.caches_of not in warmed:
             reason = f"{variant.caches_of} did not run before it in this sitting: its caches would be cold"
-            self.save(Record(variant.name, variant.script, flags, "not_run", reason=reason))
+            self.skip(variant.name, variant.script, flags, reason)
             return
         # MiniLM's seconds stay, even after a variant stopped at its limit
         keep = minilm_s + BETWEEN_S if minilm_s else 0.0
@@ -461,15 +472,14 @@ class Measurement:
         shutil.rmtree(out, ignore_errors=True)  # the model it saved: GBs over a sitting
 
     def run_minilm(self, flags: list[str]) -> None:
-        kind = "minilm_compiled" if "--torch_compile" in flags else "minilm"
-        if not self.room_for("minilm_full", "ours", flags, self.estimate_s[kind], 0):
+        if not self.room_for(MINILM, "ours", flags, self.estimate_s[minilm_kind(flags)], 0):
             return
-        out = self.work / "outputs" / "minilm_full"
+        out = self.work / "outputs" / MINILM
         shutil.rmtree(out, ignore_errors=True)
         argv = [*minilm_args(self.sitting, self.inputs, out), *flags]
         print(f"GPU_SPEED_START variant=minilm_full elapsed_s={self.elapsed():.0f}", flush=True)
-        done = self.run_child("minilm_full", REPO / "run_qa.py", argv, self.budget_s - self.elapsed())
-        record = done.record("minilm_full", "ours", flags, self.sitting.warmup_steps)
+        done = self.run_child(MINILM, REPO / "run_qa.py", argv, self.budget_s - self.elapsed())
+        record = done.record(MINILM, "ours", flags, self.sitting.warmup_steps)
         summary = out / "run_summary.json"
         if summary.is_file():
             shutil.copy(summary, self.results / "minilm_full_run_summary.json")
@@ -530,18 +540,18 @@ def select(names: str | None) -> tuple[list[Variant], bool]:
     if not names:
         return list(VARIANTS), True
     wanted = {name.strip() for name in names.split(",") if name.strip()}
-    unknown = wanted - {variant.name for variant in VARIANTS} - {"minilm_full"}
+    unknown = wanted - set(NAMES)
     if unknown:
-        valid = ", ".join([variant.name for variant in VARIANTS] + ["minilm_full"])
+        valid = ", ".join(NAMES)
         raise SystemExit(f"ERROR: VARIANTS: unknown {', '.join(sorted(unknown))} (valid: {valid})")
-    return [variant for variant in VARIANTS if variant.name in wanted], "minilm_full" in wanted
+    return [variant for variant in VARIANTS if variant.name in wanted], MINILM in wanted
 
 
 def minilm_reserve(m: Measurement, variants: list[Variant], forced: list[str] | None) -> float:
     """The seconds kept for MiniLM's recipe: compiled where compile paid, or may still be measured and pay."""
     compiled = m.estimate_s["minilm_compiled"]
     if forced is not None:
-        return compiled if "--torch_compile" in forced else m.estimate_s["minilm"]
+        return m.estimate_s[minilm_kind(forced)]
     done = {record.name: record for record in m.records}
     pays = any(choice.chosen for choice in choose_levers(done) if choice.lever == "compile")
     still = [v for v in variants if v.lever == "compile" and v.name not in done]
@@ -623,7 +633,7 @@ def join(args: argparse.Namespace) -> int:
     by_name: dict[str, Record] = {}
     call_of: dict[str, int] = {}
     for call, folder in enumerate(map(Path, args.folders), start=1):
-        for name in [variant.name for variant in VARIANTS] + ["minilm_full"]:
+        for name in NAMES:
             if not (folder / f"{name}.json").is_file():
                 continue
             record = load_record(folder / f"{name}.json")
@@ -650,7 +660,7 @@ def join(args: argparse.Namespace) -> int:
         method,
         records,
         choices,
-        by_name.get("minilm_full"),
+        by_name.get(MINILM),
     )
     print(f"GPU_SPEED_JOINED records={len(by_name)} table={out / 'table.md'}")
     return 0
