@@ -20,6 +20,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
@@ -80,18 +81,32 @@ def train(argv: list[str], extra_callbacks: tuple[TrainerCallback, ...] = ()) ->
     return run_qa.cli()
 
 
-def steady_state(step_seconds: list[float], warmup: int) -> dict[str, float | int]:
-    """Median and mean step time after the first `warmup` steps (they hold start-up and first-batch costs)."""
+class TooFewSteps(ValueError):
+    """A run timed no more steps than its warm-up: it has no steady state to read."""
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """A run's step times after its first `warmup_steps` (they hold start-up and first-batch costs)."""
+
+    steps_timed: int  # the steady steps
+    warmup_steps: int
+    median_step_seconds: float
+    mean_step_seconds: float
+    warmup_seconds: float
+
+
+def steady_state(step_seconds: list[float], warmup: int) -> SteadyState:
     if len(step_seconds) <= warmup:
-        raise SystemExit(f"ERROR: {len(step_seconds)} steps timed, need more than --warmup {warmup}")
+        raise TooFewSteps(f"{len(step_seconds)} steps timed, need more than the {warmup} warm-up steps")
     steady = step_seconds[warmup:]
-    return {
-        "steps_timed": len(steady),
-        "warmup_steps": warmup,
-        "median_step_seconds": statistics.median(steady),
-        "mean_step_seconds": statistics.fmean(steady),
-        "warmup_seconds": sum(step_seconds[:warmup]),
-    }
+    return SteadyState(
+        steps_timed=len(steady),
+        warmup_steps=warmup,
+        median_step_seconds=statistics.median(steady),
+        mean_step_seconds=statistics.fmean(steady),
+        warmup_seconds=sum(step_seconds[:warmup]),
+    )
 
 
 def record(out_dir: str, label: str, warmup: int, min_f1: float) -> dict[str, Any]:
@@ -101,10 +116,13 @@ def record(out_dir: str, label: str, warmup: int, min_f1: float) -> dict[str, An
     with open(os.path.join(out_dir, STEP_TIMES), encoding="utf-8") as fh:
         steps = json.load(fh)["step_seconds"]
     r, e, p = summary["results"], summary["effective"], summary["params"]
-    state = steady_state(steps, warmup)
+    try:
+        state = steady_state(steps, warmup)
+    except TooFewSteps as error:
+        raise SystemExit(f"ERROR: {error} (--warmup)") from None
     samples = r["train_samples_per_second"] * r["train_runtime"]  # features trained, over the whole run
     batch = p["per_device_train_batch_size"] * e["world_size"] * p["gradient_accumulation_steps"]
-    per_second = batch / state["median_step_seconds"]
+    per_second = batch / state.median_step_seconds
     tflops = per_second * r["train_model_tflop"] / samples
     f1 = r.get("eval_f1")
     return {
@@ -118,7 +136,7 @@ def record(out_dir: str, label: str, warmup: int, min_f1: float) -> dict[str, An
         "cuda": summary.get("cuda_version"),
         "torch": summary.get("torch_version"),
         "global_batch": batch,
-        **state,
+        **asdict(state),
         "whole_run_step_seconds": r["train_runtime"] / len(steps),
         "samples_per_second": per_second,
         "real_tokens_per_second": per_second * r["train_real_tokens"] / samples,

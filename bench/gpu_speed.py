@@ -31,6 +31,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # qa_hpc/ and bench/ where no venv installs them (a bare GPU node)
 
+from bench.gpu_smoke import TooFewSteps  # noqa: E402
 from bench.gpu_speed_records import (  # noqa: E402
     BASELINE,
     OUTLIER,
@@ -319,14 +320,20 @@ class ChildRun:
         return None
 
     def record(self, name: str, script: str, flags: list[str], warmup: int) -> Record:
-        """The variant's record: how it ended, what it planned and ran, its figures where training ended."""
-        speed = speed_from_probe(self.probe, warmup) if self.probe else None
+        """The variant's record: how it ended, what it planned and ran, its figures where training ended.
+        A run that ended without enough steps to measure is a failed variant, not the sitting's end."""
+        status, reason, speed = self.status, self.reason, None
+        if self.probe:
+            try:
+                speed = speed_from_probe(self.probe, warmup)
+            except TooFewSteps as error:
+                status, reason = "failed", f"no steady state: {error}"
         return Record(
             name,
             script,
             flags,
-            self.status,
-            reason=self.reason,
+            status,
+            reason=reason,
             exit_code=self.exit_code,
             process_seconds=self.seconds,
             plan_line=log_line(self.log, "PLAN"),

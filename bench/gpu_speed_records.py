@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import math
 import re
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_smoke import TRAIN_FEATURES
+from bench.gpu_smoke import TRAIN_FEATURES, steady_state
 
 BASELINE = "ours_today"  # the ratio columns: against today's default, HF's defaults, HF's best flags
 HF_DEFAULTS = "hf_defaults"
@@ -63,10 +62,8 @@ def speed_from_probe(probe: dict[str, Any], warmup: int) -> Speed:
     from qa_hpc.observe.efficiency import peak_tflops, train_flops_per_sequence
 
     steps = probe["step_seconds"]
-    if len(steps) <= warmup:
-        raise ValueError(f"{len(steps)} steps timed, need more than the {warmup} warm-up steps")
-    steady = steps[warmup:]
-    median = statistics.median(steady)
+    state = steady_state(steps, warmup)
+    median = state.median_step_seconds
     regular = [i for i in range(warmup, len(steps)) if steps[i] <= OUTLIER * median]
     regular_seconds = sum(steps[i] for i in regular)
     regular_mean = regular_seconds / len(regular)
@@ -85,13 +82,13 @@ def speed_from_probe(probe: dict[str, Any], warmup: int) -> Speed:
         torch_compile=probe["torch_compile"],
         torch_compile_mode=probe["torch_compile_mode"],
         median_step_ms=median * 1e3,
-        mean_step_ms=statistics.fmean(steady) * 1e3,
+        mean_step_ms=state.mean_step_seconds * 1e3,
         regular_mean_step_ms=regular_mean * 1e3,
-        outlier_steps=len(steady) - len(regular),
+        outlier_steps=state.steps_timed - len(regular),
         median_samples_per_second=batch / median,
         whole_run_samples_per_second=len(steps) * batch / probe["train_wall_seconds"],
         train_wall_seconds=probe["train_wall_seconds"],
-        warmup_seconds=sum(steps[:warmup]),
+        warmup_seconds=state.warmup_seconds,
         one_time_seconds=sum(steps) - len(steps) * regular_mean,
         compile_seconds=probe["compile_seconds"],
         compiled_graphs=probe["compiled_graphs"],

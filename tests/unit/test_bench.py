@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 from fixtures.outputs import temp_files
 
-from bench import compare_predictions, flatten_squad, gpu_speed, plot_learning_curve, suite_profile
+from bench import (
+    compare_predictions,
+    flatten_squad,
+    gpu_speed,
+    gpu_speed_probe,
+    plot_learning_curve,
+    suite_profile,
+)
 from qa_hpc.squad_io import load_qa_records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +101,15 @@ def sitting_here(tmp_path: Path) -> gpu_speed.Measurement:
     results = tmp_path / "results"
     results.mkdir()
     return gpu_speed.Measurement(
-        sitting, inputs, tmp_path / "work", results, None, {"--torch_compile"}, 900, time.time(), {}
+        sitting,
+        inputs,
+        tmp_path / "work",
+        results,
+        None,
+        {"--torch_compile"},
+        900,
+        time.time(),
+        dict(sitting.estimate_s),
     )
 
 
@@ -115,6 +130,33 @@ def test_compile_warm_compiles_in_the_caches_compile_filled_and_never_cold(tmp_p
     record = json.loads((m.results / "compile_warm.json").read_text())
     assert record["status"] == "not_run" and record["speed"] is None
     assert record["reason"] == "compile did not run before it in this sitting: its caches would be cold"
+
+
+def test_a_variant_that_ends_before_its_steady_steps_fails_and_the_sitting_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A process that exits 0 with no more steps timed than the warm-up (a --max_steps its data cannot fill)
+    gets a failed record that says why; the next variant still runs."""
+    m = sitting_here(tmp_path)
+    warmup = m.sitting.warmup_steps
+    ran: list[str] = []
+
+    def ends_early(name: str, script: Path, argv: list[str], timeout: float, caches_of=None):
+        ran.append(name)
+        probe = {"step_seconds": [0.1] * warmup, "environment": gpu_speed_probe.environment()}
+        return gpu_speed.ChildRun(0, 1.0, "", probe, timeout)
+
+    monkeypatch.setattr(m, "run_child", ends_early)
+    first, second = gpu_speed.VARIANTS[:2]
+    m.run_variant(first, 0)
+    m.run_variant(second, 0)
+
+    assert ran == [first.name, second.name]
+    record = json.loads((m.results / f"{first.name}.json").read_text())
+    assert record["status"] == "failed" and record["speed"] is None
+    reason = f"no steady state: {warmup} steps timed, need more than the {warmup} warm-up steps"
+    assert record["reason"] == reason
+    assert f"| {first.name} |" in (m.results / "table.md").read_text()
 
 
 def test_suite_profile_sums_each_files_tests_and_the_cores_busy_meanwhile():
