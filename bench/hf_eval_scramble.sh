@@ -21,13 +21,12 @@ cd "$(dirname "$0")/.."
 # shellcheck source=common.sh
 source bench/common.sh
 
-HF_DIR=$(realpath -m "${HF_DIR:-$REPO/../shared/peers/hf_run_qa}")
 TRAIN_N=${TRAIN_N:-200}
 EVAL_N=${EVAL_N:-100}
 WORKDIR=$(realpath -m "${WORKDIR:-/tmp/qa_hpc_bench/hf_eval_scramble_${EVAL_N}}")
 
 require_squad
-[ -f "$HF_DIR/run_qa.py" ] || die "no $HF_DIR/run_qa.py: HF's example is expected in ../shared/peers/hf_run_qa (or HF_DIR=...)"
+require_hf_script
 mkdir -p "$WORKDIR/data"
 common="--max_seq_length 384 --doc_stride 128 --seed 42 --report_to none --disable_tqdm true"
 

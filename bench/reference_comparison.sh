@@ -32,7 +32,6 @@ cd "$(dirname "$0")/.."
 # shellcheck source=common.sh
 source bench/common.sh
 
-HF_DIR=${HF_DIR:-$REPO/../shared/peers/hf_run_qa}
 case ${1:-} in
 --hf_dir) HF_DIR=${2:?--hf_dir PATH} ;;
 --hf_run_qa) HF_DIR=$(dirname "${2:?--hf_run_qa PATH}") ;;   # the older option: the script itself
