@@ -32,8 +32,11 @@ def length_order(dataset: Any) -> np.ndarray | None:
     if "input_ids" not in dataset.column_names or len(dataset) == 0:
         return None
     lengths = np.fromiter((len(ids) for ids in dataset["input_ids"]), dtype=np.int64, count=len(dataset))
-    if lengths.min() == lengths.max():
-        return None
+    return None if lengths.min() == lengths.max() else longest_first(lengths)
+
+
+def longest_first(lengths: np.ndarray) -> np.ndarray:
+    """The indices of `lengths` longest first, ties in their order (the evaluation batches' order)."""
     return np.argsort(-lengths, kind="stable")
 
 

