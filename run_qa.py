@@ -208,6 +208,7 @@ def train(run: Run, stop: StopRequest) -> bool:
                 checkpoint_dir(),
                 EXIT_PREEMPTED,
             )
+        log_compiled(run.trainer)
         record(run, "preempted", EXIT_PREEMPTED, stopped=stopped)
         return False
     with guarded("train", out, run.batch):
@@ -249,13 +250,19 @@ def predict(run: Run) -> None:
     save_results(run.trainer, "predict", metrics)
 
 
+def log_compiled(trainer: QuestionAnsweringTrainer) -> None:
+    """`COMPILE graphs=N batch_shapes=M` on rank 0 of a compiled run, finished or stopped: the graphs built
+    against the batch shapes seen."""
+    if trainer.is_world_process_zero() and (compiled := trainer.compiled_steps.summary()):
+        logger.info(compiled)
+
+
 def report(run: Run) -> None:
     """Memory report, run_summary.json, and the closing KEY=value lines (WALL_CLOCK_SECONDS last)."""
     wall = time.time() - process_start_time()
     # every rank: the memory report gathers every rank's figures
     memory = finish_observability(run.trainer, run.flags, run.plan, run.shape, run.results, wall)
-    if run.trainer.is_world_process_zero() and (compiled := run.trainer.compiled_steps.summary()):
-        logger.info(compiled)  # graphs built against the batch shapes seen
+    log_compiled(run.trainer)
     ended = record(run, "ok", EXIT_OK, wall=wall, memory=Memory.of(memory) if memory else None)
     if ended is not None:
         for line in ended.closing_lines():

@@ -18,7 +18,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from qa_hpc.compile import fall_back_if_broken
 from qa_hpc.device import DeviceFacts
 from qa_hpc.errors import UsageError
-from qa_hpc.plan import PRECISIONS, FlagValues, RunPlan, decide
+from qa_hpc.plan import COMPILE_SHAPES, PRECISIONS, FlagValues, RunPlan, decide
 from qa_hpc.squad_io import ANSWER_CHECKS
 
 T = TypeVar("T")
@@ -176,6 +176,14 @@ class SpeedArguments:
         "first, every kernel but cuDNN's while batch shapes vary; elsewhere torch's choice), 'all' (torch's "
         "choice), or a comma-separated subset of flash,efficient,cudnn,math. Not applied under "
         "--attn_implementation eager or flash_attention_2.",
+    )
+    compile_shapes: str = flag(
+        "auto",
+        "(qa-hpc) With --torch_compile, the graphs over batch shapes: 'static' = one graph per shape "
+        "(dynamic=False; needs fixed shapes: --pad_to_buckets or --pad_to_max_length), 'dynamic' = one "
+        "graph for every shape, its sizes symbolic (dynamic=True: compiled once; CUDA graphs are still "
+        "recorded per shape), 'auto' = static over fixed shapes, else torch's automatic dynamic shapes.",
+        choices=list(COMPILE_SHAPES),
     )
     dropout_mask: str = flag(
         "auto",

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from transformers import Trainer
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+COMPILE_SHAPES = ("auto", "static", "dynamic")  # --compile_shapes
 ACCELERATE_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}  # accelerate's names -> ours
 BF16_MIN_CAPABILITY = (8, 0)  # bf16 and TF32 tensor cores: Ampere and newer
 MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
@@ -344,9 +345,9 @@ def decide_compile(
     flags: FlagValues, device: str, world_size: int, fixed_shapes: int | None
 ) -> CompileDecision:
     """torch.compile through the Trainer's own flags (a backend or mode given turns it on, as in
-    TrainingArguments), static over fixed batch shapes with room for all of them, and CUDA graphs where they
-    pay: on a GPU, with inductor, over fixed shapes, in one process. `fixed_shapes`: per pass over a split;
-    None when they vary."""
+    TrainingArguments), static over fixed batch shapes with room for all of them (or one dynamic graph,
+    --compile_shapes), and CUDA graphs where they pay: on a GPU, with inductor, over fixed shapes, in one
+    process. `fixed_shapes`: per pass over a split; None when they vary."""
     if not (flags["torch_compile"] or flags["torch_compile_backend"] or flags["torch_compile_mode"]):
         return CompileDecision()
     backend = flags["torch_compile_backend"] or "inductor"
@@ -357,16 +358,26 @@ def decide_compile(
             f"one of {', '.join(known)}"
         )
     mode = flags["torch_compile_mode"]
-    if fixed_shapes is None:
-        dynamic = None
-        limit = None
-        reason = "batch shapes vary: torch makes them dynamic; --pad_to_buckets fixes them"
-    else:
+    shapes = flags["compile_shapes"]
+    dynamic, limit = None, None  # torch's own: a shape that recompiles makes its sizes dynamic
+    if shapes == "dynamic":
+        # compiled once, whatever the shapes; CUDA graphs are still recorded per shape, cheaply
+        dynamic = True
+        over = f" over {fixed_shapes} batch shapes per pass" if fixed_shapes else ""
+        reason = f"--compile_shapes dynamic: one graph, its sizes symbolic{over}"
+    elif fixed_shapes is not None:
         dynamic = False
         # training's and evaluation's shapes, prediction's short last batch and one to spare: no shape ever
         # falls back to eager at the limit
         limit = 2 * fixed_shapes + 2
         reason = f"{fixed_shapes} batch shapes per pass, one graph each"
+    elif shapes == "static":
+        raise PlanError(
+            "--compile_shapes static needs fixed batch shapes (--pad_to_buckets on or --pad_to_max_length): "
+            "with dynamic padding a graph per sequence length would pass torch's recompile limit"
+        )
+    else:
+        reason = "batch shapes vary: torch makes them dynamic; --pad_to_buckets fixes them"
     graphs, graphs_reason = _cuda_graphs(mode, backend, device, world_size, fixed_shapes)
     if mode is None:
         mode = CUDA_GRAPH_MODES[0] if graphs else "default"

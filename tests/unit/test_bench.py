@@ -12,6 +12,7 @@ from fixtures.outputs import temp_files
 
 from bench import (
     compare_predictions,
+    compile_shapes,
     flatten_squad,
     gpu_speed,
     gpu_speed_probe,
@@ -121,6 +122,7 @@ def test_compile_warm_compiles_in_the_caches_compile_filled_and_never_cold(tmp_p
     names = [variant.name for variant in gpu_speed.VARIANTS]
     assert warm.caches_of == "compile" and names.index("compile") < names.index("compile_warm")
     assert warm.lever is None  # a first job compiles cold: only compile's own figure chooses the lever
+    assert {variant.lever for variant in gpu_speed.VARIANTS} == {*gpu_speed.LEVERS, None}
     env = m.child_env(warm.name, warm.caches_of)
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "work" / "compile_cache" / "compile")
     assert env["TRITON_CACHE_DIR"] == str(tmp_path / "work" / "compile_cache" / "compile" / "triton")
@@ -157,6 +159,17 @@ def test_a_variant_that_ends_before_its_steady_steps_fails_and_the_sitting_goes_
     reason = f"no steady state: {warmup} steps timed, need more than the {warmup} warm-up steps"
     assert record["reason"] == reason
     assert f"| {first.name} |" in (m.results / "table.md").read_text()
+
+
+def test_compile_shapes_builds_a_graph_per_shape_static_and_one_dynamic(tiny_bert: Path):
+    """bench/compile_shapes.py's shapes are a pass's under --pad_to_buckets on (as many as the plan counts);
+    with dynamo's own eager backend, static builds one graph per shape and dynamic one for all."""
+    shapes = compile_shapes.batch_shapes(128, 4)
+    assert shapes == [(4, 48), (4, 64), (4, 88), (4, 112), (4, 128), (2, 48)]
+    static = compile_shapes.compile_over_shapes(str(tiny_bert), shapes[:2], "eager", dynamic=False)
+    dynamic = compile_shapes.compile_over_shapes(str(tiny_bert), shapes[:2], "eager", dynamic=True)
+    assert (static["graphs"], dynamic["graphs"]) == (2, 1)
+    assert len(dynamic["first_steps_s"]) == 2
 
 
 def test_suite_profile_sums_each_files_tests_and_the_cores_busy_meanwhile():

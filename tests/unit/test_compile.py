@@ -70,6 +70,34 @@ def test_buckets_kernels_and_compile_reach_the_trainer_and_read_back(
         dataclasses.replace(effective, attn_backend=attention.enabled("sdpa")).check(plan)
 
 
+def test_dynamic_compile_shapes_reach_accelerate_and_read_back(
+    tiny_bert, demo_files, tmp_path, process_settings
+):
+    """--compile_shapes dynamic: accelerate's dynamo plugin gets dynamic=True (through the one variable it
+    reads), no recompile limit is set, and the run reads both back."""
+    import run_qa
+
+    argv = _argv(
+        tiny_bert,
+        demo_files,
+        tmp_path,
+        "--pad_to_buckets",
+        "64,128",
+        "--torch_compile_backend",
+        "eager",
+        "--compile_shapes",
+        "dynamic",
+    )
+    facts = read_device_facts()
+    limit = torch.compiler.config.recompile_limit
+    plan, flags = decide_and_build(read_flags(argv), facts)
+    effective = run_qa.setup(flags, plan, facts, StopRequest()).effective
+    assert (plan.compile_dynamic, effective.compile_dynamic) == (True, True)
+    assert plan.recompile_limit is None and effective.recompile_limit == limit  # torch's own, untouched
+    reason = "dynamic=True recompile_limit=torch: --compile_shapes dynamic: one graph, its sizes symbolic"
+    assert f"{reason} over 3 batch shapes per pass)" in plan.log_line()
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is not None,
     reason="onnxruntime is installed: the onnxrt backend works here",

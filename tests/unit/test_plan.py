@@ -462,41 +462,50 @@ def test_the_attention_kernels_for_every_device(
         assert plan.attn_backend == want
 
 
-# device | processes | --torch_compile | --torch_compile_backend | --torch_compile_mode | batch shapes (as in
-# ATTN_TABLE) | compile | mode | dynamic | recompile limit | CUDA graphs  ('-': not given, or none)
+# device | processes | --torch_compile | --torch_compile_backend | --torch_compile_mode | --compile_shapes |
+# batch shapes (as in ATTN_TABLE) | compile | mode | dynamic | recompile limit | CUDA graphs  ('-': not given,
+# or none)
 COMPILE_TABLE = """
-CPU,H100 1 - - - on         off - - - off
-CPU  1 on -         -               off on default - - off
-CPU  1 on -         -               on  on default False 14 off
-CPU  1 on aot_eager -               on  on default False 14 off
-CPU  1 -  eager     -               max on default False 6 off
-CPU  1 -  -         reduce-overhead on  on reduce-overhead False 14 off
-H100 1 on -         -               on  on reduce-overhead False 14 on
-H100 1 on -         -               max on reduce-overhead False 6 on
-H100 1 on -         -               off on default - - off
-H100 4 on -         -               on  on default False 14 off
-H100 1 on aot_eager -               on  on default False 14 off
-H100 1 on -         default         on  on default False 14 off
-H100 1 on -         max-autotune-no-cudagraphs on on max-autotune-no-cudagraphs False 14 off
-H100 1 on -         max-autotune    off on max-autotune - - on
-H100 4 on -         reduce-overhead on  on reduce-overhead False 14 on
+CPU,H100 1 - - - -       on         off - - - off
+CPU  1 on -         -    -       off on default - - off
+CPU  1 on -         -    -       on  on default False 14 off
+CPU  1 on aot_eager -    -       on  on default False 14 off
+CPU  1 -  eager     -    -       max on default False 6 off
+CPU  1 -  -         reduce-overhead - on on reduce-overhead False 14 off
+CPU  1 on -         -    static  on  on default False 14 off
+CPU  1 on -         -    dynamic on  on default True - off
+CPU  1 on -         -    dynamic off on default True - off
+H100 1 on -         -    -       on  on reduce-overhead False 14 on
+H100 1 on -         -    -       max on reduce-overhead False 6 on
+H100 1 on -         -    -       off on default - - off
+H100 4 on -         -    -       on  on default False 14 off
+H100 1 on aot_eager -    -       on  on default False 14 off
+H100 1 on -         default -    on  on default False 14 off
+H100 1 on -         max-autotune-no-cudagraphs - on on max-autotune-no-cudagraphs False 14 off
+H100 1 on -         max-autotune - off on max-autotune - - on
+H100 4 on -         reduce-overhead - on on reduce-overhead False 14 on
+H100 1 on -         -    dynamic on  on reduce-overhead True - on
+H100 1 on -         -    dynamic off on default True - off
+H100 1 on -         -    static  max on reduce-overhead False 6 on
 """
 
 
 @pytest.mark.parametrize(
-    "device, ranks, given, backend, mode, shapes, on, want_mode, dynamic, limit, graphs",
-    rows(COMPILE_TABLE, 11),
+    "device, ranks, given, backend, mode, compile_shapes, shapes, on, want_mode, dynamic, limit, graphs",
+    rows(COMPILE_TABLE, 12),
 )
 def test_compile_and_cuda_graphs_for_every_device(
-    device, ranks, given, backend, mode, shapes, on, want_mode, dynamic, limit, graphs
+    device, ranks, given, backend, mode, compile_shapes, shapes, on, want_mode, dynamic, limit, graphs
 ):
     """Static graphs with room for every fixed shape (training's and evaluation's: 5 buckets + a short batch
-    each at 384, or 384 + a short batch; prediction's short batch and one spare); CUDA graphs on a GPU with
-    inductor over fixed shapes in one process, or where a mode asks for them; what TrainingArguments gets."""
+    each at 384, or 384 + a short batch; prediction's short batch and one spare), or one dynamic graph when
+    asked; CUDA graphs on a GPU with inductor over fixed shapes in one process, or where a mode asks for them;
+    what TrainingArguments gets."""
     request = ask(
         torch_compile=given == "on",
         torch_compile_backend=None if backend == "-" else backend,
         torch_compile_mode=None if mode == "-" else mode,
+        compile_shapes="auto" if compile_shapes == "-" else compile_shapes,
         pad_to_buckets="on" if shapes == "on" else "off",
         pad_to_max_length=shapes == "max",
     )
@@ -505,7 +514,7 @@ def test_compile_and_cuda_graphs_for_every_device(
     assert plan.torch_compile == (on == "on")
     assert (plan.compile_mode or "-", str(shown.get(plan.compile_dynamic, plan.compile_dynamic))) == (
         want_mode,
-        {"False": "off"}.get(dynamic, dynamic),
+        {"False": "off", "True": "on"}.get(dynamic, dynamic),
     )
     assert (str(plan.recompile_limit or "-"), shown[plan.cuda_graphs]) == (limit, graphs)
     fields = plan.training_fields(None)
@@ -513,7 +522,11 @@ def test_compile_and_cuda_graphs_for_every_device(
     want_backend = (backend if backend != "-" else "inductor") if plan.torch_compile else None
     assert fields["torch_compile_backend"] == plan.compile_backend == want_backend
     # accelerate's TorchDynamoPlugin reads `dynamic` from the environment only
-    assert plan.environment({}) == ({"ACCELERATE_DYNAMO_USE_DYNAMIC": "false"} if dynamic == "False" else {})
+    told = {
+        "False": {"ACCELERATE_DYNAMO_USE_DYNAMIC": "false"},
+        "True": {"ACCELERATE_DYNAMO_USE_DYNAMIC": "true"},
+    }
+    assert plan.environment({}) == told.get(dynamic, {})
 
 
 @pytest.mark.parametrize(
@@ -531,6 +544,14 @@ def test_a_bad_bucket_request_is_a_usage_error(given, words):
     with pytest.raises(PlanError, match=words) as err:
         decide(ask(**given), facts("H100"))
     assert isinstance(err.value, UsageError)  # exit 2
+
+
+def test_static_graphs_over_varying_shapes_are_a_usage_error():
+    """A graph per sequence length of dynamic padding would pass torch's recompile limit and run eagerly."""
+    request = ask(torch_compile=True, compile_shapes="static")
+    with pytest.raises(UsageError, match="--compile_shapes static needs fixed batch shapes"):
+        decide(request, facts("H100"))
+    assert decide({**request, "pad_to_buckets": "on"}, facts("H100")).compile_dynamic is False
 
 
 # --- what really runs, read back and checked against the plan ----------------------------------------------
