@@ -396,6 +396,7 @@ class Measurement:
         probe_path.unlink(missing_ok=True)
         log_path = self.work / "logs" / f"{name}.log"
         command = [sys.executable, str(PROBE_SCRIPT), str(probe_path), str(script), *argv]
+        print(f"GPU_SPEED_START variant={name} elapsed_s={self.elapsed():.0f}", flush=True)
         started = time.time()
         with open(log_path, "w", encoding="utf-8") as log:
             proc = subprocess.Popen(
@@ -457,6 +458,12 @@ class Measurement:
         self.skip(name, script, flags, reason)
         return False
 
+    def fresh_output(self, name: str) -> Path:
+        """The output folder of the process about to start, emptied (a rerun's leftovers would resume)."""
+        out = self.work / "outputs" / name
+        shutil.rmtree(out, ignore_errors=True)
+        return out
+
     def run_variant(self, variant: Variant, minilm_s: float) -> None:
         flags, unknown = command_flags(variant, self.known_flags)
         if unknown:
@@ -472,11 +479,9 @@ class Measurement:
         keep = minilm_s + BETWEEN_S if minilm_s else 0.0
         if not self.room_for(variant.name, variant.script, flags, self.estimate_s[variant.kind], keep):
             return
-        out = self.work / "outputs" / variant.name
-        shutil.rmtree(out, ignore_errors=True)
+        out = self.fresh_output(variant.name)
         script = self.inputs.hf_dir / "run_qa.py" if variant.script == "hf" else REPO / "run_qa.py"
         argv = [*speed_args(self.sitting, variant, self.inputs, out), *flags]
-        print(f"GPU_SPEED_START variant={variant.name} elapsed_s={self.elapsed():.0f}", flush=True)
         timeout = self.budget_s - self.elapsed() - keep
         done = self.run_child(variant.name, script, argv, timeout, variant.caches_of)
         if done.status == "ok":
@@ -487,10 +492,8 @@ class Measurement:
     def run_minilm(self, flags: list[str]) -> None:
         if not self.room_for(MINILM, "ours", flags, self.estimate_s[minilm_kind(flags)], 0):
             return
-        out = self.work / "outputs" / MINILM
-        shutil.rmtree(out, ignore_errors=True)
+        out = self.fresh_output(MINILM)
         argv = [*minilm_args(self.sitting, self.inputs, out), *flags]
-        print(f"GPU_SPEED_START variant=minilm_full elapsed_s={self.elapsed():.0f}", flush=True)
         done = self.run_child(MINILM, REPO / "run_qa.py", argv, self.budget_s - self.elapsed())
         record = done.record(MINILM, "ours", flags, self.sitting.warmup_steps)
         summary = out / "run_summary.json"
