@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -82,14 +83,25 @@ def sbatch_cmd(script: str, tmp: Path, *extra: str, name: str) -> list[str]:
     ]
 
 
-def wait_for(predicate, timeout: float, what: str, log: Path | None = None) -> None:
+def wait_for(
+    predicate, timeout: float, what: str, log: Path | None = None, state: Callable[[], str] | None = None
+) -> None:
+    """Until predicate() holds; else fail with the log's tail and what `state` says then."""
     end = time.time() + timeout
     while time.time() < end:
         if predicate():
             return
         time.sleep(0.5)
     tail = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else ""
-    pytest.fail(f"timed out waiting for {what}\n{tail}")
+    pytest.fail(f"timed out waiting for {what}\n{tail}{state() if state else ''}")
+
+
+def cluster_state(name: str) -> str:
+    """Why a job has not started: its state and Slurm's reason, and each node's state, CPUs
+    (allocated/idle/other/total) and free memory."""
+    job = _sh("squeue", "-h", "-n", name, "-o", "%i %T reason=%r nodes=%D cpus=%C").stdout.strip()
+    nodes = _sh("sinfo", "-h", "-N", "-o", "%N %t cpus=%C free_mem=%e").stdout.strip()
+    return f"squeue: {job or 'no such job'}\nsinfo:\n{nodes}"
 
 
 def job_field(job_id: str, field: str) -> str:
@@ -111,7 +123,8 @@ def submit(
         text=True,
     )
     try:
-        wait_for(lambda: next(tmp.glob(f"{name}-*.out"), None) is not None, 120, "the job to start")
+        started = lambda: next(tmp.glob(f"{name}-*.out"), None) is not None  # noqa: E731
+        wait_for(started, 120, "the job to start", state=lambda: cluster_state(name))
         log = next(tmp.glob(f"{name}-*.out"))
         wait_for(lambda: "'loss'" in log.read_text(errors="replace"), 240, "training to start", log)
     except BaseException:
@@ -160,11 +173,13 @@ def run_preempted_job(
                 return True
             return False
 
-        wait_for(release, 150, "the requeued job", log)
+        state = lambda: cluster_state(name)  # noqa: E731
+        wait_for(release, 150, "the requeued job", log, state)
         # sbatch --wait may return at the requeue (it polls the job state): the log's last line is
         # the judge, "JOB_EXIT_CODE=<run's status>" of the second run
         second_run = lambda: log.read_text(errors="replace").partition("restart_count=1")[2]  # noqa: E731
-        wait_for(lambda: "JOB_EXIT_CODE=" in second_run(), JOB_TIMEOUT, "the requeued job to finish", log)
+        finished = lambda: "JOB_EXIT_CODE=" in second_run()  # noqa: E731
+        wait_for(finished, JOB_TIMEOUT, "the requeued job to finish", log, state)
         proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
