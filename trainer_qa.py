@@ -113,7 +113,9 @@ class QuestionAnsweringTrainer(Trainer):
     ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, float], int]:
         """Run the model over `dataset` (length-sorted if asked) and return logits in dataset order."""
         order = length_order(dataset) if self.sort_eval_by_length else None
-        dataloader = self.get_eval_dataloader(dataset.select(order) if order is not None else dataset)
+        # the test loader, never cached: with persistent workers the Trainer keeps one evaluation loader and
+        # hands it out again whatever dataset is asked for (prediction would read the eval split)
+        dataloader = self.get_test_dataloader(dataset.select(order) if order is not None else dataset)
         output = self.evaluation_loop(
             dataloader,
             description=description,

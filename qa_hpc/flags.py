@@ -131,6 +131,11 @@ class QATrainingArguments(TrainingArguments):
         "Dataloader worker processes per process. Not given (qa-hpc): up to 4 on a GPU under "
         "--speed_defaults, else 0; given, as given (0 too).",
     )
+    dataloader_persistent_workers: bool | None = flag(
+        None,
+        "Keep the dataloader workers from one epoch (and evaluation) to the next. Not given (qa-hpc): on "
+        "wherever there are workers; given, as given.",
+    )
     ddp_find_unused_parameters: bool | None = flag(
         False, "(qa-hpc default: False) BERT QA uses every parameter; the extra DDP graph walk only costs."
     )
@@ -145,6 +150,8 @@ class QATrainingArguments(TrainingArguments):
         # not given: qa_hpc.plan decides, and its fields are put in; built without them, TrainingArguments' 0
         if self.dataloader_num_workers is None:
             self.dataloader_num_workers = 0
+        if self.dataloader_persistent_workers is None:
+            self.dataloader_persistent_workers = False
         super().__post_init__()
 
 

@@ -84,6 +84,8 @@ class RunPlan:
     compile_reason: str = "no --torch_compile"
     cuda_graphs: bool = False
     cuda_graphs_reason: str = "no --torch_compile"
+    persistent_workers: bool = False  # dataloader workers kept from one epoch (and evaluation) to the next
+    persistent_workers_reason: str = "no dataloader workers"
 
     def training_fields(self, tf32_given: bool | None) -> dict[str, object]:
         """The TrainingArguments fields this plan owns, and only these."""
@@ -93,6 +95,7 @@ class RunPlan:
             "bf16": self.precision == "bf16",
             "fp16": self.precision == "fp16",
             "dataloader_num_workers": self.dataloader_num_workers,
+            "dataloader_persistent_workers": self.persistent_workers,
             "use_cpu": self.device == "cpu",
             "report_to": list(self.report_to),
             "tf32": self.tf32 if self.device == "cuda" else tf32_given,
@@ -127,7 +130,8 @@ class RunPlan:
             f"pad_to_buckets={self.buckets_shown()} "
             f"attn_backend={self.attn_backend} ({self.attn_backend_reason}) "
             f"compile={self.compile_shown()} "
-            f"cuda_graphs={ON[self.cuda_graphs]} ({self.cuda_graphs_reason})"
+            f"cuda_graphs={ON[self.cuda_graphs]} ({self.cuda_graphs_reason}) "
+            f"persistent_workers={ON[self.persistent_workers]} ({self.persistent_workers_reason})"
         )
 
     def workers_shown(self) -> str:
@@ -176,6 +180,7 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     else:  # a speed default where the tensor cores do it; --precision fp32 is true fp32
         tf32 = flags["speed_defaults"] and ampere and flags["precision"] != "fp32"
     workers, workers_reason = decide_workers(flags, facts, device)
+    persistent, persistent_reason = decide_persistent_workers(flags, workers)
     threads, threads_reason = decide_threads(flags, facts, workers)
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
@@ -214,6 +219,8 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
         attn_backend=attn_backend,
         attn_backend_reason=attn_reason,
         **compiled._asdict(),
+        persistent_workers=persistent,
+        persistent_workers_reason=persistent_reason,
     )
 
 
@@ -238,6 +245,24 @@ def decide_workers(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[
     # projection to 0.76x of 4 workers' (collation then runs on the main thread, between the steps)
     reason = f"collation beside the step, up to {MAX_AUTO_WORKERS} per process; 0 measured 0.76x on one H200"
     return workers, f"auto: GPU: {reason}"
+
+
+def decide_persistent_workers(flags: FlagValues, workers: int) -> tuple[bool, str]:
+    """(dataloader workers kept across epochs and evaluations, why): as given; else on wherever there are
+    workers. Each pass would otherwise fork new workers while the last pass's queue threads end, and a fork
+    that meets a thread ending deadlocks its child on CPython releases before the fix of gh-112275 (3.11.7:
+    seen as a rank waiting forever for a batch)."""
+    given = flags["dataloader_persistent_workers"]
+    if given and workers == 0:  # torch's DataLoader would refuse it at the first batch
+        raise PlanError(
+            "--dataloader_persistent_workers true needs dataloader workers: give --dataloader_num_workers N "
+            "(N > 0; this run has none)"
+        )
+    if given is not None:
+        return given, f"--dataloader_persistent_workers {str(given).lower()}"
+    if workers == 0:
+        return False, "no dataloader workers"
+    return True, "auto: workers forked once per split, not once per pass"
 
 
 def decide_threads(flags: FlagValues, facts: DeviceFacts, workers: int) -> tuple[int, str]:
@@ -526,6 +551,7 @@ class Effective:
     compile_dynamic: bool | None
     recompile_limit: int | None
     cuda_graphs: bool
+    persistent_workers: bool
 
     @classmethod
     def read(cls, trainer: Trainer) -> Effective:
@@ -565,6 +591,7 @@ class Effective:
             compile_dynamic=dynamo.dynamic if compiled else None,
             recompile_limit=torch.compiler.config.recompile_limit if compiled else None,
             cuda_graphs=records_cuda_graphs(backend, mode, args.device.type),
+            persistent_workers=bool(args.dataloader_persistent_workers),
         )
 
     def log_line(self, rank: int) -> str:

@@ -76,7 +76,7 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "transformers",
         "5.23.0",
         "overridden: with group_by_length the Trainer evaluates through a shuffled LengthGroupedSampler; "
-        "get_eval_dataloader, the public one, would have to be rebuilt whole to change only the sampler",
+        "get_test_dataloader, the public one, would have to be rebuilt whole to change only the sampler",
     ),
     PrivateUse(
         "transformers.Trainer._memory_tracker",

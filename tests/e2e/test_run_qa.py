@@ -416,3 +416,23 @@ def own_runs(
     }
     with ThreadPoolExecutor(max_workers=len(starts)) as pool:  # leaving it waits for every run
         return {name: pool.submit(start, tmp_path_factory.mktemp(name)) for name, start in starts.items()}
+
+
+def test_persistent_workers_answer_as_the_plain_run(
+    plain: Run, tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
+) -> None:
+    """The plain run with a dataloader worker, kept from pass to pass (the plan's default wherever there are
+    workers): the same answers for the eval and the test split, each read from its own split's loader (the
+    Trainer hands its one cached evaluation loader out again whatever dataset is asked for)."""
+    out = tmp_path / "workers"
+    flags = plain_flags(tiny_bert, demo_files, out)
+    log = ok(
+        run_qa(
+            [*flags, "--do_predict", "--test_file", str(demo_files["test"]), "--dataloader_num_workers", "1"]
+        )
+    )
+    assert "persistent_workers=on (auto: workers forked once per split, not once per pass)" in log
+    assert re.search(r"^EFFECTIVE rank=0 .*dataloader_workers=1 .*persistent_workers=True", log, re.M)
+    plain_out = plain.ok().out
+    for name in ("eval_predictions.json", "predict_predictions.json"):
+        assert read(out / name) == read(plain_out / name), name

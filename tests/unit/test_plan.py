@@ -546,6 +546,39 @@ def test_a_bad_bucket_request_is_a_usage_error(given, words):
     assert isinstance(err.value, UsageError)  # exit 2
 
 
+# device | --dataloader_num_workers | --dataloader_persistent_workers | workers | persistent ('-': not given)
+PERSISTENT_TABLE = """
+CPU  -  -     0 off no dataloader workers
+H100 -  -     4 on  auto: workers forked once per split, not once per pass
+CPU  2  -     2 on  auto: workers forked once per split, not once per pass
+H100 4  false 4 off --dataloader_persistent_workers false
+H100 0  -     0 off no dataloader workers
+CPU  2  true  2 on  --dataloader_persistent_workers true
+CPU  -  true  - !   --dataloader_persistent_workers true needs dataloader workers
+"""
+
+
+@pytest.mark.parametrize("device, workers, persistent, want_workers, on, reason", rows(PERSISTENT_TABLE, 6))
+def test_dataloader_workers_persist_wherever_there_are_some(
+    device, workers, persistent, want_workers, on, reason
+):
+    """A pass that forks new workers while the last pass's threads end can deadlock its child (CPython before
+    gh-112275): workers are kept from pass to pass unless the flag says otherwise; asked for without
+    workers, it is refused."""
+    request = ask(
+        dataloader_num_workers=None if workers == "-" else int(workers),
+        dataloader_persistent_workers=None if persistent == "-" else persistent == "true",
+    )
+    if on == "!":
+        with pytest.raises(UsageError, match=reason):
+            decide(request, facts(device))
+        return
+    plan = decide(request, facts(device))
+    assert (plan.dataloader_num_workers, plan.persistent_workers) == (int(want_workers), on == "on")
+    assert f"persistent_workers={on} ({reason})" in plan.log_line()
+    assert plan.training_fields(None)["dataloader_persistent_workers"] is (on == "on")
+
+
 def test_static_graphs_over_varying_shapes_are_a_usage_error():
     """A graph per sequence length of dynamic padding would pass torch's recompile limit and run eagerly."""
     request = ask(torch_compile=True, compile_shapes="static")
