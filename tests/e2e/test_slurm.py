@@ -53,7 +53,14 @@ def slurm() -> dict[str, bool]:
             )
         if not shutil.which("slurmctld") and not shutil.which("apt-get"):
             skip_or_fail("no SLURM running or installed, and no apt-get to install one")
-        proc = run(["bash", SLURM_DIR / "start-local-slurm.sh"], env=dict(os.environ, SLURM_CI_GPUS="1"))
+        # each node advertises this machine's CPUs, whatever this process's environment says (the script's
+        # default, nproc, obeys OMP_NUM_THREADS: with 1, nodes of 1 CPU, and the 2-CPU steps below pend)
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT")}
+        cpus = str(len(os.sched_getaffinity(0)))
+        proc = run(
+            ["bash", SLURM_DIR / "start-local-slurm.sh"],
+            env=dict(env, SLURM_CI_GPUS="1", SLURM_CI_CPUS=cpus, SLURM_CI_TASK_PLUGIN="task/affinity"),
+        )
         if proc.returncode != 0:
             skip_or_fail(f"could not start a local SLURM: {(proc.stdout + proc.stderr)[-1500:]}")
     yield {"gpu_gres": "gpu" in _sh("sinfo", "-h", "-o", "%G").stdout}
