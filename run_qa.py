@@ -175,6 +175,7 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
         score_function=score,
         sort_eval_by_length=not flags.data.pad_to_max_length,
         compiled_steps=CompiledSteps(plan.torch_compile, plan.cuda_graphs),
+        loss_filter=plan.loss_filter == "device",
         callbacks=[*observability_callbacks(flags, plan), preemption],
     )
     effective = Effective.read(trainer)

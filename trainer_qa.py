@@ -51,8 +51,11 @@ class QuestionAnsweringTrainer(Trainer):
         score_function: ScoreFunction | None = None,
         sort_eval_by_length: bool = True,
         compiled_steps: CompiledSteps | None = None,
+        loss_filter: bool = False,
         **kwargs: Any,
     ) -> None:
+        """loss_filter: --logging_nan_inf_filter's rule, applied on the device (give the Trainer's args
+        logging_nan_inf_filter=False, as the plan does, so that its own check does not also run)."""
         super().__init__(*args, **kwargs)
         self.eval_examples = eval_examples
         self.post_process_function = post_process_function
@@ -60,6 +63,8 @@ class QuestionAnsweringTrainer(Trainer):
         self.score_function = score_function
         self.sort_eval_by_length = sort_eval_by_length
         self.compiled_steps = compiled_steps or CompiledSteps(torch_compile=False, cuda_graphs=False)
+        self.loss_filter = loss_filter
+        self.counted_parameters: int | None = None  # floating_point_ops' count, made once
 
     def training_step(
         self,
@@ -68,7 +73,25 @@ class QuestionAnsweringTrainer(Trainer):
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> torch.Tensor:
         self.compiled_steps.begin(model, inputs, training=True)
-        return super().training_step(model, inputs, num_items_in_batch)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if not self.loss_filter:
+            return loss
+        # transformers' rule for --logging_nan_inf_filter: a non-finite step loss counts as the mean of the
+        # logging interval so far. Its own check bool()s the loss, so on a GPU the host would wait for every
+        # step to finish before queueing the next; torch.where keeps the same rule on the device.
+        steps = 1 + self.state.global_step - self._globalstep_last_logged
+        return torch.where(torch.isfinite(loss), loss, self._tr_loss / steps)
+
+    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
+        """transformers' estimate, 6 x fed tokens x non-embedding parameters, the parameters counted once: the
+        parent counts them at every step, a walk over the model's modules (~0.5 ms of host time for
+        bert-base)."""
+        main_input = getattr(self.model, "main_input_name", "input_ids")
+        if main_input not in inputs or not hasattr(self.model, "num_parameters"):
+            return 0
+        if self.counted_parameters is None:
+            self.counted_parameters = self.model.num_parameters(exclude_embeddings=True)
+        return 6 * inputs[main_input].numel() * self.counted_parameters
 
     def prediction_step(
         self,

@@ -86,6 +86,9 @@ class RunPlan:
     cuda_graphs_reason: str = "no --torch_compile"
     persistent_workers: bool = False  # dataloader workers kept from one epoch (and evaluation) to the next
     persistent_workers_reason: str = "no dataloader workers"
+    # where --logging_nan_inf_filter runs: "device" (trainer_qa, no host sync) or "off"
+    loss_filter: str = "device"
+    loss_filter_reason: str = "--logging_nan_inf_filter true"
 
     def training_fields(self, tf32_given: bool | None) -> dict[str, object]:
         """The TrainingArguments fields this plan owns, and only these."""
@@ -102,6 +105,9 @@ class RunPlan:
             "torch_compile": self.torch_compile,
             "torch_compile_backend": self.compile_backend,
             "torch_compile_mode": self.compile_mode,
+            # the Trainer's own check bool()s every step's loss, a host-device sync on a GPU; the same rule
+            # runs on the device in QuestionAnsweringTrainer.training_step (self.loss_filter)
+            "logging_nan_inf_filter": False,
         }
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
@@ -131,7 +137,8 @@ class RunPlan:
             f"attn_backend={self.attn_backend} ({self.attn_backend_reason}) "
             f"compile={self.compile_shown()} "
             f"cuda_graphs={ON[self.cuda_graphs]} ({self.cuda_graphs_reason}) "
-            f"persistent_workers={ON[self.persistent_workers]} ({self.persistent_workers_reason})"
+            f"persistent_workers={ON[self.persistent_workers]} ({self.persistent_workers_reason}) "
+            f"loss_filter={self.loss_filter} ({self.loss_filter_reason})"
         )
 
     def workers_shown(self) -> str:
@@ -221,6 +228,8 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
         **compiled._asdict(),
         persistent_workers=persistent,
         persistent_workers_reason=persistent_reason,
+        loss_filter="device" if flags["logging_nan_inf_filter"] else "off",
+        loss_filter_reason=f"--logging_nan_inf_filter {str(flags['logging_nan_inf_filter']).lower()}",
     )
 
 
@@ -440,6 +449,14 @@ def records_cuda_graphs(backend: str | None, mode: str | None, device: str) -> b
     return device == "cuda" and backend == "inductor" and mode in CUDA_GRAPH_MODES
 
 
+def loss_filter(trainer: Trainer) -> str:
+    """Where `trainer` leaves a non-finite step loss out of the logged mean: "host" (transformers' own check,
+    which waits for every step's loss), "device" (QuestionAnsweringTrainer's), or "off"."""
+    if trainer.args.logging_nan_inf_filter:
+        return "host"
+    return "device" if getattr(trainer, "loss_filter", False) else "off"
+
+
 def names_other_attention(attn_implementation: str | None) -> bool:
     """--attn_implementation names an attention that does not call SDPA (eager, flash_attention_2)."""
     return attn_implementation not in (None, "sdpa")
@@ -552,6 +569,7 @@ class Effective:
     recompile_limit: int | None
     cuda_graphs: bool
     persistent_workers: bool
+    loss_filter: str
 
     @classmethod
     def read(cls, trainer: Trainer) -> Effective:
@@ -592,6 +610,7 @@ class Effective:
             recompile_limit=torch.compiler.config.recompile_limit if compiled else None,
             cuda_graphs=records_cuda_graphs(backend, mode, args.device.type),
             persistent_workers=bool(args.dataloader_persistent_workers),
+            loss_filter=loss_filter(trainer),
         )
 
     def log_line(self, rank: int) -> str:

@@ -87,6 +87,22 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "under --skip_memory_metrics False",
     ),
     PrivateUse(
+        "transformers.Trainer._tr_loss",
+        ("trainer_qa.py",),
+        "transformers",
+        "5.23.0",
+        "the logging interval's loss sum on the device: --logging_nan_inf_filter's rule counts a non-finite "
+        "step loss as its mean so far; the Trainer applies the rule only after bool()ing every step's loss "
+        "(a host-device sync), and exposes the sum nowhere else",
+    ),
+    PrivateUse(
+        "transformers.Trainer._globalstep_last_logged",
+        ("trainer_qa.py",),
+        "transformers",
+        "5.23.0",
+        "the step of the last log, which that mean divides by (1 + global_step - it), as the Trainer's rule",
+    ),
+    PrivateUse(
         "transformers.trainer_utils.speed_metrics",
         ("trainer_qa.py",),
         "transformers",

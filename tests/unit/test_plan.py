@@ -579,6 +579,17 @@ def test_dataloader_workers_persist_wherever_there_are_some(
     assert plan.training_fields(None)["dataloader_persistent_workers"] is (on == "on")
 
 
+@pytest.mark.parametrize("given, where", [(None, "device"), (True, "device"), (False, "off")])
+def test_the_loss_filter_runs_on_the_device_and_the_trainers_own_check_never(given, where):
+    """--logging_nan_inf_filter (transformers' flag, default true) is honoured by QuestionAnsweringTrainer
+    without a host sync per step; the Trainer's own check, which waits for every step's loss, stays off."""
+    plan = decide(ask() if given is None else ask(logging_nan_inf_filter=given), facts("H100"))
+    said = "true" if given is None else str(given).lower()
+    assert plan.loss_filter == where
+    assert plan.log_line().endswith(f" loss_filter={where} (--logging_nan_inf_filter {said})")
+    assert plan.training_fields(None)["logging_nan_inf_filter"] is False
+
+
 def test_static_graphs_over_varying_shapes_are_a_usage_error():
     """A graph per sequence length of dynamic padding would pass torch's recompile limit and run eagerly."""
     request = ask(torch_compile=True, compile_shapes="static")
@@ -622,12 +633,15 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
     expected["dataloader_pin_memory"] = False  # TrainingArguments itself turns pinned memory off on the CPU
     assert run.trainer.args.to_dict() == expected
     run.effective.check(plan)  # the same: no error
+    assert run.effective.loss_filter == "device" and run.trainer.loss_filter
     with pytest.raises(
         RuntimeError,
         match="settings: precision: planned fp32, effective bf16; param_dtype: planned "
-        "float32, effective float16; threads: planned 1, effective 8$",
+        "float32, effective float16; threads: planned 1, effective 8; loss_filter: planned device, "
+        "effective host$",
     ):
-        dataclasses.replace(run.effective, precision="bf16", param_dtype="float16", threads=8).check(plan)
+        changed = {"precision": "bf16", "param_dtype": "float16", "threads": 8, "loss_filter": "host"}
+        dataclasses.replace(run.effective, **changed).check(plan)
 
 
 @pytest.mark.parametrize("precision, want", [("bf16", "bfloat16"), ("fp32", "float32")])

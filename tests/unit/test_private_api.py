@@ -98,6 +98,19 @@ def check_memory_tracker(tmp_path: Path) -> None:
     assert parameters(TrainerMemoryTracker.stop_and_update_metrics) == ["self", "metrics"]
 
 
+def check_loss_filter_rule(tmp_path: Path) -> None:
+    """The rule QuestionAnsweringTrainer.training_step keeps on the device, as the Trainer applies it."""
+    from transformers import Trainer
+
+    loop = inspect.getsource(Trainer._run_epoch)
+    assert "self.args.logging_nan_inf_filter" in loop
+    assert (
+        "self._tr_loss += self._tr_loss / (1 + self.state.global_step - self._globalstep_last_logged)" in loop
+    )
+    assert "self._tr_loss += tr_loss_step" in loop
+    assert "self._globalstep_last_logged = self.state.global_step" in inspect.getsource(Trainer)
+
+
 def check_speed_metrics(tmp_path: Path) -> None:
     from transformers.trainer_utils import speed_metrics
 
@@ -221,6 +234,8 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "datasets.Dataset._fingerprint": check_dataset_fingerprint,
     "transformers.Trainer._get_eval_sampler": check_get_eval_sampler,
     "transformers.Trainer._memory_tracker": check_memory_tracker,
+    "transformers.Trainer._tr_loss": check_loss_filter_rule,
+    "transformers.Trainer._globalstep_last_logged": check_loss_filter_rule,
     "transformers.trainer_utils.speed_metrics": check_speed_metrics,
     "transformers.trainer_utils.PredictionOutput": check_prediction_output,
     "transformers.integrations.integration_utils.default_logdir": check_default_logdir,
