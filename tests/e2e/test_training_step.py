@@ -150,3 +150,25 @@ def test_flops_are_transformers_estimate_with_the_parameters_counted_once(qa, mo
     assert counts == [{"exclude_embeddings": True}]
     assert ours == [Trainer.floating_point_ops(trainer, batch) for batch in batches]
     assert len(counts) == 1 + len(batches)  # the parent counts them every time
+
+
+def test_the_model_checks_its_mask_on_the_host_only_when_run_eagerly(qa, monkeypatch):
+    """The one wait left in an eager step, transformers' check for a batch without padding, is traced away in
+    a compiled forward (dynamo's eager backend: the same graph capture as inductor's, without its compile)."""
+    tiny_bert, tokenizer, train_set, _ = qa
+    model = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).eval()
+    batch = tokenizer.pad([{"input_ids": ids} for ids in train_set[:4]["input_ids"]], return_tensors="pt")
+    compiled = torch.compile(model, backend="eager", dynamic=False)
+    compiled(**batch)  # the capture runs the Python code once
+    waits: Counter = Counter()
+    original = torch.Tensor.__bool__
+
+    def counted(tensor):
+        waits[sys._getframe(1).f_code.co_filename] += 1
+        return original(tensor)
+
+    monkeypatch.setattr(torch.Tensor, "__bool__", counted)
+    model(**batch)
+    eager = waits.pop(MODEL_MASK_CHECK, 0)
+    compiled(**batch)
+    assert (eager, waits[MODEL_MASK_CHECK]) == (1, 0), waits
