@@ -9,12 +9,11 @@ import json
 import numpy as np
 import pytest
 import torch
+from fixtures.features import demo_features
 from transformers import AutoModelForQuestionAnswering
 
 from qa_hpc.batching import BucketCollator, default_buckets, make_collator, parse_buckets, smallest_bucket
-from qa_hpc.features import build_data
-from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
-from qa_hpc.model import load_tokenizer
+from qa_hpc.flags import DataTrainingArguments, QATrainingArguments
 from qa_hpc.postprocess import make_postprocess
 from trainer_qa import QuestionAnsweringTrainer
 
@@ -59,26 +58,16 @@ def test_the_smallest_bucket_that_holds_the_longest_feature():
 def qa(tiny_bert, demo_files, tmp_path_factory):
     """Real features of generated SQuAD files at 128/32, the tiny BERT in eval mode (no dropout), in fp32."""
     tmp = tmp_path_factory.mktemp("batching")
-    model_args = ModelArguments(model_name_or_path=str(tiny_bert))
-    data_args = DataTrainingArguments(
-        train_file=str(demo_files["train"]),
-        validation_file=str(demo_files["validation"]),
-        max_seq_length=MAX_SEQ_LENGTH,
-        doc_stride=32,
-        features_cache_dir=str(tmp / "cache"),
-    )
-    args = QATrainingArguments(
-        output_dir=str(tmp / "out"),
-        do_train=True,
-        do_eval=True,
-        use_cpu=True,
+    files = {split: demo_files[split] for split in ("train", "validation")}
+    tokenizer, data, args = demo_features(
+        tiny_bert,
+        files,
+        tmp,
+        MAX_SEQ_LENGTH,
         per_device_train_batch_size=8,
         per_device_eval_batch_size=7,
-        report_to="none",
         seed=3,
     )
-    tokenizer = load_tokenizer(model_args)
-    data = build_data(model_args, data_args, args, tokenizer)
     model = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert)).eval()
     return tokenizer, data, args, model, tmp
 
