@@ -188,6 +188,7 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
         tf32 = flags["speed_defaults"] and ampere and flags["precision"] != "fp32"
     workers, workers_reason = decide_workers(flags, facts, device)
     persistent, persistent_reason = decide_persistent_workers(flags, workers)
+    loss_filter, loss_filter_reason = decide_loss_filter(flags)
     threads, threads_reason = decide_threads(flags, facts, workers)
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
@@ -228,8 +229,8 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
         **compiled._asdict(),
         persistent_workers=persistent,
         persistent_workers_reason=persistent_reason,
-        loss_filter="device" if flags["logging_nan_inf_filter"] else "off",
-        loss_filter_reason=f"--logging_nan_inf_filter {str(flags['logging_nan_inf_filter']).lower()}",
+        loss_filter=loss_filter,
+        loss_filter_reason=loss_filter_reason,
     )
 
 
@@ -272,6 +273,13 @@ def decide_persistent_workers(flags: FlagValues, workers: int) -> tuple[bool, st
     if workers == 0:
         return False, "no dataloader workers"
     return True, "auto: workers forked once per split, not once per pass"
+
+
+def decide_loss_filter(flags: FlagValues) -> tuple[str, str]:
+    """(where --logging_nan_inf_filter's rule runs, why): on the device (QuestionAnsweringTrainer) when the
+    flag is on, else off; never in the Trainer's own check, which waits for every step's loss."""
+    given = flags["logging_nan_inf_filter"]
+    return "device" if given else "off", f"--logging_nan_inf_filter {str(given).lower()}"
 
 
 def decide_threads(flags: FlagValues, facts: DeviceFacts, workers: int) -> tuple[int, str]:
