@@ -55,8 +55,9 @@ class WaitsPerStep(TrainerCallback):
         self.at_last_end = self.count()
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.per_step.append(self.count() - self.at_last_end)
-        self.at_last_end = self.count()
+        now = self.count()
+        self.per_step.append(now - self.at_last_end)
+        self.at_last_end = now
 
 
 @pytest.fixture(scope="module")
