@@ -51,10 +51,12 @@ env "${job[@]}" CUDA_VISIBLE_DEVICES="$first_gpu" QA_OUTPUT_DIR="$OUT/job_ft3" Q
 	--overwrite_output_dir 2>&1 | grep -E "$keep"
 [ "${PIPESTATUS[0]}" = 0 ] || { qa_log "GPU_SMOKE job_ft3.sh failed: $OUT/logs"; exit 1; }
 
+# eager, as the first GPU run measured it: the 1-GPU and torchrun rows compare like with like (several
+# processes never compile by default) and no ~2 min compile; bench/gpu_speed.sh measures the compiled default
 finetune=(--model_name_or_path "$MODEL" "${data[@]}" --do_train --do_eval --num_train_epochs 1
-	--max_train_samples "${SMOKE_TRAIN:-12000}" --max_eval_samples "${SMOKE_EVAL:-1000}" --per_device_train_batch_size 24
-	--learning_rate 4e-5 --max_seq_length 384 --doc_stride 128 --precision auto --logging_steps 50
-	--save_strategy no --report_to none --overwrite_output_dir)
+	--torch_compile false --max_train_samples "${SMOKE_TRAIN:-12000}" --max_eval_samples "${SMOKE_EVAL:-1000}"
+	--per_device_train_batch_size 24 --learning_rate 4e-5 --max_seq_length 384 --doc_stride 128 --precision auto
+	--logging_steps 50 --save_strategy no --report_to none --overwrite_output_dir)
 smoke() {  # smoke LABEL LAUNCHER...: the timed fine-tune, its log lines, its record
 	local label=$1; shift
 	"$@" bench/gpu_smoke.py train "${finetune[@]}" --output_dir "$OUT/$label" >"$OUT/$label.log" 2>&1

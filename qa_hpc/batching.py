@@ -51,7 +51,7 @@ def parse_buckets(text: str, max_seq_length: int) -> tuple[int, ...]:
     if text == "on":
         return default_buckets(max_seq_length)
     rule = (
-        f"--pad_to_buckets {text}: give off, on, or comma-separated widths, each a multiple of "
+        f"--pad_to_buckets {text}: give auto, off, on, or comma-separated widths, each a multiple of "
         f"{WIDTH_MULTIPLE}, ascending, the largest equal to --max_seq_length ({max_seq_length})"
     )
     words = text.split(",")

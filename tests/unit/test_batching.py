@@ -43,8 +43,8 @@ def test_a_bad_bucket_list_is_refused_saying_what_a_list_must_be(text):
     with pytest.raises(ValueError) as err:
         parse_buckets(text, 384)
     assert str(err.value) == (
-        f"--pad_to_buckets {text}: give off, on, or comma-separated widths, each a multiple of 8, ascending, "
-        "the largest equal to --max_seq_length (384)"
+        f"--pad_to_buckets {text}: give auto, off, on, or comma-separated widths, each a multiple of 8, "
+        "ascending, the largest equal to --max_seq_length (384)"
     )
 
 

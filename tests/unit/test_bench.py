@@ -184,3 +184,20 @@ def test_suite_profile_sums_each_files_tests_and_the_cores_busy_meanwhile():
     rows = suite_profile.per_file(spans, samples)
     file_a = ("tests/e2e/test_a.py", 6.0, pytest.approx((4 * 1.5 + 2 * 0.5) / 6))
     assert rows == [file_a, ("tests/unit/test_b.py", 1.0, 1.0)]
+
+
+def test_the_baseline_and_each_lever_alone_run_eagerly_unless_the_lever_compiles():
+    """run_qa.py compiles by default on one GPU, so the baseline (`ours_today`) pins the eager default it
+    measured before (--torch_compile false); a lever's variant keeps that pin unless compiling is its lever;
+    `ours_default` pins nothing (the defaults of the run_qa.py that runs)."""
+    known = gpu_speed.known_run_qa_flags()
+    by_name = {variant.name: variant for variant in gpu_speed.VARIANTS}
+    baseline, _ = gpu_speed.command_flags(by_name["ours_today"], known)
+    assert " ".join(baseline).startswith("--attn_backend all --pad_to_buckets off --torch_compile false")
+    for variant in gpu_speed.VARIANTS:
+        if variant.script == "hf" or not variant.today_pinned:
+            continue
+        flags, unknown = gpu_speed.command_flags(variant, known)
+        pinned_eager = "--torch_compile false" in " ".join(flags)
+        assert not unknown and pinned_eager == ("--torch_compile" not in variant.flags), variant.name
+    assert gpu_speed.command_flags(by_name["ours_default"], known) == ([], [])
