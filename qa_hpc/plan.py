@@ -423,14 +423,13 @@ def decide_compiling(flags: FlagValues, device: str, world_size: int) -> tuple[b
 
 
 def graphs_ahead(flags: FlagValues, compiling: bool, device: str, world_size: int) -> bool:
-    """Whether this compiled run would record CUDA graphs once its shapes are fixed (_cuda_graphs' rule)."""
-    if not compiling or device == "cpu" or flags["pad_to_max_length"]:
+    """Whether this run, compiled, would record CUDA graphs once buckets fix its shapes (_cuda_graphs' rule
+    over any number of fixed shapes); never beside --pad_to_max_length, which fixes them itself."""
+    if not compiling or flags["pad_to_max_length"]:
         return False
     backend = flags["torch_compile_backend"] or "inductor"
-    mode = flags["torch_compile_mode"]
-    if mode is not None:
-        return records_cuda_graphs(backend, mode, device)
-    return backend == "inductor" and world_size == 1
+    graphs, _ = _cuda_graphs(flags["torch_compile_mode"], backend, device, world_size, DEFAULT_BUCKETS + 1)
+    return graphs
 
 
 def decide_compile(
