@@ -121,10 +121,10 @@ class QATrainingArguments(TrainingArguments):
 
     torch_compile: bool | None = flag(
         None,
-        "Compile the model with torch.compile (transformers' flag). Not given (qa-hpc): on for one GPU "
-        "process under --speed_defaults, over --pad_to_buckets' shapes with CUDA graphs (1.39x over 2 epochs "
-        "on one H200, ~130 s of compile first: give false for short runs); off on a CPU and with several "
-        "processes.",
+        "Compile the model with torch.compile (transformers' flag). Not given (qa-hpc): on for a training "
+        "run in one GPU process under --speed_defaults, over --pad_to_buckets' shapes with CUDA graphs "
+        "(1.39x over 2 epochs on one H200, ~130 s of compile first: give false for short runs); off on a "
+        "CPU, with several processes, without --do_train, with --pad_to_buckets off or --pad_to_max_length.",
         # as HfArgumentParser takes a bool flag: --torch_compile alone is true; not given stays None (auto)
         nargs="?",
         const=True,
