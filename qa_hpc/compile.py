@@ -1,21 +1,24 @@
 """torch.compile as the plan decided it, around the Trainer's own --torch_compile path.
 
-transformers hands torch.compile to accelerate (TorchDynamoPlugin: backend, mode, and `dynamic` through
-ACCELERATE_DYNAMO_USE_DYNAMIC, RunPlan.environment); what that path lacks is here: a compiler that cannot
-work on this machine found before training, and the run falling back to eager saying so
-(`fall_back_if_broken`); the recompile limit over the fixed batch shapes (`apply_recompile_limit`); and in
-the Trainer's steps (`CompiledSteps`) the CUDA graph step boundaries marked, outputs kept out of the graphs'
-memory, and the graphs built counted against the batch shapes seen.
+transformers hands torch.compile to accelerate (TorchDynamoPlugin: backend, mode, and `dynamic` and regional
+compilation through ACCELERATE_DYNAMO_* variables, RunPlan.environment); what that path lacks is here: where
+the compiled kernels are kept between runs (`cache_dir_for`); a compiler that cannot work on this machine
+found before training, and the run falling back to eager saying so (`fall_back_if_broken`); the recompile
+limit over the fixed batch shapes (`apply_recompile_limit`); and in the Trainer's steps (`CompiledSteps`)
+the CUDA graph step boundaries marked, outputs kept out of the graphs' memory, and the graphs built counted
+against the batch shapes seen.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import torch
-from accelerate.utils import is_compiled_module
+from accelerate.utils import has_compiled_regions, is_compiled_module
 
 from qa_hpc.plan import CompileDecision, RunPlan
 
@@ -47,6 +50,17 @@ def fall_back_if_broken(plan: RunPlan) -> RunPlan:
     return plan
 
 
+def cache_dir_for(given: str | None, env: Mapping[str, str]) -> str:
+    """Where torch.compile keeps what it compiled: --compile_cache_dir, else TORCHINDUCTOR_CACHE_DIR, else
+    beside the Hugging Face cache. Torch's own default, /tmp/torchinductor_<user>, is on the node and often
+    emptied after each job on clusters: every job, a requeued one too, would compile cold (~130 s for
+    bert-base on one H200; a warm compile of its shape took a quarter of the cold one on a CPU)."""
+    from huggingface_hub import constants
+
+    chosen = given or env.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(constants.HF_HOME, "qa_hpc_compile")
+    return os.path.abspath(chosen)
+
+
 def apply_recompile_limit(plan: RunPlan) -> None:
     """The process-wide compile setting the plan owns: the recompile limit (each fixed batch shape is one
     cache entry of the model's forward; past the limit torch would run that shape eagerly)."""
@@ -59,6 +73,19 @@ def graphs_built() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def cache_lookups() -> tuple[int, int]:
+    """(hits, misses) of inductor's graph cache in this process so far: hits are graphs whose kernels an
+    earlier run left in the cache folder (its own counters: torch has no public ones)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"]), int(counters["inductor"]["fxgraph_cache_miss"])
+
+
+def is_compiled(model: torch.nn.Module) -> bool:
+    """Whether `model` runs compiled code: compiled whole, or its regions (--compile_scope regions)."""
+    return is_compiled_module(model) or has_compiled_regions(model)
 
 
 class CompiledSteps:
@@ -74,10 +101,11 @@ class CompiledSteps:
         self.cuda_graphs = cuda_graphs
         self.shapes: set[tuple[bool, tuple[int, ...]]] = set()
         self.graphs_before = graphs_built() if torch_compile else 0
+        self.lookups_before = cache_lookups() if torch_compile else (0, 0)
 
     def begin(self, model: torch.nn.Module, inputs: dict[str, Any], training: bool) -> None:
         """Before a step of `model` (training: a training step, which itself puts the model in train mode)."""
-        if not (self.torch_compile and is_compiled_module(model)):
+        if not (self.torch_compile and is_compiled(model)):
             return
         self.shapes.add((training, tuple(inputs["input_ids"].shape)))
         if self.cuda_graphs:
@@ -85,7 +113,7 @@ class CompiledSteps:
 
     def own(self, model: torch.nn.Module, outputs: Any) -> Any:
         """`outputs` (a tensor, tuples of them, or None) in memory of their own when CUDA graphs made them."""
-        if not (self.cuda_graphs and is_compiled_module(model)):
+        if not (self.cuda_graphs and is_compiled(model)):
             return outputs
         if isinstance(outputs, torch.Tensor):
             return outputs.clone()
@@ -94,9 +122,13 @@ class CompiledSteps:
         return outputs
 
     def summary(self) -> str | None:
-        """`COMPILE graphs=N batch_shapes=M`: under dynamic=False, one graph per shape and pass when nothing
-        breaks a graph or recompiles; None with compile off."""
+        """`COMPILE graphs=N batch_shapes=M cache_hits=H cache_misses=K`: under dynamic=False, one graph per
+        shape and pass (and region) when nothing breaks a graph or recompiles; inductor's cache lookups
+        (none with a backend other than inductor; hits: compiled warm); None with compile off."""
         if not self.torch_compile:
             return None
         graphs = graphs_built() - self.graphs_before
-        return f"COMPILE graphs={graphs} batch_shapes={len(self.shapes)}"
+        hits, misses = (now - before for now, before in zip(cache_lookups(), self.lookups_before))
+        return (
+            f"COMPILE graphs={graphs} batch_shapes={len(self.shapes)} cache_hits={hits} cache_misses={misses}"
+        )

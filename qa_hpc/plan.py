@@ -6,6 +6,7 @@ docs/REFERENCE.md, "Precision, TF32, threads and the batch across processes".
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_SHAPES = ("auto", "static", "dynamic")  # --compile_shapes
+COMPILE_SCOPES = ("model", "regions")  # --compile_scope
 ACCELERATE_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}  # accelerate's names -> ours
 BF16_MIN_CAPABILITY = (8, 0)  # bf16 and TF32 tensor cores: Ampere and newer
 MAX_AUTO_WORKERS = 4  # dataloader workers per rank on a GPU: collation overlaps the step
@@ -84,6 +86,8 @@ class RunPlan:
     compile_mode: str | None = None
     compile_dynamic: bool | None = None  # None: torch's automatic dynamic shapes
     recompile_limit: int | None = None  # None: torch's own
+    compile_scope: str | None = None  # model | regions; None: compile off
+    compile_cache_dir: str | None = None  # inductor's and Triton's caches; None: compile off
     compile_reason: str = "no --torch_compile"
     cuda_graphs: bool = False
     cuda_graphs_reason: str = "no --torch_compile"
@@ -114,16 +118,23 @@ class RunPlan:
         }
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        """Variables the Trainer reads that must say the plan's settings before TrainingArguments is built:
-        ACCELERATE_MIXED_PRECISION, which it takes as the precision when --bf16/--fp16 are off (fp32 under
-        accelerate's bf16: bf16), and ACCELERATE_DYNAMO_USE_DYNAMIC, the one way transformers 5.23 lets
-        torch.compile's `dynamic` reach accelerate's TorchDynamoPlugin."""
+        """Variables the Trainer and torch read that must say the plan's settings before TrainingArguments
+        is built and anything is compiled: ACCELERATE_MIXED_PRECISION, which the Trainer takes as the
+        precision when --bf16/--fp16 are off (fp32 under accelerate's bf16: bf16);
+        ACCELERATE_DYNAMO_USE_DYNAMIC and ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION, the one way
+        transformers 5.23 lets torch.compile's `dynamic` and accelerate's regional compilation reach its
+        TorchDynamoPlugin; TORCHINDUCTOR_CACHE_DIR, the caches' folder (Triton's inside it)."""
         names = {ours: theirs for theirs, ours in ACCELERATE_PRECISION.items()}
         variables = {}
         if "ACCELERATE_MIXED_PRECISION" in env:
             variables["ACCELERATE_MIXED_PRECISION"] = names[self.precision]
         if self.compile_dynamic is not None:
             variables["ACCELERATE_DYNAMO_USE_DYNAMIC"] = str(self.compile_dynamic).lower()
+        if self.torch_compile:
+            regions = self.compile_scope == "regions"
+            variables["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = str(regions).lower()
+        if self.torch_compile and self.compile_cache_dir is not None:
+            variables["TORCHINDUCTOR_CACHE_DIR"] = self.compile_cache_dir
         return variables
 
     def log_line(self) -> str:
@@ -157,7 +168,8 @@ class RunPlan:
         return (
             f"on (backend={self.compile_backend} mode={self.compile_mode} dynamic="
             f"{'auto' if self.compile_dynamic is None else self.compile_dynamic} recompile_limit="
-            f"{self.recompile_limit or 'torch'}: {self.compile_reason})"
+            f"{self.recompile_limit or 'torch'} scope={self.compile_scope} cache={self.compile_cache_dir}: "
+            f"{self.compile_reason})"
         )
 
 
@@ -393,6 +405,8 @@ class CompileDecision(NamedTuple):
     compile_mode: str | None = None
     compile_dynamic: bool | None = None
     recompile_limit: int | None = None
+    compile_scope: str | None = None
+    compile_cache_dir: str | None = None
     compile_reason: str = "no --torch_compile"
     cuda_graphs: bool = False
     cuda_graphs_reason: str = "no --torch_compile"
@@ -442,8 +456,9 @@ def decide_compile(
     """torch.compile as `compiling` (decide_compiling) says, through the Trainer's own flags; CUDA graphs
     where they pay: on a GPU, with inductor, over fixed shapes, in one process; under them one graph with
     symbolic sizes (each shape is recorded as its own CUDA graph anyway), else static over fixed batch shapes
-    with room for all of them (--compile_shapes says otherwise). `fixed_shapes`: per pass over a split; None
-    when they vary."""
+    with room for all of them (--compile_shapes says otherwise); the whole model or its regions
+    (--compile_scope), its caches in flags["compile_cache_dir"] (resolved by the caller: it reads the
+    environment). `fixed_shapes`: per pass over a split; None when they vary."""
     on, why = compiling
     if not on:
         return CompileDecision(compile_reason=why, cuda_graphs_reason=why)
@@ -490,6 +505,8 @@ def decide_compile(
         compile_mode=mode,
         compile_dynamic=dynamic,
         recompile_limit=limit,
+        compile_scope=flags["compile_scope"],
+        compile_cache_dir=flags["compile_cache_dir"],
         compile_reason=reason,
         cuda_graphs=graphs,
         cuda_graphs_reason=graphs_reason,
@@ -636,6 +653,8 @@ class Effective:
     compile_mode: str | None
     compile_dynamic: bool | None
     recompile_limit: int | None
+    compile_scope: str | None
+    compile_cache_dir: str | None
     cuda_graphs: bool
     persistent_workers: bool
     loss_filter: str
@@ -677,6 +696,9 @@ class Effective:
             compile_mode=mode,
             compile_dynamic=dynamo.dynamic if compiled else None,
             recompile_limit=torch.compiler.config.recompile_limit if compiled else None,
+            compile_scope=("regions" if dynamo.use_regional_compilation else "model") if compiled else None,
+            # torch's own variable, which its cache folder follows (made absolute when first used)
+            compile_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR") if compiled else None,
             cuda_graphs=records_cuda_graphs(backend, mode, args.device.type),
             persistent_workers=bool(args.dataloader_persistent_workers),
             loss_filter=loss_filter(trainer),

@@ -137,7 +137,9 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "torch",
         "2.13.0",
         "the count of graphs dynamo built (stats/unique_graphs), for the COMPILE line and the check that a "
-        "pass compiles one graph per batch shape; torch has no public count of compiled graphs",
+        "pass compiles one graph per batch shape, and of inductor's cache lookups (inductor/"
+        "fxgraph_cache_hit, fxgraph_cache_miss): whether a run compiled warm; torch has no public count of "
+        "either",
     ),
     PrivateUse(
         "accelerate.state.AcceleratorState.dynamo_plugin",
@@ -154,6 +156,15 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "1.15.0",
         "the environment variable TorchDynamoPlugin reads for torch.compile's `dynamic`: transformers 5.23 "
         "builds the plugin itself and passes no `dynamic`, so the plan sets it before TrainingArguments",
+    ),
+    PrivateUse(
+        "accelerate.utils.TorchDynamoPlugin.ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION",
+        ("qa_hpc/plan.py",),
+        "accelerate",
+        "1.15.0",
+        "the environment variable TorchDynamoPlugin reads for `use_regional_compilation` (--compile_scope "
+        "regions): transformers 5.23 builds the plugin itself without it, so the plan sets it before "
+        "TrainingArguments",
     ),
     PrivateUse(
         "transformers.trainer_pt_utils.get_length_grouped_indices",

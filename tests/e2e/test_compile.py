@@ -1,7 +1,7 @@
 """torch.compile over fixed batch shapes in real processes: a compiled run stops on a signal, checkpoints and
-resumes, and equals the same run uncompiled; one graph per batch shape, or one for all of them. (Backend
-aot_eager: what inductor traces, forward and backward, without inductor's C++ compiles, which take minutes
-on 2 cores.)"""
+resumes, and equals the same run uncompiled; one graph per batch shape, or one for all of them, for the
+whole model or each of its regions. (Backend aot_eager: what inductor traces, forward and backward, without
+inductor's C++ compiles, which take minutes on 2 cores.) Inductor's cache, kept between runs, found warm."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from fixtures.procs import PYTHON, RUN_QA, LoggedProcess, ok, run_qa, tiny_flags
 from fixtures.runs import assert_resumed_exactly, read
 
+from qa_hpc.compile import cache_lookups
 from qa_hpc.errors import EXIT_PREEMPTED
 
 BUCKETS_AT_128 = 5  # --pad_to_buckets on at --max_seq_length 128: 48,64,88,112,128
@@ -50,17 +51,21 @@ def test_compiled_in_buckets_stops_resumes_and_equals_eager(
 ) -> None:
     """A SIGTERM checkpoints a compiled run (exit 75) and the same command resumes it; the resumed run's
     per-step losses, weights and answers are those of the same run uncompiled and uninterrupted (run beside
-    it). The first process, with --compile_shapes dynamic, builds one graph whatever the shapes it saw; the
-    resumed one, static, one graph per batch shape its compiled steps saw, at most one per bucket and a short
-    last batch (a checkpoint holds no graphs: either setting resumes it). (Evaluation after training runs the
-    plain model: transformers 5.23 evaluates self.model.)"""
+    it). The first process, with --compile_shapes dynamic and --compile_scope regions, builds three graphs
+    whatever the shapes it saw: the embeddings, one for both layers, the QA head (a fourth, the layers without
+    an attention mask, where a batch has no padding: transformers then builds none); the resumed one, static
+    and whole, one graph per batch shape its compiled steps saw, at most one per bucket and a short last batch
+    (a checkpoint holds no graphs: any setting resumes it). (Evaluation after training runs the plain model:
+    transformers 5.23 evaluates self.model.)"""
     out = tmp_path / "compiled"
     reference = tmp_path / "eager"
+    cache = tmp_path / "compile_cache"
     compiled = [*_flags(tiny_bert, ddp_data, out), "--torch_compile_backend", "aot_eager"]
+    compiled += ["--compile_cache_dir", str(cache)]
     # torch's dropout masks, as the compiled run's plan chooses (uncompiled, some CPUs would draw bulk ones)
     uncompiled = [*_flags(tiny_bert, ddp_data, reference), "--dropout_mask", "torch"]
     eager = LoggedProcess([PYTHON, RUN_QA, *uncompiled], tmp_path / "eager.log")
-    dynamic = [*compiled, "--compile_shapes", "dynamic"]
+    dynamic = [*compiled, "--compile_shapes", "dynamic", "--compile_scope", "regions"]
     first = LoggedProcess([PYTHON, RUN_QA, *dynamic], tmp_path / "first.log")
     try:
         # compiled, and training: stopped at its first logged loss, so that the resumed run has steps over
@@ -75,16 +80,17 @@ def test_compiled_in_buckets_stops_resumes_and_equals_eager(
     log = first.text()
     step = int(re.search(r"PREEMPTED signal=SIGTERM global_step=(\d+) ", log).group(1))
 
-    graphs, shapes = map(int, re.search(r"COMPILE graphs=(\d+) batch_shapes=(\d+)", log).groups())
-    assert graphs == 1 and 1 <= shapes <= BUCKETS_AT_128 + 1, log[-3000:]
+    compiled_line = r"COMPILE graphs=(\d+) batch_shapes=(\d+) cache_hits=0 cache_misses=0"  # no inductor
+    graphs, shapes = map(int, re.search(compiled_line, log).groups())
+    assert graphs in (3, 4) and 1 <= shapes <= BUCKETS_AT_128 + 1, log[-3000:]
     planned_dynamic = (
-        "dynamic=True recompile_limit=torch: --compile_shapes dynamic: one graph, its sizes symbolic over 6 "
-        "batch shapes per pass"
+        f"dynamic=True recompile_limit=torch scope=regions cache={cache}: --compile_shapes dynamic: one "
+        "graph, its sizes symbolic over 6 batch shapes per pass"
     )
     assert planned_dynamic in log, log[-3000:]
-    assert "compile_dynamic=True recompile_limit=" in log
+    assert re.search(r"compile_dynamic=True recompile_limit=\d+ compile_scope=regions ", log)
     again = ok(run_qa(compiled))
-    graphs, shapes = map(int, re.search(r"COMPILE graphs=(\d+) batch_shapes=(\d+)", again).groups())
+    graphs, shapes = map(int, re.search(compiled_line, again).groups())
     assert graphs == shapes and 2 <= shapes <= BUCKETS_AT_128 + 1, f"stopped at {step}: {again[-3000:]}"
     assert_resumed_exactly(out, reference, log, again, step)
     assert read(out / "eval_predictions.json") == read(reference / "eval_predictions.json")
@@ -92,8 +98,30 @@ def test_compiled_in_buckets_stops_resumes_and_equals_eager(
         "dropout_mask=torch (auto: compiled: the graphs draw their own masks) "
         "pad_to_buckets=48,64,88,112,128 (on: 5 widths from 128/3 to 128, multiples of 8) "
         "attn_backend=all (auto: CPU: torch's own choice (flash or math)) "
-        "compile=on (backend=aot_eager mode=default dynamic=False recompile_limit=14: 6 batch shapes per "
-        "pass, one graph each) cuda_graphs=off (CPU: CUDA graphs need a GPU)"
+        "compile=on (backend=aot_eager mode=default dynamic=False recompile_limit=14 scope=model "
+        f"cache={cache}: 6 batch shapes per pass, one graph each) cuda_graphs=off (CPU: CUDA graphs need "
+        "a GPU)"
     )
     assert planned in again, again[-3000:]
-    assert "compile_backend=aot_eager compile_mode=default compile_dynamic=False recompile_limit=14" in again
+    effective = "compile_backend=aot_eager compile_mode=default compile_dynamic=False recompile_limit=14 "
+    assert f"{effective}compile_scope=model " in again
+
+
+def test_a_compile_cache_kept_between_runs_is_found_warm(tmp_path: Path, monkeypatch) -> None:
+    """Inductor's graph cache in the folder a run keeps (--compile_cache_dir): the first compile of a graph
+    misses and fills it; once dynamo has forgotten the graph, as a later process has, the same compile finds
+    its kernels there. The COMPILE line's cache_hits / cache_misses count exactly these lookups."""
+    import torch
+
+    def doubled_plus_one(x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0 + 1.0
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "compile_cache"))
+    seen = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        before = cache_lookups()
+        torch.compile(doubled_plus_one, backend="inductor", dynamic=False)(torch.ones(8))
+        seen.append(tuple(now - then for now, then in zip(cache_lookups(), before)))
+    torch._dynamo.reset()
+    assert seen == [(0, 1), (1, 0)]  # (hits, misses): cold, then warm

@@ -134,6 +134,22 @@ def test_compile_warm_compiles_in_the_caches_compile_filled_and_never_cold(tmp_p
     assert record["reason"] == "compile did not run before it in this sitting: its caches would be cold"
 
 
+def test_each_warm_variant_follows_its_cold_one_and_is_budgeted_as_warm():
+    """Every variant compiling in another's caches runs after it, with the same flags, and the budget
+    expects a warm compile of it (its own estimate, in both sittings), not a cold one's."""
+    names = [variant.name for variant in gpu_speed.VARIANTS]
+    by_name = {variant.name: variant for variant in gpu_speed.VARIANTS}
+    warm = [variant for variant in gpu_speed.VARIANTS if variant.caches_of]
+    expected = {"compile_warm", "buckets_graphs_dynamic_warm", "buckets_graphs_regions_warm"}
+    assert {variant.name for variant in warm} == expected
+    for variant in warm:
+        cold = by_name[variant.caches_of]
+        assert names.index(cold.name) < names.index(variant.name) and cold.flags == variant.flags
+        assert (cold.kind, variant.kind) == ("compiled", "warm")
+    for sitting in gpu_speed.SITTINGS.values():
+        assert sitting.estimate_s["warm"] < sitting.estimate_s["compiled"]
+
+
 def test_a_variant_that_ends_before_its_steady_steps_fails_and_the_sitting_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -163,13 +179,16 @@ def test_a_variant_that_ends_before_its_steady_steps_fails_and_the_sitting_goes_
 
 def test_compile_shapes_builds_a_graph_per_shape_static_and_one_dynamic(tiny_bert: Path):
     """bench/compile_shapes.py's shapes are a pass's under --pad_to_buckets on (as many as the plan counts);
-    with dynamo's own eager backend, static builds one graph per shape and dynamic one for all."""
+    with dynamo's own eager backend, static builds one graph per shape and dynamic one for all, and in
+    regions one per region: the embeddings, both layers, the QA head. No inductor: no cache lookups."""
     shapes = compile_shapes.batch_shapes(128, 4)
     assert shapes == [(4, 48), (4, 64), (4, 88), (4, 112), (4, 128), (2, 48)]
     static = compile_shapes.compile_over_shapes(str(tiny_bert), shapes[:2], "eager", dynamic=False)
     dynamic = compile_shapes.compile_over_shapes(str(tiny_bert), shapes[:2], "eager", dynamic=True)
-    assert (static["graphs"], dynamic["graphs"]) == (2, 1)
+    regions = compile_shapes.compile_over_shapes(str(tiny_bert), shapes[:2], "eager", True, "regions")
+    assert (static["graphs"], dynamic["graphs"], regions["graphs"]) == (2, 1, 3)
     assert len(dynamic["first_steps_s"]) == 2
+    assert (regions["cache_hits"], regions["cache_misses"]) == (0, 0)
 
 
 def test_suite_profile_sums_each_files_tests_and_the_cores_busy_meanwhile():

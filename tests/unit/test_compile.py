@@ -13,16 +13,20 @@ from fixtures.procs import tiny_flags
 
 from qa_hpc import attention
 from qa_hpc.batching import BucketCollator
+from qa_hpc.compile import cache_dir_for
 from qa_hpc.device import read_device_facts
 from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.preemption import StopRequest
 
 
 @pytest.fixture
-def process_settings(monkeypatch):
+def process_settings(monkeypatch, tmp_path):
     """What a run sets for the whole process, put back after the test: the SDPA switches, the recompile
-    limit, torch's threads, and the variable that carries `dynamic` to accelerate."""
-    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_DYNAMIC", "restored after the test")
+    limit, torch's threads, and the variables that carry `dynamic` and regional compilation to accelerate
+    and the caches' folder to torch (the test's own)."""
+    monkeypatch.delenv("ACCELERATE_DYNAMO_USE_DYNAMIC", raising=False)
+    monkeypatch.delenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "compile_cache"))
     limit = torch.compiler.config.recompile_limit
     threads = torch.get_num_threads()
     yield
@@ -94,8 +98,12 @@ def test_dynamic_compile_shapes_reach_accelerate_and_read_back(
     effective = run_qa.setup(flags, plan, facts, StopRequest()).effective
     assert (plan.compile_dynamic, effective.compile_dynamic) == (True, True)
     assert plan.recompile_limit is None and effective.recompile_limit == limit  # torch's own, untouched
-    reason = "dynamic=True recompile_limit=torch: --compile_shapes dynamic: one graph, its sizes symbolic"
-    assert f"{reason} over 3 batch shapes per pass)" in plan.log_line()
+    cache = tmp_path / "compile_cache"
+    reason = (
+        f"dynamic=True recompile_limit=torch scope=model cache={cache}: --compile_shapes dynamic: one graph"
+    )
+    assert f"{reason}, its sizes symbolic over 3 batch shapes per pass)" in plan.log_line()
+    assert (effective.compile_scope, effective.compile_cache_dir) == ("model", str(cache))
 
 
 @pytest.mark.skipif(
@@ -116,3 +124,32 @@ def test_a_compiler_that_cannot_work_here_falls_back_to_eager_saying_so(
     assert not plan.torch_compile and not flags.training.torch_compile
     assert flags.training.torch_compile_backend is None and plan.compile_dynamic is None
     assert "compile=off (fallback=eager: --torch_compile_backend onnxrt failed here)" in plan.log_line()
+
+
+def test_regions_reach_accelerate_and_read_back(tiny_bert, demo_files, tmp_path, process_settings):
+    """--compile_scope regions: accelerate's dynamo plugin gets use_regional_compilation (through the one
+    variable it reads; its compile_regions then compiles each repeated layer), and the run reads it back."""
+    import run_qa
+
+    argv = _argv(
+        tiny_bert, demo_files, tmp_path, "--torch_compile_backend", "eager", "--compile_scope", "regions"
+    )
+    facts = read_device_facts()
+    plan, flags = decide_and_build(read_flags(argv), facts)
+    effective = run_qa.setup(flags, plan, facts, StopRequest()).effective
+    assert (plan.compile_scope, effective.compile_scope) == ("regions", "regions")
+    assert "recompile_limit=torch scope=regions cache=" in plan.log_line()
+
+
+def test_the_compile_cache_is_the_flags_else_torchs_variable_else_beside_the_hf_cache(monkeypatch, tmp_path):
+    """A folder kept between jobs, unlike torch's own in /tmp: --compile_cache_dir, else
+    TORCHINDUCTOR_CACHE_DIR as the user set it, else <HF_HOME>/qa_hpc_compile; made absolute, as torch makes
+    it (ranks started in other directories agree)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.chdir(tmp_path)
+    kept = {"TORCHINDUCTOR_CACHE_DIR": "/scratch/inductor"}
+    assert cache_dir_for("given", kept) == str(tmp_path / "given")
+    assert cache_dir_for(None, kept) == "/scratch/inductor"
+    assert cache_dir_for(None, {}) == str(tmp_path / "hf_home" / "qa_hpc_compile")

@@ -18,7 +18,9 @@ from qa_hpc.errors import UsageError
 from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags
 from qa_hpc.plan import FlagValues, PlanError, decide
 
-DEFAULTS = read_flags([])  # every flag at its default, as run_qa.py parses them
+CACHE = "/scratch/hf_cache/qa_hpc_compile"  # where the compile's caches go: resolved before the plan
+# every flag at its default, as run_qa.py parses them and decide_and_build resolves them
+DEFAULTS = {**read_flags([]), "compile_cache_dir": CACHE}
 
 
 def ask(**given: object) -> FlagValues:
@@ -287,22 +289,29 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
             (
                 "pad_to_buckets=128,192,256,320,384 (auto: CUDA graphs, one per shape: 5 widths from 384/3 "
                 "to 384) attn_backend=all (auto: batch shapes fixed: cuDNN plans each shape once)",
-                "compile=on (backend=inductor mode=reduce-overhead dynamic=True recompile_limit=torch: "
-                "auto: one GPU process: one H200: 14.5 ms a step against 44 eager, ~130 s to compile; "
-                "1.39x over 2 epochs; --torch_compile false for short runs; auto: CUDA graphs record each "
+                "compile=on (backend=inductor mode=reduce-overhead dynamic=True recompile_limit=torch "
+                f"scope=model cache={CACHE}: auto: one GPU process: one H200: 14.5 ms a step against 44 "
+                "eager, ~130 s to compile; 1.39x over 2 epochs; --torch_compile false for short runs; auto: "
+                "CUDA graphs record each "
                 "shape: one graph compiled, its sizes symbolic over 6 batch shapes per pass) cuda_graphs=on "
                 "(auto: GPU, fixed batch shapes, one process: a step replays graphs, not kernel by kernel)",
             ),
         ),
         (
             facts("H200"),
-            {"pad_to_buckets": "on", "torch_compile": True, "compile_shapes": "static"},
+            {
+                "pad_to_buckets": "on",
+                "torch_compile": True,
+                "compile_shapes": "static",
+                "compile_scope": "regions",
+                "compile_cache_dir": "/kept/compile",
+            },
             (
                 "pad_to_buckets=128,192,256,320,384 (on: 5 widths from 384/3 to 384, multiples of 8) "
                 "attn_backend=all (auto: batch shapes fixed: cuDNN plans each shape once)",
-                "compile=on (backend=inductor mode=reduce-overhead dynamic=False recompile_limit=14: 6 "
-                "batch shapes per pass, one graph each) cuda_graphs=on (auto: GPU, fixed batch shapes, one "
-                "process: a step replays graphs, not kernel by kernel)",
+                "compile=on (backend=inductor mode=reduce-overhead dynamic=False recompile_limit=14 "
+                "scope=regions cache=/kept/compile: 6 batch shapes per pass, one graph each) cuda_graphs=on "
+                "(auto: GPU, fixed batch shapes, one process: a step replays graphs, not kernel by kernel)",
             ),
         ),
         (
@@ -329,8 +338,9 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
             (
                 "dataloader_workers=0 world_size=1",
                 "pad_to_buckets=64,128,384 attn_backend=all (auto: CPU: torch's own choice (flash or math))",
-                "compile=on (backend=inductor mode=reduce-overhead dynamic=False recompile_limit=10: 4 batch "
-                "shapes per pass, one graph each) cuda_graphs=off (CPU: CUDA graphs need a GPU)",
+                "compile=on (backend=inductor mode=reduce-overhead dynamic=False recompile_limit=10 "
+                f"scope=model cache={CACHE}: 4 batch shapes per pass, one graph each) cuda_graphs=off (CPU: "
+                "CUDA graphs need a GPU)",
             ),
         ),
         (
@@ -339,9 +349,10 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
             (
                 "dataloader_workers=0 (--dataloader_num_workers 0)",
                 "attn_backend=all (auto: torch 2.13 does not run cuDNN attention first here)",
-                "compile=on (backend=inductor mode=default dynamic=auto recompile_limit=torch: batch shapes "
-                "vary: torch makes them dynamic; --pad_to_buckets fixes them) cuda_graphs=off (auto: batch "
-                "shapes vary: a graph recorded per shape; --pad_to_buckets fixes them)",
+                "compile=on (backend=inductor mode=default dynamic=auto recompile_limit=torch "
+                f"scope=model cache={CACHE}: batch shapes vary: torch makes them dynamic; --pad_to_buckets "
+                "fixes them) cuda_graphs=off (auto: batch shapes vary: a graph recorded per shape; "
+                "--pad_to_buckets fixes them)",
             ),
         ),
         (
@@ -569,12 +580,19 @@ def test_compile_and_cuda_graphs_for_every_device(
     assert (fields["torch_compile"], fields["torch_compile_mode"]) == (plan.torch_compile, plan.compile_mode)
     want_backend = (backend if backend != "-" else "inductor") if plan.torch_compile else None
     assert fields["torch_compile_backend"] == plan.compile_backend == want_backend
-    # accelerate's TorchDynamoPlugin reads `dynamic` from the environment only
+    # accelerate's TorchDynamoPlugin reads `dynamic` and regional compilation from the environment only;
+    # torch its caches' folder
     told = {
         "False": {"ACCELERATE_DYNAMO_USE_DYNAMIC": "false"},
         "True": {"ACCELERATE_DYNAMO_USE_DYNAMIC": "true"},
-    }
-    assert plan.environment({}) == told.get(dynamic, {})
+    }.get(dynamic, {})
+    if plan.torch_compile:
+        told = {
+            **told,
+            "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "false",
+            "TORCHINDUCTOR_CACHE_DIR": CACHE,
+        }
+    assert plan.environment({}) == told
 
 
 @pytest.mark.parametrize(

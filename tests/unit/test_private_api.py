@@ -6,13 +6,14 @@ uses its name."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import inspect
 import os
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -187,6 +188,12 @@ def check_dynamo_counters(tmp_path: Path) -> None:
     before = counters["stats"]["unique_graphs"]
     torch.compile(lambda x: x * 2, backend="eager", dynamic=False)(torch.ones(3))
     assert counters["stats"]["unique_graphs"] == before + 1  # one graph, as qa_hpc/compile.py counts it
+    # inductor's cache lookups (qa_hpc.compile.cache_lookups), where inductor's graph cache counts them;
+    # counted in a real compile by tests/e2e/test_compile.py (a unit test starts no C++ compiler)
+    from torch._inductor.codecache import FxGraphCache
+
+    source = inspect.getsource(FxGraphCache.load_with_key)
+    assert all(f'counters["inductor"]["fxgraph_cache_{what}"] += 1' in source for what in ("hit", "miss"))
 
 
 def check_dynamo_plugin(tmp_path: Path) -> None:
@@ -204,18 +211,32 @@ def check_dynamo_plugin(tmp_path: Path) -> None:
         AcceleratorState._reset_state(reset_partial_state=True)
 
 
+@contextlib.contextmanager
+def env_var(name: str, value: str) -> Iterator[None]:
+    """`name` set to `value` within, then as it was."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = previous
+
+
 def check_dynamo_use_dynamic(tmp_path: Path) -> None:
     from accelerate.utils import TorchDynamoPlugin
 
-    previous = os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC")
-    os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = "false"
-    try:
+    with env_var("ACCELERATE_DYNAMO_USE_DYNAMIC", "false"):
         assert TorchDynamoPlugin(backend="eager").dynamic is False
-    finally:
-        if previous is None:
-            del os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"]
-        else:
-            os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = previous
+
+
+def check_dynamo_use_regional_compilation(tmp_path: Path) -> None:
+    from accelerate.utils import TorchDynamoPlugin
+
+    with env_var("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "true"):
+        assert TorchDynamoPlugin(backend="eager").use_regional_compilation is True
 
 
 def check_length_grouped_indices(tmp_path: Path) -> None:
@@ -243,6 +264,9 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "torch._dynamo.utils.counters": check_dynamo_counters,
     "accelerate.state.AcceleratorState.dynamo_plugin": check_dynamo_plugin,
     "accelerate.utils.TorchDynamoPlugin.ACCELERATE_DYNAMO_USE_DYNAMIC": check_dynamo_use_dynamic,
+    "accelerate.utils.TorchDynamoPlugin.ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": (
+        check_dynamo_use_regional_compilation
+    ),
     "transformers.trainer_pt_utils.get_length_grouped_indices": check_length_grouped_indices,
     "accelerate.commands.launch._validate_launch_command": check_validate_launch_command,
     "accelerate.commands.launch._filter_args": check_filter_args,
