@@ -209,7 +209,7 @@ class SpeedArguments:
         "(qa-hpc) With --torch_compile, what is compiled: 'model' = the whole model as one graph; "
         "'regions' = each repeated layer, compiled once for all of them, and the parts around them "
         "(accelerate's regional compilation): a cold compile ~2.8x shorter (bert-base's shape on a CPU), "
-        "the code between the regions run eagerly.",
+        "the code between the regions runs eagerly.",
         choices=list(COMPILE_SCOPES),
     )
     compile_cache_dir: str | None = flag(
