@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from fixtures.procs import (
     RUN_QA,
     LoggedProcess,
     accelerate,
+    at_once,
     demo_job_env,
     free_port,
     offline_env,
@@ -233,54 +235,40 @@ def test_start_tensorboard_serves_a_runs_scalars(plain: Run, tmp_path: Path):
         server.kill_all()
 
 
-@pytest.mark.parametrize(
-    "config, world, launch, precision, want, reason",
-    [
-        # tiny_flags says --precision fp32; auto (the default) leaves it to accelerate's config or
-        # --mixed_precision
-        (
-            "cpu.yaml",
-            1,
-            (),
-            "auto",
-            "fp32",
-            "accelerate mixed_precision=no",
-        ),  # cpu.yaml says mixed_precision: 'no'
-        (
-            "cpu_multi.yaml",
-            2,
-            ("--mixed_precision", "bf16"),
-            "auto",
-            "bf16",
-            "accelerate mixed_precision=bf16",
-        ),
-        ("cpu.yaml", 1, ("--mixed_precision", "bf16"), "fp32", "fp32", "--precision fp32"),  # the flag wins
-    ],
-)
+# accelerate's config, processes, launch flags, --precision, the precision that trains and PLAN's reason;
+# tiny_flags says --precision fp32; auto (the default) leaves it to accelerate's config or --mixed_precision
+ACCELERATE_CASES = [
+    ("cpu.yaml", 1, (), "auto", "fp32", "accelerate mixed_precision=no"),  # cpu.yaml: mixed_precision 'no'
+    ("cpu_multi.yaml", 2, ("--mixed_precision", "bf16"), "auto", "bf16", "accelerate mixed_precision=bf16"),
+    ("cpu.yaml", 1, ("--mixed_precision", "bf16"), "fp32", "fp32", "--precision fp32"),  # the flag wins
+]
+
+
+@pytest.fixture(scope="module")
+def accelerate_runs(
+    tiny_bert: Path, demo_files: dict, tmp_path_factory
+) -> list[tuple[subprocess.CompletedProcess, Path]]:
+    """Each of ACCELERATE_CASES' runs (2 epochs of the plain run), in a folder of its own, all side by side
+    (one thread per process: each mostly starts up); in order, each with its output folder."""
+    folders = [tmp_path_factory.mktemp("accelerate") for _ in ACCELERATE_CASES]
+    commands = []
+    for (config, _, launch, precision, _, _), folder in zip(ACCELERATE_CASES, folders):
+        args = [*plain_flags(tiny_bert, demo_files, folder / "out"), "--report_to", "none"]
+        args += ["--save_strategy", "no", "--precision", precision, "--num_threads", "1"]
+        commands.append(accelerate(config, RUN_QA, *args, launch=launch))
+    done = at_once(*(partial(run, command, cwd=folder) for command, folder in zip(commands, folders)))
+    return [(proc, folder / "out") for proc, folder in zip(done, folders)]
+
+
+@pytest.mark.parametrize("case", ACCELERATE_CASES, ids=[f"{case[0]}-{case[3]}" for case in ACCELERATE_CASES])
 def test_accelerate_launch_cpu_configs(
-    config: str,
-    world: int,
-    launch: tuple[str, ...],
-    precision: str,
-    want: str,
-    reason: str,
-    tiny_bert: Path,
-    demo_files: dict,
-    tmp_path: Path,
+    case: tuple, accelerate_runs: list[tuple[subprocess.CompletedProcess, Path]]
 ):
     """Each config runs, and accelerate's mixed precision is what trains (unless --precision says
     otherwise)."""
-    out = tmp_path / "out"
-    args = [
-        *plain_flags(tiny_bert, demo_files, out),
-        "--report_to",
-        "none",
-        "--save_strategy",
-        "no",
-        "--precision",
-        precision,
-    ]
-    log = ok(run(accelerate(config, RUN_QA, *args, launch=launch), cwd=tmp_path))
+    _, world, _, _, want, reason = case
+    proc, out = accelerate_runs[ACCELERATE_CASES.index(case)]
+    log = ok(proc)
     assert f"precision={want} ({reason})" in log
     assert re.search(rf"^EFFECTIVE rank=0 precision={want} ", log, re.M)
     assert f"DISTRIBUTED world_size={world}" in log
@@ -289,9 +277,8 @@ def test_accelerate_launch_cpu_configs(
     assert len(re.findall(r"^eval_f1=", log, re.M)) == 1  # computed and printed once
     train = json.loads((out / "train_results.json").read_text())
     state = json.loads((out / "trainer_state.json").read_text())
-    assert state["global_step"] == 2 * -(
-        -train["train_samples"] // (8 * world)
-    )  # 2 epochs of batches of 8 per rank
+    # 2 epochs of batches of 8 per rank
+    assert state["global_step"] == 2 * -(-train["train_samples"] // (8 * world))
 
 
 # --- settings through the launchers: what the user asks for reaches run_qa.py unchanged ------------------
