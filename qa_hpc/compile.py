@@ -3,15 +3,14 @@
 transformers hands torch.compile to accelerate (TorchDynamoPlugin: backend, mode, and `dynamic` and regional
 compilation through ACCELERATE_DYNAMO_* variables, RunPlan.environment); what that path lacks is here: where
 the compiled kernels are kept between runs (`cache_dir_for`); a compiler that cannot work on this machine
-found before training, and the run falling back to eager saying so (`fall_back_if_broken`); the recompile
-limit over the fixed batch shapes (`apply_recompile_limit`); and in the Trainer's steps (`CompiledSteps`)
-the CUDA graph step boundaries marked, outputs kept out of the graphs' memory, and the graphs built counted
-against the batch shapes seen.
+found before training (`compile_failure`: the run then takes the eager plan,
+qa_hpc.plan.decide_after_compile_failed); the recompile limit over the fixed batch shapes
+(`apply_recompile_limit`); and in the Trainer's steps (`CompiledSteps`) the CUDA graph step boundaries
+marked, outputs kept out of the graphs' memory, and the graphs built counted against the batch shapes seen.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from typing import Any
 import torch
 from accelerate.utils import has_compiled_regions, is_compiled_module
 
-from qa_hpc.plan import CompileDecision, RunPlan
+from qa_hpc.plan import RunPlan
 
 logger = logging.getLogger(__name__)
 
@@ -29,25 +28,19 @@ def _probe(x: torch.Tensor) -> torch.Tensor:
     return torch.relu(x * 2.0 + 1.0)
 
 
-def fall_back_if_broken(plan: RunPlan) -> RunPlan:
-    """The plan as it is when its compiler works here, else the same plan run eagerly, with the reason. A
+def compile_failure(plan: RunPlan) -> str | None:
+    """Why the plan's compiler cannot work here (one line), or None when it works or compile is off. A
     two-op function is compiled and run with the plan's backend and mode on its device: what a missing C++
     compiler (inductor on a CPU), a missing Triton (on a GPU) or an unsupported Python would make the
     model's first step raise is found before anything is written."""
     if not plan.torch_compile:
-        return plan
+        return None
     try:
         compiled = torch.compile(_probe, backend=plan.compile_backend, mode=plan.compile_mode, dynamic=False)
         compiled(torch.ones(8, device=plan.device))
-    except Exception as err:  # noqa: BLE001 - any failure to compile: run eagerly, and say why in one line
-        reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
-        print(f"COMPILE fallback=eager reason={reason}", flush=True)
-        eager = CompileDecision(
-            compile_reason=f"fallback=eager: --torch_compile_backend {plan.compile_backend} failed here",
-            cuda_graphs_reason="fallback=eager",
-        )
-        return dataclasses.replace(plan, **eager._asdict())
-    return plan
+    except Exception as err:  # noqa: BLE001 - any failure to compile: the run goes eager, saying why
+        return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+    return None
 
 
 def cache_dir_for(given: str | None, env: Mapping[str, str]) -> str:

@@ -15,10 +15,18 @@ from typing import NamedTuple, TypeVar
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from qa_hpc.compile import cache_dir_for, fall_back_if_broken
+from qa_hpc.compile import cache_dir_for, compile_failure
 from qa_hpc.device import DeviceFacts
 from qa_hpc.errors import UsageError
-from qa_hpc.plan import COMPILE_SCOPES, COMPILE_SHAPES, PRECISIONS, FlagValues, RunPlan, decide
+from qa_hpc.plan import (
+    COMPILE_SCOPES,
+    COMPILE_SHAPES,
+    PRECISIONS,
+    FlagValues,
+    RunPlan,
+    decide,
+    decide_after_compile_failed,
+)
 from qa_hpc.squad_io import ANSWER_CHECKS
 
 T = TypeVar("T")
@@ -335,7 +343,9 @@ def decide_and_build(values: FlagValues, facts: DeviceFacts) -> tuple[RunPlan, F
     # what TrainingArguments also reads from the launcher, and torch's cache folder: set before the compiler
     # is tried, which writes there (a folder it cannot write makes the run eager, saying why)
     os.environ.update(plan.environment(os.environ))
-    plan = fall_back_if_broken(plan)  # a compiler that cannot work here: eager, said so
+    if failure := compile_failure(plan):  # a compiler that cannot work here: the eager plan, said so
+        print(f"COMPILE fallback=eager reason={failure}", flush=True)
+        plan = decide_after_compile_failed(values, facts, plan.compile_backend)
     return plan, build_flags(values, plan.training_fields(values["tf32"]))
 
 

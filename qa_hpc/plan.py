@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -410,6 +410,17 @@ class CompileDecision(NamedTuple):
     compile_reason: str = "no --torch_compile"
     cuda_graphs: bool = False
     cuda_graphs_reason: str = "no --torch_compile"
+
+
+def decide_after_compile_failed(flags: FlagValues, facts: DeviceFacts, backend: str | None) -> RunPlan:
+    """The plan of a run whose compiler failed here: the eager plan, as with --torch_compile false, so that
+    what was decided for the compile goes with it (the buckets `--pad_to_buckets auto` chose for CUDA graphs:
+    eager over them measured 0.97x on one H200; the attention kernels for fixed shapes), saying why."""
+    eager = decide(
+        {**flags, "torch_compile": False, "torch_compile_backend": None, "torch_compile_mode": None}, facts
+    )
+    why = f"fallback=eager: --torch_compile_backend {backend} failed here"
+    return replace(eager, compile_reason=why, cuda_graphs_reason="fallback=eager")
 
 
 def decide_compiling(flags: FlagValues, device: str, world_size: int) -> tuple[bool, str]:

@@ -16,7 +16,7 @@ from transformers import AutoModelForQuestionAnswering, Trainer
 from qa_hpc.device import CpuFacts, DeviceFacts, read_device_facts
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags
-from qa_hpc.plan import FlagValues, PlanError, decide
+from qa_hpc.plan import FlagValues, PlanError, decide, decide_after_compile_failed
 
 CACHE = "/scratch/hf_cache/qa_hpc_compile"  # where the compile's caches go: resolved before the plan
 # every flag at its default, as run_qa.py parses them and decide_and_build resolves them
@@ -593,6 +593,25 @@ def test_compile_and_cuda_graphs_for_every_device(
             "TORCHINDUCTOR_CACHE_DIR": CACHE,
         }
     assert plan.environment({}) == told
+
+
+def test_a_compiler_that_failed_leaves_the_eager_plan_saying_why():
+    """Where the compiler cannot work (found before training), the run takes the plan --torch_compile false
+    gives: the buckets --pad_to_buckets auto chose for the CUDA graphs go with the compile (eager over them:
+    0.97x on one H200), and the attention kernels are those for varying shapes; PLAN says why."""
+    request = ask(do_train=True)
+    compiled = decide(request, facts("H200"))
+    assert compiled.torch_compile and compiled.pad_to_buckets and compiled.attn_backend == "all"
+    eager = decide_after_compile_failed(request, facts("H200"), compiled.compile_backend)
+    assert eager == dataclasses.replace(
+        decide(ask(do_train=True, torch_compile=False), facts("H200")),
+        compile_reason="fallback=eager: --torch_compile_backend inductor failed here",
+        cuda_graphs_reason="fallback=eager",
+    )
+    assert (eager.pad_to_buckets, eager.attn_backend) == ((), "flash,efficient,math")
+    line = eager.log_line()
+    assert "compile=off (fallback=eager: --torch_compile_backend inductor failed here) " in line
+    assert "cuda_graphs=off (fallback=eager)" in line and "pad_to_buckets=off attn_backend=flash," in line
 
 
 @pytest.mark.parametrize(
