@@ -161,6 +161,8 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
     model = load_model(flags.model, config, attn_implementation=flags.speed.attn_implementation)
     if plan.dropout_mask == "bulk":
         install_bulk_dropout(model)
+    elif plan.compile_scope == "regions":  # the mask, built between the compiled layers, waits for nothing
+        attention.mask_every_batch(model)
     shape = ModelShape.of(model)  # counted before any wrapper (FSDP) shards the parameters
     preemption = PreemptionCallback(stop, plan.stop_vote_every)
     trainer = QuestionAnsweringTrainer(

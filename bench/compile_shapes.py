@@ -48,10 +48,13 @@ def compile_over_shapes(
     from accelerate.utils import compile_regions
     from transformers import AutoModelForQuestionAnswering
 
+    from qa_hpc.attention import mask_every_batch
     from qa_hpc.compile import cache_lookups, graphs_built
 
     torch.manual_seed(0)
     model = AutoModelForQuestionAnswering.from_pretrained(model_dir, attn_implementation="sdpa").train()
+    if scope == "regions":
+        mask_every_batch(model)  # as run_qa.py does under --compile_scope regions
     compile_with = compile_regions if scope == "regions" else torch.compile
     compiled = compile_with(model, backend=backend, dynamic=dynamic)
     graphs_before, lookups_before = graphs_built(), cache_lookups()

@@ -126,7 +126,7 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
     ),
     PrivateUse(
         "transformers.PretrainedConfig._attn_implementation",
-        ("qa_hpc/plan.py", "tests/unit/test_dropout.py"),
+        ("qa_hpc/plan.py", "qa_hpc/attention.py", "tests/unit/test_dropout.py"),
         "transformers",
         "5.23.0",
         "the attention a loaded model runs with; set_attn_implementation sets it, nothing public reads it",
