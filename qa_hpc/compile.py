@@ -2,8 +2,8 @@
 
 transformers hands torch.compile to accelerate (TorchDynamoPlugin: backend, mode, and `dynamic` and regional
 compilation through ACCELERATE_DYNAMO_* variables, RunPlan.environment); what that path lacks is here: where
-the compiled kernels are kept between runs (`cache_dir_for`); a compiler that cannot work on this machine
-found before training (`compile_failure`: the run then takes the eager plan,
+the compiled kernels are kept between runs (`cache_dir_for`, `make_cache_dir`); a compiler that cannot work
+on this machine found before training (`compile_failure`: the run then takes the eager plan,
 qa_hpc.plan.decide_after_compile_failed); the recompile limit over the fixed batch shapes
 (`apply_recompile_limit`); and in the Trainer's steps (`CompiledSteps`) the CUDA graph step boundaries
 marked, outputs kept out of the graphs' memory, and the graphs built counted against the batch shapes seen.
@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from accelerate.utils import has_compiled_regions, is_compiled_module
 
+from qa_hpc.errors import UsageError
 from qa_hpc.plan import RunPlan
 
 logger = logging.getLogger(__name__)
@@ -52,6 +54,23 @@ def cache_dir_for(given: str | None, env: Mapping[str, str]) -> str:
 
     chosen = given or env.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(constants.HF_HOME, "qa_hpc_compile")
     return os.path.abspath(chosen)
+
+
+def make_cache_dir(plan: RunPlan) -> None:
+    """The compiled run's cache folder, made and written to before anything compiles: where it cannot be,
+    torch would fail inside its first compile, with some of its modules half imported (a later import then
+    fails too), so the run stops here naming the folder (exit 2)."""
+    if not plan.torch_compile or plan.compile_cache_dir is None:
+        return
+    try:
+        os.makedirs(plan.compile_cache_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=plan.compile_cache_dir):
+            pass
+    except OSError as err:
+        raise UsageError(
+            f"--compile_cache_dir {plan.compile_cache_dir}: cannot write there ({err.strerror}); give a "
+            "folder this run can write (default: TORCHINDUCTOR_CACHE_DIR, else <HF_HOME>/qa_hpc_compile)"
+        ) from err
 
 
 def apply_recompile_limit(plan: RunPlan) -> None:

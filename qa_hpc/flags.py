@@ -15,7 +15,7 @@ from typing import NamedTuple, TypeVar
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from qa_hpc.compile import cache_dir_for, compile_failure
+from qa_hpc.compile import cache_dir_for, compile_failure, make_cache_dir
 from qa_hpc.device import DeviceFacts
 from qa_hpc.errors import UsageError
 from qa_hpc.plan import (
@@ -340,8 +340,9 @@ def decide_and_build(values: FlagValues, facts: DeviceFacts) -> tuple[RunPlan, F
     """This process's plan (qa_hpc.plan), then every flag dataclass built once with the plan's fields in."""
     values = {**values, "compile_cache_dir": cache_dir_for(values["compile_cache_dir"], os.environ)}
     plan = decide(values, facts)
+    make_cache_dir(plan)  # a folder this run cannot write: exit 2, naming it
     # what TrainingArguments also reads from the launcher, and torch's cache folder: set before the compiler
-    # is tried, which writes there (a folder it cannot write makes the run eager, saying why)
+    # is tried, which writes there
     os.environ.update(plan.environment(os.environ))
     if failure := compile_failure(plan):  # a compiler that cannot work here: the eager plan, said so
         print(f"COMPILE fallback=eager reason={failure}", flush=True)

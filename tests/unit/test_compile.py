@@ -15,6 +15,7 @@ from qa_hpc import attention
 from qa_hpc.batching import BucketCollator
 from qa_hpc.compile import cache_dir_for
 from qa_hpc.device import read_device_facts
+from qa_hpc.errors import UsageError
 from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.preemption import StopRequest
 
@@ -153,3 +154,24 @@ def test_the_compile_cache_is_the_flags_else_torchs_variable_else_beside_the_hf_
     assert cache_dir_for("given", kept) == str(tmp_path / "given")
     assert cache_dir_for(None, kept) == "/scratch/inductor"
     assert cache_dir_for(None, {}) == str(tmp_path / "hf_home" / "qa_hpc_compile")
+
+
+def test_a_cache_folder_the_run_cannot_write_stops_it_naming_the_folder(
+    tiny_bert, demo_files, tmp_path, process_settings
+):
+    """Found before anything compiles (inside a compile, torch would fail with its modules half imported):
+    exit 2 with the folder and the way out."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    cache = blocker / "compile"
+    argv = _argv(
+        tiny_bert, demo_files, tmp_path, "--torch_compile_backend", "eager", "--compile_cache_dir", str(cache)
+    )
+    with pytest.raises(
+        UsageError, match=f"--compile_cache_dir {cache}: cannot write there \\(Not a directory\\)"
+    ):
+        decide_and_build(read_flags(argv), read_device_facts())
+    # compile off: the folder is not needed, nor made
+    eager = _argv(tiny_bert, demo_files, tmp_path, "--compile_cache_dir", str(cache))
+    plan, _ = decide_and_build(read_flags(eager), read_device_facts())
+    assert plan.compile_cache_dir is None
