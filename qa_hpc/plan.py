@@ -17,7 +17,7 @@ import torch
 from accelerate.utils import DynamoBackend
 
 from qa_hpc import attention
-from qa_hpc.batching import DEFAULT_BUCKETS, buckets_of, parse_buckets
+from qa_hpc.batching import DEFAULT_BUCKETS, buckets_of, default_buckets, parse_buckets
 from qa_hpc.device import CPU_BF16_FEATURES, CpuFacts, DeviceFacts, read_device_facts
 from qa_hpc.errors import EXIT_USAGE, UsageError
 
@@ -133,8 +133,8 @@ class RunPlan:
         if self.torch_compile:
             regions = self.compile_scope == "regions"
             variables["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = str(regions).lower()
-        if self.torch_compile and self.compile_cache_dir is not None:
-            variables["TORCHINDUCTOR_CACHE_DIR"] = self.compile_cache_dir
+            if self.compile_cache_dir is not None:  # None: a plan decided without the caller's folder
+                variables["TORCHINDUCTOR_CACHE_DIR"] = self.compile_cache_dir
         return variables
 
     def log_line(self) -> str:
@@ -318,17 +318,14 @@ def decide_buckets(flags: FlagValues, graphs_ahead: bool) -> tuple[tuple[int, ..
     (`graphs_ahead`), which pay over a few fixed shapes; off elsewhere (the extra padding costs more than the
     fixed shapes save in an eager run: 0.97x on one H200). A bad list is a usage error."""
     asked = flags["pad_to_buckets"]
+    length = flags["max_seq_length"]
+    defaults = f"{DEFAULT_BUCKETS} widths from {length}/3 to {length}"  # what 'on' pads to
     if asked == "auto":
         if not graphs_ahead:
             return (), ""
-        length = flags["max_seq_length"]
-        widths = parse_buckets("on", length)
-        return (
-            widths,
-            f"auto: CUDA graphs, one per shape: {DEFAULT_BUCKETS} widths from {length}/3 to {length}",
-        )
+        return default_buckets(length), f"auto: CUDA graphs, one per shape: {defaults}"
     try:
-        widths = parse_buckets(asked, flags["max_seq_length"])
+        widths = parse_buckets(asked, length)
     except ValueError as err:
         raise PlanError(str(err)) from err
     if widths and flags["pad_to_max_length"]:
@@ -337,8 +334,7 @@ def decide_buckets(flags: FlagValues, graphs_ahead: bool) -> tuple[tuple[int, ..
             "--max_seq_length); give one of them"
         )
     if asked == "on":
-        length = flags["max_seq_length"]
-        return widths, f"on: {DEFAULT_BUCKETS} widths from {length}/3 to {length}, multiples of 8"
+        return widths, f"on: {defaults}, multiples of 8"
     return widths, ""
 
 
