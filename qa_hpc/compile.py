@@ -95,6 +95,12 @@ def cache_lookups() -> tuple[int, int]:
     return int(counters["inductor"]["fxgraph_cache_hit"]), int(counters["inductor"]["fxgraph_cache_miss"])
 
 
+def cache_lookups_since(before: tuple[int, int]) -> tuple[int, int]:
+    """(hits, misses) of inductor's graph cache since cache_lookups() said `before`."""
+    hits, misses = cache_lookups()
+    return hits - before[0], misses - before[1]
+
+
 def is_compiled(model: torch.nn.Module) -> bool:
     """Whether `model` runs compiled code: compiled whole, or its regions (--compile_scope regions)."""
     return is_compiled_module(model) or has_compiled_regions(model)
@@ -140,7 +146,7 @@ class CompiledSteps:
         if not self.torch_compile:
             return None
         graphs = graphs_built() - self.graphs_before
-        hits, misses = (now - before for now, before in zip(cache_lookups(), self.lookups_before))
+        hits, misses = cache_lookups_since(self.lookups_before)
         return (
             f"COMPILE graphs={graphs} batch_shapes={len(self.shapes)} cache_hits={hits} cache_misses={misses}"
         )

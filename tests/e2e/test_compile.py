@@ -13,7 +13,7 @@ from pathlib import Path
 from fixtures.procs import PYTHON, RUN_QA, LoggedProcess, ok, run_qa, tiny_flags
 from fixtures.runs import assert_resumed_exactly, read
 
-from qa_hpc.compile import cache_lookups
+from qa_hpc.compile import cache_lookups, cache_lookups_since
 from qa_hpc.errors import EXIT_PREEMPTED
 
 BUCKETS_AT_128 = 5  # --pad_to_buckets on at --max_seq_length 128: 48,64,88,112,128
@@ -124,6 +124,6 @@ def test_a_compile_cache_kept_between_runs_is_found_warm(tmp_path: Path, monkeyp
         torch._dynamo.reset()
         before = cache_lookups()
         torch.compile(squared, backend="inductor", dynamic=False)(torch.ones(8, 8))
-        seen.append(tuple(now - then for now, then in zip(cache_lookups(), before)))
+        seen.append(cache_lookups_since(before))
     torch._dynamo.reset()
     assert seen == [(0, 1), (1, 0)]  # (hits, misses): cold, then warm
