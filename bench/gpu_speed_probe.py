@@ -85,16 +85,28 @@ class SpeedProbe(StepTimer):
         Path(self.path).write_text(json.dumps(probe), encoding="utf-8")
 
 
+# what compile_figures gives, in this order (all None without a compile)
+COMPILE_FIGURES = (
+    "compile_seconds",
+    "compiled_graphs",
+    "compile_cache_hits",
+    "compile_cache_misses",
+    "cuda_graph_skips",
+)
+
+
 def compile_figures() -> dict[str, float | int | None]:
-    """Seconds dynamo and inductor spent compiling in this process, and the graphs made (None: no compile)."""
+    """Seconds dynamo and inductor spent compiling in this process, the graphs made, inductor's cache hits and
+    misses (hits: compiled warm), and the graphs inductor left without CUDA graphs (None: no compile)."""
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None or not utils.counters["stats"]["unique_graphs"]:
-        return {"compile_seconds": None, "compiled_graphs": None}
+        return dict.fromkeys(COMPILE_FIGURES)
+    from qa_hpc.compile import cache_lookups, cuda_graph_skips, graphs_built
+
     spent = utils.calculate_time_spent()  # torch's own account, as TORCH_LOGS prints it
-    return {
-        "compile_seconds": spent.get("total_wall_time"),
-        "compiled_graphs": utils.counters["stats"]["unique_graphs"],
-    }
+    hits, misses = cache_lookups()
+    figures = (spent.get("total_wall_time"), graphs_built(), hits, misses, cuda_graph_skips())
+    return dict(zip(COMPILE_FIGURES, figures, strict=True))
 
 
 def peak_memory_mb() -> float | None:

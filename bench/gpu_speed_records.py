@@ -50,6 +50,11 @@ class Speed:
     mfu: float | None
     peak_memory_mb: float | None
     projected_2_epochs_seconds: float  # the timed steps + the rest of 2 epochs at the regular mean step
+    # inductor's graph-cache lookups (hits: compiled warm) and the graphs it ran without CUDA graphs; None
+    # without a compile, and in records from before these were kept
+    compile_cache_hits: int | None = None
+    compile_cache_misses: int | None = None
+    cuda_graph_skips: int | None = None
 
 
 OUTLIER = 4.0
@@ -98,6 +103,9 @@ def speed_from_probe(probe: dict[str, Any], warmup: int) -> Speed:
         mfu=achieved / peak if peak else None,
         peak_memory_mb=probe["peak_memory_mb"],
         projected_2_epochs_seconds=sum(steps) + (math.ceil(TWO_EPOCHS / batch) - len(steps)) * regular_mean,
+        compile_cache_hits=probe.get("compile_cache_hits"),
+        compile_cache_misses=probe.get("compile_cache_misses"),
+        cuda_graph_skips=probe.get("cuda_graph_skips"),
     )
 
 
@@ -170,6 +178,17 @@ def ratio(reference: Record | None, record: Record) -> str:
     return f"{reference.speed.projected_2_epochs_seconds / record.speed.projected_2_epochs_seconds:.2f}x"
 
 
+def compile_cell(s: Speed) -> str:
+    """Dynamo's compile seconds, then (graphs; inductor's cache hits/misses; graphs run without CUDA graphs),
+    as far as the record has them."""
+    if s.compile_seconds is None:
+        return "–"
+    counts = [s.compiled_graphs]
+    if s.compile_cache_hits is not None:
+        counts += [f"{s.compile_cache_hits}/{s.compile_cache_misses}", s.cuda_graph_skips]
+    return f"{fmt(s.compile_seconds)} ({'; '.join(map(str, counts))})"
+
+
 def table_row(record: Record, by_name: dict[str, Record]) -> str:
     flags = f"`{' '.join(record.flags)}`" if record.flags else "(none)"
     if not record.ran:
@@ -183,7 +202,7 @@ def table_row(record: Record, by_name: dict[str, Record]) -> str:
         fmt(s.whole_run_samples_per_second, 0),
         fmt(s.warmup_seconds),
         fmt(s.one_time_seconds),
-        fmt(s.compile_seconds),
+        compile_cell(s),
         fmt(s.mfu, 3),
         fmt(s.peak_memory_mb, 0),
         fmt(s.projected_2_epochs_seconds, 0),
@@ -196,7 +215,8 @@ def table_row(record: Record, by_name: dict[str, Record]) -> str:
 
 TABLE_HEAD = (
     "| variant | flags | precision, loader | median step ms | mean step ms | samples/s (median step) | "
-    "whole-run samples/s | warm-up s | one-time s | compile s | MFU, real tokens | peak GPU MB | "
+    "whole-run samples/s | warm-up s | one-time s | "
+    "compile s (graphs; cache hits/misses; CUDA graph skips) | MFU, real tokens | peak GPU MB | "
     f"2 epochs projected s | vs today ({BASELINE}) | vs {HF_DEFAULTS} | vs {HF_BEST} |\n" + "|---" * 16 + "|"
 )
 

@@ -101,6 +101,15 @@ def cache_lookups_since(before: tuple[int, int]) -> tuple[int, int]:
     return hits - before[0], misses - before[1]
 
 
+def cuda_graph_skips() -> int:
+    """Compiled graphs for which inductor left CUDA graphs out in this process so far (a CPU tensor in the
+    graph, an input mutated, too many re-recordings, ...): those steps run uncaptured, launch by launch,
+    with only a warning in the log (its own counter: torch has no public one)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
 def is_compiled(model: torch.nn.Module) -> bool:
     """Whether `model` runs compiled code: compiled whole, or its regions (--compile_scope regions)."""
     return is_compiled_module(model) or has_compiled_regions(model)
@@ -120,6 +129,7 @@ class CompiledSteps:
         self.shapes: set[tuple[bool, tuple[int, ...]]] = set()
         self.graphs_before = graphs_built() if torch_compile else 0
         self.lookups_before = cache_lookups() if torch_compile else (0, 0)
+        self.skips_before = cuda_graph_skips() if torch_compile else 0
 
     def begin(self, model: torch.nn.Module, inputs: dict[str, Any], training: bool) -> None:
         """Before a step of `model` (training: a training step, which itself puts the model in train mode)."""
@@ -142,11 +152,16 @@ class CompiledSteps:
     def summary(self) -> str | None:
         """`COMPILE graphs=N batch_shapes=M cache_hits=H cache_misses=K`: under dynamic=False, one graph per
         shape and pass (and region) when nothing breaks a graph or recompiles; inductor's cache lookups
-        (none with a backend other than inductor; hits: compiled warm); None with compile off."""
+        (none with a backend other than inductor; hits: compiled warm); with CUDA graphs, then
+        `cuda_graph_skips=S`: graphs that run without them (0 when every step is captured). None with
+        compile off."""
         if not self.torch_compile:
             return None
         graphs = graphs_built() - self.graphs_before
         hits, misses = cache_lookups_since(self.lookups_before)
-        return (
+        line = (
             f"COMPILE graphs={graphs} batch_shapes={len(self.shapes)} cache_hits={hits} cache_misses={misses}"
         )
+        if self.cuda_graphs:
+            line += f" cuda_graph_skips={cuda_graph_skips() - self.skips_before}"
+        return line

@@ -137,9 +137,10 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "torch",
         "2.13.0",
         "the count of graphs dynamo built (stats/unique_graphs), for the COMPILE line and the check that a "
-        "pass compiles one graph per batch shape, and of inductor's cache lookups (inductor/"
-        "fxgraph_cache_hit, fxgraph_cache_miss): whether a run compiled warm; torch has no public count of "
-        "either",
+        "pass compiles one graph per batch shape, of inductor's cache lookups (inductor/"
+        "fxgraph_cache_hit, fxgraph_cache_miss): whether a run compiled warm, and of the graphs inductor "
+        "ran without the CUDA graphs asked for (inductor/cudagraph_skips); torch has no public count of "
+        "any of them",
     ),
     PrivateUse(
         "accelerate.state.AcceleratorState.dynamo_plugin",

@@ -13,7 +13,8 @@ from pathlib import Path
 from fixtures.procs import PYTHON, RUN_QA, LoggedProcess, ok, run_qa, tiny_flags
 from fixtures.runs import assert_resumed_exactly, read
 
-from qa_hpc.compile import cache_lookups, cache_lookups_since
+from bench.gpu_speed_probe import compile_figures
+from qa_hpc.compile import CompiledSteps
 from qa_hpc.errors import EXIT_PREEMPTED
 
 BUCKETS_AT_128 = 5  # --pad_to_buckets on at --max_seq_length 128: 48,64,88,112,128
@@ -111,19 +112,37 @@ def test_compiled_in_buckets_stops_resumes_and_equals_eager(
 def test_a_compile_cache_kept_between_runs_is_found_warm(tmp_path: Path, monkeypatch) -> None:
     """Inductor's graph cache in the folder a run keeps (--compile_cache_dir): the first compile of a graph
     misses and fills it; once dynamo has forgotten the graph, as a later process has, the same compile finds
-    its kernels there. The COMPILE line's cache_hits / cache_misses count exactly these lookups. (A matrix
-    product: inductor calls torch's own kernel and compiles no C++: 3 s here, 16 for a pointwise op.)"""
+    its kernels there. The COMPILE line's cache_hits / cache_misses count exactly these lookups. Asked for
+    CUDA graphs (reduce-overhead), a graph that runs without them is counted too: on a CPU inductor leaves
+    them out of every graph, cold or warm (cuda_graph_skips, on the line only when the plan has CUDA graphs).
+    bench/gpu_speed_probe.py's figures count the same. (A matrix product: inductor calls torch's own kernel
+    and compiles no C++: 4 s here, 16 for a pointwise op.)"""
     import torch
 
     def squared(x: torch.Tensor) -> torch.Tensor:
         return torch.mm(x, x)
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "compile_cache"))
-    seen = []
-    for _ in range(2):
+    lines = []
+    before = compile_figures()
+    for cuda_graphs in (True, True, False):
         torch._dynamo.reset()
-        before = cache_lookups()
-        torch.compile(squared, backend="inductor", dynamic=False)(torch.ones(8, 8))
-        seen.append(cache_lookups_since(before))
+        steps = CompiledSteps(torch_compile=True, cuda_graphs=cuda_graphs)
+        mode = "reduce-overhead" if cuda_graphs else "default"
+        torch.compile(squared, backend="inductor", mode=mode, dynamic=False)(torch.ones(8, 8))
+        lines.append(steps.summary())
     torch._dynamo.reset()
-    assert seen == [(0, 1), (1, 0)]  # (hits, misses): cold, then warm
+    assert lines == [
+        "COMPILE graphs=1 batch_shapes=0 cache_hits=0 cache_misses=1 cuda_graph_skips=1",  # cold
+        "COMPILE graphs=1 batch_shapes=0 cache_hits=1 cache_misses=0 cuda_graph_skips=1",  # warm
+        # another mode is another cache entry; no CUDA graphs planned, none to count
+        "COMPILE graphs=1 batch_shapes=0 cache_hits=0 cache_misses=1",
+    ]
+    after = compile_figures()
+    counted = {key: after[key] - (before[key] or 0) for key in after if key != "compile_seconds"}
+    assert counted == {
+        "compiled_graphs": 3,
+        "compile_cache_hits": 1,
+        "compile_cache_misses": 2,
+        "cuda_graph_skips": 2,
+    }

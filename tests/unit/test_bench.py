@@ -16,6 +16,7 @@ from bench import (
     flatten_squad,
     gpu_speed,
     gpu_speed_probe,
+    gpu_speed_records,
     plot_learning_curve,
     suite_profile,
 )
@@ -85,10 +86,24 @@ def test_gpu_speed_join_makes_one_table_of_a_sitting_split_over_calls(tmp_path: 
 
     assert gpu_speed.main(["join", "--out", str(out), str(first), str(second)]) == 0
 
-    def rows(table: Path) -> list[str]:
-        return [line for line in table.read_text().splitlines() if line.startswith(("| ", "- GPU_SPEED"))]
+    def rows(table: Path) -> list[list[str]]:
+        lines = table.read_text().splitlines()
+        return [line.split(" | ") for line in lines if line.startswith(("| ", "- GPU_SPEED"))]
 
-    assert rows(out / "table.md") == rows(measured / "table.md")
+    # the same rows, but for the compile cell, which now gives the graphs beside the seconds (the sitting's
+    # table was written before it did; its records hold them)
+    compile_cell = 9
+    joined, recorded_rows = rows(out / "table.md"), rows(measured / "table.md")
+    assert len(joined) == len(recorded_rows)
+    for new_row, old_row in zip(joined, recorded_rows):
+        if new_row[0] == "| variant":
+            assert new_row.pop(compile_cell).startswith(old_row.pop(compile_cell) + " (graphs; ")
+        elif (record := measured / f"{new_row[0][2:]}.json").is_file():
+            speed = json.loads(record.read_text())["speed"]
+            if speed and speed["compile_seconds"] is not None:
+                cell = old_row.pop(compile_cell)
+                assert new_row.pop(compile_cell) == f"{cell} ({speed['compiled_graphs']})"
+        assert new_row == old_row
     calls = {name: json.loads((out / f"{name}.json").read_text())["call"] for name in names}
     assert calls == {name: 2 if name in ("workers0", "compile") else 1 for name in names}
     assert "call 2: workers0, compile)" in (out / "table.md").read_text()
@@ -175,6 +190,52 @@ def test_a_variant_that_ends_before_its_steady_steps_fails_and_the_sitting_goes_
     reason = f"no steady state: {warmup} steps timed, need more than the {warmup} warm-up steps"
     assert record["reason"] == reason
     assert f"| {first.name} |" in (m.results / "table.md").read_text()
+
+
+def test_a_compiled_variants_record_and_row_say_its_graphs_cache_and_cuda_graph_skips():
+    """What the probe reads after a compile is dynamo's and inductor's own count (one graph more for one
+    compile; dynamo's eager backend: no cache lookup, no CUDA graph), and the table's compile cell gives it:
+    seconds (graphs; cache hits/misses; CUDA graph skips), the graphs alone where an older record lacks the
+    rest. (With inductor, cold, warm and without CUDA graphs: tests/e2e/test_compile.py.)"""
+    import torch
+
+    before = gpu_speed_probe.compile_figures()
+    torch._dynamo.reset()
+    torch.compile(lambda x: x * 3, backend="eager", dynamic=False)(torch.ones(2))
+    after = gpu_speed_probe.compile_figures()
+    torch._dynamo.reset()
+    assert after["compiled_graphs"] == (before["compiled_graphs"] or 0) + 1
+    lookups = ("compile_cache_hits", "compile_cache_misses", "cuda_graph_skips")
+    assert [after[key] for key in lookups] == [before[key] or 0 for key in lookups]
+    assert after["compile_seconds"] > (before["compile_seconds"] or 0)
+
+    probe = {
+        "step_seconds": [3.0, 0.02, 0.01, 0.01, 0.01],
+        "step_lengths": [[100, 80]] * 5,
+        "train_wall_seconds": 3.1,
+        "global_batch": 2,
+        "precision": "bf16",
+        "tf32": True,
+        "dataloader_num_workers": 4,
+        "torch_compile": True,
+        "torch_compile_mode": "reduce-overhead",
+        "compile_seconds": 130.37,
+        "compiled_graphs": 3,
+        "compile_cache_hits": 0,
+        "compile_cache_misses": 6,
+        "cuda_graph_skips": 1,
+        "peak_memory_mb": None,
+        "model_shape": {"non_embedding_params": 1000, "layers": 2, "hidden": 8},
+        "environment": {"device": "cpu"},
+    }
+    speed = gpu_speed_records.speed_from_probe(probe, warmup=1)
+    record = gpu_speed_records.Record("compiled", "ours", [], "ok", speed=speed)
+    assert " | 130.4 (3; 0/6; 1) | " in gpu_speed_records.table_row(record, {})
+    older = {key: value for key, value in probe.items() if key not in lookups}  # a record of the sittings
+    speed = gpu_speed_records.speed_from_probe(older, warmup=1)
+    assert (speed.compile_cache_hits, speed.cuda_graph_skips) == (None, None)
+    record = gpu_speed_records.Record("compiled", "ours", [], "ok", speed=speed)
+    assert " | 130.4 (3) | " in gpu_speed_records.table_row(record, {})
 
 
 def test_compile_shapes_builds_a_graph_per_shape_static_and_one_dynamic(tiny_bert: Path):

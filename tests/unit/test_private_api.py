@@ -194,6 +194,11 @@ def check_dynamo_counters(tmp_path: Path) -> None:
 
     source = inspect.getsource(FxGraphCache.load_with_key)
     assert all(f'counters["inductor"]["fxgraph_cache_{what}"] += 1' in source for what in ("hit", "miss"))
+    # CUDA graphs left out (qa_hpc.compile.cuda_graph_skips): inductor says why in one function, which counts
+    from torch._inductor import cudagraph_utils
+
+    source = inspect.getsource(cudagraph_utils.log_cudagraph_skip_and_bump_counter)
+    assert 'counters["inductor"]["cudagraph_skips"] += 1' in source
 
 
 def check_dynamo_plugin(tmp_path: Path) -> None:
