@@ -49,7 +49,7 @@ def compile_over_shapes(
     from transformers import AutoModelForQuestionAnswering
 
     from qa_hpc.attention import mask_every_batch
-    from qa_hpc.compile import cache_lookups, cache_lookups_since, graphs_built
+    from qa_hpc.compile import CompileCounts
 
     torch.manual_seed(0)
     model = AutoModelForQuestionAnswering.from_pretrained(model_dir, attn_implementation="sdpa").train()
@@ -57,7 +57,7 @@ def compile_over_shapes(
         mask_every_batch(model)  # as run_qa.py does under --compile_scope regions
     compile_with = compile_regions if scope == "regions" else torch.compile
     compiled = compile_with(model, backend=backend, dynamic=dynamic)
-    graphs_before, lookups_before = graphs_built(), cache_lookups()
+    before = CompileCounts.now()
     seconds = []
     for batch, width in shapes:
         ids = torch.randint(1000, 2000, (batch, width))
@@ -73,13 +73,13 @@ def compile_over_shapes(
         )
         out.loss.backward()
         seconds.append(time.perf_counter() - started)
-    hits, misses = cache_lookups_since(lookups_before)
+    counts = CompileCounts.now().since(before)
     return {
-        "graphs": graphs_built() - graphs_before,  # a graph break would add one
+        "graphs": counts.graphs,  # a graph break would add one
         "compile_seconds": sum(seconds),
         "first_steps_s": [round(s, 2) for s in seconds],
-        "cache_hits": hits,
-        "cache_misses": misses,
+        "cache_hits": counts.cache_hits,
+        "cache_misses": counts.cache_misses,
     }
 
 

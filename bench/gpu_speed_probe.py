@@ -85,7 +85,7 @@ class SpeedProbe(StepTimer):
         Path(self.path).write_text(json.dumps(probe), encoding="utf-8")
 
 
-# what compile_figures gives, in this order (all None without a compile)
+# what compile_figures gives: dynamo's seconds, then qa_hpc.compile.CompileCounts' fields in their order
 COMPILE_FIGURES = (
     "compile_seconds",
     "compiled_graphs",
@@ -101,11 +101,10 @@ def compile_figures() -> dict[str, float | int | None]:
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None or not utils.counters["stats"]["unique_graphs"]:
         return dict.fromkeys(COMPILE_FIGURES)
-    from qa_hpc.compile import cache_lookups, cuda_graph_skips, graphs_built
+    from qa_hpc.compile import CompileCounts
 
     spent = utils.calculate_time_spent()  # torch's own account, as TORCH_LOGS prints it
-    hits, misses = cache_lookups()
-    figures = (spent.get("total_wall_time"), graphs_built(), hits, misses, cuda_graph_skips())
+    figures = (spent.get("total_wall_time"), *CompileCounts.now())
     return dict(zip(COMPILE_FIGURES, figures, strict=True))
 
 

@@ -15,7 +15,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from accelerate.utils import has_compiled_regions, is_compiled_module
@@ -80,34 +80,31 @@ def apply_recompile_limit(plan: RunPlan) -> None:
         torch.compiler.config.recompile_limit = plan.recompile_limit
 
 
-def graphs_built() -> int:
-    """The graphs dynamo has compiled in this process so far (its own counter: torch has no public one)."""
-    from torch._dynamo.utils import counters
+class CompileCounts(NamedTuple):
+    """What dynamo and inductor compiled in this process so far, by their own counters (torch has no public
+    ones); `since` gives one run's share."""
 
-    return int(counters["stats"]["unique_graphs"])
+    graphs: int  # graphs dynamo built
+    cache_hits: int  # inductor's graph cache: kernels an earlier run left in the cache folder (compiled warm)
+    cache_misses: int
+    # graphs inductor ran without the CUDA graphs asked for (a CPU tensor in the graph, an input mutated, too
+    # many re-recordings, ...): those steps launch kernel by kernel, with only a warning in the log
+    cuda_graph_skips: int
 
+    @classmethod
+    def now(cls) -> CompileCounts:
+        from torch._dynamo.utils import counters
 
-def cache_lookups() -> tuple[int, int]:
-    """(hits, misses) of inductor's graph cache in this process so far: hits are graphs whose kernels an
-    earlier run left in the cache folder (its own counters: torch has no public ones)."""
-    from torch._dynamo.utils import counters
+        inductor = counters["inductor"]
+        return cls(
+            graphs=int(counters["stats"]["unique_graphs"]),
+            cache_hits=int(inductor["fxgraph_cache_hit"]),
+            cache_misses=int(inductor["fxgraph_cache_miss"]),
+            cuda_graph_skips=int(inductor["cudagraph_skips"]),
+        )
 
-    return int(counters["inductor"]["fxgraph_cache_hit"]), int(counters["inductor"]["fxgraph_cache_miss"])
-
-
-def cache_lookups_since(before: tuple[int, int]) -> tuple[int, int]:
-    """(hits, misses) of inductor's graph cache since cache_lookups() said `before`."""
-    hits, misses = cache_lookups()
-    return hits - before[0], misses - before[1]
-
-
-def cuda_graph_skips() -> int:
-    """Compiled graphs for which inductor left CUDA graphs out in this process so far (a CPU tensor in the
-    graph, an input mutated, too many re-recordings, ...): those steps run uncaptured, launch by launch,
-    with only a warning in the log (its own counter: torch has no public one)."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["inductor"]["cudagraph_skips"])
+    def since(self, before: CompileCounts) -> CompileCounts:
+        return CompileCounts(*(now - then for now, then in zip(self, before, strict=True)))
 
 
 def is_compiled(model: torch.nn.Module) -> bool:
@@ -127,9 +124,7 @@ class CompiledSteps:
         self.torch_compile = torch_compile
         self.cuda_graphs = cuda_graphs
         self.shapes: set[tuple[bool, tuple[int, ...]]] = set()
-        self.graphs_before = graphs_built() if torch_compile else 0
-        self.lookups_before = cache_lookups() if torch_compile else (0, 0)
-        self.skips_before = cuda_graph_skips() if torch_compile else 0
+        self.counts_before = CompileCounts.now() if torch_compile else None
 
     def begin(self, model: torch.nn.Module, inputs: dict[str, Any], training: bool) -> None:
         """Before a step of `model` (training: a training step, which itself puts the model in train mode)."""
@@ -155,13 +150,13 @@ class CompiledSteps:
         (none with a backend other than inductor; hits: compiled warm); with CUDA graphs, then
         `cuda_graph_skips=S`: graphs that run without them (0 when every step is captured). None with
         compile off."""
-        if not self.torch_compile:
+        if self.counts_before is None:
             return None
-        graphs = graphs_built() - self.graphs_before
-        hits, misses = cache_lookups_since(self.lookups_before)
+        counts = CompileCounts.now().since(self.counts_before)
         line = (
-            f"COMPILE graphs={graphs} batch_shapes={len(self.shapes)} cache_hits={hits} cache_misses={misses}"
+            f"COMPILE graphs={counts.graphs} batch_shapes={len(self.shapes)} cache_hits={counts.cache_hits} "
+            f"cache_misses={counts.cache_misses}"
         )
         if self.cuda_graphs:
-            line += f" cuda_graph_skips={cuda_graph_skips() - self.skips_before}"
+            line += f" cuda_graph_skips={counts.cuda_graph_skips}"
         return line

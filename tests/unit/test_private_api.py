@@ -188,13 +188,13 @@ def check_dynamo_counters(tmp_path: Path) -> None:
     before = counters["stats"]["unique_graphs"]
     torch.compile(lambda x: x * 2, backend="eager", dynamic=False)(torch.ones(3))
     assert counters["stats"]["unique_graphs"] == before + 1  # one graph, as qa_hpc/compile.py counts it
-    # inductor's cache lookups (qa_hpc.compile.cache_lookups), where inductor's graph cache counts them;
+    # inductor's cache lookups (qa_hpc.compile.CompileCounts), where inductor's graph cache counts them;
     # counted in a real compile by tests/e2e/test_compile.py (a unit test starts no C++ compiler)
     from torch._inductor.codecache import FxGraphCache
 
     source = inspect.getsource(FxGraphCache.load_with_key)
     assert all(f'counters["inductor"]["fxgraph_cache_{what}"] += 1' in source for what in ("hit", "miss"))
-    # CUDA graphs left out (qa_hpc.compile.cuda_graph_skips): inductor says why in one function, which counts
+    # CUDA graphs left out (CompileCounts.cuda_graph_skips): inductor says why in one function, which counts
     from torch._inductor import cudagraph_utils
 
     source = inspect.getsource(cudagraph_utils.log_cudagraph_skip_and_bump_counter)
