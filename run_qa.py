@@ -33,12 +33,12 @@ from qa_hpc.dist import end_process_group, launch_env, process_start_time
 from qa_hpc.dropout import install as install_bulk_dropout
 from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded
 from qa_hpc.features import QAData, build_data, real_lengths
-from qa_hpc.flags import Flags, batch_lines, decide_and_build, read_flags
+from qa_hpc.flags import Flags, batch_lines, decide_and_build, read_flags, training_batches
 from qa_hpc.metric.squad import make_score
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer
 from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import train_efficiency
-from qa_hpc.plan import Effective, RunPlan
+from qa_hpc.plan import Effective, FlagValues, RunPlan
 from qa_hpc.postprocess import make_postprocess
 from qa_hpc.preemption import PreemptionCallback, StopRequest, apply_collective_timeout, checkpoint_to_resume
 from qa_hpc.record import (
@@ -96,9 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopRequest()
     stop.install()  # SIGTERM / SIGUSR1 only set a flag; acted on at an optimizer step's end
     facts = read_device_facts()  # the machine, read once: the plan decides from it, the record keeps it
-    plan, flags = decide_and_build(read_flags(sys.argv[1:] if argv is None else argv), facts)
+    values = read_flags(sys.argv[1:] if argv is None else argv)
+    plan, flags = decide_and_build(values, facts)
     setup_logging(flags.training)  # every flag dataclass built once, here, with the plan's fields
-    run = setup(flags, plan, facts, stop)
+    run = setup(values, flags, plan, facts, stop)
     try:
         if run.args.do_train and not train(run, stop):
             return EXIT_PREEMPTED
@@ -129,11 +130,13 @@ def setup_logging(args: TrainingArguments) -> None:
     transformers.utils.logging.enable_explicit_format()
 
 
-def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) -> Run:
-    """Process settings, data, model and trainer; every input is checked before anything is written."""
+def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) -> Run:
+    """Process settings, data, model and trainer; every input is checked before anything is written. A plan
+    whose compile waits for the training batches is decided again, and logged, once they are counted."""
     args = flags.training
     torch.set_num_threads(plan.threads)  # the one process setting no TrainingArguments field carries
-    logger.info(plan.log_line())
+    if not plan.awaits_batch_count:
+        logger.info(plan.log_line())
     logger.info(
         "DISTRIBUTED world_size=%d rank=%d parallel_mode=%s backend=%s device=%s",
         args.world_size,
@@ -149,6 +152,12 @@ def setup(flags: Flags, plan: RunPlan, facts: DeviceFacts, stop: StopRequest) ->
     config = load_config(flags.model)
     tokenizer = load_tokenizer(flags.model)
     data = build_data(flags.model, flags.data, args, tokenizer)
+    if plan.awaits_batch_count:
+        # the compile pays only over enough batches: the whole plan again (buckets and attention kernels
+        # follow the compile), and the flags built with it, before anything is compiled or written
+        plan, flags = decide_and_build(values, facts, training_batches(args, len(data.train)))
+        args = flags.training
+        logger.info(plan.log_line())
     for line in batch_lines(args, len(data.train)) if args.do_train else []:
         logger.info(line)  # the main process: global batch, optimizer steps, learning rate
     score = None

@@ -19,6 +19,7 @@ from qa_hpc.compile import cache_dir_for, compile_failure, make_cache_dir
 from qa_hpc.device import DeviceFacts
 from qa_hpc.errors import UsageError
 from qa_hpc.plan import (
+    COMPILE_PAYS_FROM_BATCHES,
     COMPILE_SCOPES,
     COMPILE_SHAPES,
     PRECISIONS,
@@ -130,9 +131,10 @@ class QATrainingArguments(TrainingArguments):
     torch_compile: bool | None = flag(
         None,
         "Compile the model with torch.compile (transformers' flag). Not given (qa-hpc): on for a training "
-        "run in one GPU process under --speed_defaults, over --pad_to_buckets' shapes with CUDA graphs "
-        "(1.39x over 2 epochs on one H200, ~130 s of compile first: give false for short runs); off on a "
-        "CPU, with several processes, without --do_train, with --pad_to_buckets off or --pad_to_max_length.",
+        f"run of at least {COMPILE_PAYS_FROM_BATCHES} batches in one GPU process under --speed_defaults, "
+        "over --pad_to_buckets' shapes with CUDA graphs (1.39x over 2 epochs on one H200, ~130 s of compile "
+        "first, won back over ~4,000 batches); off on a CPU, with several processes, without --do_train, "
+        "for fewer batches, with --pad_to_buckets off or --pad_to_max_length.",
         # as HfArgumentParser takes a bool flag: --torch_compile alone is true; not given stays None (auto)
         nargs="?",
         const=True,
@@ -336,10 +338,13 @@ def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:
     return Flags(*groups)
 
 
-def decide_and_build(values: FlagValues, facts: DeviceFacts) -> tuple[RunPlan, Flags]:
-    """This process's plan (qa_hpc.plan), then every flag dataclass built once with the plan's fields in."""
+def decide_and_build(
+    values: FlagValues, facts: DeviceFacts, train_batches: int | None = None
+) -> tuple[RunPlan, Flags]:
+    """This process's plan (qa_hpc.plan), then every flag dataclass built once with the plan's fields in.
+    `train_batches`: the batches this process trains, once counted (training_batches)."""
     values = {**values, "compile_cache_dir": cache_dir_for(values["compile_cache_dir"], os.environ)}
-    plan = decide(values, facts)
+    plan = decide(values, facts, train_batches)
     make_cache_dir(plan)  # a folder this run cannot write: exit 2, naming it
     # what TrainingArguments also reads from the launcher, and torch's cache folder: set before the compiler
     # is tried, which writes there
@@ -350,6 +355,20 @@ def decide_and_build(values: FlagValues, facts: DeviceFacts) -> tuple[RunPlan, F
     return plan, build_flags(values, plan.training_fields(values["tf32"]))
 
 
+def optimizer_steps(args: TrainingArguments, train_features: int) -> int:
+    """The run's optimizer steps, counted as the Trainer counts them."""
+    # per rank and epoch (DistributedSampler)
+    batches = math.ceil(math.ceil(train_features / args.world_size) / args.per_device_train_batch_size)
+    if args.max_steps > 0:
+        return args.max_steps
+    return math.ceil(args.num_train_epochs * max(1, math.ceil(batches / args.gradient_accumulation_steps)))
+
+
+def training_batches(args: TrainingArguments, train_features: int) -> int:
+    """The batches one process trains (forward and backward passes): what a compiled step saves time on."""
+    return optimizer_steps(args, train_features) * args.gradient_accumulation_steps
+
+
 def batch_lines(args: TrainingArguments, train_features: int) -> list[str]:
     """PLAN_BATCH: global batch, optimizer steps (counted as the Trainer counts them) and learning rate. With
     several processes, PLAN_SCALING: the recipe differs from the 1-device run's, and the flags that keep it or
@@ -358,13 +377,7 @@ def batch_lines(args: TrainingArguments, train_features: int) -> list[str]:
     ranks = args.world_size
     accumulation = args.gradient_accumulation_steps
     lr = args.learning_rate
-    # per rank and epoch (DistributedSampler)
-    batches = math.ceil(math.ceil(train_features / ranks) / per_device)
-    steps = (
-        args.max_steps
-        if args.max_steps > 0
-        else math.ceil(args.num_train_epochs * max(1, math.ceil(batches / accumulation)))
-    )
+    steps = optimizer_steps(args, train_features)
     lines = [
         f"PLAN_BATCH global_batch={per_device * ranks * accumulation} ({per_device} per device x {ranks} "
         f"processes x {accumulation} accumulation) optimizer_steps={steps} learning_rate={lr:g}"

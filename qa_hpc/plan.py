@@ -42,6 +42,13 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes th
 # what compiling paid where it is the default (one GPU process, buckets, CUDA graphs, one graph compiled):
 # bench/results/2026-11-28_h200_gpu_speed/, bert-base's shape at batch 24, MiniLM's accuracy kept
 AUTO_COMPILE_MEASURED = "one H200: 14.5 ms a step against 44 eager, ~130 s to compile; 1.39x over 2 epochs"
+# the training batches (forward and backward passes) per process from which that compile is won back, cold
+# caches, same sitting and records: bert-base's shape 130 s / (44.2 - 14.5 ms) = ~4,400; MiniLM's recipe 72 s
+# / (29.6 - 9.7 ms) = ~3,600, its 752 batches 137 s compiled against 68 s eager. bert-base's 2 epochs of
+# SQuAD at batch 24 are 7,377
+COMPILE_PAYS_FROM_BATCHES = 4000
+# why a plan decided before the training data was read has the compile off: decided again once it is counted
+COMPILE_AWAITS_COUNT = "auto: decided once the training batches are counted"
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
 ON = {True: "on", False: "off"}  # a switch in log lines
@@ -137,6 +144,11 @@ class RunPlan:
                 variables["TORCHINDUCTOR_CACHE_DIR"] = self.compile_cache_dir
         return variables
 
+    @property
+    def awaits_batch_count(self) -> bool:
+        """Decided before the training batches were counted, with the compile, which waits for them, off."""
+        return self.compile_reason == COMPILE_AWAITS_COUNT
+
     def log_line(self) -> str:
         gpu = f"({self.gpu_name})" if self.gpu_name else ""
         return (
@@ -177,9 +189,10 @@ def _sm(capability: tuple[int, int] | None) -> str:
     return f"sm_{capability[0]}{capability[1]}" if capability else "of unknown compute capability"
 
 
-def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
+def decide(flags: FlagValues, facts: DeviceFacts, train_batches: int | None = None) -> RunPlan:
     """The whole plan from the parsed flags (by name) and this process's facts; PlanError for what it cannot
-    honour."""
+    honour. `train_batches`: the batches this process trains, once its training data is counted; a plan whose
+    compile waits for them (RunPlan.awaits_batch_count) is decided again then."""
     if not flags["use_cpu"]:
         require_visible_gpu(facts)
     device = "cuda" if facts.cuda_available and not flags["use_cpu"] else "cpu"
@@ -208,7 +221,7 @@ def decide(flags: FlagValues, facts: DeviceFacts) -> RunPlan:
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
-    compiling, compiling_reason = decide_compiling(flags, device, facts.world_size)
+    compiling, compiling_reason = decide_compiling(flags, device, facts.world_size, train_batches)
     buckets, buckets_reason = decide_buckets(flags, graphs_ahead(flags, compiling, device, facts.world_size))
     # a pass over a split has at most this many batch shapes (each width, and a short last batch); None: any
     shapes_per_pass = len(buckets or [flags["max_seq_length"]]) + 1
@@ -419,15 +432,24 @@ def decide_after_compile_failed(flags: FlagValues, facts: DeviceFacts, backend: 
     return replace(eager, compile_reason=why, cuda_graphs_reason="fallback=eager")
 
 
-def decide_compiling(flags: FlagValues, device: str, world_size: int) -> tuple[bool, str]:
-    """(torch.compile on, why): as asked (--torch_compile, or a backend or mode given, which turn it on as in
-    TrainingArguments); not asked, on where it was measured to pay: training in one GPU process under
-    --speed_defaults, over buckets (--pad_to_buckets auto or given). Off elsewhere: a CPU, several processes
+def compile_given(flags: FlagValues) -> bool:
+    """--torch_compile given, or a backend or mode, which turn it on as in TrainingArguments."""
+    return flags["torch_compile"] is not None or bool(
+        flags["torch_compile_backend"] or flags["torch_compile_mode"]
+    )
+
+
+def decide_compiling(
+    flags: FlagValues, device: str, world_size: int, train_batches: int | None
+) -> tuple[bool, str]:
+    """(torch.compile on, why): as asked (--torch_compile, or a backend or mode given); not asked, on where it
+    was measured to pay: training in one GPU process under --speed_defaults, over buckets (--pad_to_buckets
+    auto or given), for at least COMPILE_PAYS_FROM_BATCHES batches. Off elsewhere: a CPU, several processes
     (DDP's all-reduce between graphs: not measured), no training, shapes that vary (compile alone: 0.90x on
-    one H200)."""
-    given = flags["torch_compile"]
-    if given is not None or flags["torch_compile_backend"] or flags["torch_compile_mode"]:
-        on = bool(given or flags["torch_compile_backend"] or flags["torch_compile_mode"])
+    one H200), fewer batches; where only the count is left to decide, off until it is known (train_batches
+    None: COMPILE_AWAITS_COUNT)."""
+    if compile_given(flags):
+        on = bool(flags["torch_compile"] or flags["torch_compile_backend"] or flags["torch_compile_mode"])
         return on, "" if on else "--torch_compile false"
     if device == "cpu":
         return False, "auto: CPU: eager"
@@ -440,7 +462,14 @@ def decide_compiling(flags: FlagValues, device: str, world_size: int) -> tuple[b
     if flags["pad_to_max_length"] or flags["pad_to_buckets"] == "off":
         given_shapes = "--pad_to_max_length" if flags["pad_to_max_length"] else "--pad_to_buckets off"
         return False, f"auto: {given_shapes}: measured over buckets only"
-    return True, f"auto: one GPU process: {AUTO_COMPILE_MEASURED}; --torch_compile false for short runs"
+    if train_batches is None:
+        return False, COMPILE_AWAITS_COUNT
+    if train_batches < COMPILE_PAYS_FROM_BATCHES:
+        return False, (
+            f"auto: {train_batches} training batches, fewer than the {COMPILE_PAYS_FROM_BATCHES} over which "
+            f"the compile is won back ({AUTO_COMPILE_MEASURED}); --torch_compile to compile anyway"
+        )
+    return True, f"auto: one GPU process, {train_batches} training batches: {AUTO_COMPILE_MEASURED}"
 
 
 def graphs_ahead(flags: FlagValues, compiling: bool, device: str, world_size: int) -> bool:

@@ -269,7 +269,8 @@ def test_suite_profile_sums_each_files_tests_and_the_cores_busy_meanwhile():
 def test_the_baseline_and_each_lever_alone_run_eagerly_unless_the_lever_compiles():
     """run_qa.py compiles by default on one GPU, so the baseline (`ours_today`) pins the eager default it
     measured before (--torch_compile false); a lever's variant keeps that pin unless compiling is its lever;
-    `ours_default` pins nothing (the defaults of the run_qa.py that runs)."""
+    `ours_default` pins nothing: the defaults of the run_qa.py that runs, for a run long enough to compile
+    (its --torch_compile, which the plan turns on itself from COMPILE_PAYS_FROM_BATCHES batches)."""
     known = gpu_speed.known_run_qa_flags()
     by_name = {variant.name: variant for variant in gpu_speed.VARIANTS}
     baseline, _ = gpu_speed.command_flags(by_name["ours_today"], known)
@@ -280,4 +281,5 @@ def test_the_baseline_and_each_lever_alone_run_eagerly_unless_the_lever_compiles
         flags, unknown = gpu_speed.command_flags(variant, known)
         pinned_eager = "--torch_compile false" in " ".join(flags)
         assert not unknown and pinned_eager == ("--torch_compile" not in variant.flags), variant.name
-    assert gpu_speed.command_flags(by_name["ours_default"], known) == ([], [])
+    assert gpu_speed.command_flags(by_name["ours_default"], known) == (["--torch_compile"], [])
+    assert by_name["ours_default"].kind == "compiled"  # the budget expects a cold compile

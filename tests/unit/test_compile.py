@@ -58,8 +58,9 @@ def test_buckets_kernels_and_compile_reach_the_trainer_and_read_back(
         "eager",
     )
     facts = read_device_facts()
-    plan, flags = decide_and_build(read_flags(argv), facts)
-    run = run_qa.setup(flags, plan, facts, StopRequest())
+    values = read_flags(argv)
+    plan, flags = decide_and_build(values, facts)
+    run = run_qa.setup(values, flags, plan, facts, StopRequest())
     effective = run.effective
     assert isinstance(run.trainer.data_collator, BucketCollator)
     assert (effective.pad_to_buckets, effective.attn_backend) == ((64, 128), "flash,math")
@@ -95,8 +96,9 @@ def test_dynamic_compile_shapes_reach_accelerate_and_read_back(
     )
     facts = read_device_facts()
     limit = torch.compiler.config.recompile_limit
-    plan, flags = decide_and_build(read_flags(argv), facts)
-    effective = run_qa.setup(flags, plan, facts, StopRequest()).effective
+    values = read_flags(argv)
+    plan, flags = decide_and_build(values, facts)
+    effective = run_qa.setup(values, flags, plan, facts, StopRequest()).effective
     assert (plan.compile_dynamic, effective.compile_dynamic) == (True, True)
     assert plan.recompile_limit is None and effective.recompile_limit == limit  # torch's own, untouched
     cache = tmp_path / "compile_cache"
@@ -136,8 +138,9 @@ def test_regions_reach_accelerate_and_read_back(tiny_bert, demo_files, tmp_path,
         tiny_bert, demo_files, tmp_path, "--torch_compile_backend", "eager", "--compile_scope", "regions"
     )
     facts = read_device_facts()
-    plan, flags = decide_and_build(read_flags(argv), facts)
-    effective = run_qa.setup(flags, plan, facts, StopRequest()).effective
+    values = read_flags(argv)
+    plan, flags = decide_and_build(values, facts)
+    effective = run_qa.setup(values, flags, plan, facts, StopRequest()).effective
     assert (plan.compile_scope, effective.compile_scope) == ("regions", "regions")
     assert "recompile_limit=torch scope=regions cache=" in plan.log_line()
 

@@ -5,6 +5,7 @@ evaluation."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import types
 
 import datasets
@@ -16,9 +17,17 @@ from transformers import AutoModelForQuestionAnswering, Trainer
 from qa_hpc.device import CpuFacts, DeviceFacts, read_device_facts
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags
-from qa_hpc.plan import FlagValues, PlanError, decide, decide_after_compile_failed
+from qa_hpc.plan import (
+    COMPILE_AWAITS_COUNT,
+    COMPILE_PAYS_FROM_BATCHES,
+    FlagValues,
+    PlanError,
+    decide,
+    decide_after_compile_failed,
+)
 
 CACHE = "/scratch/hf_cache/qa_hpc_compile"  # where the compile's caches go: resolved before the plan
+TWO_EPOCHS = 7377  # batches of bert-base's 2 epochs of SQuAD at batch 24: a training run the compile pays for
 # every flag at its default, as run_qa.py parses them and decide_and_build resolves them
 DEFAULTS = {**read_flags([]), "compile_cache_dir": CACHE}
 
@@ -290,11 +299,11 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
                 "pad_to_buckets=128,192,256,320,384 (auto: CUDA graphs, one per shape: 5 widths from 384/3 "
                 "to 384) attn_backend=all (auto: batch shapes fixed: cuDNN plans each shape once)",
                 "compile=on (backend=inductor mode=reduce-overhead dynamic=True recompile_limit=torch "
-                f"scope=model cache={CACHE}: auto: one GPU process: one H200: 14.5 ms a step against 44 "
-                "eager, ~130 s to compile; 1.39x over 2 epochs; --torch_compile false for short runs; auto: "
-                "CUDA graphs record each "
-                "shape: one graph compiled, its sizes symbolic over 6 batch shapes per pass) cuda_graphs=on "
-                "(auto: GPU, fixed batch shapes, one process: a step replays graphs, not kernel by kernel)",
+                f"scope=model cache={CACHE}: auto: one GPU process, 7377 training batches: one H200: 14.5 ms "
+                "a step against 44 eager, ~130 s to compile; 1.39x over 2 epochs; auto: CUDA graphs record "
+                "each shape: one graph compiled, its sizes symbolic over 6 batch shapes per pass) "
+                "cuda_graphs=on (auto: GPU, fixed batch shapes, one process: a step replays graphs, not "
+                "kernel by kernel)",
             ),
         ),
         (
@@ -394,7 +403,7 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
     ],
 )
 def test_plan_log_line_names_every_decision(device_facts, given, parts):
-    plan = decide(ask(**given), device_facts)
+    plan = decide(ask(**given), device_facts, TWO_EPOCHS)
     assert all(part in plan.log_line() for part in parts), plan.log_line()
     assert f"dropout_mask={plan.dropout_mask} (" in plan.log_line()
 
@@ -568,7 +577,7 @@ def test_compile_and_cuda_graphs_for_every_device(
         pad_to_buckets="off" if shapes == "max" else shapes,
         pad_to_max_length=shapes == "max",
     )
-    plan = decide(request, facts(device, ranks=int(ranks), gpus_visible=int(ranks)))
+    plan = decide(request, facts(device, ranks=int(ranks), gpus_visible=int(ranks)), TWO_EPOCHS)
     shown = {None: "-", True: "on", False: "off"}
     assert plan.torch_compile == (on == "on")
     assert (plan.compile_mode or "-", str(shown.get(plan.compile_dynamic, plan.compile_dynamic))) == (
@@ -595,12 +604,44 @@ def test_compile_and_cuda_graphs_for_every_device(
     assert plan.environment({}) == told
 
 
+# device | --torch_compile | training batches counted ('-': not given, or not yet counted) | compile | why
+COUNT_TABLE = """
+H200 -     3999 off auto: 3999 training batches, fewer than the 4000 over which the compile is won back
+H200 -     4000 on  auto: one GPU process, 4000 training batches: one H200
+H200 -     7377 on  auto: one GPU process, 7377 training batches: one H200
+H200 true  -    on  mode=reduce-overhead dynamic=True recompile_limit=torch scope=model cache=
+H200 true  12   on  mode=reduce-overhead dynamic=True recompile_limit=torch scope=model cache=
+H200 false 7377 off --torch_compile false
+H200 -     -    off auto: decided once the training batches are counted
+CPU  -     -    off auto: CPU: eager
+CPU  -     7377 off auto: CPU: eager
+"""
+
+
+@pytest.mark.parametrize("device, given, batches, on, why", rows(COUNT_TABLE, 5))
+def test_the_compile_not_given_waits_for_the_batch_count_and_pays_only_over_enough(
+    device, given, batches, on, why
+):
+    """A training run's compile, not given, where only the count is left to decide (one GPU process), is
+    decided once its batches are counted (run_qa decides the plan again then): on where the measured cold
+    compile is won back by the faster steps (COMPILE_PAYS_FROM_BATCHES), off for fewer (MiniLM's 752-batch
+    recipe: 137 s compiled against 68 s eager on one H200); buckets and CUDA graphs go with it. Given, as
+    given, whatever the count; a CPU's plan never waits."""
+    assert COMPILE_PAYS_FROM_BATCHES == 4000
+    request = ask(do_train=True, torch_compile={"-": None, "true": True, "false": False}[given])
+    plan = decide(request, facts(device), None if batches == "-" else int(batches))
+    assert plan.awaits_batch_count == (why == COMPILE_AWAITS_COUNT)
+    assert plan.torch_compile == (on == "on") and plan.cuda_graphs == (on == "on")
+    assert bool(plan.pad_to_buckets) == (on == "on")  # --pad_to_buckets auto: on under CUDA graphs
+    assert why in plan.log_line(), plan.log_line()
+
+
 def test_a_compiler_that_failed_leaves_the_eager_plan_saying_why():
     """Where the compiler cannot work (found before training), the run takes the plan --torch_compile false
     gives: the buckets --pad_to_buckets auto chose for the CUDA graphs go with the compile (eager over them:
     0.97x on one H200), and the attention kernels are those for varying shapes; PLAN says why."""
     request = ask(do_train=True)
-    compiled = decide(request, facts("H200"))
+    compiled = decide(request, facts("H200"), TWO_EPOCHS)
     assert compiled.torch_compile and compiled.pad_to_buckets and compiled.attn_backend == "all"
     eager = decide_after_compile_failed(request, facts("H200"), compiled.compile_backend)
     assert eager == dataclasses.replace(
@@ -707,16 +748,16 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
         "1",
     )
     device_facts = read_device_facts()
-    plan, flags = decide_and_build(read_flags(argv), device_facts)
+    values = read_flags(argv)
+    plan, flags = decide_and_build(values, device_facts)
     threads = torch.get_num_threads()
     try:
-        run = run_qa.setup(flags, plan, device_facts, StopRequest())
+        run = run_qa.setup(values, flags, plan, device_facts, StopRequest())
         assert run.effective.threads == torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
-    assert run.trainer.args is flags.training
+    assert run.plan is plan and run.trainer.args is flags.training is run.args  # a CPU's plan never waits
     # the parsed TrainingArguments (no plan) with the plan's fields put in: what the Trainer must get
-    values = read_flags(argv)
     expected = {**build_flags(values, {}).training.to_dict(), **plan.training_fields(values["tf32"])}
     expected["dataloader_pin_memory"] = False  # TrainingArguments itself turns pinned memory off on the CPU
     assert run.trainer.args.to_dict() == expected
@@ -730,6 +771,37 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
     ):
         changed = {"precision": "bf16", "param_dtype": "float16", "threads": 8, "loss_filter": "host"}
         dataclasses.replace(run.effective, **changed).check(plan)
+
+
+def test_a_plan_waiting_for_the_batch_count_is_decided_again_and_logged_once_they_are_counted(
+    tiny_bert, demo_files, tmp_path, caplog
+):
+    """run_qa.setup given the plan a GPU process decides before its data is read (the compile waiting for the
+    training batches; made up here, on a CPU): once the data is featurized, the plan is decided again with
+    them counted, the flags built again with it, and PLAN logged once, then, with the final decision."""
+    import run_qa
+    from qa_hpc.preemption import StopRequest
+
+    train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1")
+    device_facts = read_device_facts()
+    values = read_flags(tiny_flags(tiny_bert, tmp_path / "out", *train))
+    plan, flags = decide_and_build(values, device_facts)
+    waiting = dataclasses.replace(
+        plan, compile_reason=COMPILE_AWAITS_COUNT, cuda_graphs_reason=COMPILE_AWAITS_COUNT
+    )
+    threads = torch.get_num_threads()
+    try:
+        with caplog.at_level(logging.INFO, logger="run_qa"):
+            run = run_qa.setup(values, flags, waiting, device_facts, StopRequest())
+    finally:
+        torch.set_num_threads(threads)
+    assert run.plan == plan and not run.plan.awaits_batch_count  # this CPU's plan: compile off, not waiting
+    assert run.flags is not flags and run.trainer.args is run.flags.training is run.args
+    said = [record.getMessage() for record in caplog.records if record.name == "run_qa"]
+    assert [line for line in said if line.startswith("PLAN ")] == [plan.log_line()]
+    assert said.index(plan.log_line()) > min(
+        i for i, line in enumerate(said) if line.startswith("DISTRIBUTED")
+    )
 
 
 @pytest.mark.parametrize("precision, want", [("bf16", "bfloat16"), ("fp32", "float32")])
