@@ -432,24 +432,18 @@ def decide_after_compile_failed(flags: FlagValues, facts: DeviceFacts, backend: 
     return replace(eager, compile_reason=why, cuda_graphs_reason="fallback=eager")
 
 
-def compile_given(flags: FlagValues) -> bool:
-    """--torch_compile given, or a backend or mode, which turn it on as in TrainingArguments."""
-    return flags["torch_compile"] is not None or bool(
-        flags["torch_compile_backend"] or flags["torch_compile_mode"]
-    )
-
-
 def decide_compiling(
     flags: FlagValues, device: str, world_size: int, train_batches: int | None
 ) -> tuple[bool, str]:
-    """(torch.compile on, why): as asked (--torch_compile, or a backend or mode given); not asked, on where it
-    was measured to pay: training in one GPU process under --speed_defaults, over buckets (--pad_to_buckets
-    auto or given), for at least COMPILE_PAYS_FROM_BATCHES batches. Off elsewhere: a CPU, several processes
-    (DDP's all-reduce between graphs: not measured), no training, shapes that vary (compile alone: 0.90x on
-    one H200), fewer batches; where only the count is left to decide, off until it is known (train_batches
-    None: COMPILE_AWAITS_COUNT)."""
-    if compile_given(flags):
-        on = bool(flags["torch_compile"] or flags["torch_compile_backend"] or flags["torch_compile_mode"])
+    """(torch.compile on, why): as asked (--torch_compile, or a backend or mode given, which turn it on as in
+    TrainingArguments); not asked, on where it was measured to pay: training in one GPU process under
+    --speed_defaults, over buckets (--pad_to_buckets auto or given), for at least COMPILE_PAYS_FROM_BATCHES
+    batches. Off elsewhere: a CPU, several processes (DDP's all-reduce between graphs: not measured), no
+    training, shapes that vary (compile alone: 0.90x on one H200), fewer batches; where only the count is left
+    to decide, off until it is known (train_batches None: COMPILE_AWAITS_COUNT)."""
+    given = flags["torch_compile"]
+    if given is not None or flags["torch_compile_backend"] or flags["torch_compile_mode"]:
+        on = bool(given or flags["torch_compile_backend"] or flags["torch_compile_mode"])
         return on, "" if on else "--torch_compile false"
     if device == "cpu":
         return False, "auto: CPU: eager"
