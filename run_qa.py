@@ -134,7 +134,6 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     """Process settings, data, model and trainer; every input is checked before anything is written. A plan
     whose compile waits for the training batches is decided again, and logged, once they are counted."""
     args = flags.training
-    torch.set_num_threads(plan.threads)  # the one process setting no TrainingArguments field carries
     if not plan.awaits_batch_count:
         logger.info(plan.log_line())
     logger.info(
@@ -158,6 +157,7 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
         plan, flags = decide_and_build(values, facts, training_batches(args, len(data.train)))
         args = flags.training
         logger.info(plan.log_line())
+    torch.set_num_threads(plan.threads)  # the one process setting no TrainingArguments field carries
     for line in batch_lines(args, len(data.train)) if args.do_train else []:
         logger.info(line)  # the main process: global batch, optimizer steps, learning rate
     score = None

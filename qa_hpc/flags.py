@@ -355,18 +355,26 @@ def decide_and_build(
     return plan, build_flags(values, plan.training_fields(values["tf32"]))
 
 
+def batches_per_epoch(args: TrainingArguments, train_features: int) -> int:
+    """One process's batches in an epoch (the DistributedSampler's share of the features)."""
+    return math.ceil(math.ceil(train_features / args.world_size) / args.per_device_train_batch_size)
+
+
 def optimizer_steps(args: TrainingArguments, train_features: int) -> int:
     """The run's optimizer steps, counted as the Trainer counts them."""
-    # per rank and epoch (DistributedSampler)
-    batches = math.ceil(math.ceil(train_features / args.world_size) / args.per_device_train_batch_size)
     if args.max_steps > 0:
         return args.max_steps
+    batches = batches_per_epoch(args, train_features)
     return math.ceil(args.num_train_epochs * max(1, math.ceil(batches / args.gradient_accumulation_steps)))
 
 
 def training_batches(args: TrainingArguments, train_features: int) -> int:
-    """The batches one process trains (forward and backward passes): what a compiled step saves time on."""
-    return optimizer_steps(args, train_features) * args.gradient_accumulation_steps
+    """The batches one process trains (forward and backward passes): what a compiled step saves time on. An
+    epoch's last optimizer step takes what is left of it, so with accumulation the epochs' batches count, not
+    the steps times the accumulation."""
+    if args.max_steps > 0:
+        return args.max_steps * args.gradient_accumulation_steps
+    return math.ceil(args.num_train_epochs * batches_per_epoch(args, train_features))
 
 
 def batch_lines(args: TrainingArguments, train_features: int) -> list[str]:

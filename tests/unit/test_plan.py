@@ -16,7 +16,7 @@ from transformers import AutoModelForQuestionAnswering, Trainer
 
 from qa_hpc.device import CpuFacts, DeviceFacts, read_device_facts
 from qa_hpc.errors import UsageError
-from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags
+from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags, training_batches
 from qa_hpc.plan import (
     COMPILE_AWAITS_COUNT,
     COMPILE_PAYS_FROM_BATCHES,
@@ -463,6 +463,29 @@ def test_batch_lines_say_the_global_batch_steps_and_how_to_keep_the_1_device_rec
     )
     lines = batch_lines(args, 88_524)
     assert len(lines) == len(want) and all(part in line for line, part in zip(lines, want))
+
+
+@pytest.mark.parametrize(
+    "ranks, accumulation, epochs, max_steps, want",
+    [
+        (1, 1, 2.0, -1, 7_378),  # bert-base's 2 epochs of SQuAD's 88,524 features at 24
+        (5, 4, 2.0, -1, 1_476),  # 2 x 738 batches: an epoch's 185th step has 2 of them (not 370 steps x 4)
+        (1, 4, 0.5, -1, 1_845),  # half an epoch of 3,689 batches, rounded up
+        (1, 2, 2.0, 10, 20),  # --max_steps: its steps, each of the accumulated batches
+    ],
+)
+def test_the_training_batches_are_each_forward_and_backward_pass_of_one_process(
+    ranks, accumulation, epochs, max_steps, want
+):
+    """What the compile decision counts: a process's batches over the run, as its dataloader gives them."""
+    args = types.SimpleNamespace(
+        per_device_train_batch_size=24,
+        world_size=ranks,
+        gradient_accumulation_steps=accumulation,
+        num_train_epochs=epochs,
+        max_steps=max_steps,
+    )
+    assert training_batches(args, 88_524) == want
 
 
 # device | torch | CUDA of torch's build | cuDNN ('-': none) | batch shapes (off: dynamic padding, on:
