@@ -154,6 +154,9 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     if plan.awaits_batch_count:
         # the compile pays only over enough batches: the whole plan again (buckets and attention kernels
         # follow the compile), and the flags built with it, before anything is compiled or written
+        # disable_tqdm as the first TrainingArguments derived it, from the log level before setup_logging
+        # (transformers' own default): progress bars as in a run that does not wait
+        values = {**values, "disable_tqdm": args.disable_tqdm}
         plan, flags = decide_and_build(values, facts, training_batches(args, len(data.train)))
         args = flags.training
         logger.info(plan.log_line())

@@ -11,6 +11,7 @@ import types
 import datasets
 import pytest
 import torch
+import transformers
 from fixtures.procs import tiny_flags
 from transformers import AutoModelForQuestionAnswering, Trainer
 
@@ -803,25 +804,33 @@ def test_a_plan_waiting_for_the_batch_count_is_decided_again_and_logged_once_the
 ):
     """run_qa.setup given the plan a GPU process decides before its data is read (the compile waiting for the
     training batches; made up here, on a CPU): once the data is featurized, the plan is decided again with
-    them counted, the flags built again with it, and PLAN logged once, then, with the final decision."""
+    them counted, the flags built again with it, and PLAN logged once, then, with the final decision. The
+    progress bars stay as the first flags had them (TRANSFORMERS_VERBOSITY=error: none), though the log level
+    they were derived from is info by then."""
     import run_qa
     from qa_hpc.preemption import StopRequest
 
     train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1")
     device_facts = read_device_facts()
-    values = read_flags(tiny_flags(tiny_bert, tmp_path / "out", *train))
-    plan, flags = decide_and_build(values, device_facts)
-    waiting = dataclasses.replace(
-        plan, compile_reason=COMPILE_AWAITS_COUNT, cuda_graphs_reason=COMPILE_AWAITS_COUNT
-    )
+    # no --disable_tqdm given (tiny_flags gives it): transformers derives it from its log level
+    values = {**read_flags(tiny_flags(tiny_bert, tmp_path / "out", *train)), "disable_tqdm": None}
+    verbosity = transformers.logging.get_verbosity()
     threads = torch.get_num_threads()
     try:
+        transformers.logging.set_verbosity_error()  # as TRANSFORMERS_VERBOSITY=error sets it
+        plan, flags = decide_and_build(values, device_facts)
+        waiting = dataclasses.replace(
+            plan, compile_reason=COMPILE_AWAITS_COUNT, cuda_graphs_reason=COMPILE_AWAITS_COUNT
+        )
+        transformers.logging.set_verbosity_info()  # as run_qa.setup_logging sets it on the main process
         with caplog.at_level(logging.INFO, logger="run_qa"):
             run = run_qa.setup(values, flags, waiting, device_facts, StopRequest())
     finally:
+        transformers.logging.set_verbosity(verbosity)
         torch.set_num_threads(threads)
     assert run.plan == plan and not run.plan.awaits_batch_count  # this CPU's plan: compile off, not waiting
     assert run.flags is not flags and run.trainer.args is run.flags.training is run.args
+    assert flags.training.disable_tqdm and run.args.disable_tqdm
     said = [record.getMessage() for record in caplog.records if record.name == "run_qa"]
     assert [line for line in said if line.startswith("PLAN ")] == [plan.log_line()]
     assert said.index(plan.log_line()) > min(
