@@ -110,6 +110,14 @@ def demo_files_v2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The suite's first lines name the machine as bench results do (the MACHINE line; a made-up CPU says
+    cpu_source=QA_TEST_MACHINE): a failure's log says which CPU it happened on."""
+    from qa_hpc.device import read_device_facts
+
+    return read_device_facts().machine_line()
+
+
 # --- the split: tests/unit (in-process, no training; under a minute) and tests/e2e (real runs) -------------
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
 

@@ -1,6 +1,6 @@
 """The rules of the suite itself: a missing resource skips locally but fails under CI=true, a unit test
-cannot start a process or train, and CI runs the README's test command. (.ci/run itself:
-tests/e2e/test_ci_run.py.)"""
+cannot start a process or train, CI runs the README's test command, and the suite's header names the
+machine. (.ci/run itself: tests/e2e/test_ci_run.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import REPO, needed_module, shared_squad_file, skip_or_fail
+from conftest import REPO, needed_module, pytest_report_header, shared_squad_file, skip_or_fail
+from fixtures.machines import AVX2_AMD
 from transformers import Trainer  # imported before the tests run: the guard patches Trainer.train
 
 
@@ -56,3 +57,14 @@ def test_ci_runs_the_readme_test_command() -> None:
         ln for ln in (REPO / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")
     ]
     assert lines[-1] == command == ".venv/bin/python -m pytest"
+
+
+def test_the_suite_header_names_the_machine(monkeypatch, pytestconfig) -> None:
+    """The MACHINE line bench results keep, this machine's or a made-up CPU's, saying which."""
+    monkeypatch.delenv("QA_TEST_MACHINE", raising=False)
+    header = pytest_report_header(pytestconfig)
+    assert header.startswith("MACHINE cpu_model=") and " cpu_flags=" in header and " torch=" in header, header
+    assert "QA_TEST_MACHINE" not in header
+    monkeypatch.setenv("QA_TEST_MACHINE", AVX2_AMD.test_machine)
+    header = pytest_report_header(pytestconfig)
+    assert "cpu_flags=avx2,fma3 " in header and header.endswith(" cpu_source=QA_TEST_MACHINE"), header
