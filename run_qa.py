@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(flags.training)  # every flag dataclass built once, here, with the plan's fields
     run = setup(values, flags, plan, facts, stop)
     try:
+        run.effective.check(run.plan)  # a setting that did not take: exit 1, recorded with both
         if run.args.do_train and not train(run, stop):
             return EXIT_PREEMPTED
         if run.args.do_eval:
@@ -194,7 +195,6 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     )
     effective = Effective.read(trainer)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
-    effective.check(plan)
     return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume)
 
 

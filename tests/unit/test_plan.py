@@ -799,6 +799,37 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
         dataclasses.replace(run.effective, **changed).check(plan)
 
 
+def test_a_setting_that_did_not_take_stops_the_run_and_is_recorded_with_both(
+    tiny_bert, demo_files, tmp_path, monkeypatch
+):
+    """run_qa.main, its model and Trainer built, reading back a setting other than planned: RuntimeError
+    (exit 1), and run_summary.json says failed, with the plan, what was really used and the difference.
+    Logging and signal handlers stay the test process's; nothing trains."""
+    import run_qa
+    from qa_hpc.plan import Effective
+    from qa_hpc.record import SUMMARY_FILE, RunRecord
+
+    read_back = Effective.read
+    monkeypatch.setattr(run_qa, "setup_logging", lambda args: None)
+    monkeypatch.setattr(run_qa.StopRequest, "install", lambda self: None)
+    monkeypatch.setattr(
+        run_qa.Effective, "read", lambda trainer: dataclasses.replace(read_back(trainer), threads=8)
+    )
+    out = tmp_path / "out"
+    train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1")
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(RuntimeError, match="settings: threads: planned 1, effective 8$"):
+            run_qa.main(tiny_flags(tiny_bert, out, *train))
+    finally:
+        torch.set_num_threads(threads)
+    recorded = RunRecord.load(out / SUMMARY_FILE)
+    assert (recorded.status, recorded.exit_code) == ("failed", 1)
+    assert recorded.error.endswith("threads: planned 1, effective 8"), recorded.error
+    assert (recorded.plan.threads, recorded.effective.threads) == (1, 8)
+    assert not (out / "trainer_state.json").exists()  # stopped before training
+
+
 def test_a_plan_waiting_for_the_batch_count_is_decided_again_and_logged_once_they_are_counted(
     tiny_bert, demo_files, tmp_path, caplog
 ):
