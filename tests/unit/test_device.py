@@ -1,7 +1,11 @@
 """The device facts: QA_TEST_MACHINE's made-up CPU (good and bad values), the CPU as this machine has it, the
-MACHINE line, and bf16 in hardware; then the plan each kind of CPU gets from the facts run_qa.py reads."""
+MACHINE line, and bf16 in hardware; then the plan each kind of CPU gets from the facts run_qa.py reads; what
+asked for a GPU, the CPUs a process may use, and a GPU process's facts under a made-up torch.cuda."""
 
 from __future__ import annotations
+
+import sys
+import types
 
 import pytest
 import torch
@@ -124,3 +128,67 @@ def test_each_kind_of_cpu_gets_its_precision_and_dropout_masks_from_the_facts_ru
     asked = decide(read_flags([*on_cpu, "--precision", "fp32", "--dropout_mask", "torch"]), facts)
     assert (asked.precision, asked.dropout_mask) == ("fp32", "torch")
     assert "QA_TEST_MACHINE" not in asked.log_line()  # nothing was taken from the made-up CPU
+
+
+@pytest.mark.parametrize(
+    "env, asked",
+    [
+        ({}, None),
+        # what Slurm and CUDA set where no GPU was given: nothing asked for one
+        ({"CUDA_VISIBLE_DEVICES": ""}, None),
+        ({"CUDA_VISIBLE_DEVICES": "-1"}, None),
+        ({"SLURM_JOB_GPUS": "none"}, None),
+        ({"SLURM_STEP_GPUS": "NoDevFiles"}, None),
+        ({"SLURM_GPUS_ON_NODE": "0"}, None),
+        ({"CUDA_VISIBLE_DEVICES": "0"}, "CUDA_VISIBLE_DEVICES=0"),
+        ({"SLURM_JOB_GPUS": "2,3", "SLURM_GPUS_ON_NODE": "2"}, "SLURM_JOB_GPUS=2,3, SLURM_GPUS_ON_NODE=2"),
+    ],
+)
+def test_what_in_the_environment_asked_for_a_gpu(env: dict[str, str], asked: str | None):
+    """The words a GPU job whose torch sees none is refused with (qa_hpc.plan.require_visible_gpu); a CPU
+    job on a Slurm node, with its "no GPU" values, asked for none."""
+    assert read_device_facts(env).gpus_requested == asked
+
+
+@pytest.mark.parametrize(
+    "slurm_cpus, cpus", [(None, 64), ("8", 8), ("128", 64), ("0", 64), ("", 64), ("x", 64)]
+)
+def test_usable_cpus_are_the_affinity_capped_by_slurms_cpus_per_task(
+    monkeypatch, slurm_cpus: str | None, cpus: int
+):
+    """Slurm with task/none leaves the mask at the whole node (64 CPUs here, made up): the allocation is
+    then only in SLURM_CPUS_PER_TASK."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(64)))
+    env = {} if slurm_cpus is None else {"SLURM_CPUS_PER_TASK": slurm_cpus}
+    assert read_device_facts(env).cpus == cpus
+
+
+@pytest.mark.parametrize("driver", ["580.65.06", None], ids=["nvml", "no-nvml"])
+def test_a_gpu_process_reads_its_own_gpu_made_up_here(monkeypatch, driver: str | None):
+    """The GPU side of read_device_facts under a made-up torch.cuda, cuDNN and NVML: local rank 3 of a node
+    whose process sees 2 GPUs reads GPU 3 % 2 = 1; a driver library that refuses leaves the driver None."""
+    gpus = {0: ((9, 0), "NVIDIA H200"), 1: ((8, 0), "NVIDIA A100-SXM4-80GB")}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(gpus))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: gpus[index][0])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: gpus[index][1])
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)
+
+    def driver_version() -> str:
+        if driver is None:
+            raise RuntimeError("NVML Shared Library Not Found")
+        return driver
+
+    nvml = types.SimpleNamespace(nvmlInit=lambda: None, nvmlSystemGetDriverVersion=driver_version)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    env = {"LOCAL_RANK": "3", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}
+    facts = read_device_facts({**env, "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert (facts.cuda_available, facts.gpu_count, facts.capability) == (True, 2, (8, 0))
+    assert (facts.gpu_name, facts.cudnn_version, facts.driver_version) == gpus[1][1:] + (91002, driver)
+    assert (facts.world_size, facts.local_world_size, facts.gpus_requested) == (
+        4,
+        4,
+        "CUDA_VISIBLE_DEVICES=0,1",
+    )
+    assert " gpu=NVIDIA_A100-SXM4-80GB " in facts.machine_line()
