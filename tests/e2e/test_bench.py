@@ -214,6 +214,8 @@ def names_the_missing_data(proc: subprocess.CompletedProcess, nowhere: Path) -> 
         "hf_eval_scramble.sh",
         "accuracy_full.sh",
         "accuracy_seeds.sh",
+        "accuracy_minilm.sh",
+        "scaling.sh",
         "cpu_levers.sh",
         "profile_train_step.sh",
     ],
