@@ -395,20 +395,24 @@ def levers_job(
     script: str = "job_cpu.sh",
     gpus: int = 0,
     code: int = 0,
+    numactl: bool = True,
     **extra: str,
 ) -> str:
-    """A job in demo mode with the stand-in python (`gpus`: what it says torch sees) and torchrun (prints its
-    arguments, then reports as the training process), exiting with `code`; its log."""
+    """A job in demo mode with the stand-in python (`gpus`: what it says torch sees), torchrun (prints its
+    arguments, then reports as the training process) and numactl (unless `numactl` is false), exiting with
+    `code`; its log."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir(exist_ok=True)
     (tmp / "report.py").write_text(REPORT)
-    for name, body in {
+    stand_ins = {
         "python": f'[ "$1" = run_qa.py ] && exec {PYTHON} {tmp / "report.py"}\n'
         f'[ "$*" = "-m qa_hpc.plan --gpu-count" ] && [ {gpus} -gt 0 ] && echo {gpus} && exit\n'
         f'exec {PYTHON} "$@"',
         "torchrun": f'echo "TORCHRUN $*"; exec {PYTHON} {tmp / "report.py"}',
-        "numactl": "exit 0",
-    }.items():
+    }
+    if numactl:
+        stand_ins["numactl"] = "exit 0"
+    for name, body in stand_ins.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
     unset = dict.fromkeys(
@@ -496,30 +500,44 @@ def test_levers_reach_the_training_process(
 
 
 @pytest.mark.parametrize(
-    "binding, torchrun_has, threads",
+    "binding, cpus, numactl, torchrun_has, threads, says",
     [
-        ("exclusive", "--numa-binding=exclusive", "8"),  # the default, numactl there
-        ("none", "", "<unset>"),
+        ("exclusive", "32", True, "--numa-binding=exclusive", "8", "numa_binding=exclusive "),  # the default
+        ("exclusive", "2", True, "--numa-binding=exclusive", "1", "numa_binding=exclusive "),  # < 1 CPU each
+        ("none", "32", True, "", "<unset>", "numa_binding=none "),
+        ("exclusive", "32", False, "", "<unset>", "BINDING=none (no numactl on this node: install it for"),
     ],
+    ids=["exclusive", "fewer-cpus-than-gpus", "none", "no-numactl"],
 )
 def test_ddp_job_binds_each_gpu_worker_near_its_gpu(
-    binding: str, torchrun_has: str, threads: str, tiny_bert: Path, tmp_path: Path, demo_data: Path
+    binding: str,
+    cpus: str,
+    numactl: bool,
+    torchrun_has: str,
+    threads: str,
+    says: str,
+    tiny_bert: Path,
+    tmp_path: Path,
+    demo_data: Path,
 ):
     """A made-up node, 4 GPUs and 32 CPUs for the task: each worker an exclusive share of the CPUs of its
-    GPU's NUMA node, and that share as its threads (run_qa.py's plan takes OMP_NUM_THREADS);
-    QA_NUMA_BINDING=none: neither."""
+    GPU's NUMA node, and that share as its threads (run_qa.py's plan takes OMP_NUM_THREADS), at least 1;
+    QA_NUMA_BINDING=none, or a node without numactl (which says so): neither."""
+    if not numactl and shutil.which("numactl"):
+        pytest.skip("numactl is installed here: a node without it cannot be made up")
     log = levers_job(
         tiny_bert,
         tmp_path,
         demo_data,
         "job_ddp.sh",
         gpus=4,
+        numactl=numactl,
         QA_NUMA_BINDING=binding,
-        SLURM_CPUS_PER_TASK="32",
+        SLURM_CPUS_PER_TASK=cpus,
     )
     torchrun = re.search(r"^TORCHRUN (.*)$", log, re.M)
     assert (
         torchrun and "--nproc_per_node=4 " in torchrun.group(1) and "--ddp_backend nccl" in torchrun.group(1)
     )
     assert ("--numa-binding" in torchrun.group(1)) == bool(torchrun_has) and torchrun_has in torchrun.group(1)
-    assert child_env(log)["OMP_NUM_THREADS"] == threads and f"numa_binding={binding} " in log
+    assert child_env(log)["OMP_NUM_THREADS"] == threads and says in log, log[-3000:]
