@@ -1,6 +1,7 @@
 """The settings path of run_qa.setup with buckets, an attention list and torch.compile, in process and without
 training: each reaches the Trainer, accelerate or torch before the model runs, is read back and checked
-against the plan; a compiler that cannot work here makes the run eager, saying so in one line."""
+against the plan; a compiler that cannot work here makes the run eager, saying so in one line. What the
+Trainer's steps do around a compiled model, CUDA graphs' part included (made up here)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fixtures.procs import tiny_flags
 
 from qa_hpc import attention
 from qa_hpc.batching import BucketCollator
-from qa_hpc.compile import cache_dir_for
+from qa_hpc.compile import CompiledSteps, cache_dir_for
 from qa_hpc.device import read_device_facts
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import decide_and_build, read_flags
@@ -178,3 +179,32 @@ def test_a_cache_folder_the_run_cannot_write_stops_it_naming_the_folder(
     eager = _argv(tiny_bert, demo_files, tmp_path, "--compile_cache_dir", str(cache))
     plan, _ = decide_and_build(read_flags(eager), read_device_facts())
     assert plan.compile_cache_dir is None
+
+
+@pytest.mark.parametrize("cuda_graphs", [True, False], ids=["cuda_graphs", "no_cuda_graphs"])
+def test_compiled_steps_note_shapes_start_graph_steps_and_copy_outputs_out_of_graph_memory(
+    monkeypatch, cuda_graphs: bool
+):
+    """What QuestionAnsweringTrainer's steps call around a compiled model (made here, not compiled: torch
+    compiles on the first call): each shape noted by pass; with CUDA graphs a graph step begun per step and
+    a prediction step's outputs copied (the next replay overwrites graph memory), else handed on as they are.
+    A model that runs uncompiled (evaluation after training) is left alone."""
+    begun = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: begun.append(True))
+    plain = torch.nn.Linear(4, 2)
+    compiled = torch.compile(plain)
+    steps = CompiledSteps(torch_compile=True, cuda_graphs=cuda_graphs)
+    batch = {"input_ids": torch.zeros(8, 128, dtype=torch.long)}
+    steps.begin(compiled, batch, training=True)
+    steps.begin(compiled, batch, training=False)
+    steps.begin(plain, {"input_ids": torch.zeros(8, 64, dtype=torch.long)}, training=False)
+    assert steps.shapes == {(True, (8, 128)), (False, (8, 128))}
+    assert len(begun) == (2 if cuda_graphs else 0)
+    loss, logits = torch.tensor(1.5), (torch.ones(8, 128), torch.zeros(8, 128))
+    owned_loss, owned_logits = steps.own(compiled, loss), steps.own(compiled, logits)
+    assert steps.own(compiled, None) is None
+    assert torch.equal(owned_loss, loss) and all(map(torch.equal, owned_logits, logits))
+    copied = [owned_loss.data_ptr() != loss.data_ptr()]
+    copied += [new.data_ptr() != old.data_ptr() for new, old in zip(owned_logits, logits, strict=True)]
+    assert copied == [cuda_graphs] * 3
+    assert steps.own(plain, loss) is loss  # uncompiled: its outputs are its own
