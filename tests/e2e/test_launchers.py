@@ -436,16 +436,24 @@ def child_env(log: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in line.group(1).split())
 
 
-def test_jemalloc_is_preloaded_into_the_training_process(tiny_bert: Path, tmp_path: Path, demo_data: Path):
-    lib = run(
-        ["bash", "-c", f"source {REPO}/scripts/env_setup.sh; qa_find_lib libjemalloc.so"]
-    ).stdout.strip()
+@pytest.mark.parametrize(
+    "allocator, library, package",
+    [
+        ("jemalloc", "libjemalloc.so", "libjemalloc2"),
+        ("tcmalloc", "libtcmalloc_minimal.so", "libtcmalloc-minimal4"),
+    ],
+)
+def test_the_allocator_asked_for_is_preloaded_into_the_training_process(
+    allocator: str, library: str, package: str, tiny_bert: Path, tmp_path: Path, demo_data: Path
+):
+    lib = run(["bash", "-c", f"source {REPO}/scripts/env_setup.sh; qa_find_lib {library}"]).stdout.strip()
     if not lib:
-        skip_or_fail("libjemalloc not installed (Debian: apt-get install -y libjemalloc2)")
-    log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_ALLOCATOR="jemalloc", QA_CPU_AFFINITY="0")
-    assert f"CPU_LEVERS allocator=jemalloc({lib}) affinity=off" in log
+        skip_or_fail(f"{library} not installed (Debian: apt-get install -y {package})")
+    log = levers_job(tiny_bert, tmp_path, demo_data, QA_CPU_ALLOCATOR=allocator, QA_CPU_AFFINITY="0")
+    assert f"CPU_LEVERS allocator={allocator}({lib}) affinity=off" in log
     assert child_env(log)["LD_PRELOAD"].split(":")[0] == lib
-    assert "CHILD_MAPS jemalloc=1" in log
+    maps = {"jemalloc": int(allocator == "jemalloc"), "tcmalloc": int(allocator == "tcmalloc")}
+    assert f"CHILD_MAPS jemalloc={maps['jemalloc']} tcmalloc={maps['tcmalloc']}" in log
 
 
 @pytest.mark.parametrize(
