@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import types
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.model import ModelShape
 from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import peak_tflops, train_efficiency, train_flops_per_sequence
-from qa_hpc.observe.memory import anatomy_estimate
+from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_report
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard
 from qa_hpc.record import Memory
@@ -315,3 +316,54 @@ def test_finish_writes_the_memory_report_and_tensorboard_totals(tmp_path):
         "precision",
     ):
         assert f"| {key} |" in text, key
+
+
+@pytest.mark.parametrize("nvml", [True, False], ids=["nvml", "no-nvml"])
+def test_a_gpu_process_measures_its_own_gpu_made_up_here(monkeypatch, tmp_path, nvml: bool):
+    """measure_process under a made-up torch.cuda (this machine's side is in the tests above): the figures of
+    the run's own device index, in MB; NVML missing on a node is a note, not an error; memory.json then holds
+    the largest CUDA peaks over the ranks and sets the estimate beside the allocator's peak."""
+    gib = 1024**3
+    read = {"max_memory_allocated": 5, "max_memory_reserved": 6, "memory_allocated": 1, "memory_reserved": 2}
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda index: types.SimpleNamespace(total_memory=141 * gib, name=f"NVIDIA H200 #{index}"),
+    )
+    for name, gigabytes in read.items():
+        monkeypatch.setattr(
+            torch.cuda, name, lambda index, gigabytes=gigabytes: asked.append(index) or gigabytes * gib
+        )
+
+    def used(device: torch.device) -> int:
+        if not nvml:
+            raise RuntimeError("pynvml does not seem to be installed")
+        return 7 * gib
+
+    monkeypatch.setattr(torch.cuda, "device_memory_used", used)
+    rank1 = measure_process(1, torch.device("cuda", 1))
+    assert set(asked) == {1}  # the run's own GPU, not the current one
+    assert rank1["cuda"] == {
+        "device_index": 1,
+        "device_name": "NVIDIA H200 #1",
+        "total_mb": 141 * 1024.0,
+        "peak_allocated_mb": 5 * 1024.0,
+        "peak_reserved_mb": 6 * 1024.0,
+        "allocated_mb": 1024.0,
+        "reserved_mb": 2 * 1024.0,
+    }
+    if nvml:
+        assert (rank1["nvml"], rank1["nvml_note"]) == ({"used_mb": 7 * 1024.0}, None)
+    else:
+        assert rank1["nvml"] is None and rank1["nvml_note"].startswith("NVML unavailable: pynvml")
+    rank0 = {**rank1, "rank": 0, "cuda": {**rank1["cuda"], "device_index": 0, "peak_allocated_mb": 4096.0}}
+    report = memory_report([rank0, rank1], {"total_mb": 2560.0}, str(tmp_path))
+    assert report["cuda"]["device_index"] == 0  # the main process's figures at the top
+    peaks = report["max_over_ranks"]
+    assert (peaks["cuda_peak_allocated_mb"], peaks["cuda_peak_reserved_mb"]) == (5 * 1024.0, 6 * 1024.0)
+    assert report["measured_source"] == "cuda peak allocated (max over ranks)"
+    assert report["estimate_over_measured"] == 0.5
+    assert json.loads((tmp_path / "memory.json").read_text()) == json.loads(json.dumps(report))
