@@ -24,7 +24,7 @@ from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import peak_tflops, train_efficiency, train_flops_per_sequence
 from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_report
 from qa_hpc.observe.profiler import ProfilerCallback
-from qa_hpc.observe.tensorboard import TensorBoard
+from qa_hpc.observe.tensorboard import GPU_MEMORY, TensorBoard
 from qa_hpc.record import Memory
 
 
@@ -181,15 +181,21 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
 
 
 # --- TensorBoard and the wiring -----------------------------------------------------------------
-def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
+@pytest.mark.parametrize("gpu", [False, True], ids=["no-gpu", "gpu-made-up"])
+def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path, monkeypatch, gpu: bool):
     """Driven as the Trainer drives it: two logging intervals (training forwards counted, an evaluation
-    forward not), the end of training, an evaluation, a prediction."""
+    forward not), the end of training, an evaluation, a prediction. Rank 0's GPU memory with a GPU (made up
+    here: torch.cuda says there is one, and its allocator figures), none without one."""
     plan, flags = decide_and_build(
         read_flags(
             ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--use_cpu"]
         ),
         read_device_facts(),
     )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for megabytes, name in enumerate(GPU_MEMORY, start=1):
+        monkeypatch.setitem(GPU_MEMORY, name, lambda index, mb=megabytes: mb * 1024**2)
     args, (tb,), model = flags.training, observability_callbacks(flags, plan), _tiny()
     state, control = TrainerState(), TrainerControl()
     tb.on_train_begin(args, state, control, model=model)
@@ -233,14 +239,15 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path):
         assert (samples * seconds, tokens * seconds) == pytest.approx(
             (8, 48), rel=1e-4
         )  # per 1-step interval
-    assert [k for k in tags if k.startswith("train/gpu_memory")] == (
-        [
-            "train/gpu_memory_allocated_mb",
-            "train/gpu_memory_reserved_mb",
-            "train/gpu_memory_peak_allocated_mb",
-        ]
-        if torch.cuda.is_available()
-        else []
+    gpu_memory = {tag: values for tag, values in tags.items() if tag.startswith("train/gpu_memory")}
+    assert gpu_memory == (
+        {
+            "train/gpu_memory_allocated_mb": [(1, 1.0), (2, 1.0)],
+            "train/gpu_memory_reserved_mb": [(1, 2.0), (2, 2.0)],
+            "train/gpu_memory_peak_allocated_mb": [(1, 3.0), (2, 3.0)],
+        }
+        if gpu
+        else {}
     )
     assert tags["train_total/runtime"] == [(2, 3.0)] and tags["train_total/loss"] == [(2, 1.5)]
     assert tags["eval/exact_match"] == [(2, 25.0)] and tags["eval/f1"] == [(2, 40.0)]
