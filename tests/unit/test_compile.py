@@ -1,7 +1,7 @@
 """The settings path of run_qa.setup with buckets, an attention list and torch.compile, in process and without
 training: each reaches the Trainer, accelerate or torch before the model runs, is read back and checked
 against the plan; a compiler that cannot work here makes the run eager, saying so in one line. What the
-Trainer's steps do around a compiled model, CUDA graphs' part included (made up here)."""
+Trainer's steps call around a compiled model, CUDA graphs' part included (made up here)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ def test_buckets_kernels_and_compile_reach_the_trainer_and_read_back(
     plan, flags = decide_and_build(values, facts)
     run = run_qa.setup(values, flags, plan, facts, StopRequest())
     effective = run.effective
+    effective.check(plan)  # every setting as planned (run_qa.main stops the run otherwise)
     assert isinstance(run.trainer.data_collator, BucketCollator)
     assert (effective.pad_to_buckets, effective.attn_backend) == ((64, 128), "flash,math")
     assert (effective.torch_compile, effective.compile_backend, effective.compile_mode) == (
@@ -100,6 +101,7 @@ def test_dynamic_compile_shapes_reach_accelerate_and_read_back(
     values = read_flags(argv)
     plan, flags = decide_and_build(values, facts)
     effective = run_qa.setup(values, flags, plan, facts, StopRequest()).effective
+    effective.check(plan)
     assert (plan.compile_dynamic, effective.compile_dynamic) == (True, True)
     assert plan.recompile_limit is None and effective.recompile_limit == limit  # torch's own, untouched
     cache = tmp_path / "compile_cache"
@@ -142,6 +144,7 @@ def test_regions_reach_accelerate_and_read_back(tiny_bert, demo_files, tmp_path,
     values = read_flags(argv)
     plan, flags = decide_and_build(values, facts)
     effective = run_qa.setup(values, flags, plan, facts, StopRequest()).effective
+    effective.check(plan)
     assert (plan.compile_scope, effective.compile_scope) == ("regions", "regions")
     assert "recompile_limit=torch scope=regions cache=" in plan.log_line()
 
@@ -185,10 +188,11 @@ def test_a_cache_folder_the_run_cannot_write_stops_it_naming_the_folder(
 def test_compiled_steps_note_shapes_start_graph_steps_and_copy_outputs_out_of_graph_memory(
     monkeypatch, cuda_graphs: bool
 ):
-    """What QuestionAnsweringTrainer's steps call around a compiled model (made here, not compiled: torch
-    compiles on the first call): each shape noted by pass; with CUDA graphs a graph step begun per step and
-    a prediction step's outputs copied (the next replay overwrites graph memory), else handed on as they are.
-    A model that runs uncompiled (evaluation after training) is left alone."""
+    """CompiledSteps, the calls QuestionAnsweringTrainer's training and prediction steps make around a
+    compiled model (made here, not compiled: torch compiles on the first call; the steps themselves,
+    compiled, in tests/e2e/test_compile.py): each shape noted by pass; with CUDA graphs a graph step begun
+    per step and a prediction step's outputs copied (the next replay overwrites graph memory), else handed on
+    as they are. A model that runs uncompiled (evaluation after training) is left alone."""
     begun = []
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: begun.append(True))
     plain = torch.nn.Linear(4, 2)

@@ -816,7 +816,7 @@ def test_a_setting_that_did_not_take_stops_the_run_and_is_recorded_with_both(
         run_qa.Effective, "read", lambda trainer: dataclasses.replace(read_back(trainer), threads=8)
     )
     out = tmp_path / "out"
-    train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1")
+    train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1", "--use_cpu")
     threads = torch.get_num_threads()
     try:
         with pytest.raises(RuntimeError, match="settings: threads: planned 1, effective 8$"):
@@ -841,7 +841,7 @@ def test_a_plan_waiting_for_the_batch_count_is_decided_again_and_logged_once_the
     import run_qa
     from qa_hpc.preemption import StopRequest
 
-    train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1")
+    train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1", "--use_cpu")
     device_facts = read_device_facts()
     # no --disable_tqdm given (tiny_flags gives it): transformers derives it from its log level
     values = {**read_flags(tiny_flags(tiny_bert, tmp_path / "out", *train)), "disable_tqdm": None}
@@ -860,6 +860,7 @@ def test_a_plan_waiting_for_the_batch_count_is_decided_again_and_logged_once_the
         transformers.logging.set_verbosity(verbosity)
         torch.set_num_threads(threads)
     assert run.plan == plan and not run.plan.awaits_batch_count  # this CPU's plan: compile off, not waiting
+    run.effective.check(run.plan)  # the flags built again are the ones the Trainer uses
     assert run.flags is not flags and run.trainer.args is run.flags.training is run.args
     assert flags.training.disable_tqdm and run.args.disable_tqdm
     said = [record.getMessage() for record in caplog.records if record.name == "run_qa"]
