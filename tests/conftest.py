@@ -110,12 +110,20 @@ def demo_files_v2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """The suite's first lines name the machine as bench results do (the MACHINE line; a made-up CPU says
-    cpu_source=QA_TEST_MACHINE): a failure's log says which CPU it happened on."""
-    from qa_hpc.device import read_device_facts
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The suite's first lines name the machine as bench results do (the MACHINE line), so a failure's log
+    says which CPU it happened on; under QA_TEST_MACHINE the made-up CPU the processes read follows."""
+    from qa_hpc.device import TEST_MACHINE_VAR, read_device_facts
+    from qa_hpc.errors import UsageError
 
-    return read_device_facts().machine_line()
+    real = {name: value for name, value in os.environ.items() if name != TEST_MACHINE_VAR}
+    lines = [read_device_facts(real).machine_line()]
+    if os.environ.get(TEST_MACHINE_VAR, "").strip():
+        try:
+            lines.append(read_device_facts().machine_line())
+        except UsageError as err:  # said here; each test that reads the facts fails on it
+            lines.append(f"MACHINE made up: {err}")
+    return lines
 
 
 # --- the split: tests/unit (in-process, no training; under a minute) and tests/e2e (real runs) -------------

@@ -60,11 +60,19 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_the_suite_header_names_the_machine(monkeypatch, pytestconfig) -> None:
-    """The MACHINE line bench results keep, this machine's or a made-up CPU's, saying which."""
+    """The MACHINE line bench results keep: this machine's, then a made-up CPU's (saying so), or what is
+    wrong with it."""
     monkeypatch.delenv("QA_TEST_MACHINE", raising=False)
-    header = pytest_report_header(pytestconfig)
-    assert header.startswith("MACHINE cpu_model=") and " cpu_flags=" in header and " torch=" in header, header
-    assert "QA_TEST_MACHINE" not in header
+    (real,) = pytest_report_header(pytestconfig)
+    assert real.startswith("MACHINE cpu_model=") and " cpu_flags=" in real and " torch=" in real, real
+    assert "QA_TEST_MACHINE" not in real
     monkeypatch.setenv("QA_TEST_MACHINE", AVX2_AMD.test_machine)
     header = pytest_report_header(pytestconfig)
-    assert "cpu_flags=avx2,fma3 " in header and header.endswith(" cpu_source=QA_TEST_MACHINE"), header
+    assert header[0] == real and len(header) == 2, header
+    assert "cpu_flags=avx2,fma3 " in header[1] and header[1].endswith(" cpu_source=QA_TEST_MACHINE"), header
+    monkeypatch.setenv("QA_TEST_MACHINE", "cpu_flags=avx2")
+    assert pytest_report_header(pytestconfig) == [
+        real,
+        "MACHINE made up: QA_TEST_MACHINE='cpu_flags=avx2': cpu_vendor, cpu_model: missing: a made-up CPU "
+        "names its vendor, flags and model",
+    ]
