@@ -16,7 +16,7 @@ EVAL_N="${EVAL_N:-100}"
 WORKDIR="${WORKDIR:-/tmp/qa_hpc_bench/scaling}"
 require_squad
 record_machine "$WORKDIR"
-echo "# $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
+echo "# machine: $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
 echo "| train questions | train features | train_runtime (s) | train samples/s | real tokens/s |"
 echo "|---|---|---|---|---|"
 for n in $TRAIN_SIZES; do

@@ -223,7 +223,9 @@ def names_the_missing_data(proc: subprocess.CompletedProcess, nowhere: Path) -> 
 def test_scripts_name_the_missing_gpu_or_data(script: str, tmp_path: Path):
     nowhere = tmp_path / "nowhere"
     out_arg = [str(tmp_path / "out")] if script.startswith("accuracy_") else []
-    proc = run(["bash", REPO / "bench" / script, *out_arg], timeout=120, env=missing_data_env(nowhere))
+    workdir = {"WORKDIR": str(tmp_path / "out")} if script == "scaling.sh" else {}
+    env = missing_data_env(nowhere, **workdir)
+    proc = run(["bash", REPO / "bench" / script, *out_arg], timeout=120, env=env)
     if script == "gpu_smoke.sh":  # one line, on stderr
         ok(proc, 2)
         assert proc.stdout == "" and proc.stderr.strip().splitlines() == [
@@ -232,6 +234,31 @@ def test_scripts_name_the_missing_gpu_or_data(script: str, tmp_path: Path):
     else:
         names_the_missing_data(proc, nowhere)
         assert not (tmp_path / "out").exists()  # nothing written before the data is found
+
+
+@pytest.mark.parametrize(
+    "script, says",
+    [
+        ("accuracy_minilm.sh", "the untrained run failed: see {out}/untrained.log"),
+        ("scaling.sh", "the run of 100 train questions failed: see {out}/train_100.log"),
+    ],
+)
+def test_a_bench_run_that_fails_stops_the_script_naming_its_log(script: str, says: str, tmp_path: Path):
+    """run_qa.py failing (a stand-in python that fails it, and runs everything else): exit 2 and one ERROR
+    naming the failed run's log, which holds what it printed."""
+    squad = shared_squad_file("dev-v1.1.json").parent
+    failing = tmp_path / "python"
+    failing.write_text(
+        f'#!/bin/bash\n[ "$1" = run_qa.py ] && {{ echo "ERROR: made up"; exit 1; }}\nexec {PYTHON} "$@"\n'
+    )
+    failing.chmod(0o755)
+    out = tmp_path / "out"
+    env = offline_env(SQUAD_DIR=str(squad), PY=str(failing), WORKDIR=str(out))
+    proc = run(["bash", REPO / "bench" / script, str(out)], timeout=120, env=env)
+    ok(proc, 2)
+    log = says.format(out=out).rsplit("see ", 1)[1]
+    assert proc.stderr.strip().splitlines()[-1] == f"ERROR: {says.format(out=out)}", proc.stderr
+    assert Path(log).read_text() == "ERROR: made up\n"
 
 
 def test_reference_comparison_says_its_commands_for_each_kind_of_cpu_then_names_the_missing_data(
