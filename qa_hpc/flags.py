@@ -62,7 +62,9 @@ class DataTrainingArguments:
     """Which data to train and score on, and how to cut it into features."""
 
     dataset_name: str | None = flag(
-        "squad", "Hub dataset name; ignored when --train_file/--validation_file/--test_file are given."
+        "squad",
+        "Hub dataset name: each split without its own --train_file/--validation_file/--test_file is read "
+        "from it.",
     )
     dataset_config_name: str | None = flag(None, "Hub dataset config name.")
     train_file: str | None = flag(
