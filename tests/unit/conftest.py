@@ -1,4 +1,5 @@
-"""Unit tests start no process and train nothing: one that does fails, naming what it started.
+"""Unit tests start no process and train nothing: one that does fails, naming what it started. And
+`process_settings`, for the tests that set a run up in process.
 
 Real runs belong in tests/e2e (marked e2e there); this guard keeps the split true. Processes started off the
 main thread are not a unit test's: they are the shared runs (tests/fixtures/shared_runs.py), which start
@@ -15,6 +16,9 @@ from collections.abc import Iterator
 from typing import NoReturn
 
 import pytest
+import torch
+
+from qa_hpc import attention
 
 
 def _refuse(what: str) -> NoReturn:
@@ -47,3 +51,19 @@ def _guarded() -> Iterator[None]:
         if (trainer := sys.modules.get("transformers.trainer")) is not None:
             patch.setattr(trainer.Trainer, "train", lambda *a, **k: _refuse("trains a model (Trainer.train)"))
         yield
+
+
+@pytest.fixture
+def process_settings(monkeypatch, tmp_path):
+    """What a run sets for the whole process, put back after the test: the SDPA switches, the recompile
+    limit, torch's threads, and the variables that carry `dynamic` and regional compilation to accelerate
+    and the caches' folder to torch (the test's own)."""
+    monkeypatch.delenv("ACCELERATE_DYNAMO_USE_DYNAMIC", raising=False)
+    monkeypatch.delenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "compile_cache"))
+    limit = torch.compiler.config.recompile_limit
+    threads = torch.get_num_threads()
+    yield
+    attention.apply(attention.ALL)
+    torch.compiler.config.recompile_limit = limit
+    torch.set_num_threads(threads)

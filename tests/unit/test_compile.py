@@ -21,22 +21,6 @@ from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.preemption import StopRequest
 
 
-@pytest.fixture
-def process_settings(monkeypatch, tmp_path):
-    """What a run sets for the whole process, put back after the test: the SDPA switches, the recompile
-    limit, torch's threads, and the variables that carry `dynamic` and regional compilation to accelerate
-    and the caches' folder to torch (the test's own)."""
-    monkeypatch.delenv("ACCELERATE_DYNAMO_USE_DYNAMIC", raising=False)
-    monkeypatch.delenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", raising=False)
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "compile_cache"))
-    limit = torch.compiler.config.recompile_limit
-    threads = torch.get_num_threads()
-    yield
-    attention.apply(attention.ALL)
-    torch.compiler.config.recompile_limit = limit
-    torch.set_num_threads(threads)
-
-
 def _argv(tiny_bert, demo_files, tmp_path, *extra: str) -> list[str]:
     train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1")
     return tiny_flags(tiny_bert, tmp_path / "out", *train, *extra)

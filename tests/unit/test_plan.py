@@ -755,7 +755,7 @@ def test_static_graphs_over_varying_shapes_are_a_usage_error():
 
 # --- what really runs, read back and checked against the plan ----------------------------------------------
 def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stops_the_run(
-    tiny_bert, demo_files, tmp_path
+    tiny_bert, demo_files, tmp_path, process_settings
 ):
     """Built and read back in process: the settings path of run_qa.setup, the Trainer, the effective
     settings."""
@@ -776,12 +776,8 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
     device_facts = read_device_facts()
     values = read_flags(argv)
     plan, flags = decide_and_build(values, device_facts)
-    threads = torch.get_num_threads()
-    try:
-        run = run_qa.setup(values, flags, plan, device_facts, StopRequest())
-        assert run.effective.threads == torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(threads)
+    run = run_qa.setup(values, flags, plan, device_facts, StopRequest())
+    assert run.effective.threads == torch.get_num_threads() == 1
     assert run.plan is plan and run.trainer.args is flags.training is run.args  # a CPU's plan never waits
     # the parsed TrainingArguments (no plan) with the plan's fields put in: what the Trainer must get
     expected = {**build_flags(values, {}).training.to_dict(), **plan.training_fields(values["tf32"])}
@@ -800,7 +796,7 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
 
 
 def test_a_setting_that_did_not_take_stops_the_run_and_is_recorded_with_both(
-    tiny_bert, demo_files, tmp_path, monkeypatch
+    tiny_bert, demo_files, tmp_path, monkeypatch, process_settings
 ):
     """run_qa.main, its model and Trainer built, reading back a setting other than planned: RuntimeError
     (exit 1), and run_summary.json says failed, with the plan, what was really used and the difference.
@@ -817,12 +813,8 @@ def test_a_setting_that_did_not_take_stops_the_run_and_is_recorded_with_both(
     )
     out = tmp_path / "out"
     train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1", "--use_cpu")
-    threads = torch.get_num_threads()
-    try:
-        with pytest.raises(RuntimeError, match="settings: threads: planned 1, effective 8$"):
-            run_qa.main(tiny_flags(tiny_bert, out, *train))
-    finally:
-        torch.set_num_threads(threads)
+    with pytest.raises(RuntimeError, match="settings: threads: planned 1, effective 8$"):
+        run_qa.main(tiny_flags(tiny_bert, out, *train))
     recorded = RunRecord.load(out / SUMMARY_FILE)
     assert (recorded.status, recorded.exit_code) == ("failed", 1)
     assert recorded.error.endswith("threads: planned 1, effective 8"), recorded.error
@@ -831,7 +823,7 @@ def test_a_setting_that_did_not_take_stops_the_run_and_is_recorded_with_both(
 
 
 def test_a_plan_waiting_for_the_batch_count_is_decided_again_and_logged_once_they_are_counted(
-    tiny_bert, demo_files, tmp_path, caplog
+    tiny_bert, demo_files, tmp_path, caplog, process_settings
 ):
     """run_qa.setup given the plan a GPU process decides before its data is read (the compile waiting for the
     training batches; made up here, on a CPU): once the data is featurized, the plan is decided again with
@@ -846,7 +838,6 @@ def test_a_plan_waiting_for_the_batch_count_is_decided_again_and_logged_once_the
     # no --disable_tqdm given (tiny_flags gives it): transformers derives it from its log level
     values = {**read_flags(tiny_flags(tiny_bert, tmp_path / "out", *train)), "disable_tqdm": None}
     verbosity = transformers.logging.get_verbosity()
-    threads = torch.get_num_threads()
     try:
         transformers.logging.set_verbosity_error()  # as TRANSFORMERS_VERBOSITY=error sets it
         plan, flags = decide_and_build(values, device_facts)
@@ -858,7 +849,6 @@ def test_a_plan_waiting_for_the_batch_count_is_decided_again_and_logged_once_the
             run = run_qa.setup(values, flags, waiting, device_facts, StopRequest())
     finally:
         transformers.logging.set_verbosity(verbosity)
-        torch.set_num_threads(threads)
     assert run.plan == plan and not run.plan.awaits_batch_count  # this CPU's plan: compile off, not waiting
     run.effective.check(run.plan)  # the flags built again are the ones the Trainer uses
     assert run.flags is not flags and run.trainer.args is run.flags.training is run.args
