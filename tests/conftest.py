@@ -12,8 +12,8 @@ import pytest
 
 # the shared checks in tests/fixtures explain a failure as tests do
 pytest.register_assert_rewrite("fixtures")
-# the runs many end-to-end tests read, started with the session
-pytest_plugins = ["fixtures.shared_runs"]
+# the runs many end-to-end tests read, started with the session; the Slurm cluster and its jobs
+pytest_plugins = ["fixtures.shared_runs", "fixtures.slurm_jobs"]
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_SQUAD = REPO.parent / "shared" / "data" / "squad-v1.1"

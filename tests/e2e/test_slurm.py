@@ -1,7 +1,7 @@
-"""The job scripts under a real Slurm (slurmctld + 2 slurmd as two nodes + munge; .ci/run starts it, else
-these tests start one if they can and skip, saying why): tiny offline-demo jobs preempted for real by SIGUSR1,
-requeued and resumed from their checkpoint; failing jobs and dying DDP nodes end the job with a non-zero
-status. The one-node jobs run side by side.
+"""The job scripts under a real Slurm (tests/fixtures/slurm_jobs.py: the cluster, sbatch, the preemption):
+tiny offline-demo jobs preempted for real by SIGUSR1, requeued and resumed from their checkpoint; failing
+jobs and dying DDP nodes end the job with a non-zero status. The one-node jobs start with the first
+end-to-end test and run side by side.
 """
 
 from __future__ import annotations
@@ -9,190 +9,17 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
-import subprocess
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
-from conftest import REPO, skip_or_fail
-from fixtures.procs import demo_job_env, free_port, rank_pids, run
+from fixtures.procs import rank_pids
 from fixtures.runs import read
+from fixtures.slurm_jobs import FAILING, MAX_STEPS, job_env, run_preempted_job, sh, submit, wait_for
 
 pytestmark = pytest.mark.slurm
-
-SLURM_DIR = REPO / "ci" / "slurm"
-JOB_TIMEOUT = 420
-MAX_STEPS = 40  # the signal, sent at the first logged loss, lands at step 2-4: well before the end
-
-
-def _sh(*cmd: str, timeout: int = 20) -> subprocess.CompletedProcess:
-    return run(list(cmd), timeout=timeout)
-
-
-def slurm_running() -> bool:
-    try:
-        states = _sh("sinfo", "-h", "-N", "-o", "%t").stdout.split() if shutil.which("sinfo") else []
-    except (subprocess.TimeoutExpired, OSError):
-        return False
-    return sum(s in ("idle", "mix", "alloc") for s in states) >= 2
-
-
-@pytest.fixture(scope="module")
-def slurm() -> dict[str, bool]:
-    """A SLURM with two nodes: the running one, or a local one started here (and stopped after)."""
-    started = not slurm_running()
-    if started:
-        if os.geteuid() != 0:
-            skip_or_fail(
-                "no SLURM with 2 idle nodes running, and starting a local one needs root "
-                "(ci/slurm/start-local-slurm.sh; .ci/run does it)"
-            )
-        if not shutil.which("slurmctld") and not shutil.which("apt-get"):
-            skip_or_fail("no SLURM running or installed, and no apt-get to install one")
-        # each node advertises this machine's CPUs, whatever this process's environment says (the script's
-        # default, nproc, obeys OMP_NUM_THREADS: with 1, nodes of 1 CPU, and the 2-CPU steps below pend)
-        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT")}
-        cpus = str(len(os.sched_getaffinity(0)))
-        proc = run(
-            ["bash", SLURM_DIR / "start-local-slurm.sh"],
-            env=dict(env, SLURM_CI_GPUS="1", SLURM_CI_CPUS=cpus, SLURM_CI_TASK_PLUGIN="task/affinity"),
-        )
-        if proc.returncode != 0:
-            skip_or_fail(f"could not start a local SLURM: {(proc.stdout + proc.stderr)[-1500:]}")
-    yield {"gpu_gres": "gpu" in _sh("sinfo", "-h", "-o", "%G").stdout}
-    if started:
-        run(["bash", SLURM_DIR / "stop-local-slurm.sh", "--quiet"], timeout=120)
-
-
-def job_env(tiny_bert: Path, tmp: Path, **extra: str) -> dict[str, str]:
-    """The launchers' demo overrides, and a rendezvous port of the test's own (sbatch passes them to the
-    job)."""
-    # without OMP_NUM_THREADS: nproc reads it
-    return demo_job_env(tiny_bert, tmp, QA_RDZV_PORT=str(free_port()), OMP_NUM_THREADS=None, **extra)
-
-
-def sbatch_cmd(script: str, tmp: Path, *extra: str, name: str) -> list[str]:
-    # small resources so the jobs fit the emulated nodes; the scripts' own #SBATCH lines do the rest
-    return [
-        "sbatch",
-        "--wait",
-        f"--job-name={name}",
-        "--cpus-per-task=1",
-        "--mem=2G",
-        "--time=15",
-        f"--output={tmp}/%x-%j.out",
-        *extra,
-        str(REPO / script),
-    ]
-
-
-def wait_for(
-    predicate, timeout: float, what: str, log: Path | None = None, state: Callable[[], str] | None = None
-) -> None:
-    """Until predicate() holds; else fail with the log's tail and what `state` says then."""
-    end = time.time() + timeout
-    while time.time() < end:
-        if predicate():
-            return
-        time.sleep(0.5)
-    tail = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else ""
-    pytest.fail(f"timed out waiting for {what}\n{tail}{state() if state else ''}")
-
-
-def cluster_state(name: str) -> str:
-    """Why a job has not started: its state and Slurm's reason, and each node's state, CPUs
-    (allocated/idle/other/total) and free memory."""
-    job = _sh("squeue", "-h", "-n", name, "-o", "%i %T reason=%r nodes=%D cpus=%C").stdout.strip()
-    nodes = _sh("sinfo", "-h", "-N", "-o", "%N %t cpus=%C free_mem=%e").stdout.strip()
-    return f"squeue: {job or 'no such job'}\nsinfo:\n{nodes}"
-
-
-def job_field(job_id: str, field: str) -> str:
-    match = re.search(rf"\b{field}=(\S+)", _sh("scontrol", "show", "job", job_id).stdout)
-    return match.group(1) if match else ""
-
-
-def submit(
-    script: str, tmp: Path, env: dict[str, str], *extra: str, name: str, args: tuple[str, ...]
-) -> tuple[subprocess.Popen, Path]:
-    """sbatch --wait in the background (killed if the job never trains);
-    returns once training logged a loss."""
-    proc = subprocess.Popen(
-        sbatch_cmd(script, tmp, *extra, name=name) + list(args),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        started = lambda: next(tmp.glob(f"{name}-*.out"), None) is not None  # noqa: E731
-        wait_for(started, 120, "the job to start", state=lambda: cluster_state(name))
-        log = next(tmp.glob(f"{name}-*.out"))
-        wait_for(lambda: "'loss'" in log.read_text(errors="replace"), 240, "training to start", log)
-    except BaseException:
-        proc.kill()
-        proc.communicate()
-        raise
-    return proc, log
-
-
-def run_preempted_job(
-    script: str, tmp: Path, env: dict[str, str], *extra: str, name: str, args: tuple[str, ...] = ()
-) -> tuple[int, str]:
-    """Submit with sbatch --wait; preempt it once training runs; let the requeued job start at once."""
-    proc, log = submit(
-        script,
-        tmp,
-        env,
-        *extra,
-        name=name,
-        args=("--max_steps", str(MAX_STEPS), "--logging_steps", "1", "--save_steps", "1000", *args),
-    )
-    job_id = log.stem.rsplit("-", 1)[1]
-    try:
-        # what SLURM does at the time limit minus 300 s (#SBATCH --signal=B:USR1@300)
-        assert _sh("scancel", "--batch", "--signal=USR1", job_id).returncode == 0
-        wait_for(
-            lambda: "REQUEUE job" in log.read_text(errors="replace"), 120, "the job to requeue itself", log
-        )
-
-        def release() -> bool:
-            """SLURM may hold a requeued job ~2 minutes (BeginTime): let it start now."""
-            if "restart_count=1" in log.read_text(errors="replace"):
-                return True  # already running again
-            # only once the first run has fully left the nodes: a job released while its old
-            # credential is still being revoked is killed as "non-startable". Other jobs may run beside
-            # it (idle, mix, alloc), but no node may still be completing one (comp)
-            states = _sh("sinfo", "-h", "-N", "-o", "%t").stdout.split()
-            nodes_settled = all(t in ("idle", "mix", "alloc") for t in states)
-            if (
-                job_field(job_id, "Restarts") == "1"
-                and job_field(job_id, "JobState") == "PENDING"
-                and nodes_settled
-            ):
-                time.sleep(3)
-                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=20)
-                return True
-            return False
-
-        state = lambda: cluster_state(name)  # noqa: E731
-        wait_for(release, 150, "the requeued job", log, state)
-        # sbatch --wait may return at the requeue (it polls the job state): the log's last line is
-        # the judge, "JOB_EXIT_CODE=<run's status>" of the second run
-        second_run = lambda: log.read_text(errors="replace").partition("restart_count=1")[2]  # noqa: E731
-        finished = lambda: "JOB_EXIT_CODE=" in second_run()  # noqa: E731
-        wait_for(finished, JOB_TIMEOUT, "the requeued job to finish", log, state)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    return int(re.findall(r"JOB_EXIT_CODE=(\d+)", second_run())[-1]), log.read_text(errors="replace")
 
 
 def assert_resumed_and_scored(rc: int, log: str, out: Path, first_exit: str) -> None:
@@ -223,53 +50,14 @@ def assert_resumed_and_scored(rc: int, log: str, out: Path, first_exit: str) -> 
     assert (out / "OFFLINE_DEMO.txt").is_file()
 
 
-FAILING = [
-    ("--gres=none", ("--no_such_flag", "1"), "--no_such_flag"),
-    # --gres=gpu:1 (fake GPUs here): Slurm sets CUDA_VISIBLE_DEVICES, torch sees none
-    ("--gres=gpu:1", (), "asked for a GPU (CUDA_VISIBLE_DEVICES="),
-]
-
-
-def failing_job(tiny_bert: Path, tmp: Path, gres: str, args: tuple[str, ...]) -> tuple[int, str]:
-    """job_ft3.sh under sbatch --wait: sbatch's status and the job's log (sbatch's own output if none)."""
-    proc = run(
-        sbatch_cmd("job_ft3.sh", tmp, gres, name="failtest") + list(args),
-        env=job_env(tiny_bert, tmp),
-        timeout=JOB_TIMEOUT,
-    )
-    log = next(tmp.glob("failtest-*.out"), None)
-    return proc.returncode, log.read_text(errors="replace") if log else proc.stdout + proc.stderr
-
-
-def preempted_ft3_job(tiny_bert: Path, tmp: Path) -> tuple[int, str, Path]:
-    """job_ft3.sh by run_preempted_job: its status, its log and the run's output dir."""
-    # --gres=none: the CI nodes' GPUs are fake, and a GPU job whose torch sees none stops (test below)
-    rc, log = run_preempted_job("job_ft3.sh", tmp, job_env(tiny_bert, tmp), "--gres=none", name="ft3test")
-    return rc, log, tmp / "out"
-
-
-@pytest.fixture(scope="module")
-def one_node_jobs(slurm, tiny_bert: Path, tmp_path_factory) -> dict[str, Future]:
-    """The one-node jobs, 1 CPU each, side by side (the cluster has 2 x 2): job_ft3.sh preempted ("ft3": its
-    status, log and output dir) and FAILING's jobs (by gres; the GPU one only where the cluster has gres/gpu,
-    its test says so otherwise). Each test collects its own outcome. The 2-node DDP jobs run alone, as their
-    ranks' shutdown is timing-sensitive (both emulated nodes share this machine's cores)."""
-    jobs = {"ft3": (preempted_ft3_job, tiny_bert, tmp_path_factory.mktemp("ft3test"))}
-    for gres, args, _ in FAILING:
-        if gres == "--gres=none" or slurm["gpu_gres"]:
-            jobs[gres] = (failing_job, tiny_bert, tmp_path_factory.mktemp("failtest"), gres, args)
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:  # leaving it waits for every job
-        return {name: pool.submit(*job) for name, job in jobs.items()}
-
-
-def test_ft3_job_is_preempted_requeues_resumes_and_scores(one_node_jobs: dict[str, Future]):
+def test_ft3_job_is_preempted_requeues_resumes_and_scores(slurm, one_node_jobs: dict[str, Future]):
     rc, log, out = one_node_jobs["ft3"].result()
     assert_resumed_and_scored(rc, log, out, first_exit="75")  # run_qa.py's own status
     assert "DISTRIBUTED world_size=1" in log
 
 
 def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_scores(
-    slurm, tiny_bert: Path, tmp_path: Path
+    whole_cluster, tiny_bert: Path, tmp_path: Path
 ):
     """scancel --signal=USR1 reaches every process of the step, the ranks' dataloader workers too: they must
     neither die nor print (a worker killed by the signal would fail its rank with a traceback). One rank per
@@ -304,7 +92,7 @@ def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_score
 def test_failing_job_stops_at_once_and_exits_2(
     slurm, one_node_jobs: dict[str, Future], gres: str, args: tuple[str, ...], what: str
 ):
-    if gres != "--gres=none" and not slurm["gpu_gres"]:
+    if gres != "--gres=none" and not slurm.gpu_gres:
         pytest.fail("the CI cluster has no gres/gpu: start it with SLURM_CI_GPUS=1 (.ci/run does)")
     code, log = one_node_jobs[gres].result()
     assert code == 2, log[-3000:]
@@ -314,7 +102,7 @@ def test_failing_job_stops_at_once_and_exits_2(
 
 def test_steps_see_only_the_cpus_they_were_given(slurm):
     """The CI cluster binds tasks to their CPUs (TaskPlugin=task/affinity), as real clusters do."""
-    proc = _sh("srun", "--nodes=1", "--cpus-per-task=1", "nproc", timeout=60)
+    proc = sh("srun", "--nodes=1", "--cpus-per-task=1", "nproc", timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stdout + proc.stderr
 
 
@@ -323,7 +111,7 @@ def _parent(pid: int) -> int:
 
 
 def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(
-    slurm, tiny_bert: Path, tmp_path: Path
+    whole_cluster, tiny_bert: Path, tmp_path: Path
 ):
     """2 nodes x 2 processes, --cpus-per-task=2: each node's step gets 2 CPUs, each rank 1 thread. Then a rank
     dies (SIGKILL) while the other node's ranks hang in a collective, as NCCL ranks do when a peer is gone
