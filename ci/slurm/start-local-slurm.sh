@@ -3,8 +3,9 @@
 #
 #   munged + slurmctld + N x slurmd ("slurmd -N nodeI": one emulated node each, own port, all on
 #   127.0.0.1), so tests can "sbatch --wait job_ft3.sh" and run a 2-node job_ddp.sh for real.
-#   .ci/run starts it before pytest and stops it after; tests/e2e/test_slurm.py starts it itself when
-#   none is running and it may (root + apt), and skips otherwise.
+#   .ci/run starts it before pytest and stops it after; the test session starts it itself when none is
+#   running and it may (root + apt: tests/fixtures/slurm_jobs.py), and the Slurm tests skip otherwise
+#   (under CI=true they fail).
 #
 # Idempotent: stops a previous instance (stop-local-slurm.sh next to this file), wipes the cluster
 # state, installs the packages only if missing, configures, starts, and waits until all nodes are

