@@ -56,20 +56,18 @@ def cache_dir_for(given: str | None, env: Mapping[str, str]) -> str:
     return os.path.abspath(chosen)
 
 
-def make_cache_dir(plan: RunPlan) -> None:
-    """The compiled run's cache folder, made and written to before anything compiles: where it cannot be,
+def make_cache_dir(folder: str) -> None:
+    """A compiled run's cache folder, made and written to before anything compiles: where it cannot be,
     torch would fail inside its first compile, with some of its modules half imported (a later import then
     fails too), so the run stops here naming the folder (exit 2)."""
-    if not plan.torch_compile or plan.compile_cache_dir is None:
-        return
     try:
-        os.makedirs(plan.compile_cache_dir, exist_ok=True)
-        with tempfile.TemporaryFile(dir=plan.compile_cache_dir):
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as err:
         raise UsageError(
-            f"--compile_cache_dir {plan.compile_cache_dir}: cannot write there ({err.strerror}); give a "
-            "folder this run can write (default: TORCHINDUCTOR_CACHE_DIR, else <HF_HOME>/qa_hpc_compile)"
+            f"--compile_cache_dir {folder}: cannot write there ({err.strerror}); give a folder this run can "
+            "write (default: TORCHINDUCTOR_CACHE_DIR, else <HF_HOME>/qa_hpc_compile)"
         ) from err
 
 

@@ -347,7 +347,10 @@ def decide_and_build(
     `train_batches`: the batches this process trains, once counted (training_batches)."""
     values = {**values, "compile_cache_dir": cache_dir_for(values["compile_cache_dir"], os.environ)}
     plan = decide(values, facts, train_batches)
-    make_cache_dir(plan)  # a folder this run cannot write: exit 2, naming it
+    if plan.torch_compile or plan.awaits_batch_count:
+        # a folder this run cannot write: exit 2, naming it; for a run whose compile waits for the batch
+        # count, now, before the data is read and featurized, not minutes later
+        make_cache_dir(values["compile_cache_dir"])
     # what TrainingArguments also reads from the launcher, and torch's cache folder: set before the compiler
     # is tried, which writes there
     os.environ.update(plan.environment(os.environ))
