@@ -124,19 +124,27 @@ def _json(c: LoadedFile, text: str, jsonl_ext: bool) -> str:
             hint = " - the file ends early; it looks truncated (incomplete copy or download?)"
         if not lines:
             raise c.fail(
-                None, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}{hint}"
+                None, f"not valid JSON: {_what(e)} at line {e.lineno}, column {e.colno}{hint}"
             ) from None
     if not lines:
         return _json_value(c, obj)
-    for n, line in enumerate(text.splitlines(), start=1):
+    # records end at "\n" only: str.splitlines would also end one at U+2028, U+2029 or U+0085, which JSON
+    # allows unescaped inside a string (json.dumps(ensure_ascii=False) writes them so)
+    for n, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
             c.add(f"line {n}", json.loads(line))
         except json.JSONDecodeError as e:
             trunc = " (the line ends early; truncated?)" if e.pos >= len(line.rstrip()) else ""
-            raise c.fail(f"line {n}", f"not valid JSON: {e.msg} at column {e.colno}{trunc}") from None
+            raise c.fail(f"line {n}", f"not valid JSON: {_what(e)} at column {e.colno}{trunc}") from None
     return "jsonl"
+
+
+def _what(e: json.JSONDecodeError) -> str:
+    """json's message without its own trailing "at" ("Unterminated string starting at"): the caller says
+    where."""
+    return e.msg.removesuffix(" at")
 
 
 def _json_value(c: LoadedFile, obj: Any) -> str:

@@ -90,6 +90,21 @@ FORMATS = {
 }
 
 
+def test_json_lines_end_records_at_newlines_only(tmp_path):
+    """U+2028, U+2029 and U+0085 may stand unescaped inside a JSON string (json.dumps(ensure_ascii=False)
+    writes them so): they end no record, and a broken line is still named by its newline-counted number,
+    with json's message read once ("starting at column", not "starting at at column")."""
+    separated = [dict(RECORDS[0], question=f"Who{sep}wrote it?") for sep in ("\u2028", "\u2029", "\x85")]
+    recs = [dict(r, id=f"s{i}") for i, r in enumerate(separated)]
+    path = tmp_path / "recs.jsonl"
+    path.write_bytes(b"".join(_j(r) + b"\n" for r in recs))
+    assert load_qa_records(path)[0] == recs
+    path.write_bytes(b"".join(_j(r) + b"\n" for r in recs) + b'{"id": "s3", "question": "Who\xe2\x80\xa8\n')
+    with pytest.raises(DataError) as err:
+        load_qa_records(path)
+    assert "line 4: not valid JSON: Unterminated string starting at column 26" in str(err.value), err.value
+
+
 def _write(tmp_path: Path, form: str, recs: list[dict], v2: bool = False) -> Path:
     name, to_bytes, _ = FORMATS[form]
     (tmp_path / name).write_bytes(to_bytes(recs, v2))
