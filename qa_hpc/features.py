@@ -207,6 +207,8 @@ def build_data(
                     cache_dir=cache_dir,
                     fingerprint=fingerprint,
                 )
+                if not read[split].scorable:  # a test file without answers: predicted, not scored
+                    ds = ds.remove_columns("answers")
             examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
             cfg = FeatureConfig(
                 data_args.max_seq_length,

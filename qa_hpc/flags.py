@@ -71,7 +71,9 @@ class DataTrainingArguments:
         None, "Training data: official nested SQuAD JSON (v1.1, v2.0), flat JSON or JSON Lines."
     )
     validation_file: str | None = flag(None, "Evaluation data (same forms).")
-    test_file: str | None = flag(None, "Prediction data (same forms; answers optional).")
+    test_file: str | None = flag(
+        None, "Prediction data (same forms): scored where all records have answers, predicted where none has."
+    )
     overwrite_cache: bool = flag(False, "Recompute the tokenized features.")
     features_cache_dir: str | None = flag(
         None,

@@ -54,6 +54,7 @@ def load_qa_records(
         raise c.fail(None, f"contains no records (format {c.fmt})")
     if not c.records:
         raise c.fail(None, f"all {len(c.seen)} records were skipped ({c.skipped}); nothing left to use")
+    c.check_scorable()
     return c.records, c
 
 

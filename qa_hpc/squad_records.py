@@ -46,6 +46,9 @@ class LoadedFile:
         self.references: dict[str, list[str]] = {}
         self.skipped: dict[str, int] = {}
         self.fixed = 0
+        # test records given without 'answers' (allowed): how many, and where the first one is
+        self.without_answers = 0
+        self.first_without_answers = ""
 
     @property
     def n_records(self) -> int:
@@ -68,6 +71,22 @@ class LoadedFile:
             f"fixed={self.fixed}",
         ]
         return " ".join(parts + [f"skipped_{reason}={n}" for reason, n in sorted(self.skipped.items())])
+
+    @property
+    def scorable(self) -> bool:
+        """Every record has its gold answers (a test file may have none)."""
+        return self.without_answers == 0
+
+    def check_scorable(self) -> None:
+        """A test file is scored when every record has answers, and only predicted when none has: some
+        without would be scored as wrong answers."""
+        if 0 < self.without_answers < len(self.records):
+            raise self.fail(
+                None,
+                f"{self.without_answers} of {len(self.records)} records have no 'answers' (the first: "
+                f"{self.first_without_answers}); a test file is scored when every record has answers and "
+                "only predicted when none has: give them to all records or to none",
+            )
 
     def fail(self, loc: str | None, msg: str, *, rid: Any = None, fld: str | None = None) -> DataError:
         record = " ".join(p for p in (loc, isinstance(rid, str) and rid and f"(id {rid!r})") if p)
@@ -99,13 +118,17 @@ class LoadedFile:
         def err(msg: str, fld: str) -> DataError:
             return self.fail(loc, msg, rid=rid, fld=fld)
 
+        answered = impossible or "answers" in rec
         # the scorer reads its dataset as split "validation": it needs the gold answers too
-        if not (impossible or "answers" in rec) and self.split != "test":
+        if not answered and self.split != "test":
             if self.scoring:
                 why = "scoring needs the gold answers"
             else:
                 why = "answers may be left out only for split='test'"
             raise err(f"missing (record has keys {keys_of(rec)}); {why}", "answers")
+        if not answered:  # a test record: scored only if every one has answers (`check_scorable`)
+            self.without_answers += 1
+            self.first_without_answers = self.first_without_answers or f"{loc} (id {rid!r})"
         golds = [] if impossible else _answers(rec.get("answers"), err, self.scoring)
         if self.scoring:
             self.references[rid] = [text for text, *_ in golds]
@@ -115,7 +138,7 @@ class LoadedFile:
             raise err(f"must be a string, got {type(title).__name__}", "title")
         question = _string(rec, "question", err)
         context = _string(rec, "context", err)
-        if not golds and self.split != "test" and not self.v2:
+        if not golds and answered and not self.v2:
             why = "is_impossible is true" if impossible else "no answers given"
             raise err(
                 f"record has no answer ({why}) but version_2_with_negative is off; pass "

@@ -436,3 +436,26 @@ def test_persistent_workers_answer_as_the_plain_run(
     plain_out = plain.ok().out
     for name in ("eval_predictions.json", "predict_predictions.json"):
         assert read(out / name) == read(plain_out / name), name
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
+def test_a_test_file_without_answers_is_predicted_not_scored(
+    tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path, v2: bool
+) -> None:
+    """--test_file's records may leave 'answers' out (unlabelled questions): the run writes the predictions
+    and no score (v1 used to stop after them, exit 1, finding no gold answers; v2 scored every question as
+    unanswerable)."""
+    from qa_hpc.squad_io import load_qa_records
+
+    records, _ = load_qa_records(demo_files["test"], split="test")
+    unlabelled = tmp_path / "unlabelled.jsonl"
+    unlabelled.write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "answers"}) + "\n" for r in records)
+    )
+    out = tmp_path / "out"
+    v2_flag = ["--version_2_with_negative"] if v2 else []
+    ok(run_qa(tiny_flags(tiny_bert, out, "--do_predict", "--test_file", str(unlabelled), *v2_flag)))
+    results = read(out / "predict_results.json")
+    assert results["predict_examples"] == len(records)
+    assert not [key for key in results if "f1" in key or "exact" in key], results
+    assert set(read(out / "predict_predictions.json")) == {r["id"] for r in records}

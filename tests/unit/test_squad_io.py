@@ -155,6 +155,26 @@ def test_test_split_may_leave_answers_out(tmp_path, form):
         load_qa_records(path, split="train")
 
 
+def test_a_test_file_is_scored_with_answers_for_all_records_or_predicted_for_none(tmp_path):
+    """Unlabelled test records (no 'answers') make the file predicted, not scored; a file that mixes them with
+    labelled ones is refused, naming the first (those would be scored as wrong answers); labelled test
+    records are checked as any split's, an empty answer list without --version_2_with_negative too."""
+    none = _write(tmp_path, "flat_list", [_rec(i, answers=_DROP) for i in range(2)])
+    assert not load_qa_records(none, split="test")[1].scorable
+    assert load_qa_records(_write(tmp_path, "jsonl", RECORDS), split="test")[1].scorable
+    mixed = _write(tmp_path, "nested", [RECORDS[0], _rec(1, answers=_DROP), _rec(2, answers=_DROP)])
+    with pytest.raises(DataError) as err:
+        load_qa_records(mixed, split="test")
+    assert str(err.value) == (
+        f"{mixed}: 2 of 3 records have no 'answers' (the first: data[1].paragraphs[0].qas[0] (id 'q1')); "
+        "a test file is scored when every record has answers and only predicted when none has: give them "
+        "to all records or to none"
+    )
+    empty = _write(tmp_path, "flat_list", [IMPOSSIBLE])
+    with pytest.raises(DataError, match="field 'answers': record has no answer .*--version_2_with_negative"):
+        load_qa_records(empty, split="test")
+
+
 @pytest.mark.parametrize("kwargs", [{"answer_check": "ignore"}, {"split": "dev"}])
 def test_bad_options_are_value_errors(tmp_path, kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
