@@ -438,13 +438,12 @@ def test_persistent_workers_answer_as_the_plain_run(
         assert read(out / name) == read(plain_out / name), name
 
 
-@pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
 def test_a_test_file_without_answers_is_predicted_not_scored(
-    tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path, v2: bool
+    tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path
 ) -> None:
     """--test_file's records may leave 'answers' out (unlabelled questions): the run writes the predictions
-    and no score (v1 used to stop after them, exit 1, finding no gold answers; v2 scored every question as
-    unanswerable)."""
+    and no score (it used to stop after them, exit 1, finding no gold answers; under
+    --version_2_with_negative, which takes the same path, it scored every question as unanswerable)."""
     from qa_hpc.squad_io import load_qa_records
 
     records, _ = load_qa_records(demo_files["test"], split="test")
@@ -453,8 +452,7 @@ def test_a_test_file_without_answers_is_predicted_not_scored(
         "".join(json.dumps({k: v for k, v in r.items() if k != "answers"}) + "\n" for r in records)
     )
     out = tmp_path / "out"
-    v2_flag = ["--version_2_with_negative"] if v2 else []
-    ok(run_qa(tiny_flags(tiny_bert, out, "--do_predict", "--test_file", str(unlabelled), *v2_flag)))
+    ok(run_qa(tiny_flags(tiny_bert, out, "--do_predict", "--test_file", str(unlabelled))))
     results = read(out / "predict_results.json")
     assert results["predict_examples"] == len(records)
     assert not [key for key in results if "f1" in key or "exact" in key], results
