@@ -23,7 +23,7 @@ from datasets.fingerprint import Hasher
 
 from qa_hpc.dist import first_on_each_filesystem
 from qa_hpc.errors import UsageError
-from qa_hpc.squad_io import load_qa_records
+from qa_hpc.squad_io import check_dataset_rows, load_qa_records
 from qa_hpc.squad_records import LoadedFile
 
 # annotations only: postprocessing and utils_qa import this module without the model stack
@@ -195,20 +195,19 @@ def build_data(
     features: dict[str, datasets.Dataset] = {}
     for split, fn, limit in wanted:
         with first_on_each_filesystem():
-            ds = read[split]
-            # checked records of a local file: cached as Arrow, keyed by the bytes read
-            if isinstance(ds, LoadedFile):
-                fingerprint = Hasher.hash(
-                    [ds.digest, split, data_args.version_2_with_negative, data_args.answer_check]
-                )
-                ds = datasets.Dataset.from_generator(
-                    partial(iter, ds.records),
-                    features=RECORD_FEATURES,
-                    cache_dir=cache_dir,
-                    fingerprint=fingerprint,
-                )
-                if not read[split].scorable:  # a test file without answers: predicted, not scored
-                    ds = ds.remove_columns("answers")
+            loaded = read[split]
+            # the checked records: cached as Arrow, keyed by the bytes read (a dataset: its fingerprint)
+            fingerprint = Hasher.hash(
+                [loaded.digest, split, data_args.version_2_with_negative, data_args.answer_check]
+            )
+            ds = datasets.Dataset.from_generator(
+                partial(iter, loaded.records),
+                features=RECORD_FEATURES,
+                cache_dir=cache_dir,
+                fingerprint=fingerprint,
+            )
+            if not loaded.scorable:  # a test file without answers: predicted, not scored
+                ds = ds.remove_columns("answers")
             examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
             cfg = FeatureConfig(
                 data_args.max_seq_length,
@@ -230,37 +229,59 @@ def build_data(
 
 def _read_splits(
     data_args: DataTrainingArguments, model_args: ModelArguments, splits: list[str]
-) -> dict[str, LoadedFile | datasets.Dataset]:
-    """Each split's local file, read and checked, else the hub dataset's split."""
-    read: dict[str, LoadedFile | datasets.Dataset] = {}
-    hub = None
+) -> dict[str, LoadedFile]:
+    """Each split's local file, else the hub dataset's split, read and checked."""
+    # --train_file, --validation_file, --test_file
+    paths = {split: getattr(data_args, f"{split}_file") for split in splits}
+    hub = _load_hub_dataset(data_args, model_args, [split for split in splits if paths[split] is None])
+    read: dict[str, LoadedFile] = {}
     for split in splits:
-        path = getattr(data_args, f"{split}_file")  # --train_file, --validation_file, --test_file
-        if path is not None:
+        if paths[split] is not None:
             _, read[split] = load_qa_records(
-                path,
+                paths[split],
                 split=split,
                 answer_check=data_args.answer_check,
                 version_2_with_negative=data_args.version_2_with_negative,
             )
-            logger.info("%s split=%s", read[split].summary(), split)
-            continue
-        if not data_args.dataset_name:
-            raise UsageError(f"no --{split}_file and no --dataset_name to read the {split} split from")
-        if hub is None:  # once for all its splits
-            from qa_hpc.model import from_disk_or_hub
+        else:
+            # its rows are checked as a file's records are: squad_v2 without --version_2_with_negative
+            # stops here, not at scoring after the training
+            read[split] = check_dataset_rows(
+                hub[split].to_list(),  # 2.5x faster than the dataset's own row by row
+                hub[split].column_names,
+                data_args.dataset_name,
+                split=split,
+                answer_check=data_args.answer_check,
+                version_2_with_negative=data_args.version_2_with_negative,
+            )
+            # private: listed in qa_hpc/private_api.py
+            read[split].digest = hub[split]._fingerprint
+        logger.info("%s split=%s", read[split].summary(), split)
+    return read
 
-            with from_disk_or_hub("dataset", data_args.dataset_name, model_args.cache_dir):
-                hub = datasets.load_dataset(
-                    data_args.dataset_name,
-                    data_args.dataset_config_name,
-                    cache_dir=model_args.cache_dir,
-                    token=model_args.token,
-                )
+
+def _load_hub_dataset(
+    data_args: DataTrainingArguments, model_args: ModelArguments, splits: list[str]
+) -> datasets.DatasetDict | None:
+    """The --dataset_name dataset when some split has no file of its own, with every such split in it."""
+    if not splits:
+        return None
+    if not data_args.dataset_name:
+        raise UsageError(f"no --{splits[0]}_file and no --dataset_name to read the {splits[0]} split from")
+    # model.py (torch, transformers' models) is loaded only by runs that read a hub dataset
+    from qa_hpc.model import from_disk_or_hub
+
+    with from_disk_or_hub("dataset", data_args.dataset_name, model_args.cache_dir):
+        hub = datasets.load_dataset(
+            data_args.dataset_name,
+            data_args.dataset_config_name,
+            cache_dir=model_args.cache_dir,
+            token=model_args.token,
+        )
+    for split in splits:
         if split not in hub:
             raise UsageError(f"dataset {data_args.dataset_name} has no '{split}' split (has {list(hub)})")
-        read[split] = hub[split]
-    return read
+    return hub
 
 
 def _featurize(

@@ -1,7 +1,8 @@
 """The one SQuAD reader: the official nested JSON (v1.1/v2.0), flat JSON or JSON Lines -> flat records.
 
 Each file becomes flat records handed one by one to a LoadedFile (qa_hpc.squad_records), which raises
-DataError naming file, record and field before any record is returned. Parsed here, not by
+DataError naming file, record and field before any record is returned; a hub dataset's rows are handed
+over the same way (``check_dataset_rows``). Parsed here, not by
 ``load_dataset``: its JSON errors name no line or column, and a missing field reads as null. The file is
 read once: the bytes checked are the bytes digested.
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from qa_hpc.squad_records import DataError, LoadedFile, keys_of, kind_of
+from qa_hpc.squad_records import DataError, LoadedFile, keys_of, kind_of, string_field
 
-__all__ = ["ANSWER_CHECKS", "DataError", "load_qa_records", "load_references"]  # what callers import
+# what callers import
+__all__ = ["ANSWER_CHECKS", "DataError", "check_dataset_rows", "load_qa_records", "load_references"]
 
 SPLITS = ("train", "validation", "test")
 ANSWER_CHECKS = ("error", "fix", "skip")
@@ -43,19 +46,60 @@ def load_qa_records(
     """Every record of a QA file, flat, and what was loaded, or DataError. ``split="test"`` may lack answers;
     ``answer_check``: an answer not at its ``answer_start`` raises ("error"), moves to the nearest one ("fix")
     or is skipped."""
+    _check_arguments(split, answer_check)
+    c = LoadedFile(os.fspath(path), split, bool(version_2_with_negative), answer_check)
+    _read(c)
+    _check_loaded(c)
+    return c.records, c
+
+
+def check_dataset_rows(
+    rows: Iterable[Any],
+    columns: list[str],
+    name: str,
+    *,
+    split: str = "train",
+    version_2_with_negative: bool = False,
+    answer_check: str = "error",
+) -> LoadedFile:
+    """The rows of a dataset's split read by ``datasets.load_dataset`` (a hub name or a folder), checked
+    as a file's records are; ``row i`` is ``dataset[i]``."""
+    _check_arguments(split, answer_check)
+    c = LoadedFile(name, split, bool(version_2_with_negative), answer_check, dataset=True)
+    c.fmt = "dataset"
+    missing = [col for col in ("id", "question", "context") if col not in columns]
+    if missing:
+        # a folder of official nested files is read by load_dataset as one row per file
+        nested = (
+            " (the official nested SQuAD layout, one row per file: give such files as --train_file, "
+            "--validation_file or --test_file)"
+        )
+        raise c.fail(
+            None,
+            f"has columns {columns}, not question records: no {', '.join(map(repr, missing))}"
+            f"{nested if 'data' in columns else ''}",
+        )
+    for i, row in enumerate(rows):
+        c.add(f"row {i}", row)
+    _check_loaded(c)
+    return c
+
+
+def _check_arguments(split: str, answer_check: str) -> None:
     if split not in SPLITS or answer_check not in ANSWER_CHECKS:
         raise ValueError(
             f"split must be one of {SPLITS} (got {split!r}), answer_check one of {ANSWER_CHECKS} "
             f"(got {answer_check!r})"
         )
-    c = LoadedFile(os.fspath(path), split, bool(version_2_with_negative), answer_check)
-    _read(c)
+
+
+def _check_loaded(c: LoadedFile) -> None:
+    """Something is left to use, and a test split is scored or predicted as a whole."""
     if not c.seen:
         raise c.fail(None, f"contains no records (format {c.fmt})")
     if not c.records:
         raise c.fail(None, f"all {len(c.seen)} records were skipped ({c.skipped}); nothing left to use")
     c.check_scorable()
-    return c.records, c
 
 
 def load_references(path: str | os.PathLike) -> dict[str, list[str]]:
@@ -173,6 +217,10 @@ def _article(c: LoadedFile, aloc: str, art: Any) -> None:
     """One article of the official layout: every question of every paragraph, with its context and title."""
     if not isinstance(art, dict):
         raise c.fail(aloc, f"expected an article object with title and paragraphs; found {kind_of(art)}")
+    title = art.get("title")
+    # an article's title and a paragraph's context are named where they are, not at their first question
+    if not c.scoring and title is not None and not isinstance(title, str):
+        raise c.fail(aloc, f"must be a string, got {type(title).__name__}", fld="title")
     paragraphs = art.get("paragraphs")
     if paragraphs is None:
         raise c.fail(aloc, f"missing (article has keys {keys_of(art)})", fld="paragraphs")
@@ -185,21 +233,18 @@ def _article(c: LoadedFile, aloc: str, art: Any) -> None:
         missing = [key for key in (("qas",) if c.scoring else ("context", "qas")) if para.get(key) is None]
         if missing:
             raise c.fail(ploc, f"missing (paragraph has keys {keys_of(para)})", fld=missing[0])
+        if not c.scoring:  # a string with something in it
+            string_field(para, "context", lambda msg, f: c.fail(ploc, msg, fld=f))
         if not isinstance(para["qas"], list):
             raise c.fail(ploc, f"must be a list, found {kind_of(para['qas'])}", fld="qas")
         for k, qa in enumerate(para["qas"]):
             qloc = f"{ploc}.qas[{k}]"
             if not isinstance(qa, dict):
                 raise c.fail(qloc, f"expected a question object; found {kind_of(qa)}")
-            impossible = False if qa.get("is_impossible") is None else qa["is_impossible"]
-            if not isinstance(impossible, bool):
-                raise c.fail(
-                    qloc, f"must be true or false, got {impossible!r}", rid=qa.get("id"), fld="is_impossible"
-                )
-            rec = dict(qa, context=para.get("context"), title=art.get("title"))
+            rec = dict(qa, context=para.get("context"), title=title)
             if rec.get("answers") is None:  # null answers are no answers here
                 rec.pop("answers", None)
-            c.add(qloc, rec, impossible=impossible)
+            c.add(qloc, rec)
 
 
 def _looks_nested(items: list) -> bool:

@@ -32,14 +32,22 @@ class LoadedFile:
     ``skipped`` records (reason -> count)."""
 
     def __init__(
-        self, path: str, split: str, v2: bool = False, answer_check: str = "error", scoring: bool = False
+        self,
+        path: str,
+        split: str,
+        v2: bool = False,
+        answer_check: str = "error",
+        scoring: bool = False,
+        dataset: bool = False,
     ) -> None:
         self.path = path
+        # path names a dataset read by datasets.load_dataset (hub name or folder), whose rows are checked
+        self.dataset = dataset
         self.split = split
         self.v2 = v2
         self.answer_check = answer_check
         self.scoring = scoring
-        self.fmt = ""  # "squad-nested" | "json" | "jsonl"
+        self.fmt = ""  # "squad-nested" | "json" | "jsonl" | "dataset"
         self.digest = ""  # of the bytes that were read and checked: what the features cache is keyed by
         self.seen: dict[str, str] = {}  # id -> location of its first occurrence
         self.records: list[dict] = []
@@ -63,7 +71,7 @@ class LoadedFile:
         """The greppable ``DATA_LOADED key=value ...`` line of job logs: no record went missing unseen."""
         parts = [
             "DATA_LOADED",
-            f"file={shlex.quote(self.path)}",
+            f"{'dataset' if self.dataset else 'file'}={shlex.quote(self.path)}",
             f"format={self.fmt}",
             f"records={self.n_records}",
             f"impossible={self.n_impossible}",
@@ -89,10 +97,11 @@ class LoadedFile:
             )
 
     def fail(self, loc: str | None, msg: str, *, rid: Any = None, fld: str | None = None) -> DataError:
+        source = f"dataset {self.path} split {self.split}" if self.dataset else self.path
         record = " ".join(p for p in (loc, isinstance(rid, str) and rid and f"(id {rid!r})") if p)
-        return DataError(": ".join(p for p in (self.path, record, fld and f"field '{fld}'", msg) if p))
+        return DataError(": ".join(p for p in (source, record, fld and f"field '{fld}'", msg) if p))
 
-    def add(self, loc: str, rec: Any, *, impossible: bool = False) -> None:
+    def add(self, loc: str, rec: Any) -> None:
         """Check one flat record and keep it (or its gold texts, when scoring)."""
         if not isinstance(rec, dict):
             raise self.fail(
@@ -105,7 +114,9 @@ class LoadedFile:
                 'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
                 fld="paragraphs",
             )
-        rid = _string(rec, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them")
+        rid = string_field(
+            rec, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them"
+        )
         if rid in self.seen:
             raise self.fail(
                 loc,
@@ -118,7 +129,10 @@ class LoadedFile:
         def err(msg: str, fld: str) -> DataError:
             return self.fail(loc, msg, rid=rid, fld=fld)
 
-        answered = impossible or "answers" in rec
+        impossible = rec.get("is_impossible")
+        if impossible is not None and not isinstance(impossible, bool):
+            raise err(f"must be true or false, got {impossible!r}", "is_impossible")
+        answered = bool(impossible) or "answers" in rec
         # the scorer reads its dataset as split "validation": it needs the gold answers too
         if not answered and self.split != "test":
             if self.scoring:
@@ -129,15 +143,25 @@ class LoadedFile:
         if not answered:  # a test record: scored only if every one has answers (`check_scorable`)
             self.without_answers += 1
             self.first_without_answers = self.first_without_answers or f"{loc} (id {rid!r})"
-        golds = [] if impossible else _answers(rec.get("answers"), err, self.scoring)
-        if self.scoring:
+        golds = _answers(rec.get("answers"), err, self.scoring)
+        if self.scoring:  # the texts given, whatever is_impossible says: as the official scripts score
             self.references[rid] = [text for text, *_ in golds]
             return
+        if impossible and golds:
+            raise err(
+                f"is_impossible is true but {len(golds)} answer(s) are given; an unanswerable question has "
+                "answers [] (SQuAD 2.0 keeps its spans in plausible_answers)",
+                "answers",
+            )
         title = rec.get("title")
         if title is not None and not isinstance(title, str):
             raise err(f"must be a string, got {type(title).__name__}", "title")
-        question = _string(rec, "question", err)
-        context = _string(rec, "context", err)
+        question = string_field(rec, "question", err)
+        context = string_field(rec, "context", err)
+        # a lone surrogate ("\ud800" escaped alone) is valid JSON but no Unicode text: Arrow cannot store it
+        texts = [("id", rid), ("title", title or ""), ("question", question), ("context", context)]
+        for name, text in texts + [(text_field, text) for text, _, text_field, _ in golds]:
+            _check_encodable(text, name, err)
         if not golds and answered and not self.v2:
             why = "is_impossible is true" if impossible else "no answers given"
             raise err(
@@ -186,7 +210,7 @@ class LoadedFile:
         return answers
 
 
-def _string(rec: dict, name: str, err: FieldError, hint: str = "") -> str:
+def string_field(rec: dict, name: str, err: FieldError, hint: str = "") -> str:
     """id / question / context: a string with something in it."""
     val = rec.get(name)
     if val is None:
@@ -197,6 +221,17 @@ def _string(rec: dict, name: str, err: FieldError, hint: str = "") -> str:
     if not val.strip():
         raise err("is empty or whitespace only", name)
     return val
+
+
+def _check_encodable(text: str, name: str, err: FieldError) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise err(
+            f"holds a lone surrogate {text[e.start]!r} at character {e.start}, which is no Unicode text "
+            "(a \\ud800-\\udfff escape without its pair in the JSON?)",
+            name,
+        ) from None
 
 
 def _answers(answers: Any, err: FieldError, scoring: bool) -> list[Answer]:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import re
 import shutil
@@ -35,7 +36,7 @@ from qa_hpc.features import (
 from qa_hpc.flags import DataTrainingArguments, ModelArguments, QATrainingArguments
 from qa_hpc.model import load_config, load_model, load_tokenizer
 from qa_hpc.postprocess import DivergedModel
-from qa_hpc.squad_io import load_qa_records
+from qa_hpc.squad_io import DataError, load_qa_records
 from trainer_qa import QuestionAnsweringTrainer, length_order
 
 QUESTION = "What is the capital of the region?"
@@ -158,6 +159,54 @@ def test_a_split_comes_from_its_file_or_a_dataset_that_has_it(tmp_path):
             ModelArguments(cache_dir=str(tmp_path / "c")),
             ["train", "validation"],
         )
+
+
+def test_a_dataset_split_is_checked_as_its_file_would_be(tiny_bert, demo_files_v2, tmp_path, caplog):
+    """--dataset_name rows (here a local folder in the hub's layout: one JSON Lines file per split) go
+    through the same record checks as --train_file: the same examples, a DATA_LOADED line, and unanswerable
+    rows without --version_2_with_negative stop the run before anything is tokenized, naming split and row."""
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    records = {}
+    for split in ("train", "validation"):
+        records[split] = load_qa_records(demo_files_v2[split], version_2_with_negative=True)[0]
+        lines = "".join(json.dumps(r) + "\n" for r in records[split])
+        (hub / f"{split}.jsonl").write_text(lines)
+    built = _build(
+        tiny_bert,
+        demo_files_v2,
+        tmp_path,
+        caplog,
+        train_file=None,
+        validation_file=None,
+        dataset_name=str(hub),
+        version_2_with_negative=True,
+    )
+    assert built.data.eval_examples.to_list() == records["validation"]
+    impossible = sum(not r["answers"]["text"] for r in records["validation"])
+    line = f"DATA_LOADED dataset={hub} format=dataset records={len(records['validation'])} "
+    assert f"{line}impossible={impossible} skipped=0 fixed=0 split=validation" in built.log
+    first = next(i for i, r in enumerate(records["train"]) if not r["answers"]["text"])
+    args = (ModelArguments(cache_dir=str(tmp_path / "c")), ["train", "validation"])
+    with pytest.raises(DataError) as err:
+        _read_splits(DataTrainingArguments(dataset_name=str(hub)), *args)
+    assert str(err.value).startswith(
+        f"dataset {hub} split train: row {first} (id '{records['train'][first]['id']}'): field 'answers': "
+        "record has no answer (no answers given) but version_2_with_negative is off; pass "
+        "--version_2_with_negative"
+    ), err.value
+    # a folder of official nested files: load_dataset reads each as one row of ('version', 'data')
+    nested = tmp_path / "nested"
+    nested.mkdir()
+    for split in ("train", "validation"):
+        shutil.copy(demo_files_v2[split], nested / f"{split}.json")
+    with pytest.raises(DataError) as err:
+        _read_splits(DataTrainingArguments(dataset_name=str(nested)), *args)
+    assert str(err.value) == (
+        f"dataset {nested} split train: has columns ['version', 'data'], not question records: no 'id', "
+        "'question', 'context' (the official nested SQuAD layout, one row per file: give such files as "
+        "--train_file, --validation_file or --test_file)"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -175,6 +175,20 @@ def test_a_test_file_is_scored_with_answers_for_all_records_or_predicted_for_non
         load_qa_records(empty, split="test")
 
 
+@pytest.mark.parametrize("form", ["flat_list", "jsonl"])
+def test_flat_records_say_unanswerable_with_is_impossible_as_nested_ones_do(tmp_path, form):
+    """A flattened SQuAD 2.0 record: is_impossible true, its span under plausible_answers, no answers."""
+    flat_v2 = dict(IMPOSSIBLE, is_impossible=True, plausible_answers=[{"text": "No", "answer_start": 0}])
+    del flat_v2["answers"]
+    path = _write(tmp_path, form, RECORDS + [flat_v2])
+    recs, rep = load_qa_records(path, version_2_with_negative=True)
+    assert recs == RECORDS + [IMPOSSIBLE] and rep.n_impossible == 1
+    with pytest.raises(
+        DataError, match=r"\(id 'q3'\): field 'is_impossible': record has no answer \(is_impossible"
+    ):
+        load_qa_records(path)
+
+
 @pytest.mark.parametrize("kwargs", [{"answer_check": "ignore"}, {"split": "dev"}])
 def test_bad_options_are_value_errors(tmp_path, kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
@@ -445,6 +459,50 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         "all 1 records were skipped",
         answer_check="skip",
     ),
+    _case(
+        "impossible_with_answers",
+        "n.json",
+        _nested([_rec(0, is_impossible=True)]),
+        f"{QAS}[0] (id 'q0'): field 'answers': is_impossible is true but 1 answer(s) are given",
+        version_2_with_negative=True,
+    ),
+    _case(
+        "flat_impossible_not_bool",
+        "f.jsonl",
+        _j(_rec(0, is_impossible=1)),
+        "line 1 (id 'q0'): field 'is_impossible': must be true or false, got 1",
+    ),
+    _case(
+        "lone_surrogate",
+        "f.json",
+        _j([_rec(0, question="Who QQ?")]).replace(b"QQ", b"\\ud800"),
+        "[0] (id 'q0'): field 'question': holds a lone surrogate '\\ud800' at character 4",
+    ),
+    _case(
+        "lone_surrogate_answer",
+        "f.jsonl",
+        _j(_rec(0)).replace(b'["Paris"]', b'["Paris\\udfff"]'),
+        "line 1 (id 'q0'): field 'answers[0].text': holds a lone surrogate",
+    ),
+    # an article's title and a paragraph's context are named where they are
+    _case(
+        "title_not_string_nested",
+        "n.json",
+        _nested([_rec(0, title=7)]),
+        "data[0]: field 'title': must be a string, got int",
+    ),
+    _case(
+        "context_not_string_nested",
+        "n.json",
+        _nested([_rec(0, context=["Paris"])]),
+        "data[0].paragraphs[0]: field 'context': must be a string, got list",
+    ),
+    _case(
+        "empty_context_nested",
+        "n.json",
+        _nested([_rec(0, context=" ")]),
+        "data[0].paragraphs[0]: field 'context': is empty or whitespace only",
+    ),
     # the scorer's reading: only ids and answer texts, still named by file, record and field
     _case("ref_empty", "dev.json", [], "contains no questions (format json)", **REF),
     _case("ref_no_id", "dev.json", _qas({"answers": []}), f"{QAS}[0]: field 'id': missing", **REF),
@@ -574,6 +632,8 @@ def test_references_need_only_ids_and_texts(tmp_path):
                                 "is_impossible": True,
                                 "plausible_answers": [{"text": "x", "answer_start": 0}],
                             },
+                            # the official v2.0 script reads the answers, not is_impossible
+                            {"id": "d", "answers": [{"text": "Seine"}], "is_impossible": True},
                         ]
                     }
                 ]
@@ -587,5 +647,10 @@ def test_references_need_only_ids_and_texts(tmp_path):
     }
     for name, content in files.items():
         (tmp_path / name).write_bytes(content)
-    assert load_references(tmp_path / "dev.json") == {"a": ["Paris", "", "Paris"], "b": ["Seine"], "c": []}
+    assert load_references(tmp_path / "dev.json") == {
+        "a": ["Paris", "", "Paris"],
+        "b": ["Seine"],
+        "c": [],
+        "d": ["Seine"],
+    }
     assert load_references(tmp_path / "f.jsonl") == {"q1": ["P"], "q2": []}
