@@ -5,7 +5,8 @@ Compute nodes of most clusters have no internet, so the login node fills HF_HOME
 (setup_bert.sh) and jobs read it offline (job_ft3.sh checks first and falls back to the
 offline demo when the cache lacks them).
 
-    python -m qa_hpc.tools.prefetch                 # download what is missing (login node)
+    python -m qa_hpc.tools.prefetch                 # download what is missing (login node); exit 0 when
+                                                    # both are cached then, hub or not
     python -m qa_hpc.tools.prefetch --check         # offline: exit 0 when both are cached
     python -m qa_hpc.tools.prefetch --reachable     # exit 0 when the hub answers (5 s timeout)
 
@@ -76,14 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"HUB_REACHABLE={int(reachable)}", flush=True)
     if args.reachable:
         return 0 if reachable else 1
-    # fetch the model files and the data set into HF_HOME
+    # fetch the model files and the data set into HF_HOME; without the hub, what an earlier run fetched
+    # may be all there is to have
     if reachable:
         import datasets
         from huggingface_hub import snapshot_download
 
         snapshot_download(args.model, allow_patterns=list(MODEL_FILES))
         datasets.load_dataset(args.dataset)
-    return 0 if report(args.model, args.dataset) and reachable else 1
+    return 0 if report(args.model, args.dataset) else 1
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ class _RecordingHub(http.server.BaseHTTPRequestHandler):
 def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
     """QA_SKIP_PREFETCH=1: setup only checks the cache and finishes. Then the login-node branch, not offline:
     it asks the hub (down: 503) for the model, once, says what is missing, and still ends ready (exit 0),
-    keeping the demo data the first run made."""
+    keeping the demo data the first run made. Run again without a hub where the cache holds both: BASELINE."""
     work = (
         tmp_path / "checkout"
     )  # without data, caches and outputs; the project's venv linked in (pip is CI's)
@@ -141,6 +141,23 @@ def test_setup_bert_finishes_ready_for_the_demo_without_a_hub(tmp_path: Path):
     )
     assert "Traceback" not in log and "demo data in data/demo" in log  # the first run's data kept
     assert (work / "hf_cache").is_dir() and not list((work / "hf_cache").glob("**/models--*"))
+    # run again without a hub where an earlier run cached the model and the data set: ready for the BASELINE
+    snapshot = work / "hf_cache" / "hub" / "models--qa-test--cached" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    for name in ("config.json", "model.safetensors"):
+        (snapshot / name).write_text("{}")
+    env = offline_env(
+        QA_SKIP_PIP="1",
+        QA_MODEL="qa-test/cached",
+        QA_DATASET=str(work / "data" / "demo"),
+        HF_HUB_OFFLINE=None,
+        HF_DATASETS_OFFLINE=None,
+        TRANSFORMERS_OFFLINE=None,
+    )
+    lines = ok(run(["bash", "setup_bert.sh"], env=env, cwd=work)).splitlines()
+    assert "HUB_REACHABLE=0" in lines and any(line.startswith("SETUP_READY=baseline ") for line in lines)
 
 
 def test_job_cpu_runs_the_demo_on_the_cpu_with_both_levers_on(tiny_bert: Path, tmp_path: Path):
