@@ -210,9 +210,10 @@ qa_select_run() {
 		QA_ARGS+=(
 			--model_name_or_path "$model" --dataset_name "$dataset"
 			--num_train_epochs "${QA_EPOCHS:-2}" --per_device_train_batch_size "${QA_BATCH:-24}"
-			--learning_rate "${QA_LR:-4e-5}" --output_dir "$QA_OUT" --logging_dir "runs/$job"
+			--learning_rate "${QA_LR:-4e-5}" --output_dir "$QA_OUT" --logging_dir "$(qa_tensorboard_dir)"
 		)
-		qa_log "RUN_MODE=baseline model=$model dataset=$dataset output_dir=$QA_OUT"
+		qa_log "RUN_MODE=baseline model=$model dataset=$dataset output_dir=$QA_OUT" \
+			"tensorboard=$(qa_tensorboard_dir)"
 		;;
 	demo)
 		QA_RUN_MODE=offline_demo
@@ -224,7 +225,7 @@ qa_select_run() {
 			--train_file "$data/train.json" --validation_file "$data/validation.json"
 			--num_train_epochs "${QA_DEMO_EPOCHS:-1}" --per_device_train_batch_size "${QA_DEMO_BATCH:-8}"
 			--learning_rate "${QA_DEMO_LR:-2e-4}" --warmup_steps 0.1 --output_dir "$QA_OUT"
-			--logging_dir "runs/offline_demo-$job" --run_name "OFFLINE-DEMO-$job"
+			--logging_dir "$(qa_tensorboard_dir)" --run_name "OFFLINE-DEMO-$job"
 		)
 		cat <<BANNER
 ################################################################################
@@ -235,10 +236,17 @@ qa_select_run() {
 ##  For the baseline: run 'bash setup_bert.sh' where the hub is reachable.
 ################################################################################
 BANNER
-		qa_log "RUN_MODE=offline_demo model=$demo_model data=$data output_dir=$QA_OUT"
+		qa_log "RUN_MODE=offline_demo model=$demo_model data=$data output_dir=$QA_OUT" \
+			"tensorboard=$(qa_tensorboard_dir)"
 		;;
 	*) qa_die "QA_MODE=$mode: use auto, baseline or demo" ;;
 	esac
+}
+
+# TensorBoard's folder: runs/ and the output folder's name (runs/<job name> unless QA_OUTPUT_DIR says
+# otherwise), so runs of one job name into two output folders stay apart.
+qa_tensorboard_dir() {
+	echo "runs/$(basename "$QA_OUT")"
 }
 
 # Generated demo data in $1 with the demo defaults (regenerated only when the settings change).
@@ -264,7 +272,8 @@ qa_report() {
 	else
 		echo "RUN_MODE=baseline"
 	fi
-	echo "OUTPUT_DIR=$QA_OUT"
+	# absolute, as run_qa.py's own OUTPUT_DIR= line: one value to grep
+	echo "OUTPUT_DIR=$(realpath -m -s "$QA_OUT")"
 	qa_log "JOB_SECONDS=$(( $(date +%s) - t0 )) JOB_EXIT_CODE=$rc${QA_REQUEUED:+ (requeued: the job runs again and resumes)}"
 }
 
