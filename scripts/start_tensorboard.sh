@@ -7,7 +7,8 @@
 #
 # run_qa.py writes events to <output_dir>/runs/<time>_<host>/ (or --logging_dir; the job scripts use
 # runs/<output folder name>, runs/<job name> by default). TensorBoard finds them recursively, one run
-# per folder. On a cluster, start it on the login node and tunnel the port from your machine:  ssh -L 6006:localhost:6006 <login node>
+# per folder. On a cluster, start it on the login node and tunnel the port from your machine:
+#   ssh -L 6006:localhost:6006 <login node>
 # then open http://localhost:6006 (BIND=0.0.0.0 to listen on every interface instead).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
