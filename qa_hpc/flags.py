@@ -11,7 +11,7 @@ import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, NoReturn, TypeVar
 
 from transformers import HfArgumentParser, TrainingArguments
 
@@ -297,9 +297,17 @@ FLAG_GROUPS = (
 )
 
 
+class _FlagParser(HfArgumentParser):
+    """argparse's own errors (a value not among a flag's choices, a flag without its value) end the run as
+    any other bad input does: one ERROR line and exit 2, not the usage text of every flag."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (python run_qa.py --help lists the flags)")
+
+
 def read_flags(argv: list[str]) -> dict[str, object]:
     """Every flag's value (defaults filled in), from the command line or from one JSON file of flags."""
-    parser = HfArgumentParser(FLAG_GROUPS)
+    parser = _FlagParser(FLAG_GROUPS)
     if not (len(argv) == 1 and argv[0].endswith(".json")):
         values, unknown = parser.parse_known_args(argv)
         if unknown:

@@ -889,3 +889,23 @@ def test_a_json_flags_file_is_held_to_the_command_lines_names_and_choices(tmp_pa
         read_flags([str(bad_choice)])
     with pytest.raises(UsageError, match=rf"^{unknown}: unknown keys \(not flags of run_qa.py\): precison$"):
         read_flags([str(unknown)])
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--precision", "fp8"], "argument --precision: invalid choice: 'fp8' (choose from "),
+        (["--learning_rate"], "argument --learning_rate/--learning-rate: expected one argument"),
+        (
+            ["--num_train_epochs", "two"],
+            "argument --num_train_epochs/--num-train-epochs: invalid float value",
+        ),
+        (["--no_such_flag", "1"], "unknown arguments (not flags of run_qa.py): --no_such_flag 1"),
+    ],
+)
+def test_a_bad_command_line_is_one_usage_error_not_the_usage_text(argv, says):
+    """argparse's own complaints end the run as any bad input does (one ERROR line, exit 2), not with the
+    usage text of every flag."""
+    with pytest.raises(UsageError) as err:
+        read_flags(["--output_dir", "out", *argv])
+    assert str(err.value).startswith(says), err.value
