@@ -241,10 +241,7 @@ def _article(c: LoadedFile, aloc: str, art: Any) -> None:
             qloc = f"{ploc}.qas[{k}]"
             if not isinstance(qa, dict):
                 raise c.fail(qloc, f"expected a question object; found {kind_of(qa)}")
-            rec = dict(qa, context=para.get("context"), title=title)
-            if rec.get("answers") is None:  # null answers are no answers here
-                rec.pop("answers", None)
-            c.add(qloc, rec)
+            c.add(qloc, dict(qa, context=para.get("context"), title=title))
 
 
 def _looks_nested(items: list) -> bool:

@@ -64,8 +64,8 @@ class LoadedFile:
 
     @property
     def n_impossible(self) -> int:
-        """Records with no answer (SQuAD v2 style)."""
-        return sum(1 for rec in self.records if not rec["answers"]["text"])
+        """Records with no answer (SQuAD v2 style), not counting test records given without answers."""
+        return sum(1 for rec in self.records if not rec["answers"]["text"]) - self.without_answers
 
     def summary(self) -> str:
         """The greppable ``DATA_LOADED key=value ...`` line of job logs: no record went missing unseen."""
@@ -78,6 +78,8 @@ class LoadedFile:
             f"skipped={sum(self.skipped.values())}",
             f"fixed={self.fixed}",
         ]
+        if self.without_answers:  # a test file without answers: predicted, not scored
+            parts.append(f"unlabelled={self.without_answers}")
         return " ".join(parts + [f"skipped_{reason}={n}" for reason, n in sorted(self.skipped.items())])
 
     @property
@@ -107,6 +109,9 @@ class LoadedFile:
             raise self.fail(
                 loc, f"expected a record object with id, question, context, answers; found {kind_of(rec)}"
             )
+        if "answers" in rec and rec["answers"] is None:
+            # null answers are no answers, in every format: a dataset's row has null for a column it lacks
+            rec = {key: value for key, value in rec.items() if key != "answers"}
         if "paragraphs" in rec and "qas" not in rec and "question" not in rec:
             raise self.fail(
                 loc,

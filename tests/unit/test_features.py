@@ -172,6 +172,9 @@ def test_a_dataset_split_is_checked_as_its_file_would_be(tiny_bert, demo_files_v
         records[split] = load_qa_records(demo_files_v2[split], version_2_with_negative=True)[0]
         lines = "".join(json.dumps(r) + "\n" for r in records[split])
         (hub / f"{split}.jsonl").write_text(lines)
+    # a test split without answers: load_dataset gives its rows the column, null
+    unlabelled = [{k: v for k, v in r.items() if k != "answers"} for r in records["validation"][:5]]
+    (hub / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in unlabelled))
     built = _build(
         tiny_bert,
         demo_files_v2,
@@ -186,8 +189,10 @@ def test_a_dataset_split_is_checked_as_its_file_would_be(tiny_bert, demo_files_v
     impossible = sum(not r["answers"]["text"] for r in records["validation"])
     line = f"DATA_LOADED dataset={hub} format=dataset records={len(records['validation'])} "
     assert f"{line}impossible={impossible} skipped=0 fixed=0 split=validation" in built.log
-    first = next(i for i, r in enumerate(records["train"]) if not r["answers"]["text"])
     args = (ModelArguments(cache_dir=str(tmp_path / "c")), ["train", "validation"])
+    (test,) = _read_splits(DataTrainingArguments(dataset_name=str(hub)), args[0], ["test"]).values()
+    assert not test.scorable and test.summary().endswith("impossible=0 skipped=0 fixed=0 unlabelled=5")
+    first = next(i for i, r in enumerate(records["train"]) if not r["answers"]["text"])
     with pytest.raises(DataError) as err:
         _read_splits(DataTrainingArguments(dataset_name=str(hub)), *args)
     assert str(err.value).startswith(

@@ -160,7 +160,8 @@ def test_a_test_file_is_scored_with_answers_for_all_records_or_predicted_for_non
     labelled ones is refused, naming the first (those would be scored as wrong answers); labelled test
     records are checked as any split's, an empty answer list without --version_2_with_negative too."""
     none = _write(tmp_path, "flat_list", [_rec(i, answers=_DROP) for i in range(2)])
-    assert not load_qa_records(none, split="test")[1].scorable
+    loaded = load_qa_records(none, split="test")[1]
+    assert not loaded.scorable and loaded.summary().endswith("impossible=0 skipped=0 fixed=0 unlabelled=2")
     assert load_qa_records(_write(tmp_path, "jsonl", RECORDS), split="test")[1].scorable
     mixed = _write(tmp_path, "nested", [RECORDS[0], _rec(1, answers=_DROP), _rec(2, answers=_DROP)])
     with pytest.raises(DataError) as err:
