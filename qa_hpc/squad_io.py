@@ -1,10 +1,10 @@
 """The one SQuAD reader: the official nested JSON (v1.1/v2.0), flat JSON or JSON Lines -> flat records.
 
 Each file becomes flat records handed one by one to a LoadedFile (qa_hpc.squad_records), which raises
-DataError naming file, record and field before any record is returned; a hub dataset's rows are handed
-over the same way (``check_dataset_rows``). Parsed here, not by
+DataError naming file, record and field before any record is returned. Files are parsed here, not by
 ``load_dataset``: its JSON errors name no line or column, and a missing field reads as null. The file is
-read once: the bytes checked are the bytes digested.
+read once: the bytes checked are the bytes digested. A hub dataset's rows (``load_dataset``'s) are handed
+over the same way, by ``check_dataset_rows``.
 """
 
 from __future__ import annotations
