@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
 from qa_hpc.record import SUMMARY_FILE, Memory, RunRecord, Stopped
 from qa_hpc.tools.figures import NA
 
@@ -340,6 +341,12 @@ def main(argv: list[str] | None = None) -> int:
     if error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
+    if args.plot:  # before the table is printed: nothing half-done
+        try:
+            check_writable_dir(args.plot, "--plot")
+        except OutputError as err:
+            print(f"ERROR: {err}", file=sys.stderr)
+            return EXIT_IOERR
     table = add_speedup(table, base, args.speedup_on)
     if args.format == "md":
         sys.stdout.write(to_markdown(table, base, args.speedup_on))

@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from qa_hpc.atomic_io import write_text_atomic
+from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
 from qa_hpc.record import SUMMARY_FILE, Memory, Params, RunRecord
 from qa_hpc.tools.collect_results import (
     OUTPUT_MARKERS,
@@ -284,10 +285,10 @@ def problem(raw: str) -> str | None:
         return f"{raw}: no {SUMMARY_FILE}{why}, or a run killed before its end)"
     try:
         record = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = None
+    except (OSError, ValueError) as err:
+        return f"{raw}: {SUMMARY_FILE} cannot be read: {err}"
     if not isinstance(record, dict):
-        return f"{raw}: {SUMMARY_FILE} cannot be read"
+        return f"{raw}: {SUMMARY_FILE} cannot be read: a JSON {type(record).__name__}, not an object"
     missing = [key for key in NEEDED if key not in record]
     if missing:
         return f"{raw}: {SUMMARY_FILE} has no {', '.join(missing)} (an older layout)"
@@ -345,7 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        check_writable_dir(str(out), "--out")
+    except OutputError as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return EXIT_IOERR
     lines = [
         f"# Run report: {' vs '.join(table['run'])}",
         "",

@@ -125,6 +125,18 @@ def test_plots_draw_the_records_numbers(tiny_project, tmp_path, capsys):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["qa-tiny-1001", "qa-tiny-ddp-1002"]
 
 
+def test_a_plot_folder_that_cannot_be_made_stops_before_the_table(tiny_project, tmp_path, capsys):
+    """--plot naming a file: one ERROR line, exit 74 (cannot write), and no table printed half-way."""
+    root, _ = tiny_project
+    taken = tmp_path / "plots"
+    taken.write_text("a file")
+    proc = collect(capsys, root, "outputs", "--plot", str(taken), code=74)
+    assert (
+        proc.stdout == ""
+        and proc.stderr == f"ERROR: cannot create --plot {taken}: it is a file, not a folder\n"
+    )
+
+
 def test_defaults_missing_fields_and_bad_baseline(tiny_project, tmp_path, capsys):
     root, _ = tiny_project
     # a run still going (or killed) whose record is not written yet, its results file cut off mid-write

@@ -200,6 +200,7 @@ def test_a_failed_run_in_the_comparison_has_n_a_figures(plain, tmp_path, capsys)
 
 
 def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
+    """A run folder that is no run's (exit 2), an --out that cannot be made (exit 74): one line each."""
     from qa_hpc.tools.report import main
 
     older, cut, empty = tmp_path / "older", tmp_path / "cut", tmp_path / "empty"
@@ -207,14 +208,21 @@ def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
         path.mkdir()
     (older / "all_results.json").write_text('{"eval_f1": 1.0}', encoding="utf-8")
     (cut / "run_summary.json").write_text(json.dumps({"status": "ok", "results": {}}), encoding="utf-8")
+    broken = shutil.copytree(plain.ok().out, tmp_path / "broken", ignore=shutil.ignore_patterns("runs"))
+    (broken / "run_summary.json").write_text('{"status": "ok", "results"', encoding="utf-8")
     cases = {
         str(tmp_path / "nowhere"): "not a directory",
         str(empty): "no run_summary.json (not a run's output dir",
         str(older): "no run_summary.json, only all_results.json (an older layout",
         str(cut): "run_summary.json has no params, plan (an older layout)",
+        str(broken): "run_summary.json cannot be read: Expecting ':' delimiter: line 1 column 27",
     }
     for path, message in cases.items():
         assert main([str(plain.out), path, "--out", str(tmp_path / "report")]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"ERROR: {path}: {message}") and err.count("\n") == 1, err
     assert not (tmp_path / "report").exists()  # nothing written
+    taken = tmp_path / "report.md"
+    taken.write_text("a file")
+    assert main([str(plain.out), "--out", str(taken)]) == 74
+    assert capsys.readouterr().err == f"ERROR: cannot create --out {taken}: it is a file, not a folder\n"
