@@ -333,10 +333,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     error = next(filter(None, map(problem, args.runs)), None)
+    resolved = [Path(raw).resolve() for raw in args.runs]
+    if error is None and len(set(resolved)) < len(resolved):
+        same = [raw for raw, path in zip(args.runs, resolved) if resolved.count(path) > 1]
+        error = (
+            f"{same[0]}: one run given more than once ({', '.join(same)}); a run compared with itself "
+            "says nothing"
+        )
     base = 0
     if error is None:
         # RUN_DIR order: the first is the default baseline
-        order = [str(Path(raw).resolve()) for raw in args.runs]
+        order = [str(path) for path in resolved]
         table = read_runs(args.runs)[0].set_index("output_dir", drop=False).loc[order].reset_index(drop=True)
         if args.baseline:
             given = Path(args.baseline)

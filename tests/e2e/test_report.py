@@ -200,7 +200,8 @@ def test_a_failed_run_in_the_comparison_has_n_a_figures(plain, tmp_path, capsys)
 
 
 def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
-    """A run folder that is no run's (exit 2), an --out that cannot be made (exit 74): one line each."""
+    """A run folder that is no run's or one given twice (exit 2), an --out that cannot be made (exit 74): one
+    line each."""
     from qa_hpc.tools.report import main
 
     older, cut, empty = tmp_path / "older", tmp_path / "cut", tmp_path / "empty"
@@ -221,6 +222,12 @@ def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
         assert main([str(plain.out), path, "--out", str(tmp_path / "report")]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"ERROR: {path}: {message}") and err.count("\n") == 1, err
+    assert main([str(plain.out), f"{plain.out}/", "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == f"ERROR: {plain.out}: one run given more than once ({plain.out}, {plain.out}/); a run "
+        "compared with itself says nothing\n"
+    ), err
     assert not (tmp_path / "report").exists()  # nothing written
     taken = tmp_path / "report.md"
     taken.write_text("a file")
