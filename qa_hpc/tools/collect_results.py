@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """One row per run from the runs' records: where runs went, how fast, how good, how big.
 
-    python -m qa_hpc.tools.collect_results                          # outputs/ of the checkout
+    python -m qa_hpc.tools.collect_results                          # ./outputs/ (run from the checkout)
     python -m qa_hpc.tools.collect_results outputs/ --baseline bert_squad_ft3 --format csv > runs.csv
     python -m qa_hpc.tools.collect_results outputs/ --plot plots/  # loss_curves, throughput, wall_time .png
 
@@ -28,7 +28,8 @@ from qa_hpc.tools.figures import NA
 
 # Files only a run's output dir holds: a dir with any of them is a run, with or without a record.
 OUTPUT_MARKERS = (SUMMARY_FILE, "all_results.json", "trainer_state.json", "memory.json")
-SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "runs", "profiler", "hf_cache", "wandb"}
+# never searched (a run dir's own runs/ and profiler/ are not: the search stops at the run dir)
+SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "hf_cache", "wandb"}
 # The columns of the table (and of --format csv/json, speedup last) and their types, each filled by run_row():
 # integers stay integers where a run lacks one (1, not 1.0); record is the RunRecord qa_hpc.tools.report shows
 COLUMNS = {
@@ -78,12 +79,14 @@ def find_output_dirs(paths: list[str]) -> tuple[list[Path], list[str]]:
         if path.is_file() and path.name == SUMMARY_FILE:
             dirs.add(path.parent)
         for here, subdirs, _ in os.walk(path):  # nothing for a file
-            if any((Path(here) / marker).is_file() for marker in OUTPUT_MARKERS):
+            # checkpoints hold trainer_state.json too, but belong to the run above them: a run killed before
+            # its end may have nothing else
+            checkpoints = [d for d in subdirs if d.startswith("checkpoint-")]
+            if checkpoints or any((Path(here) / marker).is_file() for marker in OUTPUT_MARKERS):
                 dirs.add(Path(here))
                 subdirs.clear()
                 continue
-            # checkpoints hold trainer_state.json too, but belong to the run above them
-            subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS and not d.startswith("checkpoint-"))
+            subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS)
     return sorted(dirs), missing
 
 
@@ -110,10 +113,17 @@ def first_recorded(*values: Any) -> Any:
     return next((value for value in values if value is not None), None)
 
 
-def reason(record: RunRecord | None) -> str | None:
-    """Why a run did not end ok, in one line: its error, where it stopped, or that it has no record."""
+def reason(record: RunRecord | None, out_dir: Path) -> str | None:
+    """Why a run did not end ok, in one line: its error, where it stopped, or that it has no record (or one
+    that cannot be read: records are written whole, so that is damage, not a run still going)."""
     if record is None:
-        return NO_RECORD
+        try:
+            json.loads((out_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return NO_RECORD
+        except (OSError, ValueError) as err:
+            return f"{SUMMARY_FILE} cannot be read: {err}"
+        return f"{SUMMARY_FILE} is no JSON object"
     if record.status == "failed":
         return f"exit code {record.exit_code}: {record.error or 'no error recorded'}"
     if record.status == "preempted":
@@ -148,7 +158,7 @@ def run_row(out_dir: Path) -> dict[str, Any]:
         "job_name": env.slurm_job_name,
         "job_id": env.slurm_job_id,
         "status": (shown.status or "unknown") if record else "incomplete",
-        "reason": reason(record),
+        "reason": reason(record, out_dir),
         "exit_code": shown.exit_code,
         "nodes": nodes,
         "procs_per_node": per_node,
@@ -187,6 +197,9 @@ def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
     ids = table["job_id"].fillna("")
     keys = pd.DataFrame({"n": pd.to_numeric(ids.str.extract(r"^(\d+)")[0]), "id": ids, "run": table["run"]})
     table = table.loc[keys.sort_values(["n", "id", "run"], kind="stable").index].reset_index(drop=True)
+    # local runs are named by their folder: two of one name (x/out, y/out) by its parent too
+    same = table["run"].duplicated(keep=False) & table["job_id"].isna()
+    table.loc[same, "run"] = table.loc[same, "output_dir"].map(lambda d: "/".join(Path(d).parts[-2:]))
     return table, [f"not found: {p}" for p in missing]
 
 
@@ -202,10 +215,19 @@ def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tup
         return None, f"--baseline {baseline!r} matches no run ({', '.join(table['run'])})"
     if len(matches) > 1:
         return None, f"--baseline {baseline!r} matches several runs ({', '.join(table.loc[matches, 'run'])})"
-    row = table.loc[matches[0]]
-    if not row[metric] > 0:
-        return None, f"--baseline {baseline!r} ({row['run']}, status {row['status']}) has no {metric}"
-    return int(matches[0]), None
+    return usable_baseline(table, int(matches[0]), f"--baseline {baseline!r}", metric)
+
+
+def usable_baseline(table: pd.DataFrame, base: int, named: str, metric: str) -> tuple[int | None, str | None]:
+    """base, or why the runs cannot be compared with it: it must have ended ok, with the figure."""
+    row = table.loc[base]
+    if row["status"] == "ok" and row[metric] > 0:
+        return base, None
+    without = "" if row[metric] > 0 else f" without a {metric}"
+    return None, (
+        f"{named} is {row['run']}, which ended {row['status']}{without}: the runs are compared with one that "
+        f"ended ok with its {metric}; name one with --baseline"
+    )
 
 
 def add_speedup(table: pd.DataFrame, base: int | None, metric: str) -> pd.DataFrame:
@@ -330,9 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print("ERROR: no paths given and no outputs/ here", file=sys.stderr)
         return 2
-    table, warnings = read_runs(paths)
-    for warning in warnings:
-        print(f"WARNING: {warning}", file=sys.stderr)
+    table, missing = read_runs(paths)
+    if missing:  # a mistyped path: a table without that run would pass for the whole one
+        print(f"ERROR: {'; '.join(missing)}", file=sys.stderr)
+        return 2
     if table.empty:
         markers = ", ".join(OUTPUT_MARKERS)
         print(f"ERROR: no runs found in {' '.join(paths)} (looked for dirs with {markers})", file=sys.stderr)

@@ -35,6 +35,7 @@ from qa_hpc.tools.collect_results import (
     pick_baseline,
     read_log_history,
     read_runs,
+    usable_baseline,
 )
 from qa_hpc.tools.figures import NA, curves_figure, write_plots
 
@@ -314,6 +315,25 @@ def to_html(markdown_text: str, out: Path) -> str:
     return f"<!doctype html><meta charset=utf-8><title>run report</title><style>{style}</style>\n{body}\n"
 
 
+def report_baseline(table: pd.DataFrame, runs: list[str], baseline: str | None) -> tuple[int, str | None]:
+    """The row the others are compared with: --baseline (a RUN_DIR, a label, job name or id), else the
+    first RUN_DIR; it must have ended ok with its train time. (0, None) for a run alone."""
+    if baseline and Path(baseline).is_dir():  # a RUN_DIR: by its path (two runs' folders may share a name)
+        matches = table.index[table["output_dir"].eq(str(Path(baseline).resolve()))]
+        if not len(matches):
+            return 0, f"--baseline {baseline}: not one of the RUN_DIRs ({', '.join(runs)})"
+        base, error = usable_baseline(table, int(matches[0]), f"--baseline {baseline}", "train_runtime")
+    elif baseline:
+        base, error = pick_baseline(table, baseline, "train_runtime")
+    elif len(table) > 1:
+        base, error = usable_baseline(
+            table, 0, f"the baseline, the first RUN_DIR {runs[0]},", "train_runtime"
+        )
+    else:
+        return 0, None
+    return (0 if base is None else base), error
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m qa_hpc.tools.report",
@@ -345,10 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         # RUN_DIR order: the first is the default baseline
         order = [str(path) for path in resolved]
         table = read_runs(args.runs)[0].set_index("output_dir", drop=False).loc[order].reset_index(drop=True)
-        if args.baseline:
-            given = Path(args.baseline)
-            name = given.resolve().name if given.is_dir() else args.baseline
-            base, error = pick_baseline(table, name, "train_runtime")
+        base, error = report_baseline(table, args.runs, args.baseline)
     if error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2

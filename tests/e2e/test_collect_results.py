@@ -9,12 +9,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from fixtures.procs import PYTHON, ok, run
 from fixtures.runs import Run, read
+
+from qa_hpc.tools.collect_results import NO_RECORD
 
 
 @pytest.fixture(scope="module")
@@ -152,9 +155,41 @@ def test_defaults_missing_fields_and_bad_baseline(tiny_project, tmp_path, capsys
         assert rows["qa-tiny-1001"]["status"] == "ok"
         assert "matches no run" in collect(capsys, root, "--baseline", "no-such-run", code=2).stderr
         error = collect(capsys, root, "--baseline", "cut-off", code=2).stderr
-        assert "(cut-off, status incomplete) has no train_runtime" in error
+        assert "--baseline 'cut-off' is cut-off, which ended incomplete without a train_runtime: " in error
         assert "no paths given and no outputs/ here" in collect(capsys, tmp_path, code=2).stderr
         assert "no runs found in logs" in collect(capsys, root, "logs", code=2).stderr  # logs are not runs
     finally:
         (broken / "all_results.json").unlink()
         broken.rmdir()
+
+
+def test_killed_damaged_and_like_named_runs_are_rows_and_a_wrong_path_or_baseline_stops(
+    tiny_project, tmp_path, capsys
+):
+    """A run killed before any record (only a checkpoint) is an incomplete row, a damaged record names its
+    parse error, run folders under a folder named runs/ are found, two local runs of one folder name are told
+    apart by their parent; a mistyped path and a baseline that did not end ok stop the tool (exit 2)."""
+    _, runs = tiny_project
+    parent = tmp_path / "runs"  # a user's folder of outputs may well be called so
+    ok_run = shutil.copytree(runs["single"].out, parent / "x" / "out", ignore=shutil.ignore_patterns("runs"))
+    damaged = shutil.copytree(ok_run, parent / "y" / "out")
+    (damaged / "run_summary.json").write_text('{"status": "ok", "results"', encoding="utf-8")
+    killed = parent / "killed" / "checkpoint-3"
+    killed.mkdir(parents=True)
+    (killed / "trainer_state.json").write_text('{"log_history": [{"loss": 2.5, "step": 1}]}')
+    record = json.loads((ok_run / "run_summary.json").read_text())
+    record.update(slurm_job_name=None, slurm_job_id=None)  # a local run: named by its folder
+    (ok_run / "run_summary.json").write_text(json.dumps(record))
+    rows = {
+        r["run"]: r
+        for r in json.loads(collect(capsys, tmp_path, str(parent), "--format", "json").stdout)["runs"]
+    }
+    assert sorted(rows) == ["killed", "x/out", "y/out"], rows.keys()
+    assert rows["x/out"]["status"] == "ok"
+    assert (rows["killed"]["status"], rows["killed"]["reason"]) == ("incomplete", NO_RECORD)
+    assert rows["killed"]["loss_curve"] == [[1, 2.5]]  # its checkpoint's
+    assert rows["y/out"]["reason"].startswith("run_summary.json cannot be read: Expecting ':' delimiter")
+    error = collect(capsys, tmp_path, str(parent), str(tmp_path / "nosuch"), code=2)
+    assert error.stdout == "" and error.stderr == f"ERROR: not found: {tmp_path / 'nosuch'}\n"
+    failed = collect(capsys, tmp_path, str(parent), "--baseline", "killed", code=2).stderr
+    assert "which ended incomplete without a train_runtime" in failed, failed

@@ -233,3 +233,33 @@ def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
     taken.write_text("a file")
     assert main([str(plain.out), "--out", str(taken)]) == 74
     assert capsys.readouterr().err == f"ERROR: cannot create --out {taken}: it is a file, not a folder\n"
+
+
+def test_the_baseline_ended_ok_and_is_found_by_its_folder(plain, tmp_path, capsys):
+    """The default baseline is the first RUN_DIR: one that did not end ok stops the report (exit 2) rather
+    than blank every speedup; --baseline DIR finds the run by its path, where two runs' folders share a name,
+    and the two are told apart by their parents."""
+    from qa_hpc.tools.report import main
+
+    first, second = (
+        shutil.copytree(plain.ok().out, tmp_path / side / "out", ignore=shutil.ignore_patterns("runs"))
+        for side in ("x", "y")
+    )
+    for out in (first, second):  # local runs: labelled by their folders
+        record = read(out / "run_summary.json")
+        record.update(slurm_job_name=None, slurm_job_id=None)
+        (out / "run_summary.json").write_text(json.dumps(record), encoding="utf-8")
+    assert main([str(first), str(second), "--baseline", str(second), "--out", str(tmp_path / "r")]) == 0
+    md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    assert md.startswith("# Run report: x/out vs y/out") and "Baseline y/out." in md, md[:500]
+    record = read(first / "run_summary.json")
+    record.update(status="preempted", results={})
+    (first / "run_summary.json").write_text(json.dumps(record), encoding="utf-8")
+    capsys.readouterr()
+    assert main([str(first), str(second), "--out", str(tmp_path / "r2")]) == 2
+    assert capsys.readouterr().err == (
+        f"ERROR: the baseline, the first RUN_DIR {first}, is x/out, which ended preempted without a "
+        "train_runtime: the runs are compared with one that ended ok with its train_runtime; name one with "
+        "--baseline\n"
+    )
+    assert not (tmp_path / "r2").exists()
