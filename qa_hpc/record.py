@@ -307,14 +307,21 @@ class RunRecord:
         )
 
     @classmethod
+    def read(cls, path: str | Path) -> RunRecord:
+        """The record in `path`; OSError when it cannot be read (FileNotFoundError: missing), ValueError when
+        it is cut off mid-write or not a record (json reads the NaN that records may hold)."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        return cls.from_json(data)
+
+    @classmethod
     def load(cls, path: str | Path) -> RunRecord | None:
-        """The record in `path`; None when it is missing, cut off mid-write or not a record (json reads the
-        NaN that records may hold)."""
+        """The record in `path`; None where `read` raises."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls.read(path)
         except (OSError, ValueError):
             return None
-        return cls.from_json(data) if isinstance(data, dict) else None
 
     def closing_lines(self) -> list[str]:
         """The greppable KEY=value lines a run ends with: the memory report's, where the run ran, the training

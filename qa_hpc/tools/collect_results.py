@@ -113,17 +113,21 @@ def first_recorded(*values: Any) -> Any:
     return next((value for value in values if value is not None), None)
 
 
-def reason(record: RunRecord | None, out_dir: Path) -> str | None:
-    """Why a run did not end ok, in one line: its error, where it stopped, or that it has no record (or one
-    that cannot be read: records are written whole, so that is damage, not a run still going)."""
+def read_record(out_dir: Path) -> tuple[RunRecord | None, str | None]:
+    """The run's record, or None and why not: none written yet, or one that cannot be read (records are
+    written whole, so that is damage, not a run still going)."""
+    try:
+        return RunRecord.read(out_dir / SUMMARY_FILE), None
+    except FileNotFoundError:
+        return None, NO_RECORD
+    except (OSError, ValueError) as err:
+        return None, f"{SUMMARY_FILE} cannot be read: {err}"
+
+
+def reason(record: RunRecord | None, unreadable: str | None) -> str | None:
+    """Why a run did not end ok, in one line: its error, where it stopped, or why it has no record."""
     if record is None:
-        try:
-            json.loads((out_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return NO_RECORD
-        except (OSError, ValueError) as err:
-            return f"{SUMMARY_FILE} cannot be read: {err}"
-        return f"{SUMMARY_FILE} is no JSON object"
+        return unreadable
     if record.status == "failed":
         return f"exit code {record.exit_code}: {record.error or 'no error recorded'}"
     if record.status == "preempted":
@@ -134,7 +138,7 @@ def reason(record: RunRecord | None, out_dir: Path) -> str | None:
 
 def run_row(out_dir: Path) -> dict[str, Any]:
     """One output dir's row of COLUMNS, from its record; status incomplete where it has no readable one."""
-    record = RunRecord.load(out_dir / SUMMARY_FILE)
+    record, unreadable = read_record(out_dir)
     shown = record or RunRecord.from_json({})  # no record: every figure missing
     env = shown.environment
     plan = shown.plan
@@ -158,7 +162,7 @@ def run_row(out_dir: Path) -> dict[str, Any]:
         "job_name": env.slurm_job_name,
         "job_id": env.slurm_job_id,
         "status": (shown.status or "unknown") if record else "incomplete",
-        "reason": reason(record, out_dir),
+        "reason": reason(record, unreadable),
         "exit_code": shown.exit_code,
         "nodes": nodes,
         "procs_per_node": per_node,
