@@ -65,7 +65,7 @@ def check_dataset_rows(
     """The rows of a dataset's split read by ``datasets.load_dataset`` (a hub name or a folder), checked
     as a file's records are; ``row i`` is ``dataset[i]``."""
     _check_arguments(split, answer_check)
-    c = LoadedFile(name, split, bool(version_2_with_negative), answer_check, dataset=True)
+    c = LoadedFile(name, split, bool(version_2_with_negative), answer_check)
     c.fmt = "dataset"
     missing = [col for col in ("id", "question", "context") if col not in columns]
     if missing:

@@ -38,16 +38,15 @@ class LoadedFile:
         v2: bool = False,
         answer_check: str = "error",
         scoring: bool = False,
-        dataset: bool = False,
     ) -> None:
         self.path = path
-        # path names a dataset read by datasets.load_dataset (hub name or folder), whose rows are checked
-        self.dataset = dataset
         self.split = split
         self.v2 = v2
         self.answer_check = answer_check
         self.scoring = scoring
-        self.fmt = ""  # "squad-nested" | "json" | "jsonl" | "dataset"
+        # "squad-nested" | "json" | "jsonl"; "dataset": path names a dataset datasets.load_dataset read (a hub
+        # name or a folder), whose rows are checked
+        self.fmt = ""
         self.digest = ""  # of the bytes that were read and checked: what the features cache is keyed by
         self.seen: dict[str, str] = {}  # id -> location of its first occurrence
         self.records: list[dict] = []
@@ -61,6 +60,10 @@ class LoadedFile:
     @property
     def n_records(self) -> int:
         return len(self.records)
+
+    @property
+    def dataset(self) -> bool:
+        return self.fmt == "dataset"
 
     @property
     def n_impossible(self) -> int:
