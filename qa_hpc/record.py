@@ -206,7 +206,7 @@ class Peaks:
 class Memory:
     """What run_summary.json keeps of the memory report (memory.json holds all of it)."""
 
-    measured_peak_mb: float | None = None  # what the estimate is compared with; None without an estimate
+    measured_peak_mb: float | None = None  # the run's peak: CUDA allocated on a GPU, else RSS
     measured_source: str | None = None
     max_over_ranks: Peaks = Peaks()
     estimate_over_measured: float | None = None

@@ -139,17 +139,16 @@ def memory_report(
         "estimate": dict(estimate) if estimate else None,
         "note": main["nvml_note"],
     }
+    # the run's peak, with or without an estimate beside it (an evaluation-only run has none): what the
+    # tables and TensorBoard show as its peak memory
+    if gpus:
+        measured = peaks["cuda_peak_allocated_mb"]
+        source = "cuda peak allocated (max over ranks)"
+    else:
+        measured = peaks["cpu_peak_rss_mb"]
+        source = "cpu peak RSS (max over ranks; includes the Python runtime and libraries)"
+    report.update(measured_peak_mb=measured, measured_source=source)
     if estimate:
-        if gpus:
-            measured = peaks["cuda_peak_allocated_mb"]
-            source = "cuda peak allocated (max over ranks)"
-        else:
-            measured = peaks["cpu_peak_rss_mb"]
-            source = "cpu peak RSS (max over ranks; includes the Python runtime and libraries)"
-        report.update(
-            measured_peak_mb=measured,
-            measured_source=source,
-            estimate_over_measured=round(estimate["total_mb"] / measured, 3) if measured else None,
-        )
+        report["estimate_over_measured"] = round(estimate["total_mb"] / measured, 3) if measured else None
     write_json_atomic(os.path.join(output_dir, "memory.json"), report)
     return report

@@ -31,6 +31,8 @@ from fixtures.runs import (
 )
 from safetensors.torch import load_file
 
+from qa_hpc.tools.collect_results import run_row
+
 # the plain run's --num_train_epochs and --max_train_samples
 EPOCHS = 2
 TRAIN_QUESTIONS = 8
@@ -195,6 +197,11 @@ def test_eval_only_from_a_json_config_reuses_features_and_writes_identical_files
     assert (hf_home / "metrics" / "evaluate_squad_v1" / "default").is_dir()
     assert files_under(hf_home / "metrics") == [], "keep_in_memory: no Arrow cache files"
     assert files_under(cwd) == [], "nothing lands in the working directory"
+    # an evaluation-only run has no training estimate; its peak is still the table's peak memory
+    row = run_row(out)
+    memory = json.loads((out / "memory.json").read_text())
+    assert row["peak_memory_mb"] == memory["max_over_ranks"]["cpu_peak_rss_mb"] > 0
+    assert row["peak_memory_source"] == "rss" and memory["estimate"] is None
 
 
 # own_runs builds models in this process one at a time: build_tiny_bert seeds torch's global generator
