@@ -189,9 +189,10 @@ class LoadedFile:
         """The answers as HF columns, each text at its answer_start, fixed if asked; None: skip the record."""
         answers: dict[str, list] = {"text": [], "answer_start": []}
         for text, start, text_field, start_field in golds:
-            if start < 0 or start >= len(context):
-                raise err(f"{start} is out of range for a context of {len(context)} characters", start_field)
-            found = context[start : start + len(text)]
+            # an offset past either end of the context is one more answer not at its answer_start: stopped,
+            # moved or dropped as --answer_check says, like any other
+            in_range = 0 <= start < len(context)
+            found = context[start : start + len(text)] if in_range else None
             if found != text:
                 if self.answer_check == "skip":
                     return None
@@ -205,6 +206,11 @@ class LoadedFile:
                         where = (
                             f"; the text does occur at {new} (answer_check='fix' corrects such offsets, "
                             "'skip' drops such records)"
+                        )
+                    if not in_range:
+                        raise err(
+                            f"{start} is out of range for a context of {len(context)} characters{where}",
+                            start_field,
                         )
                     raise err(
                         f"answer text {reprlib.repr(text)} not found at answer_start {start} "

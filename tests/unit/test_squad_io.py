@@ -265,7 +265,8 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         "start_out_of_range",
         "f.json",
         [_rec(0, **_ans("Paris", 999))],
-        "[0] (id 'q0'): field 'answers[0].answer_start': 999 is out of range for a context of 53 characters",
+        "[0] (id 'q0'): field 'answers[0].answer_start': 999 is out of range for a context of 53 characters; "
+        "the text does occur at 0 (answer_check='fix' corrects such offsets, 'skip' drops such records)",
     ),
     _case(
         "text_not_at_start",
@@ -426,18 +427,12 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         answer_check="fix",
     ),
     _case(
-        "fix_keeps_range_check",
+        "fix_out_of_range_text_nowhere",
         "f.json",
-        [_rec(0, **_ans("Paris", 500))],
-        "500 is out of",
+        [_rec(0, **_ans("Lyon", 500))],
+        "(id 'q0'): field 'answers[0].answer_start': 500 is out of range for a context of 53 characters; "
+        "the text does not occur anywhere in the context",
         answer_check="fix",
-    ),
-    _case(
-        "skip_keeps_range_check",
-        "f.json",
-        [_rec(0, **_ans("Paris", 500))],
-        "500 is out of",
-        answer_check="skip",
     ),
     _case(
         "jsonl_bad_line",
@@ -581,6 +576,8 @@ FIXABLE = [
             _ans("Bern", 18),  # nearest is 16
             {"answers": {"text": ["Aare", "the Aare"], "answer_start": [54, 52]}},  # both off by one
             _ans("Bern", 5),  # nearest is 0 (5 away, not 11)
+            _ans("Aare", 70),  # past the context's end: the nearest is 55
+            _ans("Bern", -3),  # before its start: the nearest is 0
         ]
     )
 ]
@@ -589,8 +586,8 @@ FIXABLE = [
 @pytest.mark.parametrize(
     "mode,starts,counts",
     [
-        ("fix", [[0], [16], [55, 51], [0]], "records=4 impossible=0 skipped=0 fixed=4"),
-        ("skip", [[0]], "records=1 impossible=0 skipped=3 fixed=0 skipped_answer_not_at_start=3"),
+        ("fix", [[0], [16], [55, 51], [0], [55], [0]], "records=6 impossible=0 skipped=0 fixed=6"),
+        ("skip", [[0]], "records=1 impossible=0 skipped=5 fixed=0 skipped_answer_not_at_start=5"),
     ],
 )
 def test_answer_check_fix_and_skip_are_counted(tmp_path, mode, starts, counts):
