@@ -51,8 +51,14 @@ def cache_dir_for(given: str | None, env: Mapping[str, str]) -> str:
     emptied after each job on clusters: every job, a requeued one too, would compile cold (~130 s for
     bert-base on one H200; a warm compile of its shape took a quarter of the cold one on a CPU)."""
     from huggingface_hub import constants
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    chosen = given or env.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(constants.HF_HOME, "qa_hpc_compile")
+    set_by_user = env.get("TORCHINDUCTOR_CACHE_DIR")
+    # importing transformers' model code imports torch._dynamo, which writes torch's own default into the
+    # environment: that value is torch's choice, not the user's
+    if set_by_user and os.path.abspath(set_by_user) == os.path.abspath(default_cache_dir()):
+        set_by_user = None
+    chosen = given or set_by_user or os.path.join(constants.HF_HOME, "qa_hpc_compile")
     return os.path.abspath(chosen)
 
 

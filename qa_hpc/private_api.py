@@ -143,6 +143,15 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "any of them",
     ),
     PrivateUse(
+        "torch._inductor.runtime.cache_dir_utils.default_cache_dir",
+        ("qa_hpc/compile.py",),
+        "torch",
+        "2.13.0",
+        "the folder torch writes into TORCHINDUCTOR_CACHE_DIR when torch._dynamo is imported (transformers' "
+        "model code imports it): a variable holding it was not set by the user; torch documents the "
+        "variable, not its default",
+    ),
+    PrivateUse(
         "accelerate.state.AcceleratorState.dynamo_plugin",
         ("qa_hpc/plan.py",),
         "accelerate",

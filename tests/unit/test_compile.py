@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
+import tempfile
 
 import pytest
 import torch
@@ -141,10 +143,21 @@ def test_the_compile_cache_is_the_flags_else_torchs_variable_else_beside_the_hf_
 
     monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf_home"))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "")  # so that it is restored, whatever torch writes below
     kept = {"TORCHINDUCTOR_CACHE_DIR": "/scratch/inductor"}
     assert cache_dir_for("given", kept) == str(tmp_path / "given")
     assert cache_dir_for(None, kept) == "/scratch/inductor"
     assert cache_dir_for(None, {}) == str(tmp_path / "hf_home" / "qa_hpc_compile")
+    # torch writes its own default into the environment when transformers' BERT imports torch._dynamo (as
+    # run_qa.py's imports do, before the flags are read; torch._dynamo.package calls this): still beside
+    # the HF cache
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    torch_default = cache_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == torch_default
+    assert torch_default.startswith(os.path.join(tempfile.gettempdir(), "torchinductor_"))
+    assert cache_dir_for(None, os.environ) == str(tmp_path / "hf_home" / "qa_hpc_compile")
 
 
 def test_a_cache_folder_the_run_cannot_write_stops_it_naming_the_folder(

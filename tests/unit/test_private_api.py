@@ -201,6 +201,22 @@ def check_dynamo_counters(tmp_path: Path) -> None:
     assert 'counters["inductor"]["cudagraph_skips"] += 1' in source
 
 
+def check_default_cache_dir(tmp_path: Path) -> None:
+    import torch._dynamo.package
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+    # torch._dynamo's import asks for the cache folder, and asking writes torch's default where none is set
+    assert "cache_dir()" in inspect.getsource(torch._dynamo.package)
+    previous = os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    try:
+        assert cache_dir() == os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()
+    finally:
+        if previous is None:
+            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+
 def check_dynamo_plugin(tmp_path: Path) -> None:
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
@@ -267,6 +283,7 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "transformers.integrations.integration_utils.default_logdir": check_default_logdir,
     "transformers.PretrainedConfig._attn_implementation": check_attn_implementation,
     "torch._dynamo.utils.counters": check_dynamo_counters,
+    "torch._inductor.runtime.cache_dir_utils.default_cache_dir": check_default_cache_dir,
     "accelerate.state.AcceleratorState.dynamo_plugin": check_dynamo_plugin,
     "accelerate.utils.TorchDynamoPlugin.ACCELERATE_DYNAMO_USE_DYNAMIC": check_dynamo_use_dynamic,
     "accelerate.utils.TorchDynamoPlugin.ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": (
