@@ -23,7 +23,7 @@ import datasets
 import torch
 import transformers
 from accelerate import PartialState
-from transformers import TrainingArguments
+from transformers import TrainerState, TrainingArguments
 
 from qa_hpc import attention
 from qa_hpc.batching import make_collator
@@ -203,6 +203,12 @@ def train(run: Run, stop: StopRequest) -> bool:
     checkpoint."""
     trainer, out = run.trainer, run.args.output_dir
     checkpoint_dir = lambda: os.path.join(out, f"checkpoint-{trainer.state.global_step}")  # noqa: E731
+    # a resumed launch's speed is its own: the epochs after its checkpoint's over its own train_runtime (the
+    # Trainer counts its samples/s so too), not the whole run's work over the last launch's time
+    resumed_epoch = 0.0
+    if run.resume:
+        resumed_state = TrainerState.load_from_json(os.path.join(run.resume, "trainer_state.json"))
+        resumed_epoch = resumed_state.epoch or 0.0
     with guarded("train", checkpoint_dir, run.batch):
         outcome = trainer.train(resume_from_checkpoint=run.resume)
     if run.preemption.stopped_at_step is not None:
@@ -231,7 +237,7 @@ def train(run: Run, stop: StopRequest) -> bool:
         metrics = {**outcome.metrics, "train_samples": len(run.data.train)}
         efficiency = train_efficiency(
             real_lengths(run.data.train),
-            float(trainer.state.epoch or 0.0),
+            float(trainer.state.epoch or 0.0) - resumed_epoch,
             float(metrics["train_runtime"]),
             run.shape,
             run.plan.gpu_name or "cpu",

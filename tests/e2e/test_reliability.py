@@ -72,6 +72,11 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
     assert record["stopped"] == {"signal": "SIGTERM", "global_step": step, "checkpoint": str(checkpoint)}
 
     assert_resumed_exactly(out, plain.out, log, ok(run_qa(args)), step)
+    # the resumed launch's speed is its own (the features after the checkpoint over its own train_runtime),
+    # as the Trainer counts it, not the whole run's features over the last launch's time
+    results = read(out / "run_summary.json")["results"]
+    trainer = read(out / "train_results.json")
+    assert results["train_samples_per_second"] == pytest.approx(trainer["train_samples_per_second"], rel=0.01)
     resumed = read(out / "eval_results.json")
     uninterrupted = read(plain.out / "eval_results.json")
     for key in ("eval_exact_match", "eval_f1", "eval_examples", "eval_samples"):
