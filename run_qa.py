@@ -40,7 +40,13 @@ from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import train_efficiency
 from qa_hpc.plan import Effective, FlagValues, RunPlan
 from qa_hpc.postprocess import make_postprocess
-from qa_hpc.preemption import PreemptionCallback, StopRequest, apply_collective_timeout, checkpoint_to_resume
+from qa_hpc.preemption import (
+    PreemptionCallback,
+    StopRequest,
+    apply_collective_timeout,
+    checkpoint_to_resume,
+    remove_old_checkpoints,
+)
 from qa_hpc.record import (
     SUMMARY_FILE,
     Environment,
@@ -168,6 +174,8 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     if args.do_eval or args.do_predict:  # the metric, loaded before anything is written
         score = make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
     check_writable_dir(args.output_dir)
+    if args.do_train and flags.data.overwrite_output_dir:
+        remove_old_checkpoints(args)
     # process-wide settings the model's kernels and compiled graphs read: set before the model exists
     attention.apply(plan.attn_backend)
     apply_recompile_limit(plan)

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 from datetime import timedelta
 from pathlib import Path
@@ -97,6 +98,20 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
                 "INCOMPLETE_CHECKPOINT path=%s (no readable trainer_state.json); not resuming from it", path
             )
     return None
+
+
+def remove_old_checkpoints(training_args: TrainingArguments) -> None:
+    """--overwrite_output_dir trains from scratch: the checkpoints of the run it replaces go (on the process
+    that saves), else a later run of the same command without the flag, a requeued job among them, would
+    resume from the newest of them: the other run's weights and step."""
+    old = checkpoints_oldest_first(training_args.output_dir) if training_args.should_save else []
+    for path in old:
+        shutil.rmtree(path)
+    if old:
+        logger.warning(
+            "OVERWRITE removed=%s (--overwrite_output_dir: the checkpoints of the run this one replaces)",
+            ",".join(os.path.basename(path) for path in old),
+        )
 
 
 def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:

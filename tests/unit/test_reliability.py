@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 from fixtures.outputs import temp_files
+from fixtures.procs import tiny_flags
 
 from qa_hpc.atomic_io import write_json_atomic
+from qa_hpc.device import read_device_facts
 from qa_hpc.errors import EXIT_OOM, BatchContext, OutputError, check_writable_dir, guarded, write_failure
+from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.preemption import StopRequest, last_complete_checkpoint
 
 
@@ -172,3 +175,29 @@ def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(
     assert err.startswith(expected[0]) and "Traceback" not in err, err
     assert all(part in err for part in expected + ["Tried to allocate 2.00 GiB"]), err
     assert ("--precision" in err) == (precision == "fp32"), err  # never the precision the run already has
+
+
+def test_overwrite_removes_the_replaced_runs_checkpoints_so_no_later_run_resumes_them(
+    tiny_bert, demo_files, tmp_path: Path, process_settings, caplog
+) -> None:
+    """Without --overwrite_output_dir the command resumes from the newest checkpoint; with it the run starts
+    over and the old checkpoints go, else a later run of the command without the flag (a requeued job)
+    would resume the replaced run's weights and step. The user's other files stay."""
+    import run_qa
+
+    out = tmp_path / "out"
+    old = out / "checkpoint-16"
+    old.mkdir(parents=True)
+    (old / "trainer_state.json").write_text(json.dumps({"global_step": 16, "epoch": 2.0}))
+    (out / "notes.txt").write_text("mine")
+
+    def setup(*extra: str) -> run_qa.Run:
+        argv = tiny_flags(tiny_bert, out, "--do_train", "--train_file", str(demo_files["train"]), *extra)
+        values, facts = read_flags(argv), read_device_facts()
+        plan, flags = decide_and_build(values, facts)
+        return run_qa.setup(values, flags, plan, facts, StopRequest())
+
+    assert setup().resume == str(old)
+    assert setup("--overwrite_output_dir").resume is None
+    assert not old.exists() and (out / "notes.txt").read_text() == "mine"
+    assert "OVERWRITE removed=checkpoint-16 " in caplog.text
