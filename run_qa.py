@@ -33,7 +33,14 @@ from qa_hpc.dist import end_process_group, launch_env, process_start_time
 from qa_hpc.dropout import install as install_bulk_dropout
 from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded
 from qa_hpc.features import QAData, build_data, real_lengths
-from qa_hpc.flags import Flags, batch_lines, decide_and_build, read_flags, training_batches
+from qa_hpc.flags import (
+    Flags,
+    batch_lines,
+    decide_and_build,
+    optimizer_steps,
+    read_flags,
+    training_batches,
+)
 from qa_hpc.metric.squad import make_score
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer
 from qa_hpc.observe import finish_observability, observability_callbacks
@@ -44,8 +51,9 @@ from qa_hpc.preemption import (
     PreemptionCallback,
     StopRequest,
     apply_collective_timeout,
+    check_left_to_train,
     checkpoint_to_resume,
-    remove_old_checkpoints,
+    clear_for_launch,
 )
 from qa_hpc.record import (
     SUMMARY_FILE,
@@ -158,6 +166,8 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     config = load_config(flags.model)
     tokenizer = load_tokenizer(flags.model)
     data = build_data(flags.model, flags.data, args, tokenizer)
+    if resume:
+        check_left_to_train(resume, optimizer_steps(args, len(data.train)))
     if plan.awaits_batch_count:
         # the compile pays only over enough batches: the whole plan again (buckets and attention kernels
         # follow the compile), and the flags built with it, before anything is compiled or written
@@ -174,8 +184,7 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     if args.do_eval or args.do_predict:  # the metric, loaded before anything is written
         score = make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
     check_writable_dir(args.output_dir)
-    if args.do_train and flags.data.overwrite_output_dir:
-        remove_old_checkpoints(args)
+    clear_for_launch(args, flags.data.overwrite_output_dir)
     # process-wide settings the model's kernels and compiled graphs read: set before the model exists
     attention.apply(plan.attn_backend)
     apply_recompile_limit(plan)

@@ -20,6 +20,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from qa_hpc.dist import any_rank
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
+from qa_hpc.record import SUMMARY_FILE, RunRecord
 
 logger = logging.getLogger(__name__)
 # the folders the Trainer saves checkpoints into, numbered by global step
@@ -100,11 +101,16 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
     return None
 
 
-def remove_old_checkpoints(training_args: TrainingArguments) -> None:
-    """--overwrite_output_dir trains from scratch: the checkpoints of the run it replaces go (on the process
-    that saves), else a later run of the same command without the flag, a requeued job among them, would
+def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: bool) -> None:
+    """What an earlier launch left that this training launch replaces, removed once every input is checked,
+    by the process that saves: that launch's record (a launch then killed leaves none, and the tables show
+    it incomplete rather than as the earlier launch ended); under --overwrite_output_dir the checkpoints of
+    the run it replaces, else a later run of the command without the flag, a requeued job among them, would
     resume from the newest of them: the other run's weights and step."""
-    old = checkpoints_oldest_first(training_args.output_dir) if training_args.should_save else []
+    if not (training_args.do_train and training_args.should_save):
+        return
+    Path(training_args.output_dir, SUMMARY_FILE).unlink(missing_ok=True)
+    old = checkpoints_oldest_first(training_args.output_dir) if overwrite_output_dir else []
     for path in old:
         shutil.rmtree(path)
     if old:
@@ -114,28 +120,61 @@ def remove_old_checkpoints(training_args: TrainingArguments) -> None:
         )
 
 
+# what a launch leaves in --output_dir before its first checkpoint: its record, memory report, TensorBoard
+# events and profiler traces (the defaults' folders). A launch that failed or was killed there is started
+# again by the same or the corrected command, not refused for them.
+LAUNCH_FILES = frozenset({SUMMARY_FILE, "memory.json", "runs", "profiler"})
+
+
 def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:
     """What a non-empty --output_dir means (transformers 5 has no overwrite_output_dir):
     --resume_from_checkpoint wins; else resume from its last complete checkpoint (a requeued job continues by
-    itself); other files: refuse, unless --overwrite_output_dir."""
-    out = training_args.output_dir
-    if (
-        training_args.resume_from_checkpoint
-        or not training_args.do_train
-        or not os.path.isdir(out)
-        or overwrite_output_dir
-    ):
-        return training_args.resume_from_checkpoint or None
+    itself); other files than a launch's own (LAUNCH_FILES): refuse, unless --overwrite_output_dir. An
+    evaluation-only run may write anywhere but over a training run's record."""
+    out, given = training_args.output_dir, training_args.resume_from_checkpoint
+    if given and training_args.do_train:
+        if not os.path.isfile(os.path.join(given, "trainer_state.json")):
+            raise UsageError(
+                f"--resume_from_checkpoint {given}: not a checkpoint (no trainer_state.json there); give a "
+                "checkpoint-N folder a training run saved, or leave the flag out to resume from the last "
+                "checkpoint in --output_dir"
+            )
+        return given
+    if not os.path.isdir(out) or overwrite_output_dir:
+        return None
+    if not training_args.do_train:
+        record = RunRecord.load(os.path.join(out, SUMMARY_FILE))
+        if record is not None and record.results.train_runtime is not None:
+            raise UsageError(
+                f"--output_dir {out} holds a training run's record ({SUMMARY_FILE}), which this "
+                "evaluation-only run would replace; give the evaluation its own --output_dir "
+                f"(--model_name_or_path {out} still loads the trained model), or add --overwrite_output_dir"
+            )
+        return None
     if (last := last_complete_checkpoint(out)) is not None:
         logger.info(
             "RESUME_FROM=%s (checkpoint found in --output_dir; add --overwrite_output_dir to start over)",
             last,
         )
         return last
-    if leftovers := sorted(n for n in os.listdir(out) if not n.startswith(".")):
+    if leftovers := sorted(n for n in os.listdir(out) if not n.startswith(".") and n not in LAUNCH_FILES):
         raise UsageError(
             f"--output_dir {out} is not empty ({', '.join(leftovers[:5])}) and holds no checkpoint to "
             "resume from; add --overwrite_output_dir to train into it anyway, or choose another "
             "--output_dir"
         )
     return None
+
+
+def check_left_to_train(checkpoint: str, total_steps: int) -> None:
+    """A checkpoint at the training's last step leaves nothing to train: resuming from it would train no
+    step (or, under --max_steps, one past it) and replace the finished run's results with that launch's."""
+    done = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json")).global_step
+    if done >= total_steps:
+        out = os.path.dirname(os.path.abspath(checkpoint))
+        raise UsageError(
+            f"{checkpoint} is the training's last step ({done} of {total_steps} optimizer steps): nothing is "
+            f"left to train. To evaluate the trained model: --model_name_or_path {out} --do_eval without "
+            "--do_train, into another --output_dir; to train again: --overwrite_output_dir or another "
+            "--output_dir"
+        )

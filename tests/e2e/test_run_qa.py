@@ -19,7 +19,17 @@ import pytest
 import torch
 from conftest import build_tiny_bert
 from fixtures.outputs import temp_files
-from fixtures.procs import PYTHON, REPO, files_under, offline_env, ok, run, run_qa, tiny_flags
+from fixtures.procs import (
+    PYTHON,
+    REPO,
+    files_under,
+    offline_env,
+    ok,
+    one_error_line,
+    run,
+    run_qa,
+    tiny_flags,
+)
 from fixtures.runs import (
     SECRET,
     Run,
@@ -211,40 +221,48 @@ RESULTS = ("trainer_state.json", "train_results.json", "eval_results.json", "all
 
 def rerun_into_a_copy(
     plain: Run, tiny_bert: Path, demo_files: dict[str, Path], tmp: Path
-) -> tuple[str, Path, Path]:
+) -> tuple[str, str, Path, Path]:
     """The plain run's command again, into a copy of its output dir whose RESULTS have hard links in
-    tmp/old_inodes: the rerun's output, the copy, the links' folder."""
+    tmp/old_inodes; then with a third epoch: the two logs, the copy, the links' folder."""
     out = tmp / "out"
     keep = tmp / "old_inodes"
     shutil.copytree(plain.ok().out, out)
     keep.mkdir()
     for name in RESULTS:
         os.link(out / name, keep / name)
-    return ok(run_qa([*plain_flags(tiny_bert, demo_files, out), "--report_to", "none"])), out, keep
+    flags = [*plain_flags(tiny_bert, demo_files, out), "--report_to", "none"]
+    same = ok(run_qa(flags), 2)
+    longer = ok(run_qa([*flags, "--num_train_epochs", str(EPOCHS + 1)]))
+    return same, longer, out, keep
 
 
-def test_rerun_resumes_trains_no_step_twice_and_replaces_its_files(
+def test_a_finished_run_is_not_trained_again_and_a_longer_one_resumes_replacing_its_files(
     plain: Run, own_runs: dict[str, Future]
 ) -> None:
-    """A rerun from scratch would reach the same weights: the proof is that no step logs a loss. Hard links
-    keep the old files' inodes, so a write in place (which a crash truncates) would show through them."""
-    log, out, keep = own_runs["rerun"].result()
-    # the copy held what the plain run's output dir holds
-    old = {name: (plain.out / name).read_bytes() for name in RESULTS}
+    """The same command again finds nothing left to train: it stops (exit 2) before writing anything (it
+    used to train no step, or one past --max_steps, and replace the results with that launch's). With one
+    more epoch it resumes: no step is trained twice. Hard links keep the old files' inodes, so a write in
+    place (which a crash truncates) would show through them."""
+    same, longer, out, keep = own_runs["rerun"].result()
     before = read(plain.out / "trainer_state.json")
-    checkpoint = out / f"checkpoint-{before['global_step']}"
-    assert (plain.out / checkpoint.name / "trainer_state.json").is_file(), sorted(
-        p.name for p in plain.out.iterdir()
+    steps = before["global_step"]
+    checkpoint = out / f"checkpoint-{steps}"
+    assert one_error_line(same) == (
+        f"ERROR: {checkpoint} is the training's last step ({steps} of {steps} optimizer steps): nothing is "
+        f"left to train. To evaluate the trained model: --model_name_or_path {out} --do_eval without "
+        "--do_train, into another --output_dir; to train again: --overwrite_output_dir or another "
+        "--output_dir"
     )
-    weights = load_file(plain.out / "model.safetensors")
-    assert f"RESUME_FROM={checkpoint} " in log
-    assert "'loss'" not in log, "a step was trained again:\n" + log[-3000:]
+    assert f"RESUME_FROM={checkpoint} " in longer
+    epochs = [float(e) for e in re.findall(r"^\{'loss'.*'epoch': '?([\d.]+)", longer, re.M)]
+    assert epochs and all(epoch > EPOCHS for epoch in epochs), longer[-3000:]  # the third epoch's steps only
     trained_steps = lambda state: [h for h in state["log_history"] if "train_runtime" not in h]  # noqa: E731
-    assert trained_steps(read(out / "trainer_state.json")) == trained_steps(before)
-    again = load_file(out / "model.safetensors")
-    assert all(torch.equal(again[k], weights[k]) for k in weights)
+    assert trained_steps(read(out / "trainer_state.json"))[: len(trained_steps(before))] == trained_steps(
+        before
+    )
+    assert read(out / "trainer_state.json")["global_step"] > steps
     for name in RESULTS:
-        assert (keep / name).read_bytes() == old[name], f"{name} was written in place"
+        assert (keep / name).read_bytes() == (plain.out / name).read_bytes(), f"{name} was written in place"
         assert (out / name).stat().st_ino != (keep / name).stat().st_ino, name
     assert temp_files(out) == []
 

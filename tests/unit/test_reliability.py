@@ -16,12 +16,21 @@ import pytest
 import torch
 from fixtures.outputs import temp_files
 from fixtures.procs import tiny_flags
+from transformers import TrainingArguments
 
 from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.device import read_device_facts
-from qa_hpc.errors import EXIT_OOM, BatchContext, OutputError, check_writable_dir, guarded, write_failure
+from qa_hpc.errors import (
+    EXIT_OOM,
+    BatchContext,
+    OutputError,
+    UsageError,
+    check_writable_dir,
+    guarded,
+    write_failure,
+)
 from qa_hpc.flags import decide_and_build, read_flags
-from qa_hpc.preemption import StopRequest, last_complete_checkpoint
+from qa_hpc.preemption import StopRequest, checkpoint_to_resume, last_complete_checkpoint
 
 
 def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(
@@ -83,6 +92,38 @@ def test_resume_takes_the_highest_step_not_the_last_name(tmp_path: Path) -> None
     (tmp_path / "checkpoint-notes").mkdir()
     (tmp_path / "checkpoint-99.txt").write_text("not a folder")
     assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-10")
+
+
+def test_what_an_output_dir_holds_decides_resume_start_or_refusal(tmp_path: Path) -> None:
+    """A launch that failed or was killed before its first checkpoint (its record, memory report,
+    TensorBoard events, profiler traces) is started again by the corrected command; a --resume_from_checkpoint
+    that is no checkpoint stops before anything loads; an evaluation-only run does not replace a training
+    run's record."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("runs", "profiler"):
+        (out / name).mkdir()
+    (out / "memory.json").write_text("{}")
+    (out / "run_summary.json").write_text(json.dumps({"status": "failed", "exit_code": 3, "results": {}}))
+
+    def args(**kwargs: object) -> TrainingArguments:
+        return TrainingArguments(output_dir=str(out), report_to="none", **kwargs)
+
+    assert checkpoint_to_resume(args(do_train=True), overwrite_output_dir=False) is None
+    (out / "notes.txt").write_text("mine")  # anything else is the user's
+    with pytest.raises(UsageError, match=r"is not empty \(notes.txt\) and holds no checkpoint"):
+        checkpoint_to_resume(args(do_train=True), overwrite_output_dir=False)
+
+    nowhere = tmp_path / "checkpoint-9"
+    with pytest.raises(UsageError, match=f"--resume_from_checkpoint {nowhere}: not a checkpoint"):
+        checkpoint_to_resume(args(do_train=True, resume_from_checkpoint=str(nowhere)), False)
+
+    assert checkpoint_to_resume(args(do_eval=True), overwrite_output_dir=False) is None  # a failed record
+    trained = {"status": "ok", "exit_code": 0, "results": {"train_runtime": 12.5, "eval_f1": 40.0}}
+    (out / "run_summary.json").write_text(json.dumps(trained))
+    with pytest.raises(UsageError, match=f"--output_dir {out} holds a training run's record"):
+        checkpoint_to_resume(args(do_eval=True), overwrite_output_dir=False)
+    assert checkpoint_to_resume(args(do_eval=True), overwrite_output_dir=True) is None
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
@@ -180,7 +221,8 @@ def test_out_of_memory_is_exit_3_naming_the_batch_size_and_what_to_lower(
 def test_overwrite_removes_the_replaced_runs_checkpoints_so_no_later_run_resumes_them(
     tiny_bert, demo_files, tmp_path: Path, process_settings, caplog
 ) -> None:
-    """Without --overwrite_output_dir the command resumes from the newest checkpoint; with it the run starts
+    """Without --overwrite_output_dir the command resumes from the newest checkpoint (the record of the launch
+    before it removed); with it the run starts
     over and the old checkpoints go, else a later run of the command without the flag (a requeued job)
     would resume the replaced run's weights and step. The user's other files stay."""
     import run_qa
@@ -190,6 +232,7 @@ def test_overwrite_removes_the_replaced_runs_checkpoints_so_no_later_run_resumes
     old.mkdir(parents=True)
     (old / "trainer_state.json").write_text(json.dumps({"global_step": 16, "epoch": 2.0}))
     (out / "notes.txt").write_text("mine")
+    (out / "run_summary.json").write_text(json.dumps({"status": "preempted", "exit_code": 75}))
 
     def setup(*extra: str) -> run_qa.Run:
         argv = tiny_flags(tiny_bert, out, "--do_train", "--train_file", str(demo_files["train"]), *extra)
@@ -198,6 +241,8 @@ def test_overwrite_removes_the_replaced_runs_checkpoints_so_no_later_run_resumes
         return run_qa.setup(values, flags, plan, facts, StopRequest())
 
     assert setup().resume == str(old)
+    # the earlier launch's record goes: one killed from here on shows as incomplete, not as that one ended
+    assert not (out / "run_summary.json").exists()
     assert setup("--overwrite_output_dir").resume is None
     assert not old.exists() and (out / "notes.txt").read_text() == "mine"
     assert "OVERWRITE removed=checkpoint-16 " in caplog.text
