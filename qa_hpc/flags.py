@@ -126,6 +126,9 @@ class DataTrainingArguments:
             )
         if self.n_best_size < 1 or self.max_answer_length < 1:
             raise ValueError("--n_best_size and --max_answer_length must be at least 1")
+        for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
+            if (value := getattr(self, name)) is not None and value < 1:
+                raise ValueError(f"--{name} must be at least 1 (left out: every question), got {value}")
 
 
 @dataclass

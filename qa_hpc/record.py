@@ -47,6 +47,7 @@ CLOSING_METRICS = (
     "eval_samples",
     "eval_examples",
     "predict_exact_match",
+    "predict_exact",
     "predict_f1",
     "predict_runtime",
 )

@@ -180,10 +180,16 @@ def shown(path: str | Path) -> str:
 
 def profile_lines(run: pd.Series) -> list[str]:
     """The profiler table's header and top operations, as written, or what is missing."""
-    where = run["record"].plan.profile_dir
-    if not where:
+    record = run["record"]
+    if not record.plan.profile_dir:
         return ["Not profiled (run with `--profile`)."]
-    table = beside_output(run, where) / PROFILE_TABLE
+    where, recorded_out = Path(record.plan.profile_dir), record.params.output_dir
+    if recorded_out and where.is_relative_to(recorded_out):
+        # inside the run's folder (the default): found in the folder given, which may be a copy or a move
+        # (results copied off scratch), not at the path the record was written with
+        table = Path(run["output_dir"]) / where.relative_to(recorded_out) / PROFILE_TABLE
+    else:
+        table = beside_output(run, str(where)) / PROFILE_TABLE
     if not table.is_file():
         return [f"Profiled, but there is no `{shown(table)}`."]
     lines = table.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -278,6 +284,8 @@ def comparison(table: pd.DataFrame, base: int, out: Path) -> list[str]:
 def problem(raw: str) -> str | None:
     """Why RUN_DIR cannot be reported on, in one line naming the dir and the file; None when it can."""
     path = Path(raw)
+    if not path.exists():
+        return f"{raw}: not found"
     if not path.is_dir():
         return f"{raw}: not a directory"
     found = [marker for marker in OUTPUT_MARKERS if (path / marker).is_file()]

@@ -155,8 +155,9 @@ def test_curves_need_no_event_files_and_a_run_without_loss_or_profile_says_so(pl
     # no event files, no profile, no checkpoints (whose trainer_state.json would stand in for the run's)
     leave_out = shutil.ignore_patterns("runs", "profiler", "checkpoint-*")
     run = shutil.copytree(plain.ok().out, tmp_path / "run", ignore=leave_out)
-    record = read(run / "run_summary.json")  # as if it had run there: its profile went to <run>/profiler
-    record["plan"]["profile_dir"] = str(run / "profiler")
+    # a copied run's profile is looked for in the copy (where a run moved off scratch keeps it), not at
+    # the path its record was written with (the plain run's, which has one)
+    record = read(run / "run_summary.json")
     del record["driver_version"]  # a record from before the field existed
     (run / "run_summary.json").write_text(json.dumps(record), encoding="utf-8")
     assert main([str(run), "--out", str(tmp_path / "report")]) == 0, capsys.readouterr().err
@@ -212,7 +213,8 @@ def test_bad_input_is_one_line_naming_dir_and_file(plain, tmp_path, capsys):
     broken = shutil.copytree(plain.ok().out, tmp_path / "broken", ignore=shutil.ignore_patterns("runs"))
     (broken / "run_summary.json").write_text('{"status": "ok", "results"', encoding="utf-8")
     cases = {
-        str(tmp_path / "nowhere"): "not a directory",
+        str(tmp_path / "nowhere"): "not found",
+        str(older / "all_results.json"): "not a directory",
         str(empty): "no run_summary.json (not a run's output dir",
         str(older): "no run_summary.json, only all_results.json (an older layout",
         str(cut): "run_summary.json has no params, plan (an older layout)",

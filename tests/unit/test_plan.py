@@ -909,3 +909,10 @@ def test_a_bad_command_line_is_one_usage_error_not_the_usage_text(argv, says):
     with pytest.raises(UsageError) as err:
         read_flags(["--output_dir", "out", *argv])
     assert str(err.value).startswith(says), err.value
+
+
+@pytest.mark.parametrize("name", ["max_train_samples", "max_eval_samples", "max_predict_samples"])
+def test_a_question_limit_below_one_is_a_usage_error(name, process_settings):
+    """0 (or less) selects no question: the run used to fail later, in the features, with a traceback."""
+    with pytest.raises(UsageError, match=f"^--{name} must be at least 1 .*, got 0$"):
+        decide_and_build(read_flags(["--output_dir", "out", f"--{name}", "0"]), read_device_facts())

@@ -122,6 +122,13 @@ def test_closing_lines_keep_their_order_and_formats_with_wall_clock_last(tmp_pat
     lines = _record(tmp_path, {"cuda_available": False}, TRAINED, None).closing_lines()
     assert lines[0] == "RUN_WORLD_SIZE=1"
     assert "MFU=n/a (device=cpu: no peak table entry; achieved FLOP/s above)" in lines
+    # a SQuAD v2 prediction's EM under v2's name, as the evaluation's (eval_exact)
+    v2 = {"predict_exact": 50.0, "predict_f1": 61.25, "predict_HasAns_f1": 70.0}
+    lines = _record(tmp_path, {"cuda_available": False}, v2, None).closing_lines()
+    assert [line for line in lines if line.startswith("predict_")] == [
+        "predict_exact=50.0000",
+        "predict_f1=61.2500",
+    ]
 
 
 @pytest.mark.parametrize(
