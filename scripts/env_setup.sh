@@ -94,11 +94,17 @@ qa_precision() {
 	esac
 }
 
-# A rendezvous port of this job's own: jobs sharing a node must not meet on one port. 15000-24999,
-# below Linux's ephemeral range; QA_RDZV_PORT overrides.
+# A rendezvous port of this job's own: jobs sharing a node must not meet on one port. Under Slurm
+# 15000-24999 by job id, below Linux's ephemeral range (every node computes the same); outside it, one
+# machine, a port free now (two local jobs would otherwise meet on one); QA_RDZV_PORT overrides.
 qa_rdzv_port() {
-	local id=${SLURM_JOB_ID:-0}
-	echo "${QA_RDZV_PORT:-$((15000 + id % 10000))}"
+	if [ -n "${QA_RDZV_PORT:-}" ]; then
+		echo "$QA_RDZV_PORT"
+	elif [ -n "${SLURM_JOB_ID:-}" ]; then
+		echo $((15000 + SLURM_JOB_ID % 10000))
+	else
+		"${QA_PYTHON:-python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	fi
 }
 
 # Run a command with preemption handling, and return its exit status.

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -367,8 +368,8 @@ def test_a_gpu_job_whose_torch_sees_no_gpu_stops_at_once(tiny_bert: Path, tmp_pa
 
 
 def test_rendezvous_port_is_the_jobs_own():
-    """Two jobs on one node must not meet on one port: the port follows the job id (QA_RDZV_PORT
-    overrides)."""
+    """Two jobs on one node must not meet on one port: the port follows the job id, outside Slurm it is one
+    free when asked (QA_RDZV_PORT overrides)."""
 
     def port(**env: str) -> str:
         script = f"source {REPO}/scripts/env_setup.sh && qa_rdzv_port"
@@ -376,6 +377,13 @@ def test_rendezvous_port_is_the_jobs_own():
 
     assert port(SLURM_JOB_ID="123456") == "18456" and port(SLURM_JOB_ID="123457") == "18457"
     assert port(SLURM_JOB_ID="123456", QA_RDZV_PORT="29999") == "29999"
+    # outside Slurm (one machine): a port free when asked, so a second local job, asking while the first
+    # holds its port, gets another
+    first = int(port(SLURM_JOB_ID=None))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", first))
+        second = int(port(SLURM_JOB_ID=None))
+    assert second != first and 1024 < second < 65536, (first, second)
 
 
 def test_single_gpu_config_keeps_the_gpus_slurm_gave(tmp_path: Path):
