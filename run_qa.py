@@ -26,6 +26,7 @@ from accelerate import PartialState
 from transformers import TrainerState, TrainingArguments
 
 from qa_hpc import attention
+from qa_hpc.atomic_io import readable_as_umask_allows
 from qa_hpc.batching import make_collator
 from qa_hpc.compile import CompiledSteps, apply_recompile_limit
 from qa_hpc.device import DeviceFacts, read_device_facts
@@ -251,6 +252,8 @@ def train(run: Run, stop: StopRequest) -> bool:
         return False
     with guarded("train", out, run.batch):
         trainer.save_model()
+        if trainer.args.should_save:
+            readable_as_umask_allows(out)
         metrics = {**outcome.metrics, "train_samples": len(run.data.train)}
         efficiency = train_efficiency(
             real_lengths(run.data.train),

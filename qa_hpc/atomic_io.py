@@ -16,6 +16,17 @@ from typing import Any
 from qa_hpc.errors import OutputError
 
 
+def readable_as_umask_allows(folder: str | os.PathLike) -> None:
+    """The weights in `folder` (*.safetensors) given the permissions a new file gets under the umask:
+    safetensors 0.8 writes them 0600 whatever the umask, so the group of a shared project folder could not
+    load the trained model."""
+    # os.umask is the only way to read it: set and put back at once, before the files are touched
+    mask = os.umask(0o077)
+    os.umask(mask)
+    for path in glob.glob(os.path.join(glob.escape(os.fspath(folder)), "*.safetensors")):
+        os.chmod(path, 0o666 & ~mask)
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` atomically, or raise OutputError with a clear reason."""
     # here, not at import: the scorer's command line imports this module

@@ -82,6 +82,10 @@ def assert_effective_is_the_plan(summary: dict) -> None:
 def test_train_eval_predict_writes_what_hf_users_expect(plain: Run, demo_files: dict[str, Path]) -> None:
     out = plain.ok().out
     assert OUTPUTS <= set(files_under(out)) and not (out / "eval_null_odds.json").exists()  # v1: no null odds
+    # the model as readable as every other output under the umask (safetensors alone writes it 0600)
+    umask = os.umask(0o077)
+    os.umask(umask)
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
     eval_results = read(out / "eval_results.json")
     assert {"eval_exact_match", "eval_f1", "eval_runtime", "eval_samples_per_second"} <= set(eval_results)
     # long contexts: several windows
