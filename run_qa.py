@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import datasets
@@ -50,11 +50,12 @@ from qa_hpc.plan import Effective, FlagValues, RunPlan
 from qa_hpc.postprocess import make_postprocess
 from qa_hpc.preemption import (
     PreemptionCallback,
+    ReadableCheckpoints,
     StopRequest,
     apply_collective_timeout,
-    check_left_to_train,
     checkpoint_to_resume,
     clear_for_launch,
+    trained_every_step,
 )
 from qa_hpc.record import (
     SUMMARY_FILE,
@@ -86,6 +87,9 @@ class Run:
     effective: Effective
     preemption: PreemptionCallback
     resume: str | None
+    # the last checkpoint of an earlier launch that trained every step: its model is the run's, and this
+    # launch trains nothing (None: it trains, from `resume` where there is one)
+    trained_before: str | None
     # every split's metrics, as the results files have them
     results: dict[str, Any] = field(default_factory=dict)
 
@@ -167,8 +171,9 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     config = load_config(flags.model)
     tokenizer = load_tokenizer(flags.model)
     data = build_data(flags.model, flags.data, args, tokenizer)
-    if resume:
-        check_left_to_train(resume, optimizer_steps(args, len(data.train)))
+    trained_before = None
+    if resume and trained_every_step(resume, optimizer_steps(args, len(data.train)), args.output_dir):
+        trained_before, resume = resume, None
     if plan.awaits_batch_count:
         # the compile pays only over enough batches: the whole plan again (buckets and attention kernels
         # follow the compile), and the flags built with it, before anything is compiled or written
@@ -185,11 +190,13 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     if args.do_eval or args.do_predict:  # the metric, loaded before anything is written
         score = make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
     check_writable_dir(args.output_dir)
-    clear_for_launch(args, flags.data.overwrite_output_dir)
     # process-wide settings the model's kernels and compiled graphs read: set before the model exists
     attention.apply(plan.attn_backend)
     apply_recompile_limit(plan)
-    model = load_model(flags.model, config, attn_implementation=flags.speed.attn_implementation)
+    model_args = flags.model
+    if trained_before is not None:
+        model_args = replace(model_args, model_name_or_path=trained_before)
+    model = load_model(model_args, config, attn_implementation=flags.speed.attn_implementation)
     if plan.dropout_mask == "bulk":
         install_bulk_dropout(model)
     elif plan.compile_scope == "regions":  # the mask, built between the compiled layers, waits for nothing
@@ -209,24 +216,31 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
         sort_eval_by_length=not flags.data.pad_to_max_length,
         compiled_steps=CompiledSteps(plan.torch_compile, plan.cuda_graphs),
         loss_filter=plan.loss_filter == "device",
-        callbacks=[*observability_callbacks(flags, plan), preemption],
+        callbacks=[*observability_callbacks(flags, plan), preemption, ReadableCheckpoints()],
     )
     effective = Effective.read(trainer)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
-    return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume)
+    clear_for_launch(args, flags.data.overwrite_output_dir)
+    return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume, trained_before)
 
 
 def train(run: Run, stop: StopRequest) -> bool:
     """Train (resuming from a checkpoint when there is one); False when a stop signal ended it at a
     checkpoint."""
     trainer, out = run.trainer, run.args.output_dir
+    if run.trained_before is not None:
+        logger.warning(
+            "TRAINED_BEFORE checkpoint=%s (the training's last step: an earlier launch trained every step; "
+            "this one saves its model, then evaluates and predicts as asked)",
+            run.trained_before,
+        )
+        with guarded("train", out, run.batch):
+            save_model(trainer)
+        return True
     checkpoint_dir = lambda: os.path.join(out, f"checkpoint-{trainer.state.global_step}")  # noqa: E731
-    # a resumed launch's speed is its own: the epochs after its checkpoint's over its own train_runtime (the
-    # Trainer counts its samples/s so too), not the whole run's work over the last launch's time
-    resumed_epoch = 0.0
+    resumed_step = 0
     if run.resume:
-        resumed_state = TrainerState.load_from_json(os.path.join(run.resume, "trainer_state.json"))
-        resumed_epoch = resumed_state.epoch or 0.0
+        resumed_step = TrainerState.load_from_json(os.path.join(run.resume, "trainer_state.json")).global_step
     with guarded("train", checkpoint_dir, run.batch):
         outcome = trainer.train(resume_from_checkpoint=run.resume)
     if run.preemption.stopped_at_step is not None:
@@ -251,13 +265,11 @@ def train(run: Run, stop: StopRequest) -> bool:
         record(run, "preempted", EXIT_PREEMPTED, stopped=stopped)
         return False
     with guarded("train", out, run.batch):
-        trainer.save_model()
-        if trainer.args.should_save:
-            readable_as_umask_allows(out)
+        save_model(trainer)
         metrics = {**outcome.metrics, "train_samples": len(run.data.train)}
         efficiency = train_efficiency(
             real_lengths(run.data.train),
-            float(trainer.state.epoch or 0.0) - resumed_epoch,
+            launch_epochs(trainer.state, resumed_step),
             float(metrics["train_runtime"]),
             run.shape,
             run.plan.gpu_name or "cpu",
@@ -269,6 +281,20 @@ def train(run: Run, stop: StopRequest) -> bool:
         save_results(trainer, "train", metrics)
         save_trainer_state(trainer)
     return True
+
+
+def save_model(trainer: QuestionAnsweringTrainer) -> None:
+    """The final model in --output_dir, readable as every other output (safetensors writes it 0600)."""
+    trainer.save_model()
+    if trainer.args.should_save:
+        readable_as_umask_allows(trainer.args.output_dir)
+
+
+def launch_epochs(state: TrainerState, resumed_step: int) -> float:
+    """The epochs this launch trained, as the Trainer counts its samples/s: the run's epochs times the share
+    of its optimizer steps trained since the checkpoint it resumed from (a resumed launch's speed is its
+    own, also where the batch size changed and the Trainer fast-forwarded by the new one's epochs)."""
+    return float(state.epoch or 0.0) * (state.global_step - resumed_step) / max(state.max_steps, 1)
 
 
 def evaluate(run: Run, stop: StopRequest) -> None:

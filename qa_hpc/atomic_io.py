@@ -16,13 +16,22 @@ from typing import Any
 from qa_hpc.errors import OutputError
 
 
+def current_umask() -> int:
+    """The process's umask, from /proc where Linux gives it; else by setting it and putting it back at once
+    (a file another thread creates in between gets 0600)."""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        with open("/proc/self/status", encoding="ascii") as status:
+            return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def readable_as_umask_allows(folder: str | os.PathLike) -> None:
     """The weights in `folder` (*.safetensors) given the permissions a new file gets under the umask:
     safetensors 0.8 writes them 0600 whatever the umask, so the group of a shared project folder could not
     load the trained model."""
-    # os.umask is the only way to read it: set and put back at once, before the files are touched
-    mask = os.umask(0o077)
-    os.umask(mask)
+    mask = current_umask()
     for path in glob.glob(os.path.join(glob.escape(os.fspath(folder)), "*.safetensors")):
         os.chmod(path, 0o666 & ~mask)
 

@@ -6,6 +6,7 @@ syncs host and device on GPUs) and all stop at the same step with a full checkpo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from qa_hpc.atomic_io import readable_as_umask_allows
 from qa_hpc.dist import any_rank
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 from qa_hpc.record import SUMMARY_FILE, RunRecord
@@ -75,6 +77,18 @@ class PreemptionCallback(TrainerCallback):
         return control
 
 
+class ReadableCheckpoints(TrainerCallback):
+    """Each checkpoint's weights readable as the umask allows, as the final model's (safetensors writes them
+    0600): a checkpoint may be the only copy of a run's weights, for the group to load or resume from."""
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> TrainerControl:
+        if args.should_save:
+            readable_as_umask_allows(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+        return control
+
+
 def checkpoints_oldest_first(output_dir: str) -> list[str]:
     """The checkpoint-N folders in output_dir, by N (the Trainer's own order; transformers has no public
     call for it)."""
@@ -102,17 +116,20 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
 
 
 def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: bool) -> None:
-    """What an earlier launch left that this training launch replaces, removed once every input is checked,
-    by the process that saves: that launch's record (a launch then killed leaves none, and the tables show
-    it incomplete rather than as the earlier launch ended); under --overwrite_output_dir the checkpoints of
-    the run it replaces, else a later run of the command without the flag, a requeued job among them, would
-    resume from the newest of them: the other run's weights and step."""
+    """What an earlier launch left that this training launch replaces, removed once the inputs are checked
+    and the model and Trainer built, by each process that saves (with --save_on_each_node, one a node: on a
+    shared folder the first removes, the others find nothing). That launch's record: a launch then killed
+    leaves none, and the tables show it incomplete rather than as the earlier launch ended. Under
+    --overwrite_output_dir the checkpoints of the run it replaces: else a later run of the command without
+    the flag, a requeued job among them, would resume from the newest of them, the other run's weights and
+    step."""
     if not (training_args.do_train and training_args.should_save):
         return
     Path(training_args.output_dir, SUMMARY_FILE).unlink(missing_ok=True)
     old = checkpoints_oldest_first(training_args.output_dir) if overwrite_output_dir else []
     for path in old:
-        shutil.rmtree(path)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(path)
     if old:
         logger.warning(
             "OVERWRITE removed=%s (--overwrite_output_dir: the checkpoints of the run this one replaces)",
@@ -133,12 +150,14 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     evaluation-only run may write anywhere but over a training run's record."""
     out, given = training_args.output_dir, training_args.resume_from_checkpoint
     if given and training_args.do_train:
-        if not os.path.isfile(os.path.join(given, "trainer_state.json")):
+        try:
+            TrainerState.load_from_json(os.path.join(given, "trainer_state.json"))
+        except (OSError, ValueError) as err:
             raise UsageError(
-                f"--resume_from_checkpoint {given}: not a checkpoint (no trainer_state.json there); give a "
-                "checkpoint-N folder a training run saved, or leave the flag out to resume from the last "
-                "checkpoint in --output_dir"
-            )
+                f"--resume_from_checkpoint {given}: not a checkpoint (no readable trainer_state.json there: "
+                f"{getattr(err, 'strerror', None) or err}); give a checkpoint-N folder a training run "
+                "saved, or leave the flag out to resume from the last checkpoint in --output_dir"
+            ) from err
         return given
     if not os.path.isdir(out) or overwrite_output_dir:
         return None
@@ -166,15 +185,20 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     return None
 
 
-def check_left_to_train(checkpoint: str, total_steps: int) -> None:
-    """A checkpoint at the training's last step leaves nothing to train: resuming from it would train no
-    step (or, under --max_steps, one past it) and replace the finished run's results with that launch's."""
-    done = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json")).global_step
-    if done >= total_steps:
-        out = os.path.dirname(os.path.abspath(checkpoint))
+def trained_every_step(checkpoint: str, total_steps: int, output_dir: str) -> bool:
+    """Whether `checkpoint` is the training's last step: an earlier launch trained every step (it was
+    stopped at that step, or killed while it evaluated), so this one goes on with that checkpoint's model;
+    resuming from it would train no step (or, under --max_steps, one past the limit, which the Trainer
+    checks after a step). Where --output_dir holds that run's record of a finished training, the same
+    command was simply run again: refused, before it replaces the finished run's results."""
+    if TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json")).global_step < total_steps:
+        return False
+    record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
+    if record is not None and record.status == "ok" and record.results.train_runtime is not None:
         raise UsageError(
-            f"{checkpoint} is the training's last step ({done} of {total_steps} optimizer steps): nothing is "
-            f"left to train. To evaluate the trained model: --model_name_or_path {out} --do_eval without "
-            "--do_train, into another --output_dir; to train again: --overwrite_output_dir or another "
-            "--output_dir"
+            f"--output_dir {output_dir} holds a finished training ({SUMMARY_FILE}: status ok) and its last "
+            f"checkpoint {checkpoint} leaves nothing to train. To evaluate the trained model: "
+            f"--model_name_or_path {output_dir} --do_eval without --do_train, into another --output_dir; "
+            "to train again: --overwrite_output_dir or another --output_dir"
         )
+    return True

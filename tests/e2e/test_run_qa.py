@@ -85,7 +85,8 @@ def test_train_eval_predict_writes_what_hf_users_expect(plain: Run, demo_files: 
     # the model as readable as every other output under the umask (safetensors alone writes it 0600)
     umask = os.umask(0o077)
     os.umask(umask)
-    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
+    for weights in (out / "model.safetensors", *out.glob("checkpoint-*/model.safetensors")):
+        assert weights.stat().st_mode & 0o777 == 0o666 & ~umask, weights
     eval_results = read(out / "eval_results.json")
     assert {"eval_exact_match", "eval_f1", "eval_runtime", "eval_samples_per_second"} <= set(eval_results)
     # long contexts: several windows
@@ -236,27 +237,36 @@ def rerun_into_a_copy(
         os.link(out / name, keep / name)
     flags = [*plain_flags(tiny_bert, demo_files, out), "--report_to", "none"]
     same = ok(run_qa(flags), 2)
+    # as if the run had been stopped at its last step, or killed in its evaluation: no record of an end
+    (out / "run_summary.json").unlink()
+    (out / "eval_results.json").unlink()
+    after_last_step = ok(run_qa(flags))
     longer = ok(run_qa([*flags, "--num_train_epochs", str(EPOCHS + 1)]))
-    return same, longer, out, keep
+    return same, after_last_step, longer, out, keep
 
 
 def test_a_finished_run_is_not_trained_again_and_a_longer_one_resumes_replacing_its_files(
     plain: Run, own_runs: dict[str, Future]
 ) -> None:
-    """The same command again finds nothing left to train: it stops (exit 2) before writing anything (it
-    used to train no step, or one past --max_steps, and replace the results with that launch's). With one
-    more epoch it resumes: no step is trained twice. Hard links keep the old files' inodes, so a write in
-    place (which a crash truncates) would show through them."""
-    same, longer, out, keep = own_runs["rerun"].result()
+    """The same command again after a finished training finds nothing left to train: it stops (exit 2)
+    before writing anything (it used to train no step, or one past --max_steps, and replace the results
+    with that launch's). Without the record of that end (stopped at its last step, or killed in its
+    evaluation) it trains nothing and evaluates the last checkpoint's model. With one more epoch it resumes:
+    no step is trained twice. Hard links keep the old files' inodes, so a write in place (which a crash
+    truncates) would show through them."""
+    same, after_last_step, longer, out, keep = own_runs["rerun"].result()
     before = read(plain.out / "trainer_state.json")
     steps = before["global_step"]
     checkpoint = out / f"checkpoint-{steps}"
     assert one_error_line(same) == (
-        f"ERROR: {checkpoint} is the training's last step ({steps} of {steps} optimizer steps): nothing is "
-        f"left to train. To evaluate the trained model: --model_name_or_path {out} --do_eval without "
-        "--do_train, into another --output_dir; to train again: --overwrite_output_dir or another "
-        "--output_dir"
+        f"ERROR: --output_dir {out} holds a finished training (run_summary.json: status ok) and its last "
+        f"checkpoint {checkpoint} leaves nothing to train. To evaluate the trained model: "
+        f"--model_name_or_path {out} --do_eval without --do_train, into another --output_dir; to train "
+        "again: --overwrite_output_dir or another --output_dir"
     )
+    assert f"TRAINED_BEFORE checkpoint={checkpoint} " in after_last_step
+    assert "'loss'" not in after_last_step and "RESUME_FROM" in after_last_step
+    assert read(out / "eval_results.json")["eval_f1"] == read(plain.out / "eval_results.json")["eval_f1"]
     assert f"RESUME_FROM={checkpoint} " in longer
     epochs = [float(e) for e in re.findall(r"^\{'loss'.*'epoch': '?([\d.]+)", longer, re.M)]
     assert epochs and all(epoch > EPOCHS for epoch in epochs), longer[-3000:]  # the third epoch's steps only

@@ -16,7 +16,7 @@ import pytest
 import torch
 from fixtures.outputs import temp_files
 from fixtures.procs import tiny_flags
-from transformers import TrainingArguments
+from transformers import TrainerState, TrainingArguments
 
 from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.device import read_device_facts
@@ -94,6 +94,17 @@ def test_resume_takes_the_highest_step_not_the_last_name(tmp_path: Path) -> None
     assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-10")
 
 
+def test_a_resumed_launch_counts_the_epochs_it_trained_as_the_trainer_does() -> None:
+    """2 epochs; the first launch stopped after 1 epoch at batch 4 (step 17 of 17 a epoch); resumed at batch
+    8 (9 steps a epoch, 18 in all), the Trainer fast-forwards past 1 epoch and 8 batches and trains step 18:
+    one step's share of the 2 epochs (it counts 136 samples x 1/18), not the 1 epoch the states differ by."""
+    import run_qa
+
+    resumed = TrainerState(epoch=2.0, global_step=18, max_steps=18)
+    assert run_qa.launch_epochs(resumed, resumed_step=17) == pytest.approx(2.0 / 18)
+    assert run_qa.launch_epochs(resumed, resumed_step=0) == 2.0  # a launch that trained every step
+
+
 def test_what_an_output_dir_holds_decides_resume_start_or_refusal(tmp_path: Path) -> None:
     """A launch that failed or was killed before its first checkpoint (its record, memory report,
     TensorBoard events, profiler traces) is started again by the corrected command; a --resume_from_checkpoint
@@ -115,6 +126,10 @@ def test_what_an_output_dir_holds_decides_resume_start_or_refusal(tmp_path: Path
         checkpoint_to_resume(args(do_train=True), overwrite_output_dir=False)
 
     nowhere = tmp_path / "checkpoint-9"
+    with pytest.raises(UsageError, match=f"--resume_from_checkpoint {nowhere}: not a checkpoint"):
+        checkpoint_to_resume(args(do_train=True, resume_from_checkpoint=str(nowhere)), False)
+    nowhere.mkdir()
+    (nowhere / "trainer_state.json").write_text('{"global_st')  # cut short
     with pytest.raises(UsageError, match=f"--resume_from_checkpoint {nowhere}: not a checkpoint"):
         checkpoint_to_resume(args(do_train=True, resume_from_checkpoint=str(nowhere)), False)
 
