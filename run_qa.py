@@ -229,11 +229,12 @@ def train(run: Run, stop: StopRequest) -> bool:
     checkpoint."""
     trainer, out = run.trainer, run.args.output_dir
     if run.trained_before is not None:
-        logger.warning(
-            "TRAINED_BEFORE checkpoint=%s (the training's last step: an earlier launch trained every step; "
-            "this one saves its model, then evaluates and predicts as asked)",
-            run.trained_before,
-        )
+        if trainer.is_world_process_zero():
+            logger.warning(
+                "TRAINED_BEFORE checkpoint=%s (the training's last step: an earlier launch trained every "
+                "step; this one saves its model, then evaluates and predicts as asked)",
+                run.trained_before,
+            )
         with guarded("train", out, run.batch):
             save_model(trainer)
         return True
