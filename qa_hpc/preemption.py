@@ -189,12 +189,13 @@ def trained_every_step(checkpoint: str, total_steps: int, output_dir: str) -> bo
     """Whether `checkpoint` is the training's last step: an earlier launch trained every step (it was
     stopped at that step, or killed while it evaluated), so this one goes on with that checkpoint's model;
     resuming from it would train no step (or, under --max_steps, one past the limit, which the Trainer
-    checks after a step). Where --output_dir holds that run's record of a finished training, the same
-    command was simply run again: refused, before it replaces the finished run's results."""
+    checks after a step). Where --output_dir holds the record of a run that ended ok (it trained, or went on
+    from that checkpoint), the same command was simply run again: refused, before it replaces that run's
+    results."""
     if TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json")).global_step < total_steps:
         return False
     record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
-    if record is not None and record.status == "ok" and record.results.train_runtime is not None:
+    if record is not None and record.status == "ok":
         raise UsageError(
             f"--output_dir {output_dir} holds a finished training ({SUMMARY_FILE}: status ok) and its last "
             f"checkpoint {checkpoint} leaves nothing to train. To evaluate the trained model: "

@@ -241,6 +241,7 @@ def rerun_into_a_copy(
     (out / "run_summary.json").unlink()
     (out / "eval_results.json").unlink()
     after_last_step = ok(run_qa(flags))
+    ok(run_qa(flags), 2)  # its record ends ok: the same command again is the run repeated
     longer = ok(run_qa([*flags, "--num_train_epochs", str(EPOCHS + 1)]))
     return same, after_last_step, longer, out, keep
 
