@@ -40,9 +40,16 @@ def report(model: str, dataset: str) -> bool:
     loading offline."""
     from huggingface_hub import try_to_load_from_cache
 
-    config = try_to_load_from_cache(model, "config.json")
-    weights = try_to_load_from_cache(model, "model.safetensors")
-    path = os.path.dirname(config) if isinstance(config, str) and isinstance(weights, str) else None
+    if os.path.isdir(model):  # a local folder (a model copied to project space): used as it is
+        weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+        complete = os.path.isfile(os.path.join(model, "config.json")) and any(
+            os.path.isfile(os.path.join(model, name)) for name in weights
+        )
+        path = os.path.abspath(model) if complete else None
+    else:
+        config = try_to_load_from_cache(model, "config.json")
+        weights = try_to_load_from_cache(model, "model.safetensors")
+        path = os.path.dirname(config) if isinstance(config, str) and isinstance(weights, str) else None
     print(f"CACHED model={model} path={path}" if path else f"MISSING model={model}", flush=True)
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["HF_DATASETS_OFFLINE"] = "1"

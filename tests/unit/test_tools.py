@@ -269,3 +269,17 @@ def test_every_row_comes_from_a_record_and_a_dir_without_one_is_incomplete(jobs,
     (ax,) = bar_figure(table, "wall_clock_seconds", "wall clock seconds").axes
     colours = [to_hex(bar.get_facecolor()) for bar in ax.patches]
     assert colours == [to_hex("tab:red")] * 2 + [to_hex("tab:blue"), to_hex("tab:red")]
+
+
+def test_a_local_model_folder_counts_as_cached(tiny_bert, tmp_path, monkeypatch, capsys):
+    """QA_MODEL may be a folder (a model copied to project space): the job's cache check takes it as it is
+    (it used to stop with the hub's HFValidationError, and the job fell back to the offline demo)."""
+    from qa_hpc.tools.prefetch import report
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # report() sets both; restored after the test
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    report(str(tiny_bert), str(tmp_path / "no_data"))
+    assert f"CACHED model={tiny_bert} path={tiny_bert.resolve()}\n" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    report(str(tmp_path / "empty"), str(tmp_path / "no_data"))
+    assert f"MISSING model={tmp_path / 'empty'}\n" in capsys.readouterr().out
