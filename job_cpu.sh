@@ -31,12 +31,10 @@ source "$_self_dir/scripts/env_setup.sh" || { echo "cannot read $_self_dir/scrip
 export CUDA_VISIBLE_DEVICES=""
 qa_job_start bert_squad_cpu
 
-qa_select_run "$JOB_NAME"
+qa_select_run "$JOB_NAME" "$@"
 qa_cpu_levers   # allocator and thread affinity, each behind a switch (QA_CPU_ALLOCATOR, QA_CPU_AFFINITY)
 qa_run_preemptible local python run_qa.py "${QA_ARGS[@]}" --use_cpu "$@"
 rc=$?
 qa_report "$rc"
-# the run's report (report.md, report.html, figures) beside its log; a run that left no record: one ERROR line
-_log=${QA_LOCAL_LOG:-logs/$JOB_NAME-${SLURM_JOB_ID:-}.out}
-python -m qa_hpc.tools.report "$QA_OUT" --out "${_log%.out}_report" || true
+qa_run_report
 exit "$rc"

@@ -65,7 +65,7 @@ else  # a bound worker's CPUs are already its share: pass that share as its thre
 	export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( share > 0 ? share : 1 ))}
 fi
 
-qa_select_run "$JOB_NAME"
+qa_select_run "$JOB_NAME" "$@"
 QA_ARGS+=(--ddp_backend "$BACKEND")
 qa_log "DDP nodes=$NNODES nproc_per_node=$NPROC world_size=$(( NNODES * NPROC )) backend=$BACKEND" \
 	"rdzv=c10d endpoint=$MASTER:$PORT id=${SLURM_JOB_ID:-local} cpus_per_task=${SLURM_CPUS_PER_TASK:-unset}" \
@@ -99,7 +99,5 @@ else
 fi
 rc=$?
 qa_report "$rc"
-# the run's report (report.md, report.html, figures) beside its log; a run that left no record: one ERROR line
-_log=${QA_LOCAL_LOG:-logs/$JOB_NAME-${SLURM_JOB_ID:-}.out}
-python -m qa_hpc.tools.report "$QA_OUT" --out "${_log%.out}_report" || true
+qa_run_report
 exit "$rc"

@@ -40,13 +40,11 @@ source "$_self_dir/scripts/env_setup.sh" || { echo "cannot read $_self_dir/scrip
 
 qa_job_start bert_squad_ft3
 
-qa_select_run "$JOB_NAME"
+qa_select_run "$JOB_NAME" "$@"
 
 # signal forwarding + requeue on exit 75 (scripts/env_setup.sh)
 qa_run_preemptible local python run_qa.py "${QA_ARGS[@]}" "$@"
 rc=$?
 qa_report "$rc"
-# the run's report (report.md, report.html, figures) beside its log; a run that left no record: one ERROR line
-_log=${QA_LOCAL_LOG:-logs/$JOB_NAME-${SLURM_JOB_ID:-}.out}
-python -m qa_hpc.tools.report "$QA_OUT" --out "${_log%.out}_report" || true
+qa_run_report
 exit "$rc"

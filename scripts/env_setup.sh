@@ -55,7 +55,8 @@ qa_local_log() {
 	[ -z "${SLURM_JOB_ID:-}" ] || return 0
 	local dir=${QA_LOG_DIR:-logs}
 	mkdir -p "$dir"
-	QA_LOCAL_LOG="$dir/$1-local-$(date +%Y%m%d-%H%M%S).out"
+	# the pid too: two jobs started in one second keep a log (and a report) each
+	QA_LOCAL_LOG="$dir/$1-local-$(date +%Y%m%d-%H%M%S)-$$.out"
 	exec > >(tee -a "$QA_LOCAL_LOG") 2>&1
 	qa_log "LOG=$QA_LOCAL_LOG"
 }
@@ -186,7 +187,11 @@ qa_requeue() {
 # Sets QA_RUN_MODE (baseline|offline_demo), QA_OUT (output dir, stable per job name so a
 # requeued job resumes) and the array QA_ARGS.
 qa_select_run() {
-	local job=$1
+	local job=$1 given
+	# an --output_dir among the job's extra arguments wins in run_qa.py (the last value counts): the job's
+	# own lines, TensorBoard folder and report follow it too
+	given=$(qa_output_dir_arg "${@:2}")
+	[ -z "$given" ] || QA_OUTPUT_DIR=$given
 	local model=${QA_MODEL:-bert-base-uncased} dataset=${QA_DATASET:-squad} mode=${QA_MODE:-auto}
 	if [ "$mode" = auto ]; then
 		if python -m qa_hpc.tools.prefetch --check --model "$model" --dataset "$dataset"; then
@@ -249,6 +254,21 @@ BANNER
 	esac
 }
 
+# The value of the last --output_dir (or --output_dir=...) in the arguments, empty where there is none.
+qa_output_dir_arg() {
+	local found=""
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--output_dir | --output-dir)
+			[ $# -lt 2 ] || { found=$2; shift; }
+			;;
+		--output_dir=* | --output-dir=*) found=${1#*=} ;;
+		esac
+		shift
+	done
+	echo "$found"
+}
+
 # TensorBoard's folder: runs/ and the output folder's name (runs/<job name> unless QA_OUTPUT_DIR says
 # otherwise), so runs of one job name into two output folders stay apart.
 qa_tensorboard_dir() {
@@ -281,6 +301,18 @@ qa_report() {
 	# absolute, as run_qa.py's own OUTPUT_DIR= line: one value to grep
 	echo "OUTPUT_DIR=$(realpath -m -s "$QA_OUT")"
 	qa_log "JOB_SECONDS=$(( $(date +%s) - t0 )) JOB_EXIT_CODE=$rc${QA_REQUEUED:+ (requeued: the job runs again and resumes)}"
+}
+
+# The run's report (report.md, report.html, figures) beside the job's log, where this job's run wrote a
+# record: a run stopped at its input checks writes none, and the folder's record, if any, is an earlier
+# run's.
+qa_run_report() {
+	local log=${QA_LOCAL_LOG:-logs/$JOB_NAME-${SLURM_JOB_ID:-}.out} record=$QA_OUT/run_summary.json
+	if [ -f "$record" ] && [ "$(stat -c %Y "$record")" -ge "${QA_T0:?qa_job_start sets QA_T0}" ]; then
+		python -m qa_hpc.tools.report "$QA_OUT" --out "${log%.out}_report" || true
+	else
+		qa_log "REPORT=none (this job's run wrote no run_summary.json in $QA_OUT)"
+	fi
 }
 
 # CPU levers for job_cpu.sh (allocator, thread affinity): qa_cpu_levers

@@ -66,6 +66,7 @@ def run_demo_job(script: str, env: dict[str, str], tmp: Path, job: str) -> str:
     )
     (copy,) = (tmp / "logs").glob(f"{job}-local-*.out")
     assert "RUN_MODE=offline_demo" in copy.read_text()
+    assert (copy.parent / f"{copy.stem}_report" / "report.md").is_file()  # the run's report beside its log
     return log
 
 
@@ -384,6 +385,46 @@ def test_rendezvous_port_is_the_jobs_own():
         held.bind(("127.0.0.1", first))
         second = int(port(SLURM_JOB_ID=None))
     assert second != first and 1024 < second < 65536, (first, second)
+
+
+def test_the_jobs_output_dir_and_report_follow_the_run(tmp_path: Path):
+    """An --output_dir after the script name wins in run_qa.py (the last value): the job's own lines and
+    report follow it. A run stopped before it wrote a record (a second run refused, bad input) gets no
+    report of the record an earlier run left there."""
+
+    def job(script: str, *args: str, **env: str) -> str:
+        proc = run(
+            ["bash", "-c", f"source {REPO}/scripts/env_setup.sh && {script}", "job", *args],
+            env=offline_env(**env),
+        )
+        return proc.stdout + proc.stderr
+
+    pick = 'qa_output_dir_arg "$@"'
+    assert job(pick, "--seed", "1", "--output_dir", "a", "--output_dir=b").strip() == "b"
+    assert job(pick, "--seed", "1", "--output_dir").strip() == ""
+    demo = {
+        "QA_MODE": "demo",
+        "QA_DEMO_DATA": str(tmp_path / "data"),
+        "QA_DEMO_TRAIN": "4",
+        "QA_DEMO_EVAL": "2",
+    }
+    chosen = job(
+        'qa_setup_env && qa_select_run ft3 "$@"',
+        "--max_steps",
+        "2",
+        "--output_dir",
+        str(tmp_path / "mine"),
+        **demo,
+    )
+    assert f"output_dir={tmp_path / 'mine'} tensorboard=runs/mine" in chosen, chosen
+
+    earlier = tmp_path / "out"
+    earlier.mkdir()
+    (earlier / "run_summary.json").write_text("{}")
+    os.utime(earlier / "run_summary.json", (1, 1))  # written before this job started
+    report = f"JOB_NAME=ft3 QA_OUT={earlier} QA_T0=$(date +%s) QA_LOCAL_LOG={tmp_path}/ft3.out qa_run_report"
+    assert f"REPORT=none (this job's run wrote no run_summary.json in {earlier})" in job(report)
+    assert not (tmp_path / "ft3_report").exists()
 
 
 def test_single_gpu_config_keeps_the_gpus_slurm_gave(tmp_path: Path):
