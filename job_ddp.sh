@@ -45,6 +45,9 @@ else
 	NPROC=${QA_NPROC_PER_NODE:-${QA_CPU_PROCS_PER_NODE:-1}}
 	BACKEND=gloo
 fi
+case $NPROC in
+'' | *[!0-9]* | 0) qa_die "QA_NPROC_PER_NODE/QA_CPU_PROCS_PER_NODE=$NPROC: give a number of processes, 1 or more" ;;
+esac
 NNODES=${SLURM_NNODES:-1}
 # the first node's name as Slurm knows it: every node of the allocation resolves it
 if [ -n "${SLURM_JOB_NODELIST:-}" ]; then

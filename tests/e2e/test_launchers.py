@@ -427,6 +427,15 @@ def test_the_jobs_output_dir_and_report_follow_the_run(tmp_path: Path):
     assert not (tmp_path / "ft3_report").exists()
 
 
+@pytest.mark.parametrize("procs", ["abc", "0"])
+def test_a_bad_process_count_is_one_error_line(procs: str, tiny_bert: Path, tmp_path: Path):
+    """QA_CPU_PROCS_PER_NODE that is no count: exit 2 naming it (it was bash's 'unbound variable', or
+    torchrun's AssertionError for 0)."""
+    env = demo_job_env(tiny_bert, tmp_path, QA_CPU_PROCS_PER_NODE=procs)
+    log = ok(run(["bash", REPO / "job_ddp.sh"], env=env), 2)
+    assert f"ERROR: QA_NPROC_PER_NODE/QA_CPU_PROCS_PER_NODE={procs}: give a number of processes" in log
+
+
 def test_single_gpu_config_keeps_the_gpus_slurm_gave(tmp_path: Path):
     """accelerate's gpu_ids would overwrite CUDA_VISIBLE_DEVICES: the config leaves it as Slurm set it."""
     script = tmp_path / "show.py"
