@@ -9,7 +9,7 @@
 #  4. the learning curve (trainer_state.json log_history) as OUT/learning_curve.png.
 #
 #   bash bench/accuracy_full.sh /tmp/qa_hpc_accuracy_full                 # the full run (hours on 2 cores)
-#   TRAIN_Q=48 EVAL_Q=24 bash bench/accuracy_full.sh /tmp/acc_tiny        # a smoke run (a minute)
+#   TRAIN_Q=48 EVAL_Q=24 LOG_STEPS=1 bash bench/accuracy_full.sh /tmp/acc_tiny   # a smoke run (a minute)
 #   nohup nice -n 10 bash bench/accuracy_full.sh /tmp/acc > /tmp/accuracy_full.log 2>&1 &
 #
 # Env: TRAIN_Q / EVAL_Q (default: all questions), PRECISION (auto; the published fp32 figure: PRECISION=fp32),
