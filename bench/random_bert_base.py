@@ -48,4 +48,9 @@ def tiny_bert(out: Path | str, tokenizer_dir: Path | str, seed: int = 0) -> Path
 
 
 if __name__ == "__main__":
+    # OUT_DIR [TOKENIZER_DIR]; anything else (no folder, a flag such as --help) gets the usage, not a
+    # 417 MB model in a folder named after it
+    if not 2 <= len(sys.argv) <= 3 or sys.argv[1].startswith("-"):
+        print("usage: " + __doc__.split("\n\n")[1].strip(), file=sys.stderr)
+        sys.exit(2)
     main(*sys.argv[1:3])
