@@ -54,9 +54,11 @@ qa_setup_env() {
 qa_local_log() {
 	[ -z "${SLURM_JOB_ID:-}" ] || return 0
 	local dir=${QA_LOG_DIR:-logs}
-	mkdir -p "$dir"
+	# a job without its log would run on unseen: stop first (a relative folder is the checkout's, as the
+	# job's other paths)
+	mkdir -p "$dir" 2>/dev/null && [ -w "$dir" ] || qa_die "QA_LOG_DIR=$dir: cannot write there (from $PWD)"
 	# the pid too: two jobs started in one second keep a log (and a report) each
-	QA_LOCAL_LOG="$dir/$1-local-$(date +%Y%m%d-%H%M%S)-$$.out"
+	QA_LOCAL_LOG="$(realpath -m "$dir")/$1-local-$(date +%Y%m%d-%H%M%S)-$$.out"
 	exec > >(tee -a "$QA_LOCAL_LOG") 2>&1
 	qa_log "LOG=$QA_LOCAL_LOG"
 }

@@ -427,6 +427,16 @@ def test_the_jobs_output_dir_and_report_follow_the_run(tmp_path: Path):
     assert not (tmp_path / "ft3_report").exists()
 
 
+def test_a_log_folder_that_cannot_be_written_stops_the_job(tiny_bert: Path, tmp_path: Path):
+    """Outside Slurm the job's log is its only record of the run: a QA_LOG_DIR it cannot write is one
+    ERROR line and exit 2 before anything runs (the job used to run on with no log)."""
+    (tmp_path / "a_file").write_text("")
+    env = demo_job_env(tiny_bert, tmp_path, QA_LOG_DIR=str(tmp_path / "a_file" / "logs"))
+    log = ok(run(["bash", REPO / "job_ft3.sh"], env=env), 2)
+    assert f"ERROR: QA_LOG_DIR={tmp_path / 'a_file' / 'logs'}: cannot write there (from {REPO})" in log
+    assert "RUN_MODE" not in log
+
+
 @pytest.mark.parametrize("procs", ["abc", "0"])
 def test_a_bad_process_count_is_one_error_line(procs: str, tiny_bert: Path, tmp_path: Path):
     """QA_CPU_PROCS_PER_NODE that is no count: exit 2 naming it (it was bash's 'unbound variable', or
