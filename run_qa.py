@@ -53,6 +53,7 @@ from qa_hpc.preemption import (
     ReadableCheckpoints,
     StopRequest,
     apply_collective_timeout,
+    checkpoint_state,
     checkpoint_to_resume,
     clear_for_launch,
     trained_every_step,
@@ -241,7 +242,7 @@ def train(run: Run, stop: StopRequest) -> bool:
     checkpoint_dir = lambda: os.path.join(out, f"checkpoint-{trainer.state.global_step}")  # noqa: E731
     resumed_step = 0
     if run.resume:
-        resumed_step = TrainerState.load_from_json(os.path.join(run.resume, "trainer_state.json")).global_step
+        resumed_step = checkpoint_state(run.resume).global_step
     with guarded("train", checkpoint_dir, run.batch):
         outcome = trainer.train(resume_from_checkpoint=run.resume)
     if run.preemption.stopped_at_step is not None:

@@ -100,6 +100,12 @@ def checkpoints_oldest_first(output_dir: str) -> list[str]:
     return [path for _, path in sorted(numbered)]
 
 
+def checkpoint_state(checkpoint: str) -> TrainerState:
+    """The Trainer's state a checkpoint holds (written last: a checkpoint cut short has none readable);
+    OSError or ValueError where it cannot be read."""
+    return TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+
+
 def last_complete_checkpoint(output_dir: str) -> str | None:
     """The newest checkpoint-N in output_dir with a readable trainer_state.json (the Trainer writes it last),
     naming those without: a job killed while saving leaves one (transformers' get_last_checkpoint would
@@ -151,7 +157,7 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     out, given = training_args.output_dir, training_args.resume_from_checkpoint
     if given and training_args.do_train:
         try:
-            TrainerState.load_from_json(os.path.join(given, "trainer_state.json"))
+            checkpoint_state(given)
         except (OSError, ValueError) as err:
             raise UsageError(
                 f"--resume_from_checkpoint {given}: not a checkpoint (no readable trainer_state.json there: "
@@ -192,7 +198,7 @@ def trained_every_step(checkpoint: str, total_steps: int, output_dir: str) -> bo
     checks after a step). Where --output_dir holds the record of a run that ended ok (it trained, or went on
     from that checkpoint), the same command was simply run again: refused, before it replaces that run's
     results."""
-    if TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json")).global_step < total_steps:
+    if checkpoint_state(checkpoint).global_step < total_steps:
         return False
     record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
     if record is not None and record.status == "ok":
