@@ -307,14 +307,20 @@ class RunRecord:
             timestamp=data.get("timestamp"),
         )
 
-    @classmethod
-    def read(cls, path: str | Path) -> RunRecord:
-        """The record in `path`; OSError when it cannot be read (FileNotFoundError: missing), ValueError when
-        it is cut off mid-write or not a record (json reads the NaN that records may hold)."""
+    @staticmethod
+    def read_json(path: str | Path) -> dict[str, Any]:
+        """The JSON object in `path`, as written; OSError when it cannot be read (FileNotFoundError:
+        missing), ValueError when it is cut off mid-write or not an object (json reads the NaN that records
+        may hold)."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise ValueError(f"a JSON {type(data).__name__}, not an object")
-        return cls.from_json(data)
+        return data
+
+    @classmethod
+    def read(cls, path: str | Path) -> RunRecord:
+        """The record in `path`; raises as read_json."""
+        return cls.from_json(cls.read_json(path))
 
     @classmethod
     def load(cls, path: str | Path) -> RunRecord | None:

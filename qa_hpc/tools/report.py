@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as dt
-import json
 import math
 import re
 import sys
@@ -293,11 +292,9 @@ def problem(raw: str) -> str | None:
         why = f", only {', '.join(found)} (an older layout" if found else " (not a run's output dir"
         return f"{raw}: no {SUMMARY_FILE}{why}, or a run killed before its end)"
     try:
-        record = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
+        record = RunRecord.read_json(path / SUMMARY_FILE)
     except (OSError, ValueError) as err:
         return f"{raw}: {SUMMARY_FILE} cannot be read: {err}"
-    if not isinstance(record, dict):
-        return f"{raw}: {SUMMARY_FILE} cannot be read: a JSON {type(record).__name__}, not an object"
     missing = [key for key in NEEDED if key not in record]
     if missing:
         return f"{raw}: {SUMMARY_FILE} has no {', '.join(missing)} (an older layout)"
