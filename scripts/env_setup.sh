@@ -251,6 +251,7 @@ qa_select_run() {
 BANNER
 		qa_log "RUN_MODE=offline_demo model=$demo_model data=$data output_dir=$QA_OUT" \
 			"tensorboard=$(qa_tensorboard_dir)"
+		qa_demo_ignores
 		;;
 	*) qa_die "QA_MODE=$mode: use auto, baseline or demo" ;;
 	esac
@@ -275,6 +276,18 @@ qa_output_dir_arg() {
 # otherwise), so runs of one job name into two output folders stay apart.
 qa_tensorboard_dir() {
 	echo "runs/$(basename "$QA_OUT")"
+}
+
+# One line naming the baseline's settings this job was given that the demo does not take, and what it takes
+# instead (the demo's model, epochs, batch and learning rate suit its small generated data, not BERT's).
+qa_demo_ignores() {
+	local name given=()
+	for name in QA_EPOCHS QA_BATCH QA_LR; do
+		[ -z "${!name:-}" ] || given+=("$name=${!name}")
+	done
+	[ ${#given[@]} -eq 0 ] ||
+		qa_log "DEMO_IGNORES ${given[*]} (the baseline's; the demo takes QA_DEMO_EPOCHS, QA_DEMO_BATCH," \
+			"QA_DEMO_LR)"
 }
 
 # Generated demo data in $1 with the demo defaults (regenerated only when the settings change).

@@ -73,10 +73,20 @@ def run_demo_job(script: str, env: dict[str, str], tmp: Path, job: str) -> str:
 def test_job_ft3_falls_back_to_the_offline_demo_and_labels_it(tiny_bert: Path, tmp_path: Path):
     """...and QA_PRECISION reaches run_qa.py as --precision (the script decides nothing); the run says what
     ran, its torch threads the CPUs it may use. A QA_OUTPUT_DIR relative to the checkout: one absolute
-    OUTPUT_DIR= value in the log, TensorBoard in runs/ under the output folder's name."""
+    OUTPUT_DIR= value in the log, TensorBoard in runs/ under the output folder's name. The baseline's epochs
+    and learning rate given to the demo: named as not taken."""
     out = os.path.relpath(tmp_path / "out", REPO)
-    env = demo_job_env(tiny_bert, tmp_path, QA_PRECISION="bf16", OMP_NUM_THREADS=None, QA_OUTPUT_DIR=out)
+    env = demo_job_env(
+        tiny_bert,
+        tmp_path,
+        QA_PRECISION="bf16",
+        OMP_NUM_THREADS=None,
+        QA_OUTPUT_DIR=out,
+        QA_EPOCHS="5",
+        QA_LR="1e-3",
+    )
     log = run_demo_job("job_ft3.sh", env, tmp_path, "bert_squad_ft3")
+    assert "DEMO_IGNORES QA_EPOCHS=5 QA_LR=1e-3 (the baseline's;" in log
     assert set(re.findall(r"^OUTPUT_DIR=(.*)$", log, re.M)) == {str(tmp_path / "out")}, log[-3000:]
     assert f"output_dir={out} tensorboard=runs/out" in log
     cpus = len(os.sched_getaffinity(0))
