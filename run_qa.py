@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             evaluate(run, stop)
         if run.args.do_predict:
             predict(run)
+        stop.note_outside_training()  # a signal while it evaluated or predicted
         report(run)
     except Exception as err:
         record(run, "failed", classify(err)[0], error=f"{type(err).__name__}: {err}")
@@ -301,8 +302,7 @@ def launch_epochs(state: TrainerState, resumed_step: int) -> float:
 
 def evaluate(run: Run, stop: StopRequest) -> None:
     """EM/F1 on the validation split, with the prediction files."""
-    if stop.requested:  # evaluation cannot be checkpointed part-way; the final checkpoint is saved: finish
-        logger.warning("STOP_REQUESTED signal=%s outside training: finishing the run", stop.name)
+    stop.note_outside_training()
     with guarded("eval", run.args.output_dir, run.batch):
         metrics = run.trainer.evaluate()
     metrics["eval_samples"] = len(run.data.eval_features)

@@ -40,6 +40,15 @@ class StopRequest:
 
     requested = property(lambda self: self.signum is not None)
     name = property(lambda self: signal.Signals(self.signum).name if self.requested else "none")
+    noted = False  # note_outside_training logged it
+
+    def note_outside_training(self) -> None:
+        """One line, the first time it is called after a signal: evaluation and prediction cannot be
+        checkpointed part-way (the final model is saved), so the run finishes. Called before evaluation and
+        again at the run's end, so that a signal that arrived while it evaluated is said too."""
+        if self.requested and not self.noted:
+            self.noted = True
+            logger.warning("STOP_REQUESTED signal=%s outside training: finishing the run", self.name)
 
 
 def apply_collective_timeout(seconds: float) -> None:

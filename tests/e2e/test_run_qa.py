@@ -31,6 +31,7 @@ from fixtures.procs import (
     tiny_flags,
 )
 from fixtures.runs import (
+    PROBE,
     SECRET,
     Run,
     assert_closing_line_is_wall_clock_and_bounded,
@@ -185,7 +186,8 @@ def test_eval_only_from_a_json_config_reuses_features_and_writes_identical_files
     plain: Run, demo_files: dict[str, Path], features_cache: Path, tmp_path: Path
 ) -> None:
     """The trained model, from an args.json: features come from the cache, the prediction files are the
-    training run's byte for byte, and `evaluate` writes only into HF_HOME (nothing in the cwd)."""
+    training run's byte for byte, and `evaluate` writes only into HF_HOME (nothing in the cwd). A SIGTERM
+    while it evaluates: the evaluation finishes, and the log says the signal came."""
     out = tmp_path / "eval"
     hf_home = tmp_path / "hf_home"
     cwd = tmp_path / "cwd"
@@ -203,7 +205,10 @@ def test_eval_only_from_a_json_config_reuses_features_and_writes_identical_files
         "precision": "fp32",
     }  # as the plain run
     (tmp_path / "args.json").write_text(json.dumps(config))
-    log = ok(run_qa([str(tmp_path / "args.json")], env=offline_env(HF_HOME=str(hf_home)), cwd=str(cwd)))
+    env = offline_env(HF_HOME=str(hf_home), PYTHONPATH=str(REPO), QA_PROBE_SIGNAL_IN_EVAL="SIGTERM")
+    log = ok(run([PYTHON, PROBE, str(tmp_path / "args.json")], env=env, cwd=str(cwd)))
+    assert log.count("STOP_REQUESTED") == 1
+    assert "STOP_REQUESTED signal=SIGTERM outside training: finishing the run" in log
     assert "FEATURES_CACHE split=eval reused" in log
     for name in ("eval_predictions.json", "eval_nbest_predictions.json"):
         assert (out / name).read_bytes() == (plain.out / name).read_bytes(), name
