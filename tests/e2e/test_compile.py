@@ -69,9 +69,11 @@ def test_compiled_in_buckets_stops_resumes_and_equals_eager(
     dynamic = [*compiled, "--compile_shapes", "dynamic", "--compile_scope", "regions"]
     first = LoggedProcess([PYTHON, RUN_QA, *dynamic], tmp_path / "first.log")
     try:
-        # compiled, and training: stopped at its first logged loss, so that the resumed run has steps over
-        # several batch shapes left (compiled steps take milliseconds: a later signal lands near the end)
-        first.wait_for(r"\{'loss'", count=1)
+        # signalled once it has a plan (its handler is installed before): it stops at the end of its first
+        # step, whichever moment the signal lands before then, so that the resumed run has steps over
+        # several batch shapes left (compiled steps take milliseconds: a signal after the first logged loss
+        # may land near the end)
+        first.wait_for(r"\[rank0\] INFO \S+: PLAN device=")
         os.kill(first.proc.pid, signal.SIGTERM)
         assert first.proc.wait(timeout=300) == EXIT_PREEMPTED, first.text()[-3000:]
         assert eager.proc.wait(timeout=300) == 0, eager.text()[-3000:]
@@ -80,6 +82,7 @@ def test_compiled_in_buckets_stops_resumes_and_equals_eager(
         eager.kill_all()
     log = first.text()
     step = int(re.search(r"PREEMPTED signal=SIGTERM global_step=(\d+) ", log).group(1))
+    assert step == 1, log[-3000:]
 
     compiled_line = r"COMPILE graphs=(\d+) batch_shapes=(\d+) cache_hits=0 cache_misses=0"  # no inductor
     graphs, shapes = map(int, re.search(compiled_line, log).groups())
