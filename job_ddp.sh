@@ -70,6 +70,10 @@ fi
 
 qa_select_run "$JOB_NAME" "$@"
 QA_ARGS+=(--ddp_backend "$BACKEND")
+# each rank's own exit code, since torchrun exits 1 whatever they are (qa_ranks_exit_code): in the checkout,
+# which every node sees
+QA_EXIT_CODE_DIR=$(mktemp -d "$PWD/logs/.exit_codes-XXXXXX") || qa_die "cannot write into $PWD/logs"
+export QA_EXIT_CODE_DIR
 qa_log "DDP nodes=$NNODES nproc_per_node=$NPROC world_size=$(( NNODES * NPROC )) backend=$BACKEND" \
 	"rdzv=c10d endpoint=$MASTER:$PORT id=${SLURM_JOB_ID:-local} cpus_per_task=${SLURM_CPUS_PER_TASK:-unset}" \
 	"numa_binding=$BINDING NCCL_DEBUG=${NCCL_DEBUG:-unset} NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-unset}" \

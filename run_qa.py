@@ -30,7 +30,7 @@ from qa_hpc.atomic_io import readable_as_umask_allows
 from qa_hpc.batching import make_collator
 from qa_hpc.compile import CompiledSteps, apply_recompile_limit
 from qa_hpc.device import DeviceFacts, read_device_facts
-from qa_hpc.dist import end_process_group, launch_env, process_start_time
+from qa_hpc.dist import end_process_group, exit_code_noted, launch_env, process_start_time
 from qa_hpc.dropout import install as install_bulk_dropout
 from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded
 from qa_hpc.features import QAData, build_data, real_lengths
@@ -396,4 +396,5 @@ def cli() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    with exit_code_noted():
+        sys.exit(cli())

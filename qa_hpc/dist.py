@@ -82,6 +82,24 @@ def first_on_each_filesystem() -> Iterator[None]:
             state.wait_for_everyone()
 
 
+@contextmanager
+def exit_code_noted(env: Mapping[str, str] = os.environ) -> Iterator[None]:
+    """Around a process's whole life (sys.exit inside): its exit code in the file QA_EXIT_CODE_DIR/rank<R>
+    where that variable is set. torchrun exits 1 whatever its ranks' codes; job_ddp.sh reads these to report
+    the run's own (a usage error's 2, an out-of-memory's 3), as a single process reports it."""
+    code = 1  # an exception that escapes: Python's exit status
+    try:
+        yield
+        code = 0
+    except SystemExit as done:  # sys.exit(N), argparse's usage error and --help
+        code = done.code if isinstance(done.code, int) else int(done.code is not None)
+        raise
+    finally:
+        if folder := env.get("QA_EXIT_CODE_DIR"):
+            with open(os.path.join(folder, f"rank{launch_env(env).rank}"), "w") as noted:
+                noted.write(f"{code}\n")
+
+
 def end_process_group() -> None:
     """End the group at the end of a run (NCCL warns about one left behind): after gc, so its last
     reference drops here and not in a DDP reducer (the Trainer is in reference cycles), and a barrier."""

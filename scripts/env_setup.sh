@@ -138,12 +138,35 @@ qa_run_preemptible() {
 	while kill -0 "$QA_CHILD" 2>/dev/null; do wait "$QA_CHILD"; done
 	wait "$QA_CHILD"; rc=$?   # the child's own status (bash keeps it after reaping)
 	trap - USR1 TERM
-	qa_log "EXIT_CODE=$rc${QA_SIGNALLED:+ (after SIG$QA_SIGNALLED)}"
+	local launcher_rc=$rc
+	qa_ranks_exit_code "$rc"
+	rc=$QA_RUN_RC
+	qa_log "EXIT_CODE=$rc${QA_SIGNALLED:+ (after SIG$QA_SIGNALLED)}" \
+		"${QA_RANK_CODES:+(ranks: $QA_RANK_CODES; the launcher exited $launcher_rc)}"
 	if [ "$rc" = "$EXIT_PREEMPTED" ] || { [ -n "$QA_SIGNALLED" ] && [ "$rc" != 0 ] && [ "$_QA_HOW" != local ]; }; then
 		qa_requeue && { QA_REQUEUED=1; return 0; }
 		return "$EXIT_PREEMPTED"
 	fi
 	return "$rc"
+}
+
+# The run's exit code where torchrun stands between the job and its ranks: torchrun exits 1 whatever their
+# codes. Each rank notes its own in $QA_EXIT_CODE_DIR (run_qa.py; job_ddp.sh makes the folder): the lowest
+# rank's that names a cause (not 0, not 1: an unclassified error, or a rank that lost a peer) is the run's;
+# none: the launcher's. Sets QA_RUN_RC to it, and QA_RANK_CODES to each rank's ("rank0=2 rank1=2"); removes
+# the folder.
+qa_ranks_exit_code() {
+	local rc=$1 dir=${QA_EXIT_CODE_DIR:-} rank code run_rc=""
+	QA_RANK_CODES=""
+	if [ "$rc" != 0 ] && [ -n "$dir" ] && [ -d "$dir" ]; then
+		for rank in $(find "$dir" -name 'rank*' -printf '%f\n' | sed 's/^rank//' | sort -n); do
+			code=$(cat "$dir/rank$rank")
+			QA_RANK_CODES+="${QA_RANK_CODES:+ }rank$rank=$code"
+			case $code in 0 | 1) ;; *) run_rc=${run_rc:-$code} ;; esac
+		done
+	fi
+	[ -z "$dir" ] || rm -rf "$dir"
+	QA_RUN_RC=${run_rc:-$rc}
 }
 
 _qa_forward() {
