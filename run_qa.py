@@ -191,6 +191,12 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     score = None
     if args.do_eval or args.do_predict:  # the metric, loaded before anything is written
         score = make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
+    # the other folders a run writes into, then its own: found unwritable as their writers open, they would
+    # end the run after its training, naming --output_dir
+    if plan.tensorboard and plan.logging_dir is not None:
+        check_writable_dir(plan.logging_dir, "--logging_dir")
+    if plan.profile_dir is not None:
+        check_writable_dir(plan.profile_dir, "--profile_dir")
     check_writable_dir(args.output_dir)
     # process-wide settings the model's kernels and compiled graphs read: set before the model exists
     attention.apply(plan.attn_backend)

@@ -22,7 +22,7 @@ import numpy as np
 from datasets.fingerprint import Hasher
 
 from qa_hpc.dist import first_on_each_filesystem
-from qa_hpc.errors import UsageError
+from qa_hpc.errors import UsageError, check_writable_dir
 from qa_hpc.squad_io import check_dataset_rows, load_qa_records
 from qa_hpc.squad_records import LoadedFile
 
@@ -191,6 +191,13 @@ def build_data(
     cache_dir = data_args.features_cache_dir or os.path.join(
         datasets.config.HF_DATASETS_CACHE, "qa_hpc_features"
     )
+    # found by datasets as it writes, a folder it cannot write (a shared, read-only HF cache) is a traceback
+    flag = (
+        "--features_cache_dir"
+        if data_args.features_cache_dir
+        else "the features cache (--features_cache_dir)"
+    )
+    check_writable_dir(cache_dir, flag)
     examples: dict[str, datasets.Dataset] = {}
     features: dict[str, datasets.Dataset] = {}
     for split, fn, limit in wanted:

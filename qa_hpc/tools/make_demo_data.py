@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from qa_hpc.atomic_io import write_text_atomic
+from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
 
 # Consonant-vowel syllables with few clusters and codas read like names and split into few WordPieces.
 # The lists' order and repeats are part of the data: the same seed must give the same bytes.
@@ -353,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.num_train < 1 or args.num_eval < 1 or args.context_words < 10:
         ap.error("--num_train and --num_eval must be >= 1, --context_words >= 10")
+    try:
+        check_writable_dir(args.output_dir)
+    except OutputError as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return EXIT_IOERR
     common = dict(
         seed=args.seed, with_impossible=args.version_2_with_negative, context_words=args.context_words
     )

@@ -149,11 +149,29 @@ def test_run_qa_rejects(
             2,
         ),
         (["--precision", "fp16"], ["fp16 (--precision fp16) is not supported on CPU"], 2),
+        (
+            ["--report_to", "tensorboard", "--logging_dir", "/dev/null/tb"],
+            ["cannot create --logging_dir /dev/null/tb: Not a directory"],
+            74,
+        ),
+        (
+            ["--profile", "--profile_dir", "/dev/null/profile"],
+            ["cannot create --profile_dir /dev/null/profile: Not a directory"],
+            74,
+        ),
+        (
+            ["--features_cache_dir", "/dev/null/features"],
+            ["cannot create --features_cache_dir /dev/null/features: Not a directory"],
+            74,
+        ),
     ],
     ids=[
         "unwritable-output-dir",
         "non-empty-output-dir-without-checkpoint",
         "fp16-on-cpu",
+        "unwritable-logging-dir",
+        "unwritable-profile-dir",
+        "unwritable-features-cache",
     ],
 )
 def test_settings_that_cannot_work_are_refused_before_the_model_loads(

@@ -16,6 +16,7 @@ from matplotlib.colors import to_hex
 
 import qa_hpc.tools.make_demo_data as mdd
 from qa_hpc.device import read_device_facts
+from qa_hpc.errors import EXIT_IOERR
 from qa_hpc.flags import read_flags
 from qa_hpc.plan import decide
 from qa_hpc.record import Environment, Params, Recorded, RunRecord, Stopped
@@ -131,6 +132,9 @@ def test_cli_writes_the_same_bytes_atomically_and_they_load_cleanly(tmp_path, ca
     assert test_qas and not any({"answers", "is_impossible"} & qa.keys() for _, qa in test_qas), (
         "no answer given away"
     )
+    capsys.readouterr()
+    assert mdd.main(["--output_dir", "/dev/null/demo", *args]) == EXIT_IOERR  # a folder it cannot make
+    assert capsys.readouterr().err == "ERROR: cannot create --output_dir /dev/null/demo: Not a directory\n"
 
 
 # --- collect_results ----------------------------------------------------------------------------------------
