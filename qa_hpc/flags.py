@@ -6,6 +6,7 @@ because TrainingArguments sets up devices and reads the launcher's environment w
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -325,18 +326,29 @@ def read_flags(argv: list[str]) -> dict[str, object]:
         raise UsageError(f"{path}: not a readable JSON object of flags: {err}") from err
     if not isinstance(given, dict):
         raise UsageError(f"{path}: expected a JSON object of flags, got {type(given).__name__}")
-    # held to the command line's names and choices (argparse checks those only for what it parses); a default
-    # (null for ddp_backend, say) is always allowed
+    # held to the command line's names, types and choices (argparse checks those only for what it parses); a
+    # default (null for ddp_backend, say) is always allowed
     defaults = vars(parser.parse_args([]))
-    choices = {action.dest: action.choices for action in parser._actions}
-    if unknown := sorted(set(given) - set(choices)):
+    actions = {action.dest: action for action in parser._actions}
+    if unknown := sorted(set(given) - set(actions)):
         raise UsageError(f"{path}: unknown keys (not flags of run_qa.py): {', '.join(unknown)}")
     for key, value in given.items():
-        if choices[key] is not None and value not in choices[key] and value != defaults.get(key):
-            raise UsageError(
-                f"{path}: key '{key}': {value!r} is not one of {', '.join(map(str, choices[key]))}"
-            )
+        given[key] = value = _as_on_the_command_line(path, key, value, actions[key])
+        choices = actions[key].choices
+        if choices is not None and value not in choices and value != defaults.get(key):
+            raise UsageError(f"{path}: key '{key}': {value!r} is not one of {', '.join(map(str, choices))}")
     return {**defaults, **given}
+
+
+def _as_on_the_command_line(path: str, key: str, value: object, action: argparse.Action) -> object:
+    """A JSON string converted as argparse converts the command line's ("false" is False, "2" is 2, as
+    `--flag false` and `--flag 2` give); JSON's own booleans and numbers as they are."""
+    if not isinstance(value, str) or action.type in (None, str):
+        return value
+    try:
+        return action.type(value)
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as err:
+        raise UsageError(f"{path}: key '{key}': {value!r} is not a value of this flag ({err})") from err
 
 
 def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:

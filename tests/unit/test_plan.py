@@ -884,6 +884,19 @@ def test_a_json_flags_file_is_held_to_the_command_lines_names_and_choices(tmp_pa
     unknown.write_text('{"output_dir": "out", "precison": "bf16"}')
     values = read_flags([str(good)])
     assert (values["precision"], values["num_threads"], values["doc_stride"]) == ("bf16", 2, 128)
+    # strings are what the command line would make of them: "false" is no compile, "2" two threads
+    strings = tmp_path / "strings.json"
+    strings.write_text('{"output_dir": "out", "torch_compile": "false", "num_threads": "2", "bf16": "true"}')
+    assert {k: read_flags([str(strings)])[k] for k in ("torch_compile", "num_threads", "bf16")} == {
+        "torch_compile": False,
+        "num_threads": 2,
+        "bf16": True,
+    }
+    strings.write_text('{"output_dir": "out", "num_threads": "two"}')
+    with pytest.raises(
+        UsageError, match=rf"^{strings}: key 'num_threads': 'two' is not a value of this flag"
+    ):
+        read_flags([str(strings)])
     choices = "auto, fp32, bf16, fp16"
     with pytest.raises(UsageError, match=rf"^{bad_choice}: key 'precision': 'fp8' is not one of {choices}$"):
         read_flags([str(bad_choice)])
