@@ -193,6 +193,7 @@ def decide(flags: FlagValues, facts: DeviceFacts, train_batches: int | None = No
     """The whole plan from the parsed flags (by name) and this process's facts; PlanError for what it cannot
     honour. `train_batches`: the batches this process trains, once its training data is counted; a plan whose
     compile waits for them (RunPlan.awaits_batch_count) is decided again then."""
+    refuse_outside_the_plan(flags)
     if not flags["use_cpu"]:
         require_visible_gpu(facts)
     device = "cuda" if facts.cuda_available and not flags["use_cpu"] else "cpu"
@@ -442,8 +443,12 @@ def decide_compiling(
     training, shapes that vary (compile alone: 0.90x on one H200), fewer batches; where only the count is left
     to decide, off until it is known (train_batches None: COMPILE_AWAITS_COUNT)."""
     given = flags["torch_compile"]
-    if given is not None or flags["torch_compile_backend"] or flags["torch_compile_mode"]:
-        on = bool(given or flags["torch_compile_backend"] or flags["torch_compile_mode"])
+    backend, mode = flags["torch_compile_backend"], flags["torch_compile_mode"]
+    if given is False and (backend or mode):  # TrainingArguments would compile, the false unsaid
+        named = f"--torch_compile_backend {backend}" if backend else f"--torch_compile_mode {mode}"
+        raise PlanError(f"--torch_compile false contradicts {named}, which compiles; give one of them")
+    if given is not None or backend or mode:
+        on = bool(given or backend or mode)
         return on, "" if on else "--torch_compile false"
     if device == "cpu":
         return False, "auto: CPU: eager"
@@ -590,6 +595,11 @@ def decide_dropout(
             f"--dropout_mask bulk draws attention's dropout inside SDPA, which contradicts "
             f"--attn_implementation {attn_implementation}; give one of them"
         )
+    if asked == "bulk" and compiled:
+        raise PlanError(
+            "--dropout_mask bulk draws masks outside the compiled graphs, which breaks them into many "
+            "(slower than eager); compiled, the graphs draw their own: drop one of them"
+        )
     if asked != "auto":
         return asked, f"--dropout_mask {asked}"
     if compiled:
@@ -604,6 +614,31 @@ def decide_dropout(
             f"auto: {cpu.vendor} CPU, where torch draws masks one element at a time{cpu.source_note}",
         )
     return "torch", f"auto: Intel CPU, where torch draws masks in parallel{cpu.source_note}"
+
+
+# counts no run can have, and the least of each: refused here, in one line, rather than by torch or
+# transformers with a traceback (negative threads were ignored without a word)
+LEAST = {
+    "dataloader_num_workers": 0,
+    "num_threads": 0,  # 0: decided
+    "per_device_train_batch_size": 1,
+    "per_device_eval_batch_size": 1,
+    "gradient_accumulation_steps": 1,
+}
+
+
+def refuse_outside_the_plan(flags: FlagValues) -> None:
+    """Refuse counts below LEAST, and HF's flags that would change the evaluation's precision behind the
+    plan's back (PLAN and EFFECTIVE would say fp32 while the model ran cast to half precision)."""
+    for name, least in LEAST.items():
+        if flags[name] is not None and flags[name] < least:
+            raise PlanError(f"--{name} {flags[name]}: give a number >= {least}")
+    for name in ("bf16_full_eval", "fp16_full_eval"):
+        if flags[name]:
+            raise PlanError(
+                f"--{name} casts the model itself for evaluation, outside --precision (which PLAN and "
+                "EFFECTIVE say): use --precision bf16, which evaluates under autocast too"
+            )
 
 
 def require_visible_gpu(facts: DeviceFacts) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import types
 
 import datasets
@@ -409,10 +410,48 @@ def test_plan_log_line_names_every_decision(device_facts, given, parts):
     assert f"dropout_mask={plan.dropout_mask} (" in plan.log_line()
 
 
-def test_bulk_masks_are_refused_beside_an_attention_asked_for_by_name():
+def test_bulk_masks_are_refused_beside_an_attention_asked_for_by_name_or_a_compile():
     # bulk masks route attention through their own SDPA call: the eager attention asked for would not run
     with pytest.raises(PlanError, match="--dropout_mask bulk .* contradicts --attn_implementation eager"):
         decide(ask(dropout_mask="bulk", attn_implementation="eager"), facts("CPU"))
+    # drawn between the graphs, they broke a compiled run into 15 graphs per shape (4x slower than eager)
+    for device in ("CPU", "H200"):
+        with pytest.raises(PlanError, match="^--dropout_mask bulk draws masks outside the compiled graphs"):
+            decide(ask(dropout_mask="bulk", torch_compile=True), facts(device), TWO_EPOCHS)
+
+
+@pytest.mark.parametrize(
+    "given, says",
+    [
+        ({"dataloader_num_workers": -1}, "--dataloader_num_workers -1: give a number >= 0"),
+        ({"num_threads": -3}, "--num_threads -3: give a number >= 0"),  # was ignored
+        ({"per_device_eval_batch_size": 0}, "--per_device_eval_batch_size 0: give a number >= 1"),
+        ({"per_device_train_batch_size": -1}, "--per_device_train_batch_size -1: give a number >= 1"),
+        ({"gradient_accumulation_steps": 0}, "--gradient_accumulation_steps 0: give a number >= 1"),
+        ({"bf16_full_eval": True}, "--bf16_full_eval casts the model itself for evaluation, outside"),
+        ({"fp16_full_eval": True}, "--fp16_full_eval casts the model itself for evaluation, outside"),
+    ],
+)
+def test_what_no_run_can_have_or_the_plan_would_not_say_is_refused(given, says):
+    """Each was a traceback from torch or transformers, ignored, or (the full-eval casts) an evaluation in
+    half precision under a PLAN and EFFECTIVE saying fp32."""
+    with pytest.raises(PlanError, match=f"^{re.escape(says)}"):
+        decide(ask(**given), facts("CPU"))
+
+
+@pytest.mark.parametrize(
+    "given, named",
+    [
+        ({"torch_compile_backend": "eager"}, "--torch_compile_backend eager"),
+        ({"torch_compile_mode": "reduce-overhead"}, "--torch_compile_mode reduce-overhead"),
+    ],
+)
+def test_compile_turned_off_and_configured_at_once_is_refused(given, named):
+    """A backend or mode alone turns the compile on (as in TrainingArguments); beside --torch_compile false it
+    compiled, the false unsaid."""
+    with pytest.raises(PlanError, match=f"^--torch_compile false contradicts {named}, which compiles"):
+        decide(ask(torch_compile=False, **given), facts("CPU"))
+    assert decide(ask(**given), facts("CPU")).torch_compile
 
 
 @pytest.mark.parametrize(
