@@ -222,6 +222,10 @@ def decide(flags: FlagValues, facts: DeviceFacts, train_batches: int | None = No
     # as TrainingArguments reads --report_to: a name, a list of names, or 'none'
     report_to = [flags["report_to"]] if isinstance(flags["report_to"], str) else flags["report_to"] or []
     report_to = [] if report_to == ["none"] else report_to
+    if "all" in report_to:  # as transformers reads it: every integration installed, TensorBoard among them
+        from transformers.integrations import get_available_reporting_integrations
+
+        report_to = get_available_reporting_integrations()
     compiling, compiling_reason = decide_compiling(flags, device, facts.world_size, train_batches)
     buckets, buckets_reason = decide_buckets(flags, graphs_ahead(flags, compiling, device, facts.world_size))
     # a pass over a split has at most this many batch shapes (each width, and a short last batch); None: any

@@ -269,6 +269,10 @@ def test_reporting_tensorboard_is_ours_and_profile_dir():
     assert fields["report_to"] == ["wandb"] and fields["use_cpu"] is True
     off = decide(ask(report_to="none"), facts("A100"))
     assert not off.tensorboard and off.profile_dir is None and off.training_fields(None)["use_cpu"] is False
+    # "all", as transformers reads it: every integration installed, ours for TensorBoard (its own callback
+    # wrote event files beside a PLAN saying tensorboard=off)
+    every = decide(ask(report_to="all"), facts("CPU"))
+    assert every.tensorboard and not {"all", "tensorboard"} & set(every.training_fields(None)["report_to"])
 
 
 @pytest.mark.parametrize(
