@@ -437,6 +437,13 @@ def decide_after_compile_failed(flags: FlagValues, facts: DeviceFacts, backend: 
     return replace(eager, compile_reason=why, cuda_graphs_reason="fallback=eager")
 
 
+def compile_modes() -> list[str]:
+    """torch.compile's modes, as its documentation says to list them (private: qa_hpc/private_api.py)."""
+    from torch._inductor import list_mode_options
+
+    return list(list_mode_options())
+
+
 def decide_compiling(
     flags: FlagValues, device: str, world_size: int, train_batches: int | None
 ) -> tuple[bool, str]:
@@ -448,6 +455,8 @@ def decide_compiling(
     to decide, off until it is known (train_batches None: COMPILE_AWAITS_COUNT)."""
     given = flags["torch_compile"]
     backend, mode = flags["torch_compile_backend"], flags["torch_compile_mode"]
+    if mode and mode not in (modes := compile_modes()):  # torch.compile's error fell back to eager
+        raise PlanError(f"--torch_compile_mode {mode}: give one of {', '.join(modes)}")
     if given is False and (backend or mode):  # TrainingArguments would compile, the false unsaid
         named = f"--torch_compile_backend {backend}" if backend else f"--torch_compile_mode {mode}"
         raise PlanError(f"--torch_compile false contradicts {named}, which compiles; give one of them")

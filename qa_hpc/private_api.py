@@ -214,4 +214,12 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "3.11",
         "the unit tests refuse to start processes: every way subprocess starts one goes through it",
     ),
+    PrivateUse(
+        "torch._inductor.list_mode_options",
+        ("qa_hpc/plan.py",),
+        "torch",
+        "2.13.0",
+        "torch.compile's documentation names it as the list of its modes (2.13 has 'lite', which the "
+        "docstring's own list lacks); --torch_compile_mode is checked against it before anything runs",
+    ),
 )

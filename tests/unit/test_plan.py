@@ -458,6 +458,14 @@ def test_compile_turned_off_and_configured_at_once_is_refused(given, named):
     assert decide(ask(**given), facts("CPU")).torch_compile
 
 
+def test_a_compile_mode_torch_does_not_know_is_refused():
+    """torch.compile's error for it ended in a fall-back to eager that blamed the backend."""
+    with pytest.raises(
+        PlanError, match="^--torch_compile_mode nosuch: give one of default, .*reduce-overhead"
+    ):
+        decide(ask(torch_compile_mode="nosuch"), facts("CPU"))
+
+
 @pytest.mark.parametrize(
     "ranks, accumulation, max_steps, want",
     [  # the BASELINE: 88,524 features, 2 epochs

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+import torch
 from conftest import REPO
 
 from qa_hpc.private_api import PRIVATE_API, PrivateUse
@@ -268,6 +269,17 @@ def check_length_grouped_indices(tmp_path: Path) -> None:
     assert sorted(order) == [0, 1, 2, 3]
 
 
+def check_compile_modes(tmp_path: Path) -> None:
+    from torch._inductor import list_mode_options
+
+    modes = list(list_mode_options())
+    assert {"default", "reduce-overhead", "max-autotune"} <= set(modes)
+    # the names torch.compile takes are those, and no other
+    torch.compile(torch.nn.Identity(), mode=modes[-1])
+    with pytest.raises(RuntimeError, match="Unrecognized mode=nosuch"):
+        torch.compile(torch.nn.Identity(), mode="nosuch")
+
+
 CHECKS: dict[str, Callable[[Path], None]] = {
     "torch.distributed.distributed_c10d._set_pg_timeout": check_set_pg_timeout,
     "torch.profiler.profile.step_num": check_profiler_step_state,
@@ -294,6 +306,7 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "accelerate.commands.launch._filter_args": check_filter_args,
     "argparse.ArgumentParser._actions": check_argparse_actions,
     "subprocess.Popen._execute_child": check_execute_child,
+    "torch._inductor.list_mode_options": check_compile_modes,
 }
 
 
