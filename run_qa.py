@@ -41,6 +41,7 @@ from qa_hpc.flags import (
     optimizer_steps,
     read_flags,
     training_batches,
+    unused_flags,
 )
 from qa_hpc.metric.squad import make_score
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer
@@ -157,7 +158,7 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     whose compile waits for the training batches is decided again, and logged, once they are counted."""
     args = flags.training
     if not plan.awaits_batch_count:
-        logger.info(plan.log_line())
+        log_plan(plan, values)
     logger.info(
         "DISTRIBUTED world_size=%d rank=%d parallel_mode=%s backend=%s device=%s",
         args.world_size,
@@ -184,7 +185,7 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
         values = {**values, "disable_tqdm": args.disable_tqdm}
         plan, flags = decide_and_build(values, facts, training_batches(args, len(data.train)))
         args = flags.training
-        logger.info(plan.log_line())
+        log_plan(plan, values)
     torch.set_num_threads(plan.threads)  # the one process setting no TrainingArguments field carries
     for line in batch_lines(args, len(data.train)) if args.do_train else []:
         logger.info(line)  # the main process: global batch, optimizer steps, learning rate
@@ -230,6 +231,13 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
     clear_for_launch(args, flags.data.overwrite_output_dir)
     return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume, trained_before)
+
+
+def log_plan(plan: RunPlan, values: FlagValues) -> None:
+    """PLAN, then UNUSED naming the flags given whose subject the plan leaves off."""
+    logger.info(plan.log_line())
+    if unused := unused_flags(values, plan):
+        logger.warning("UNUSED %s", " ".join(unused))
 
 
 def train(run: Run, stop: StopRequest) -> bool:

@@ -385,6 +385,30 @@ def decide_and_build(
     return plan, build_flags(values, plan.training_fields(values["tf32"]))
 
 
+def unused_flags(values: FlagValues, plan: RunPlan) -> list[str]:
+    """The flags given (away from their defaults) whose subject this plan leaves off, each with what turns it
+    on: a flag dropped without a word looks as if it acted."""
+    subjects = (
+        (plan.torch_compile, "compile off", ("compile_shapes", "compile_scope", "compile_cache_dir")),
+        (
+            plan.profile_dir is not None,
+            "no --profile",
+            tuple(f.name for f in fields(ObservabilityArguments) if f.name.startswith("profile_")),
+        ),
+        (plan.tensorboard, "no --report_to tensorboard", ("logging_dir",)),
+    )
+    defaults = {
+        f.name: f.default for group in (SpeedArguments, ObservabilityArguments) for f in fields(group)
+    }
+    return [
+        f"--{name} {values[name]} ({why})"
+        for on, why, names in subjects
+        if not on
+        for name in names
+        if values[name] != defaults[name]
+    ]
+
+
 def batches_per_epoch(args: TrainingArguments, train_features: int) -> int:
     """One process's batches in an epoch (the DistributedSampler's share of the features)."""
     return math.ceil(math.ceil(train_features / args.world_size) / args.per_device_train_batch_size)

@@ -18,7 +18,14 @@ from transformers import AutoModelForQuestionAnswering, Trainer
 
 from qa_hpc.device import CpuFacts, DeviceFacts, read_device_facts
 from qa_hpc.errors import UsageError
-from qa_hpc.flags import batch_lines, build_flags, decide_and_build, read_flags, training_batches
+from qa_hpc.flags import (
+    batch_lines,
+    build_flags,
+    decide_and_build,
+    read_flags,
+    training_batches,
+    unused_flags,
+)
 from qa_hpc.plan import (
     COMPILE_AWAITS_COUNT,
     COMPILE_PAYS_FROM_BATCHES,
@@ -456,6 +463,23 @@ def test_compile_turned_off_and_configured_at_once_is_refused(given, named):
     with pytest.raises(PlanError, match=f"^--torch_compile false contradicts {named}, which compiles"):
         decide(ask(torch_compile=False, **given), facts("CPU"))
     assert decide(ask(**given), facts("CPU")).torch_compile
+
+
+def test_flags_given_whose_subject_the_plan_leaves_off_are_named():
+    """Each was dropped without a word (PLAN compile=off and no other trace of --compile_cache_dir, say)."""
+    given = ["--output_dir", "o", "--compile_cache_dir", "/c", "--compile_scope", "regions"]
+    given += ["--profile_active", "3", "--logging_dir", "tb"]
+    off = read_flags([*given, "--report_to", "none"])
+    assert unused_flags(off, decide(off, facts("CPU"))) == [
+        "--compile_scope regions (compile off)",
+        "--compile_cache_dir /c (compile off)",
+        "--profile_active 3 (no --profile)",
+        "--logging_dir tb (no --report_to tensorboard)",
+    ]
+    on = read_flags([*given, "--report_to", "tensorboard", "--torch_compile", "--profile"])
+    assert unused_flags(on, decide(on, facts("CPU"))) == []
+    defaults = read_flags(["--output_dir", "o", "--report_to", "none"])
+    assert unused_flags(defaults, decide(defaults, facts("CPU"))) == []
 
 
 def test_a_compile_mode_torch_does_not_know_is_refused():
