@@ -204,6 +204,12 @@ def decide(flags: FlagValues, facts: DeviceFacts, train_batches: int | None = No
             f"Start one process per GPU: torchrun --nproc_per_node={facts.gpu_count} run_qa.py ... (or "
             "job_ddp.sh), or use one GPU with CUDA_VISIBLE_DEVICES=0"
         )
+    if device == "cuda" and facts.local_world_size > facts.gpu_count:
+        raise PlanError(
+            f"{facts.local_world_size} processes on this node, but torch sees {facts.gpu_count} GPU"
+            f"{'s' if facts.gpu_count > 1 else ''}: two ranks on one GPU stop NCCL once the model is built. "
+            f"Start one process per GPU (--nproc_per_node={facts.gpu_count}), or --use_cpu"
+        )
     ampere = device == "cuda" and facts.capability is not None and facts.capability >= BF16_MIN_CAPABILITY
     precision, reason = decide_precision(flags, facts, device, ampere)
     if flags["tf32"] is True and not ampere:

@@ -70,7 +70,7 @@ def facts(
     omp: int | None = None,
     accelerate: str | None = None,
     launcher: str | None = None,
-    gpus_visible: int = 1,
+    gpus_visible: int | None = None,  # None: one per rank
     asked: str | None = None,
     vendor: str = "AuthenticAMD",
     torch_version: str = "2.13.0",
@@ -80,7 +80,7 @@ def facts(
     cuda = GPUS[device] is not None
     return DeviceFacts(
         cuda_available=cuda,
-        gpu_count=gpus_visible if cuda else 0,
+        gpu_count=(gpus_visible or ranks) if cuda else 0,
         capability=GPUS[device],
         gpu_name=f"NVIDIA {device}" if cuda else None,
         cpus=cpus,
@@ -419,6 +419,14 @@ def test_plan_log_line_names_every_decision(device_facts, given, parts):
     plan = decide(ask(**given), device_facts, TWO_EPOCHS)
     assert all(part in plan.log_line() for part in parts), plan.log_line()
     assert f"dropout_mask={plan.dropout_mask} (" in plan.log_line()
+
+
+def test_more_processes_than_gpus_on_a_node_are_refused():
+    """Two ranks on one GPU: NCCL stops with a duplicate-GPU traceback once the model is built."""
+    with pytest.raises(PlanError, match="^4 processes on this node, but torch sees 1 GPU: "):
+        decide(ask(), facts("A100", ranks=4, gpus_visible=1))
+    assert decide(ask(), facts("A100", ranks=4)).world_size == 4  # one GPU each
+    assert decide(ask(use_cpu=True), facts("A100", ranks=4, gpus_visible=1)).device == "cpu"
 
 
 def test_bulk_masks_are_refused_beside_an_attention_asked_for_by_name_or_a_compile():

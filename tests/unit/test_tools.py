@@ -161,7 +161,7 @@ def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fiel
     h100 = dataclasses.replace(
         FACTS,
         cuda_available=True,
-        gpu_count=1,
+        gpu_count=per_node,
         capability=(9, 0),
         gpu_name="NVIDIA H100",
         world_size=world,
