@@ -18,10 +18,11 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from qa_hpc.errors import EXIT_USAGE, UsageError
 from qa_hpc.metric.squad import Scores, first_ids, score_v1, score_v2
-from qa_hpc.squad_io import DataError, load_references
+from qa_hpc.squad_io import load_references
 
 PROG = "score_squad.py"
 
@@ -80,10 +81,16 @@ def warn_unknown(
         )
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one ERROR line and exit 2, as every other failure of this project's commands."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"ERROR: {message} (python {PROG} --help lists the arguments)", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Official SQuAD v1.1 / v2.0 metrics for a predictions file."
-    )
+    parser = _Parser(prog=PROG, description="Official SQuAD v1.1 / v2.0 metrics for a predictions file.")
     parser.add_argument(
         "dataset_file",
         help="SQuAD dataset: the official nested JSON, or flat JSON / JSON Lines as run_qa.py reads",
@@ -163,8 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         line = json.dumps(compute(args))
-    except (UsageError, DataError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+    except UsageError as exc:  # DataError among them
+        print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(line)
     return 0

@@ -344,13 +344,15 @@ def test_cli_bad_input_exit_2_naming_the_file_and_printing_no_scores(
     code, out, err = cli(capsys, paths["data"], paths["preds"], *extra)
     assert (code, out) == (2, ""), err
     assert all(f in err for f in [f"{paths[next(iter(changes))]}: ", *fragments]), err
+    assert err.splitlines()[-1].startswith("ERROR: ") and err.count("ERROR: ") == 1, err  # as every failure
 
 
 @pytest.mark.parametrize("flag", [["--na_prob_file", "na.json"], ["--na_prob_thresh", "0.5"]])
 def test_cli_na_prob_options_require_v2(tmp_path: Path, capsys, flag: list) -> None:
     paths = squad_files(tmp_path, False)
     code, _, err = cli(capsys, paths["data"], paths["preds"], *flag)
-    assert code == 2 and "requires --version_2_with_negative" in err
+    assert code == 2 and err.startswith(f"ERROR: --{flag[0][2:]} requires --version_2_with_negative"), err
+    assert err.count("\n") == 1, err  # one line: no usage text
 
 
 # ------------------------------------------------------------------------- the `evaluate` modules, make_score
