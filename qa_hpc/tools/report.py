@@ -342,7 +342,7 @@ def report_baseline(table: pd.DataFrame, runs: list[str], baseline: str | None) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m qa_hpc.tools.report",
-        description=__doc__.split("\n")[0],
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
