@@ -39,6 +39,7 @@ def report(model: str, dataset: str) -> bool:
     """Print what the cache holds; True when both are there: the model's config and weights, and the data set
     loading offline."""
     from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
 
     if os.path.isdir(model):  # a local folder (a model copied to project space): used as it is
         weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -47,8 +48,11 @@ def report(model: str, dataset: str) -> bool:
         )
         path = os.path.abspath(model) if complete else None
     else:
-        config = try_to_load_from_cache(model, "config.json")
-        weights = try_to_load_from_cache(model, "model.safetensors")
+        try:
+            config = try_to_load_from_cache(model, "config.json")
+            weights = try_to_load_from_cache(model, "model.safetensors")
+        except HFValidationError:  # no hub name either (a folder that is not there): not cached
+            config = weights = None
         path = os.path.dirname(config) if isinstance(config, str) and isinstance(weights, str) else None
     print(f"CACHED model={model} path={path}" if path else f"MISSING model={model}", flush=True)
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -90,8 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         import datasets
         from huggingface_hub import snapshot_download
 
-        snapshot_download(args.model, allow_patterns=list(MODEL_FILES))
-        datasets.load_dataset(args.dataset)
+        try:
+            snapshot_download(args.model, allow_patterns=list(MODEL_FILES))
+            datasets.load_dataset(args.dataset)
+        except Exception as err:  # noqa: BLE001 - the hub answered, a fetch failed: the lines below say what is missing
+            print(f"FETCH_FAILED {type(err).__name__}: {err}", flush=True)
     return 0 if report(args.model, args.dataset) else 1
 
 

@@ -287,3 +287,23 @@ def test_a_local_model_folder_counts_as_cached(tiny_bert, tmp_path, monkeypatch,
     (tmp_path / "empty").mkdir()
     report(str(tmp_path / "empty"), str(tmp_path / "no_data"))
     assert f"MISSING model={tmp_path / 'empty'}\n" in capsys.readouterr().out
+
+
+def test_a_fetch_that_fails_is_one_line_and_what_is_missing(tmp_path, monkeypatch, capsys):
+    """The hub answers but a download fails (a proxy, a quota): FETCH_FAILED naming why, the MISSING lines,
+    exit 1 (it was a traceback)."""
+    import huggingface_hub
+
+    from qa_hpc.tools import prefetch
+
+    def refused(*args, **kwargs):
+        raise OSError("403 Forbidden (test)")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # prefetch sets both for its report; restored after the test
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(prefetch, "hub_reachable", lambda model: True)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", refused)
+    model, dataset = str(tmp_path / "no_model"), str(tmp_path / "no_data")
+    assert prefetch.main(["--model", model, "--dataset", dataset]) == 1
+    out = capsys.readouterr().out
+    assert "FETCH_FAILED OSError: 403 Forbidden (test)\n" in out and f"MISSING model={model}\n" in out
