@@ -93,7 +93,8 @@ def measure_process(rank: int, device: torch.device) -> dict[str, Any]:
     """This process's memory figures: CUDA allocator peaks, what NVML sees in use (every process, CUDA context
     included) and CPU RSS (ru_maxrss is KiB on Linux, bytes on macOS)."""
     cuda, nvml, note = None, None, NO_CUDA_NOTE
-    if torch.cuda.is_available():
+    # the run's device, not torch.cuda.is_available(): a --use_cpu run on a GPU node has no GPU figures
+    if device.type == "cuda":
         index = torch.cuda.current_device() if device.index is None else device.index
         props = torch.cuda.get_device_properties(index)
         figures = {

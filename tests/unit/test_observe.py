@@ -367,6 +367,10 @@ def test_a_gpu_process_measures_its_own_gpu_made_up_here(monkeypatch, tmp_path, 
     else:
         assert rank1["nvml"] is None and rank1["nvml_note"].startswith("NVML unavailable: pynvml")
     rank0 = {**rank1, "rank": 0, "cuda": {**rank1["cuda"], "device_index": 0, "peak_allocated_mb": 4096.0}}
+    # a run on the CPU of a node with GPUs (--use_cpu) measures no GPU
+    asked.clear()
+    on_cpu = measure_process(0, torch.device("cpu"))
+    assert (on_cpu["cuda"], on_cpu["nvml"], on_cpu["nvml_note"], asked) == (None, None, "no CUDA device", [])
     report = memory_report([rank0, rank1], {"total_mb": 2560.0}, str(tmp_path))
     assert report["cuda"]["device_index"] == 0  # the main process's figures at the top
     peaks = report["max_over_ranks"]
