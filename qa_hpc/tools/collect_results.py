@@ -91,21 +91,23 @@ def find_output_dirs(paths: list[str]) -> tuple[list[Path], list[str]]:
 
 
 def read_log_history(out_dir: Path) -> list[dict[str, Any]]:
-    """trainer_state.json's log_history (every launch's: the Trainer restores it when it resumes), or the
-    newest checkpoint's for a run that stopped before writing it; [] without either."""
-    try:
-        state = json.loads((out_dir / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        steps = [
-            int(p.name.removeprefix("checkpoint-"))
-            for p in out_dir.glob("checkpoint-*")
-            if p.name.removeprefix("checkpoint-").isdigit()
-        ]
-        if not steps:
-            return []
-        return read_log_history(out_dir / f"checkpoint-{max(steps)}")
-    history = state.get("log_history") if isinstance(state, dict) else None
-    return history if isinstance(history, list) else []
+    """trainer_state.json's log_history (every launch's: the Trainer restores it when it resumes), or, for a
+    run that stopped before writing it, the newest checkpoint's that is readable (a job killed while saving
+    leaves one without); [] without any."""
+    steps = [
+        int(p.name.removeprefix("checkpoint-"))
+        for p in out_dir.glob("checkpoint-*")
+        if p.name.removeprefix("checkpoint-").isdigit()
+    ]
+    newest_first = [out_dir, *(out_dir / f"checkpoint-{step}" for step in sorted(steps, reverse=True))]
+    for folder in newest_first:
+        try:
+            state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        history = state.get("log_history") if isinstance(state, dict) else None
+        return history if isinstance(history, list) else []
+    return []
 
 
 def first_recorded(*values: Any) -> Any:

@@ -307,3 +307,16 @@ def test_a_fetch_that_fails_is_one_line_and_what_is_missing(tmp_path, monkeypatc
     assert prefetch.main(["--model", model, "--dataset", dataset]) == 1
     out = capsys.readouterr().out
     assert "FETCH_FAILED OSError: 403 Forbidden (test)\n" in out and f"MISSING model={model}\n" in out
+
+
+def test_the_loss_curve_of_a_run_killed_while_saving_comes_from_its_last_whole_checkpoint(tmp_path):
+    """No trainer_state.json at the top (the run stopped before its end) and the newest checkpoint's cut
+    short (killed while saving): the history is the newest readable checkpoint's (it was none at all)."""
+    history = [{"loss": 2.5, "step": 2}, {"loss": 1.5, "step": 4}]
+    (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    (tmp_path / "checkpoint-6").mkdir()
+    (tmp_path / "checkpoint-6" / "trainer_state.json").write_text('{"log_history": [{"loss"')
+    assert collect_results.read_log_history(tmp_path) == history
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history[:1]}))
+    assert collect_results.read_log_history(tmp_path) == history[:1]  # the run's own, where it wrote one
