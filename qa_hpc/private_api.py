@@ -3,7 +3,8 @@ that use it, the library version it was written against, and why no public API d
 
 tests/unit/test_private_api.py fails when an installed library is not the version an entry was written
 against (check the entry against the new version, then update `written_against`), when a name is gone or
-changed, and when a file no longer uses its entry's name (then drop the entry). Python's standard library
+changed, when a file no longer uses its entry's name (then drop the entry), and when code reaches a private
+module or name by its path (`torch._inductor.x`) that no entry lists for that file. Python's standard library
 is not pinned: its entries are checked for their shape only.
 
 Looked at and public (documented, or exported by the library's top-level package): TensorBoardCallback,
@@ -126,14 +127,19 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
     ),
     PrivateUse(
         "transformers.PretrainedConfig._attn_implementation",
-        ("qa_hpc/plan.py", "qa_hpc/attention.py", "tests/unit/test_dropout.py"),
+        (
+            "qa_hpc/plan.py",
+            "qa_hpc/attention.py",
+            "tests/unit/test_dropout.py",
+            "tests/unit/test_attention.py",
+        ),
         "transformers",
         "5.23.0",
         "the attention a loaded model runs with; set_attn_implementation sets it, nothing public reads it",
     ),
     PrivateUse(
         "torch._dynamo.utils.counters",
-        ("qa_hpc/compile.py",),
+        ("qa_hpc/compile.py", "bench/gpu_speed_probe.py"),
         "torch",
         "2.13.0",
         "the count of graphs dynamo built (stats/unique_graphs), for the COMPILE line and the check that a "
@@ -221,5 +227,22 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "2.13.0",
         "torch.compile's documentation names it as the list of its modes (2.13 has 'lite', which the "
         "docstring's own list lacks); --torch_compile_mode is checked against it before anything runs",
+    ),
+    PrivateUse(
+        "torch._dynamo.utils.calculate_time_spent",
+        ("bench/gpu_speed_probe.py",),
+        "torch",
+        "2.13.0",
+        "the seconds dynamo and inductor spent compiling in this process, as TORCH_LOGS prints them; the "
+        "GPU measurement's compile seconds (torch.compiler has no public account of its time)",
+    ),
+    PrivateUse(
+        "torch._inductor.runtime.cache_dir_utils.cache_dir",
+        ("tests/unit/test_compile.py",),
+        "torch",
+        "2.13.0",
+        "what torch._dynamo's import calls, which writes torch's default folder into "
+        "TORCHINDUCTOR_CACHE_DIR; the compile cache test does what that import does (default_cache_dir, "
+        "above, is what it writes)",
     ),
 )

@@ -129,12 +129,12 @@ def test_a_compile_cache_kept_between_runs_is_found_warm(tmp_path: Path, monkeyp
     lines = []
     before = compile_figures()
     for cuda_graphs in (True, True, False):
-        torch._dynamo.reset()
+        torch.compiler.reset()
         steps = CompiledSteps(torch_compile=True, cuda_graphs=cuda_graphs)
         mode = "reduce-overhead" if cuda_graphs else "default"
         torch.compile(squared, backend="inductor", mode=mode, dynamic=False)(torch.ones(8, 8))
         lines.append(steps.summary())
-    torch._dynamo.reset()
+    torch.compiler.reset()
     assert lines == [
         "COMPILE graphs=1 batch_shapes=0 cache_hits=0 cache_misses=1 cuda_graph_skips=1",  # cold
         "COMPILE graphs=1 batch_shapes=0 cache_hits=1 cache_misses=0 cuda_graph_skips=1",  # warm

@@ -200,10 +200,10 @@ def test_a_compiled_variants_record_and_row_say_its_graphs_cache_and_cuda_graph_
     import torch
 
     before = gpu_speed_probe.compile_figures()
-    torch._dynamo.reset()
+    torch.compiler.reset()
     torch.compile(lambda x: x * 3, backend="eager", dynamic=False)(torch.ones(2))
     after = gpu_speed_probe.compile_figures()
-    torch._dynamo.reset()
+    torch.compiler.reset()
     assert after["compiled_graphs"] == (before["compiled_graphs"] or 0) + 1
     lookups = ("compile_cache_hits", "compile_cache_misses", "cuda_graph_skips")
     assert [after[key] for key in lookups] == [before[key] or 0 for key in lookups]

@@ -9,10 +9,12 @@ import argparse
 import contextlib
 import importlib.metadata
 import inspect
+import io
 import os
 import socket
 import subprocess
 import time
+import tokenize
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -185,7 +187,7 @@ def check_dynamo_counters(tmp_path: Path) -> None:
     import torch
     from torch._dynamo.utils import counters
 
-    torch._dynamo.reset()
+    torch.compiler.reset()
     before = counters["stats"]["unique_graphs"]
     torch.compile(lambda x: x * 2, backend="eager", dynamic=False)(torch.ones(3))
     assert counters["stats"]["unique_graphs"] == before + 1  # one graph, as qa_hpc/compile.py counts it
@@ -280,6 +282,14 @@ def check_compile_modes(tmp_path: Path) -> None:
         torch.compile(torch.nn.Identity(), mode="nosuch")
 
 
+def check_calculate_time_spent(tmp_path: Path) -> None:
+    from torch._dynamo.utils import calculate_time_spent
+
+    torch.compiler.reset()
+    torch.compile(lambda x: x * 2, backend="eager", dynamic=False)(torch.ones(3))
+    assert calculate_time_spent()["total_wall_time"] > 0  # seconds, as gpu_speed_probe.py reads them
+
+
 CHECKS: dict[str, Callable[[Path], None]] = {
     "torch.distributed.distributed_c10d._set_pg_timeout": check_set_pg_timeout,
     "torch.profiler.profile.step_num": check_profiler_step_state,
@@ -307,6 +317,8 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "argparse.ArgumentParser._actions": check_argparse_actions,
     "subprocess.Popen._execute_child": check_execute_child,
     "torch._inductor.list_mode_options": check_compile_modes,
+    "torch._dynamo.utils.calculate_time_spent": check_calculate_time_spent,
+    "torch._inductor.runtime.cache_dir_utils.cache_dir": check_default_cache_dir,
 }
 
 
@@ -334,3 +346,42 @@ def test_listed_files_still_use_the_name(use: PrivateUse) -> None:
             f"{path} no longer uses {use.name}: take the file out of its entry in qa_hpc/private_api.py "
             "(the entry, when no file is left)"
         )
+
+
+# the libraries whose private modules and names the list covers, and the folders of the project's code
+LISTED_LIBRARIES = ("torch", "transformers", "accelerate", "datasets", "huggingface_hub")
+CODE_FOLDERS = ("qa_hpc", "tests", "bench", "scripts", "ci")
+
+
+def private_paths(source: str) -> set[str]:
+    """The dotted names in the code (comments and strings left out) that start at a listed library and pass
+    through a private part (`torch._dynamo.utils`, `transformers.x._y`)."""
+    names, dotted = set(), []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.NAME and (not dotted or dotted[-1] == "."):
+            dotted.append(token.string)
+            continue
+        if token.type == tokenize.OP and token.string == "." and dotted and dotted[-1] != ".":
+            dotted.append(".")
+            continue
+        parts = [part for part in dotted if part != "."]
+        private = [p for p in parts[1:] if p.startswith("_") and not p.endswith("__")]  # dunders are public
+        if parts and parts[0] in LISTED_LIBRARIES and private:
+            names.add(".".join(parts))
+        dotted = [token.string] if token.type == tokenize.NAME else []
+    return names
+
+
+def test_every_private_module_path_the_code_reaches_is_listed() -> None:
+    """The other way round: a private module or name reached by its path (`from torch._inductor import x`,
+    `torch._dynamo.reset()`) in a tracked file is in an entry that lists that file. Private attributes of
+    objects (`trainer._memory_tracker`) are listed by hand: a scan cannot tell whose they are."""
+    files = [*REPO.glob("*.py"), *(f for folder in CODE_FOLDERS for f in (REPO / folder).rglob("*.py"))]
+    own = {"qa_hpc/private_api.py", "tests/unit/test_private_api.py"}  # the list and its checks
+    unlisted = [
+        f"{path}: {name}"
+        for path in sorted({str(f.relative_to(REPO)) for f in files} - own)
+        for name in sorted(private_paths((REPO / path).read_text(encoding="utf-8")))
+        if not any(use.name.startswith(name) and path in use.used_in for use in PRIVATE_API)
+    ]
+    assert not unlisted, "add to qa_hpc/private_api.py, or use a public API: " + "; ".join(unlisted)
