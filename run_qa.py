@@ -32,6 +32,7 @@ from qa_hpc.compile import CompiledSteps, apply_recompile_limit
 from qa_hpc.device import DeviceFacts, read_device_facts
 from qa_hpc.dist import end_process_group, exit_code_noted, launch_env, process_start_time
 from qa_hpc.dropout import install as install_bulk_dropout
+from qa_hpc.effective import Effective
 from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded
 from qa_hpc.features import QAData, build_data, real_lengths
 from qa_hpc.flags import (
@@ -47,7 +48,7 @@ from qa_hpc.metric.squad import make_score
 from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer
 from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import train_efficiency
-from qa_hpc.plan import Effective, FlagValues, RunPlan
+from qa_hpc.plan import FlagValues, RunPlan
 from qa_hpc.postprocess import make_postprocess
 from qa_hpc.preemption import (
     PreemptionCallback,

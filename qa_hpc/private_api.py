@@ -128,7 +128,7 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
     PrivateUse(
         "transformers.PretrainedConfig._attn_implementation",
         (
-            "qa_hpc/plan.py",
+            "qa_hpc/effective.py",
             "qa_hpc/attention.py",
             "tests/unit/test_dropout.py",
             "tests/unit/test_attention.py",
@@ -159,7 +159,7 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
     ),
     PrivateUse(
         "accelerate.state.AcceleratorState.dynamo_plugin",
-        ("qa_hpc/plan.py",),
+        ("qa_hpc/effective.py",),
         "accelerate",
         "1.15.0",
         "an undocumented attribute: the backend, mode and dynamic setting accelerate hands torch.compile, "

@@ -26,8 +26,9 @@ if TYPE_CHECKING:  # torch and the Trainer are heavy to import; the tools that r
     from transformers import Trainer
 
     from qa_hpc.device import DeviceFacts
+    from qa_hpc.effective import Effective
     from qa_hpc.flags import Flags
-    from qa_hpc.plan import Effective, RunPlan
+    from qa_hpc.plan import RunPlan
 
 SUMMARY_FILE = "run_summary.json"
 # The results a run ends with as KEY=value lines, in this order, when present (TensorBoard's totals take

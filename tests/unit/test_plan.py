@@ -885,7 +885,7 @@ def test_a_setting_that_did_not_take_stops_the_run_and_is_recorded_with_both(
     (exit 1), and run_summary.json says failed, with the plan, what was really used and the difference.
     Logging and signal handlers stay the test process's; nothing trains."""
     import run_qa
-    from qa_hpc.plan import Effective
+    from qa_hpc.effective import Effective
     from qa_hpc.record import SUMMARY_FILE, RunRecord
 
     read_back = Effective.read
