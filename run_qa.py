@@ -119,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     stop.install()  # SIGTERM / SIGUSR1 only set a flag; acted on at an optimizer step's end
     facts = read_device_facts()  # the machine, read once: the plan decides from it, the record keeps it
     values = read_flags(sys.argv[1:] if argv is None else argv)
+    # every flag dataclass built with the plan's fields (again in setup, for a compile that waits for the
+    # training batches to be counted)
     plan, flags = decide_and_build(values, facts)
-    setup_logging(flags.training)  # every flag dataclass built once, here, with the plan's fields
+    setup_logging(flags.training)
     run = setup(values, flags, plan, facts, stop)
     try:
         run.effective.check(run.plan)  # a setting that did not take: exit 1, recorded with both

@@ -1,7 +1,9 @@
 """Every command-line flag of run_qa.py (HF's names and defaults; ours say "(qa-hpc)" in their help).
 
-Parsing gives values only: each dataclass is built once, after qa_hpc.plan has decided the fields it owns,
-because TrainingArguments sets up devices and reads the launcher's environment when built.
+Parsing gives values only: the dataclasses are built after qa_hpc.plan has decided the fields it owns,
+because TrainingArguments sets up devices and reads the launcher's environment when built. They are built
+once per plan: a plan whose compile waits for the training batches to be counted (one GPU process, under
+--speed_defaults) is decided, and its flags built, again once they are (run_qa.setup).
 """
 
 from __future__ import annotations
@@ -283,7 +285,7 @@ class ObservabilityArguments:
 
 
 class Flags(NamedTuple):
-    """All flags of one run, one dataclass per group, each built once."""
+    """All flags of one run, one dataclass per group, built together from one plan."""
 
     model: ModelArguments
     data: DataTrainingArguments
@@ -352,7 +354,7 @@ def _as_on_the_command_line(path: str, key: str, value: object, action: argparse
 
 
 def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:
-    """Each flag group built once from the values; the TrainingArguments with the plan's fields in."""
+    """Each flag group built from the values; the TrainingArguments with the plan's fields in."""
     groups = []
     for cls in FLAG_GROUPS:
         kwargs = {f.name: values[f.name] for f in fields(cls) if f.init and f.name in values}
@@ -368,7 +370,7 @@ def build_flags(values: FlagValues, training_fields: FlagValues) -> Flags:
 def decide_and_build(
     values: FlagValues, facts: DeviceFacts, train_batches: int | None = None
 ) -> tuple[RunPlan, Flags]:
-    """This process's plan (qa_hpc.plan), then every flag dataclass built once with the plan's fields in.
+    """This process's plan (qa_hpc.plan), then every flag dataclass built with the plan's fields in.
     `train_batches`: the batches this process trains, once counted (training_batches)."""
     values = {**values, "compile_cache_dir": cache_dir_for(values["compile_cache_dir"], os.environ)}
     plan = decide(values, facts, train_batches)
