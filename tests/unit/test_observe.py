@@ -257,6 +257,42 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path, mon
     ]
 
 
+def test_step_time_leaves_checkpoints_and_evaluations_out(tmp_path, monkeypatch):
+    """A made-up clock: each interval's step time and throughput are the training time between two logs,
+    less a checkpoint or an evaluation that came between (their seconds would count as steps)."""
+    plan, flags = decide_and_build(
+        read_flags(
+            ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--use_cpu"]
+        ),
+        read_device_facts(),
+    )
+    now = [0.0]
+    monkeypatch.setattr("qa_hpc.observe.tensorboard.time.perf_counter", lambda: now[0])
+    args, (tb,), model = flags.training, observability_callbacks(flags, plan), _tiny().train()
+    state, control = TrainerState(), TrainerControl()
+    tb.on_train_begin(args, state, control, model=model)
+    # (step, clock at its log, what follows the log and when it ends)
+    steps = [
+        (1, 2.0, None),
+        (2, 3.0, ("save", 10.0)),
+        (3, 11.5, None),
+        (4, 12.5, ("evaluate", 20.5)),
+        (5, 21.0, None),
+    ]
+    for step, logged_at, after in steps:
+        model(input_ids=torch.randint(1, 100, (4, 8)), attention_mask=torch.ones(4, 8, dtype=torch.long))
+        state.global_step, now[0] = step, logged_at
+        tb.on_log(args, state, control, logs={"loss": 1.0, "learning_rate": 1e-4, "epoch": step / 5})
+        if after is not None:
+            event, now[0] = after
+            getattr(tb, f"on_{event}")(args, state, control)
+    acc = tensorboard_events(tmp_path)
+    step_time = [(1, 2.0), (2, 1.0), (3, 1.5), (4, 1.0), (5, 0.5)]
+    assert scalars(acc, "train/step_time_seconds") == step_time
+    samples = scalars(acc, "train/samples_per_second")  # 4 training rows a step; TensorBoard keeps float32
+    assert samples == [(step, pytest.approx(4 / t)) for step, t in step_time]
+
+
 def test_finish_writes_the_memory_report_and_tensorboard_totals(tmp_path):
     argv = [
         "--output_dir",
