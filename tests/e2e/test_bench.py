@@ -336,7 +336,16 @@ def test_gpu_smoke_steady_state_leaves_the_slow_first_step_out(
     )  # the whole run holds it
     assert record["samples_per_second"] == pytest.approx(4 / record["median_step_seconds"])
     assert record["projected_2_epochs_seconds"] == pytest.approx(2 * 88524 / record["samples_per_second"])
-    assert record["learned"] is True and record["mfu"] is None and record["torch"]
+    assert record["mfu"] is None and record["torch"]
+    # learned: its eval F1 at least --min_f1 (exit 0), else not (exit 1)
+    for above, code in ((-0.01, 0), (0.01, 1)):
+        floor = str(record["eval_f1"] + above)
+        judged = run(
+            [PYTHON, "bench/gpu_smoke.py", "record", out, "--label", "cpu", "--min_f1", floor]
+            + ["--warmup", "1", "--results_dir", tmp_path / "judged"]
+        )
+        assert judged.returncode == code, judged.stdout[-2000:] + judged.stderr[-2000:]
+        assert re.search(rf"learned={code == 0}\b", judged.stdout + judged.stderr), judged.stdout[-2000:]
 
 
 GPU_SPEED = REPO / "bench" / "gpu_speed.sh"
