@@ -202,7 +202,12 @@ def test_job_cpu_runs_the_demo_on_the_cpu_with_both_levers_on(tiny_bert: Path, t
         bf16_job.kill_all()
     cpus = len(os.sched_getaffinity(0))
     kind = AVX2_AMD
-    assert re.search(r"CPU_LEVERS allocator=\S+ .*affinity=OMP_PROC_BIND=close", log)
+    levers = re.search(r"CPU_LEVERS allocator=(\S+) .*affinity=OMP_PROC_BIND=close", log)
+    # auto: the first of jemalloc and tcmalloc this machine has (CI installs both), as the script finds it
+    libs = "qa_find_lib libjemalloc.so || qa_find_lib libtcmalloc_minimal.so"
+    found = run(["bash", "-c", f"source {REPO}/scripts/cpu_levers.sh && ({libs})"]).stdout.strip()
+    allocators = {f"jemalloc({found})", f"tcmalloc({found})"} if found else {"none"}
+    assert levers and levers.group(1) in allocators, (allocators, log[-3000:])
     plan = re.search(r"\bPLAN device=.*$", log, re.M)  # a log record: time, rank, logger first
     assert plan and plan.group(0).startswith(
         f"PLAN device=cpu precision={kind.precision} ({kind.precision_reason}) tf32=off threads={cpus} "
