@@ -1,7 +1,8 @@
 """Bad input ends with exit 2 (74 for an unwritable output dir), one ERROR line naming the file, the record
 and the field, no traceback and nothing written; code inside a model directory never runs unasked (pickled
-weights: tests/unit/test_model.py). Most cases run run_qa.cli(argv) in-process (the exit code and stderr a
-user sees); the shared failed run and the missing-model cases meet bad input in real processes."""
+weights: here, and the loader in tests/unit/test_model.py). Most cases run run_qa.cli(argv) in-process (the
+exit code and stderr a user sees); the shared failed run and the missing-model cases meet bad input in real
+processes."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import transformers
 from fixtures.procs import (
     PYTHON,
     RUN_QA,
+    files_under,
     offline_env,
     ok,
     one_error_line,
@@ -295,3 +297,28 @@ def test_remote_code_runs_only_with_the_flag(
     assert not markers["plain"].exists(), "model code ran without --trust_remote_code"
     ok(plain)  # the built-in BERT code is used
     assert markers["trusted"].exists(), output(trusted)[-3000:]
+
+
+class _CallsPrint:
+    """Unpickled, this calls print: weights that run code when loaded (weights_only refuses them)."""
+
+    def __reduce__(self):
+        return (print, ("PICKLED_CODE_RAN",))
+
+
+def test_pickled_weights_are_one_error_and_nothing_loaded(
+    tiny_bert: Path, demo_files: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    """A model folder whose weights are a pickle holding more than tensors: exit 2, one ERROR line naming
+    the folder, the pickle never run, no output files."""
+    model = tmp_path / "model_bin"
+    shutil.copytree(tiny_bert, model, ignore=shutil.ignore_patterns("model.safetensors"))
+    torch.save({"bert.pooler.dense.bias": _CallsPrint()}, model / "pytorch_model.bin")
+    out = tmp_path / "out"
+    validation = ["--validation_file", str(demo_files["validation"]), "--max_eval_samples", "2"]
+    code, output, stderr = run_qa_cli(tiny_flags(model, out, "--do_eval", *validation), capsys)
+    assert code == 2, output[-3000:]
+    error = one_error_line(stderr)
+    assert error.startswith(f"ERROR: {model}: refusing to load the pickled weights file"), error
+    assert "PICKLED_CODE_RAN" not in output and "Traceback" not in output
+    assert files_under(out) == [], "nothing written"
