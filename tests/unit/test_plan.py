@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
+import sys
 import types
 
 import datasets
@@ -879,11 +881,12 @@ def test_the_trainer_gets_the_parsed_flags_plus_the_plan_and_any_difference_stop
 
 
 def test_a_setting_that_did_not_take_stops_the_run_and_is_recorded_with_both(
-    tiny_bert, demo_files, tmp_path, monkeypatch, process_settings
+    tiny_bert, demo_files, tmp_path, monkeypatch, capsys, process_settings
 ):
-    """run_qa.main, its model and Trainer built, reading back a setting other than planned: RuntimeError
-    (exit 1), and run_summary.json says failed, with the plan, what was really used and the difference.
-    Logging and signal handlers stay the test process's; nothing trains."""
+    """run_qa's entry point, its model and Trainer built, reading back a setting other than planned: the
+    rank and pid in one ERROR line, then the RuntimeError's traceback (exit 1), and run_summary.json says
+    failed, with the plan, what was really used and the difference. Logging and signal handlers stay the
+    test process's; nothing trains."""
     import run_qa
     from qa_hpc.effective import Effective
     from qa_hpc.record import SUMMARY_FILE, RunRecord
@@ -896,8 +899,11 @@ def test_a_setting_that_did_not_take_stops_the_run_and_is_recorded_with_both(
     )
     out = tmp_path / "out"
     train = ("--do_train", "--train_file", str(demo_files["train"]), "--num_threads", "1", "--use_cpu")
+    monkeypatch.setattr(sys, "argv", ["run_qa.py", *tiny_flags(tiny_bert, out, *train)])
     with pytest.raises(RuntimeError, match="settings: threads: planned 1, effective 8$"):
-        run_qa.main(tiny_flags(tiny_bert, out, *train))
+        run_qa.cli()
+    error = f"ERROR: rank 0 (pid {os.getpid()}) failed: RuntimeError: the run would not use the planned"
+    assert capsys.readouterr().err.splitlines()[-1].startswith(error)  # after the progress bars
     recorded = RunRecord.load(out / SUMMARY_FILE)
     assert (recorded.status, recorded.exit_code) == ("failed", 1)
     assert recorded.error.endswith("threads: planned 1, effective 8"), recorded.error
