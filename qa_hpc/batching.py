@@ -32,10 +32,11 @@ Collator = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
 def default_buckets(max_seq_length: int) -> tuple[int, ...]:
     """`--pad_to_buckets on`: DEFAULT_BUCKETS widths evenly spaced from a third of max_seq_length to
-    max_seq_length, each rounded up to a multiple of 8 (384: 128,192,256,320,384; 128: 48,64,88,112,128)."""
+    max_seq_length, each rounded up to a multiple of 8 (384: 128,192,256,320,384; 128: 48,64,88,112,128),
+    none wider than max_seq_length (30: 16,24,30)."""
     lowest = max_seq_length / 3
     step = (max_seq_length - lowest) / (DEFAULT_BUCKETS - 1)
-    widths = {round_up(lowest + i * step) for i in range(DEFAULT_BUCKETS - 1)}
+    widths = {min(round_up(lowest + i * step), max_seq_length) for i in range(DEFAULT_BUCKETS - 1)}
     return tuple(sorted(widths | {max_seq_length}))
 
 
@@ -52,14 +53,16 @@ def parse_buckets(text: str, max_seq_length: int) -> tuple[int, ...]:
         return default_buckets(max_seq_length)
     rule = (
         f"--pad_to_buckets {text}: give auto, off, on, or comma-separated widths, each a multiple of "
-        f"{WIDTH_MULTIPLE}, ascending, the largest equal to --max_seq_length ({max_seq_length})"
+        f"{WIDTH_MULTIPLE} but the largest, ascending, the largest equal to --max_seq_length "
+        f"({max_seq_length})"
     )
     words = text.split(",")
     if not all(word.strip().isdigit() for word in words):
         raise ValueError(rule)
     widths = tuple(int(word) for word in words)
     ascending = all(a < b for a, b in zip(widths, widths[1:]))
-    multiples = all(width > 0 and width % WIDTH_MULTIPLE == 0 for width in widths)
+    # the largest is --max_seq_length, whatever it is (the rule of the widths below it: kernels like them)
+    multiples = all(width > 0 and width % WIDTH_MULTIPLE == 0 for width in widths[:-1])
     if not (ascending and multiples and widths[-1] == max_seq_length):
         raise ValueError(rule)
     return widths

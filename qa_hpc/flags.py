@@ -96,8 +96,8 @@ class DataTrainingArguments:
         "pass over a split has at most one batch shape per width plus a short last batch (fewer graphs for "
         "torch.compile, cuDNN attention plans, CUDA graphs): 'auto' = 'on' where the run records CUDA graphs "
         "(compiled on one GPU), else 'off'; 'off'; 'on' = 5 widths from max_seq_length/3 to max_seq_length, "
-        "multiples of 8 (128,192,256,320,384 at 384); or widths, comma-separated, multiples of 8, ascending, "
-        "the largest equal to --max_seq_length.",
+        "multiples of 8 (128,192,256,320,384 at 384); or widths, comma-separated, multiples of 8 (the "
+        "largest aside), ascending, the largest equal to --max_seq_length.",
     )
     max_train_samples: int | None = flag(None, "Use only the first N train questions.")
     max_eval_samples: int | None = flag(None, "Use only the first N eval questions.")

@@ -30,6 +30,10 @@ BUCKETS = default_buckets(MAX_SEQ_LENGTH)
         ("on", 512, (176, 256, 344, 432, 512)),
         ("128,256,384", 384, (128, 256, 384)),
         ("384", 384, (384,)),
+        # a --max_seq_length that is no multiple of 8: the widest width, no width wider (30 gave 16,24,30,32)
+        ("on", 30, (16, 24, 30)),
+        ("on", 100, (40, 56, 72, 88, 100)),
+        ("40,100", 100, (40, 100)),
     ],
 )
 def test_bucket_widths(text, max_seq_length, widths):
@@ -43,8 +47,8 @@ def test_a_bad_bucket_list_is_refused_saying_what_a_list_must_be(text):
     with pytest.raises(ValueError) as err:
         parse_buckets(text, 384)
     assert str(err.value) == (
-        f"--pad_to_buckets {text}: give auto, off, on, or comma-separated widths, each a multiple of 8, "
-        "ascending, the largest equal to --max_seq_length (384)"
+        f"--pad_to_buckets {text}: give auto, off, on, or comma-separated widths, each a multiple of 8 but "
+        "the largest, ascending, the largest equal to --max_seq_length (384)"
     )
 
 
