@@ -51,7 +51,8 @@ keep='\b(PLAN|EFFECTIVE|RUN_MODE|JOB_SECONDS|eval_f1|eval_exact_match)\b|ERROR'
 env "${job[@]}" CUDA_VISIBLE_DEVICES="$first_gpu" QA_OUTPUT_DIR="$OUT/job_ft3" QA_LOG_DIR="$OUT/logs" QA_REPORT_TO=none \
 	bash job_ft3.sh --max_steps 20 --max_train_samples 480 --max_eval_samples 200 --save_strategy no \
 	--overwrite_output_dir 2>&1 | grep -E "$keep"
-[ "${PIPESTATUS[0]}" = 0 ] || { qa_log "GPU_SMOKE job_ft3.sh failed: $OUT/logs"; exit 1; }
+job_status=${PIPESTATUS[0]}
+[ "$job_status" = 0 ] || { qa_log "GPU_SMOKE job_ft3.sh failed (exit $job_status): $OUT/logs"; exit "$job_status"; }
 
 # eager, as the first GPU run measured it: the 1-GPU and torchrun rows compare like with like (several
 # processes never compile by default) and no ~2 min compile; bench/gpu_speed.sh measures the compiled default
