@@ -67,6 +67,7 @@ from qa_hpc.record import (
     Params,
     Recorded,
     RunRecord,
+    Status,
     Stopped,
     save_results,
     save_trainer_state,
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         stop.note_outside_training()  # a signal while it evaluated or predicted
         report(run)
     except Exception as err:
-        record(run, "failed", classify(err)[0], error=f"{type(err).__name__}: {err}")
+        record(run, Status.FAILED, classify(err)[0], error=f"{type(err).__name__}: {err}")
         raise
     return EXIT_OK
 
@@ -282,7 +283,7 @@ def train(run: Run, stop: StopRequest) -> bool:
                 EXIT_PREEMPTED,
             )
         log_compiled(run.trainer)
-        record(run, "preempted", EXIT_PREEMPTED, stopped=stopped)
+        record(run, Status.PREEMPTED, EXIT_PREEMPTED, stopped=stopped)
         return False
     with guarded("train", out, run.batch):
         save_model(trainer)
@@ -349,7 +350,7 @@ def report(run: Run) -> None:
     # every rank: the memory report gathers every rank's figures
     memory = finish_observability(run.trainer, run.flags, run.plan, run.shape, run.results, wall)
     log_compiled(run.trainer)
-    ended = record(run, "ok", EXIT_OK, wall=wall, memory=Memory.of(memory) if memory else None)
+    ended = record(run, Status.OK, EXIT_OK, wall=wall, memory=Memory.of(memory) if memory else None)
     if ended is not None:
         for line in ended.closing_lines():
             print(line, flush=True)
@@ -357,7 +358,7 @@ def report(run: Run) -> None:
 
 def record(
     run: Run,
-    status: str,
+    status: Status,
     exit_code: int,
     wall: float | None = None,
     memory: Memory | None = None,

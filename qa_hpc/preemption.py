@@ -22,7 +22,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from qa_hpc.atomic_io import readable_as_umask_allows
 from qa_hpc.dist import any_rank
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
-from qa_hpc.record import SUMMARY_FILE, RunRecord
+from qa_hpc.record import SUMMARY_FILE, RunRecord, Status
 
 logger = logging.getLogger(__name__)
 # the folders the Trainer saves checkpoints into, numbered by global step
@@ -210,7 +210,7 @@ def trained_every_step(checkpoint: str, total_steps: int, output_dir: str) -> bo
     if checkpoint_state(checkpoint).global_step < total_steps:
         return False
     record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
-    if record is not None and record.status == "ok":
+    if record is not None and record.status == Status.OK:
         raise UsageError(
             f"--output_dir {output_dir} holds a finished training ({SUMMARY_FILE}: status ok) and its last "
             f"checkpoint {checkpoint} leaves nothing to train. To evaluate the trained model: "

@@ -16,6 +16,7 @@ import platform
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from enum import StrEnum
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,6 +32,17 @@ if TYPE_CHECKING:  # torch and the Trainer are heavy to import; the tools that r
     from qa_hpc.plan import RunPlan
 
 SUMMARY_FILE = "run_summary.json"
+
+
+class Status(StrEnum):
+    """How a run ended, as its record says (`status`), and, for a folder without a record, the tables'."""
+
+    OK = "ok"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    INCOMPLETE = "incomplete"  # no record: a launch still running, or killed before it wrote one
+
+
 # The results a run ends with as KEY=value lines, in this order, when present (TensorBoard's totals take
 # them too).
 CLOSING_METRICS = (
@@ -256,7 +268,7 @@ class Stopped:
 class RunRecord:
     """One run, as run_summary.json holds it."""
 
-    status: str  # ok | failed | preempted
+    status: str  # a Status but INCOMPLETE (records of other versions may say other words)
     exit_code: int
     wall_clock_seconds: float  # from the process's start
     environment: Environment  # at the top level of run_summary.json, as records always had it

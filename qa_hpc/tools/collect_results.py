@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
-from qa_hpc.record import SUMMARY_FILE, Memory, RunRecord, Stopped
+from qa_hpc.record import SUMMARY_FILE, Memory, RunRecord, Status, Stopped
 from qa_hpc.tools.figures import NA
 
 # Files only a run's output dir holds: a dir with any of them is a run, with or without a record.
@@ -130,9 +130,9 @@ def reason(record: RunRecord | None, unreadable: str | None) -> str | None:
     """Why a run did not end ok, in one line: its error, where it stopped, or why it has no record."""
     if record is None:
         return unreadable
-    if record.status == "failed":
+    if record.status == Status.FAILED:
         return f"exit code {record.exit_code}: {record.error or 'no error recorded'}"
-    if record.status == "preempted":
+    if record.status == Status.PREEMPTED:
         stop = record.stopped or Stopped()
         return f"{stop.signal} at step {stop.global_step}; resumes from {stop.checkpoint}"
     return None
@@ -163,7 +163,7 @@ def run_row(out_dir: Path) -> dict[str, Any]:
         "run": job or out_dir.name,
         "job_name": env.slurm_job_name,
         "job_id": env.slurm_job_id,
-        "status": (shown.status or "unknown") if record else "incomplete",
+        "status": (shown.status or "unknown") if record else Status.INCOMPLETE,
         "reason": reason(record, unreadable),
         "exit_code": shown.exit_code,
         "nodes": nodes,
@@ -212,7 +212,7 @@ def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
 def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tuple[int | None, str | None]:
     """The index of the baseline row (named, or the first ok row with the figure), or an error message."""
     if not baseline:
-        usable = table.index[table["status"].eq("ok") & table[metric].gt(0)]
+        usable = table.index[table["status"].eq(Status.OK) & table[metric].gt(0)]
         return (int(usable[0]) if len(usable) else None), None
     names = table[["run", "job_name", "job_id"]].astype("string")
     names["dir"] = table["output_dir"].map(lambda d: Path(d).name, na_action="ignore")
@@ -227,7 +227,7 @@ def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tup
 def usable_baseline(table: pd.DataFrame, base: int, named: str, metric: str) -> tuple[int | None, str | None]:
     """base, or why the runs cannot be compared with it: it must have ended ok, with the figure."""
     row = table.loc[base]
-    if row["status"] == "ok" and row[metric] > 0:
+    if row["status"] == Status.OK and row[metric] > 0:
         return base, None
     without = "" if row[metric] > 0 else f" without a {metric}"
     return None, (
@@ -238,7 +238,7 @@ def usable_baseline(table: pd.DataFrame, base: int, named: str, metric: str) -> 
 
 def add_speedup(table: pd.DataFrame, base: int | None, metric: str) -> pd.DataFrame:
     """A speedup column: baseline/run for times, run/baseline for rates; only runs that ended ok get one."""
-    values = table[metric].where(table["status"].eq("ok") & table[metric].gt(0))
+    values = table[metric].where(table["status"].eq(Status.OK) & table[metric].gt(0))
     reference = float("nan") if base is None else table.at[base, metric]
     return table.assign(speedup=reference / values if SPEEDUP_ON[metric] == "time" else values / reference)
 
@@ -279,7 +279,7 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
                 + ")",
                 "speedup": fixed("speedup", "{:.2f}×"),
                 "status": t["status"].where(
-                    t["status"].eq("ok"), t["status"].str.upper() + (": " + reason).fillna("")
+                    t["status"].eq(Status.OK), t["status"].str.upper() + (": " + reason).fillna("")
                 ),
             }
         )

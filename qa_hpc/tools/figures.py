@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from qa_hpc.record import Status
+
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -59,7 +61,7 @@ def loss_figure(table: pd.DataFrame) -> Figure:
 def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
     """One bar per run (red when it did not end ok), labelled with its value (and status when not ok)."""
     fig, ax = _axes(title=f"{label} per run", ylabel=label)
-    ok = table["status"].eq("ok")
+    ok = table["status"].eq(Status.OK)
     bars = ax.bar(
         range(len(table)), table[column].fillna(0.0), color=ok.map({True: "tab:blue", False: "tab:red"})
     )
