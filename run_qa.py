@@ -69,6 +69,7 @@ from qa_hpc.record import (
     RunRecord,
     Status,
     Stopped,
+    checkpoint_dir,
     save_results,
     save_trainer_state,
 )
@@ -258,11 +259,15 @@ def train(run: Run, stop: StopRequest) -> bool:
         with guarded("train", out, run.batch):
             save_model(trainer)
         return True
-    checkpoint_dir = lambda: os.path.join(out, f"checkpoint-{trainer.state.global_step}")  # noqa: E731
+
+    def current_checkpoint() -> str:
+        """Where a write failing in training was going: the checkpoint of the step reached."""
+        return checkpoint_dir(out, trainer.state.global_step)
+
     resumed_step = 0
     if run.resume:
         resumed_step = checkpoint_state(run.resume).global_step
-    with guarded("train", checkpoint_dir, run.batch):
+    with guarded("train", current_checkpoint, run.batch):
         outcome = trainer.train(resume_from_checkpoint=run.resume)
     if run.preemption.stopped_at_step is not None:
         # no rank leaves before the checkpoint is on disk: a launcher that kills the job on the
@@ -271,7 +276,7 @@ def train(run: Run, stop: StopRequest) -> bool:
         stopped = Stopped(
             signal=stop.name,
             global_step=trainer.state.global_step,
-            checkpoint=checkpoint_dir(),
+            checkpoint=current_checkpoint(),
         )
         if trainer.is_world_process_zero():
             logger.warning(
@@ -279,7 +284,7 @@ def train(run: Run, stop: StopRequest) -> bool:
                 "resume)",
                 stop.name,
                 trainer.state.global_step,
-                checkpoint_dir(),
+                stopped.checkpoint,
                 EXIT_PREEMPTED,
             )
         log_compiled(run.trainer)

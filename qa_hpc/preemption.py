@@ -22,11 +22,19 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from qa_hpc.atomic_io import readable_as_umask_allows
 from qa_hpc.dist import any_rank
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
-from qa_hpc.record import SUMMARY_FILE, RunRecord, Status
+from qa_hpc.record import (
+    CHECKPOINT_PREFIX,
+    MEMORY_FILE,
+    SUMMARY_FILE,
+    TRAINER_STATE_FILE,
+    RunRecord,
+    Status,
+    checkpoint_dir,
+)
 
 logger = logging.getLogger(__name__)
 # the folders the Trainer saves checkpoints into, numbered by global step
-CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
+CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)")
 
 
 class StopRequest:
@@ -94,7 +102,7 @@ class ReadableCheckpoints(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
     ) -> TrainerControl:
         if args.should_save:
-            readable_as_umask_allows(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+            readable_as_umask_allows(checkpoint_dir(args.output_dir, state.global_step))
         return control
 
 
@@ -102,7 +110,7 @@ def checkpoints_oldest_first(output_dir: str) -> list[str]:
     """The checkpoint-N folders in output_dir, by N (the Trainer's own order; transformers has no public
     call for it)."""
     numbered = []
-    for path in Path(output_dir).glob("checkpoint-*"):
+    for path in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*"):
         match = CHECKPOINT_NAME.match(path.name)
         if match is not None and path.is_dir():
             numbered.append((int(match.group(1)), str(path)))
@@ -112,7 +120,7 @@ def checkpoints_oldest_first(output_dir: str) -> list[str]:
 def checkpoint_state(checkpoint: str) -> TrainerState:
     """The Trainer's state a checkpoint holds (written last: a checkpoint cut short has none readable);
     OSError or ValueError where it cannot be read."""
-    return TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+    return TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_FILE))
 
 
 def last_complete_checkpoint(output_dir: str) -> str | None:
@@ -121,7 +129,7 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
     resume from it)."""
     for path in reversed(checkpoints_oldest_first(output_dir)):
         try:
-            json.loads(Path(path, "trainer_state.json").read_text(encoding="utf-8"))
+            json.loads(Path(path, TRAINER_STATE_FILE).read_text(encoding="utf-8"))
             return path
         except (OSError, ValueError):
             logger.warning(
@@ -155,7 +163,7 @@ def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: boo
 # what a launch leaves in --output_dir before its first checkpoint: its record, memory report, TensorBoard
 # events and profiler traces (the defaults' folders). A launch that failed or was killed there is started
 # again by the same or the corrected command, not refused for them.
-LAUNCH_FILES = frozenset({SUMMARY_FILE, "memory.json", "runs", "profiler"})
+LAUNCH_FILES = frozenset({SUMMARY_FILE, MEMORY_FILE, "runs", "profiler"})
 
 
 def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:

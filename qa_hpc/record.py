@@ -32,6 +32,17 @@ if TYPE_CHECKING:  # torch and the Trainer are heavy to import; the tools that r
     from qa_hpc.plan import RunPlan
 
 SUMMARY_FILE = "run_summary.json"
+# the other files of an output folder that more than one module reads or writes (the Trainer's names for its
+# own: transformers' TRAINER_STATE_NAME and PREFIX_CHECKPOINT_DIR, not imported: the tools load no torch)
+MEMORY_FILE = "memory.json"
+ALL_RESULTS_FILE = "all_results.json"
+TRAINER_STATE_FILE = "trainer_state.json"
+CHECKPOINT_PREFIX = "checkpoint-"
+
+
+def checkpoint_dir(output_dir: str | os.PathLike, step: int) -> str:
+    """The folder the Trainer saves global step `step`'s checkpoint into."""
+    return os.path.join(output_dir, f"{CHECKPOINT_PREFIX}{step}")
 
 
 class Status(StrEnum):
@@ -395,7 +406,7 @@ def save_results(trainer: Trainer, split: str, metrics: Mapping[str, Any]) -> No
         return
     out = trainer.args.output_dir
     write_json_atomic(os.path.join(out, f"{split}_results.json"), dict(metrics), sort_keys=True)
-    all_path = os.path.join(out, "all_results.json")  # each split adds its metrics to the earlier splits'
+    all_path = os.path.join(out, ALL_RESULTS_FILE)  # each split adds its metrics to the earlier splits'
     combined = json.loads(Path(all_path).read_text(encoding="utf-8")) if os.path.exists(all_path) else {}
     write_json_atomic(all_path, {**combined, **metrics}, sort_keys=True)
 
@@ -404,4 +415,4 @@ def save_trainer_state(trainer: Trainer) -> None:
     """trainer_state.json as Trainer.save_state writes it (same text), but atomically."""
     if trainer.is_world_process_zero():
         state = json.dumps(dataclasses.asdict(trainer.state), indent=2, sort_keys=True) + "\n"
-        write_text_atomic(os.path.join(trainer.args.output_dir, "trainer_state.json"), state)
+        write_text_atomic(os.path.join(trainer.args.output_dir, TRAINER_STATE_FILE), state)

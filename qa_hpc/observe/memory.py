@@ -17,6 +17,7 @@ import torch
 
 from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.model import ModelShape
+from qa_hpc.record import MEMORY_FILE
 
 MB = 1024 * 1024
 NO_CUDA_NOTE = "no CUDA device"
@@ -151,5 +152,5 @@ def memory_report(
     report.update(measured_peak_mb=measured, measured_source=source)
     if estimate:
         report["estimate_over_measured"] = round(estimate["total_mb"] / measured, 3) if measured else None
-    write_json_atomic(os.path.join(output_dir, "memory.json"), report)
+    write_json_atomic(os.path.join(output_dir, MEMORY_FILE), report)
     return report

@@ -23,11 +23,22 @@ from typing import Any
 import pandas as pd
 
 from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
-from qa_hpc.record import SUMMARY_FILE, Memory, RunRecord, Status, Stopped
+from qa_hpc.record import (
+    ALL_RESULTS_FILE,
+    CHECKPOINT_PREFIX,
+    MEMORY_FILE,
+    SUMMARY_FILE,
+    TRAINER_STATE_FILE,
+    Memory,
+    RunRecord,
+    Status,
+    Stopped,
+    checkpoint_dir,
+)
 from qa_hpc.tools.figures import NA
 
 # Files only a run's output dir holds: a dir with any of them is a run, with or without a record.
-OUTPUT_MARKERS = (SUMMARY_FILE, "all_results.json", "trainer_state.json", "memory.json")
+OUTPUT_MARKERS = (SUMMARY_FILE, ALL_RESULTS_FILE, TRAINER_STATE_FILE, MEMORY_FILE)
 # never searched (a run dir's own runs/ and profiler/ are not: the search stops at the run dir)
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "hf_cache", "wandb"}
 # The columns of the table (and of --format csv/json, speedup last) and their types, each filled by run_row():
@@ -81,7 +92,7 @@ def find_output_dirs(paths: list[str]) -> tuple[list[Path], list[str]]:
         for here, subdirs, _ in os.walk(path):  # nothing for a file
             # checkpoints hold trainer_state.json too, but belong to the run above them: a run killed before
             # its end may have nothing else
-            checkpoints = [d for d in subdirs if d.startswith("checkpoint-")]
+            checkpoints = [d for d in subdirs if d.startswith(CHECKPOINT_PREFIX)]
             if checkpoints or any((Path(here) / marker).is_file() for marker in OUTPUT_MARKERS):
                 dirs.add(Path(here))
                 subdirs.clear()
@@ -95,14 +106,14 @@ def read_log_history(out_dir: Path) -> list[dict[str, Any]]:
     run that stopped before writing it, the newest checkpoint's that is readable (a job killed while saving
     leaves one without); [] without any."""
     steps = [
-        int(p.name.removeprefix("checkpoint-"))
-        for p in out_dir.glob("checkpoint-*")
-        if p.name.removeprefix("checkpoint-").isdigit()
+        int(p.name.removeprefix(CHECKPOINT_PREFIX))
+        for p in out_dir.glob(f"{CHECKPOINT_PREFIX}*")
+        if p.name.removeprefix(CHECKPOINT_PREFIX).isdigit()
     ]
-    newest_first = [out_dir, *(out_dir / f"checkpoint-{step}" for step in sorted(steps, reverse=True))]
+    newest_first = [out_dir, *(Path(checkpoint_dir(out_dir, step)) for step in sorted(steps, reverse=True))]
     for folder in newest_first:
         try:
-            state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+            state = json.loads((folder / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         history = state.get("log_history") if isinstance(state, dict) else None

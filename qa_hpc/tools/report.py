@@ -26,7 +26,7 @@ import pandas as pd
 
 from qa_hpc.atomic_io import write_text_atomic
 from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
-from qa_hpc.record import SUMMARY_FILE, Memory, Params, RunRecord
+from qa_hpc.record import SUMMARY_FILE, TRAINER_STATE_FILE, Memory, Params, RunRecord
 from qa_hpc.tools.collect_results import (
     OUTPUT_MARKERS,
     add_speedup,
@@ -227,7 +227,7 @@ def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
             curves_figure(history, run["run"]).savefig(out / figure)
             lines += [f"![training curves of {run['run']}]({figure})", ""]
         else:
-            state = shown(Path(run["output_dir"], "trainer_state.json"))
+            state = shown(Path(run["output_dir"], TRAINER_STATE_FILE))
             lines += [f"No training loss in `{state}`: no training curves.", ""]
     return lines + ["### Profiler", "", *profile_lines(run), ""]
 
