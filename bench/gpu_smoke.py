@@ -28,6 +28,7 @@ import torch
 from transformers import TrainerCallback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run_qa.py, qa_hpc/
+from qa_hpc.record import SUMMARY_FILE, RunRecord, Status  # noqa: E402 - on the path set above
 
 STEP_TIMES = "step_times.json"
 TRAIN_FEATURES = 88524  # SQuAD v1.1 train at 384/128 (docs/PERFORMANCE.md)
@@ -111,41 +112,40 @@ def steady_state(step_seconds: list[float], warmup: int) -> SteadyState:
 
 def record(out_dir: str, label: str, warmup: int, min_f1: float) -> dict[str, Any]:
     """One run's smoke record: steady-state speed, memory, accuracy, versions."""
-    with open(os.path.join(out_dir, "run_summary.json"), encoding="utf-8") as fh:
-        summary = json.load(fh)
+    run = RunRecord.read(os.path.join(out_dir, SUMMARY_FILE))
     with open(os.path.join(out_dir, STEP_TIMES), encoding="utf-8") as fh:
         steps = json.load(fh)["step_seconds"]
-    r, e, p = summary["results"], summary["effective"], summary["params"]
+    r, e, p = run.results, run.effective, run.params
     try:
         state = steady_state(steps, warmup)
     except TooFewSteps as error:
         raise SystemExit(f"ERROR: {error} (--warmup)") from None
-    samples = r["train_samples_per_second"] * r["train_runtime"]  # features trained, over the whole run
-    batch = p["per_device_train_batch_size"] * e["world_size"] * p["gradient_accumulation_steps"]
+    samples = r.train_samples_per_second * r.train_runtime  # features trained, over the whole run
+    batch = p.per_device_train_batch_size * e.world_size * p.gradient_accumulation_steps
     per_second = batch / state.median_step_seconds
-    tflops = per_second * r["train_model_tflop"] / samples
-    f1 = r.get("eval_f1")
+    tflops = per_second * r.train_model_tflop / samples
+    f1 = r.eval_f1
     return {
         "label": label,
-        "status": summary["status"],
-        "device": e["device_name"],
-        "gpus": e["world_size"],
-        "precision": e["precision"],
-        "tf32": e["tf32"],
-        "driver": summary.get("driver_version"),
-        "cuda": summary.get("cuda_version"),
-        "torch": summary.get("torch_version"),
+        "status": run.status,
+        "device": e.device_name,
+        "gpus": e.world_size,
+        "precision": e.precision,
+        "tf32": e.tf32,
+        "driver": run.environment.driver_version,
+        "cuda": run.environment.cuda_version,
+        "torch": run.environment.torch_version,
         "global_batch": batch,
         **asdict(state),
-        "whole_run_step_seconds": r["train_runtime"] / len(steps),
+        "whole_run_step_seconds": r.train_runtime / len(steps),
         "samples_per_second": per_second,
-        "real_tokens_per_second": per_second * r["train_real_tokens"] / samples,
+        "real_tokens_per_second": per_second * r.train_real_tokens / samples,
         "achieved_tflops": tflops,
-        "mfu": tflops / r["train_peak_tflops"] if r.get("train_peak_tflops") else None,
-        "peak_memory_mb": (summary.get("memory") or {}).get("measured_peak_mb"),
+        "mfu": tflops / r.train_peak_tflops if r.train_peak_tflops else None,
+        "peak_memory_mb": run.memory.measured_peak_mb if run.memory else None,
         "projected_2_epochs_seconds": 2 * TRAIN_FEATURES / per_second,
         "baseline_a100": BASELINE_A100,
-        "eval_exact_match": r.get("eval_exact_match"),
+        "eval_exact_match": r.eval_exact_match,
         "eval_f1": f1,
         "min_f1": min_f1,
         "learned": f1 is not None and f1 >= min_f1,
@@ -197,7 +197,7 @@ def main() -> int:
         f"{BASELINE_A100['train_seconds']}) samples_per_second={rec['samples_per_second']:.0f} (A100: "
         f"{BASELINE_A100['samples_per_second']})"
     )
-    return 0 if rec["learned"] and rec["status"] == "ok" else 1
+    return 0 if rec["learned"] and rec["status"] == Status.OK else 1
 
 
 if __name__ == "__main__":
