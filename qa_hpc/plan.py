@@ -43,6 +43,9 @@ AUTO_COMPILE_MEASURED = "one H200: 14.5 ms a step against 44 eager, ~130 s to co
 # SQuAD at batch 24 are 7,377
 COMPILE_PAYS_FROM_BATCHES = 4000
 # why a plan decided before the training data was read has the compile off: decided again once it is counted
+# the GPUs (compute capability major) and precision the compiled default was measured on: one H200, bf16
+# (docs/PERFORMANCE.md); a default elsewhere waits for a measurement there
+COMPILE_MEASURED_ON = (9, "bf16")
 COMPILE_AWAITS_COUNT = "auto: decided once the training batches are counted"
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
@@ -227,7 +230,7 @@ def decide(flags: FlagValues, facts: DeviceFacts, train_batches: int | None = No
         from transformers.integrations import get_available_reporting_integrations
 
         report_to = get_available_reporting_integrations()
-    compiling, compiling_reason = decide_compiling(flags, device, facts.world_size, train_batches)
+    compiling, compiling_reason = decide_compiling(flags, device, facts, precision, train_batches)
     buckets, buckets_reason = decide_buckets(flags, graphs_ahead(flags, compiling, device, facts.world_size))
     # a pass over a split has at most this many batch shapes (each width, and a short last batch); None: any
     shapes_per_pass = len(buckets or [flags["max_seq_length"]]) + 1
@@ -446,14 +449,15 @@ def compile_modes() -> list[str]:
 
 
 def decide_compiling(
-    flags: FlagValues, device: str, world_size: int, train_batches: int | None
+    flags: FlagValues, device: str, facts: DeviceFacts, precision: str, train_batches: int | None
 ) -> tuple[bool, str]:
     """(torch.compile on, why): as asked (--torch_compile, or a backend or mode given, which turn it on as in
-    TrainingArguments); not asked, on where it was measured to pay: training in one GPU process under
-    --speed_defaults, over buckets (--pad_to_buckets auto or given), for at least COMPILE_PAYS_FROM_BATCHES
-    batches. Off elsewhere: a CPU, several processes (DDP's all-reduce between graphs: not measured), no
-    training, shapes that vary (compile alone: 0.90x on one H200), fewer batches; where only the count is left
-    to decide, off until it is known (train_batches None: COMPILE_AWAITS_COUNT)."""
+    TrainingArguments); not asked, on where it was measured to pay: training in one process on a GPU of the
+    kind it was measured on (COMPILE_MEASURED_ON) under --speed_defaults, over buckets (--pad_to_buckets auto
+    or given), for at least COMPILE_PAYS_FROM_BATCHES batches. Off elsewhere: a CPU, several processes (DDP's
+    all-reduce between graphs: not measured), other GPUs or precisions (not measured), no training, shapes
+    that vary (compile alone: 0.90x on one H200), fewer batches; where only the count is left to decide, off
+    until it is known (train_batches None: COMPILE_AWAITS_COUNT)."""
     given = flags["torch_compile"]
     backend, mode = flags["torch_compile_backend"], flags["torch_compile_mode"]
     if mode and mode not in (modes := compile_modes()):  # torch.compile's error fell back to eager
@@ -468,8 +472,14 @@ def decide_compiling(
         return False, "auto: CPU: eager"
     if not flags["speed_defaults"]:
         return False, "auto: --speed_defaults false"
-    if world_size > 1:
-        return False, f"auto: {world_size} processes: measured on one GPU only"
+    if facts.world_size > 1:
+        return False, f"auto: {facts.world_size} processes: measured on one GPU only"
+    major, measured_precision = COMPILE_MEASURED_ON
+    if facts.capability is None or facts.capability[0] != major or precision != measured_precision:
+        return False, (
+            f"auto: GPU {_sm(facts.capability)} in {precision}: measured on sm_{major}x in "
+            f"{measured_precision} only; --torch_compile to compile here"
+        )
     if not flags["do_train"]:  # evaluation runs the plain model after training; alone, its compile is a loss
         return False, "auto: no --do_train: the compile pays over training steps"
     if flags["pad_to_max_length"] or flags["pad_to_buckets"] == "off":

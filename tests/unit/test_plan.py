@@ -492,6 +492,26 @@ def test_flags_given_whose_subject_the_plan_leaves_off_are_named():
     assert unused_flags(defaults, decide(defaults, facts("CPU"))) == []
 
 
+@pytest.mark.parametrize(
+    "device, precision, says",
+    [
+        (
+            "A100",
+            "auto",
+            "auto: GPU sm_80 in bf16: measured on sm_9x in bf16 only; --torch_compile to compile",
+        ),
+        ("V100", "auto", "auto: GPU sm_70 in fp16: measured on sm_9x in bf16 only"),
+        ("H100", "fp32", "auto: GPU sm_90 in fp32: measured on sm_9x in bf16 only"),
+    ],
+)
+def test_the_compiled_default_stays_where_it_was_measured(device, precision, says):
+    """Compile and CUDA graphs by default only on the GPUs and precision they were measured to pay on (one
+    H200, bf16): elsewhere eager, saying why, until a measurement there."""
+    plan = decide(ask(do_train=True, precision=precision), facts(device), TWO_EPOCHS)
+    assert not plan.torch_compile and not plan.cuda_graphs, plan.log_line()
+    assert plan.compile_reason.startswith(says), plan.log_line()
+
+
 def test_a_compile_mode_torch_does_not_know_is_refused():
     """torch.compile's error for it ended in a fall-back to eager that blamed the backend."""
     with pytest.raises(
@@ -633,6 +653,11 @@ COMPILE_TABLE = """
 CPU  1 -  -         -    -       on   off - - - off
 CPU  1 -  -         -    -       auto off - - - off
 H100 1 -  -         -    -       auto on reduce-overhead True - on
+H200 1 -  -         -    -       auto on reduce-overhead True - on
+A100 1 -  -         -    -       auto off - - - off
+B200 1 -  -         -    -       auto off - - - off
+V100 1 -  -         -    -       auto off - - - off
+A100 1 on -         -    -       auto on reduce-overhead True - on
 H100 1 -  -         -    -       on   on reduce-overhead True - on
 H100 1 -  -         -    static  auto on reduce-overhead False 14 on
 H100 1 -  -         -    -       off  off - - - off
