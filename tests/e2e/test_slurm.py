@@ -73,9 +73,10 @@ def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_score
         name="ddptest",
         args=("--dataloader_num_workers", "2"),
     )
-    # srun reports torchrun's status: 1 when a worker exits 75 (the ranks' own 75 is in torchrun's report), or
-    # 143 when --kill-on-bad-exit ended the other node's torchrun while it was still tearing its workers down
-    assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="(1|143)")
+    # srun reports torchrun's status: 1 when a worker exits 75, or 143 when --kill-on-bad-exit ended the other
+    # node's torchrun while it was still tearing its workers down; the job reports the ranks' own 75
+    assert_resumed_and_scored(rc, log, tmp_path / "out", first_exit="75")
+    assert re.search(r"\(ranks: (rank\d=75 ?)+; the launcher exited (1|143)\)", log), log[-3000:]
     first = log.partition("restart_count=1")[0]
     assert re.search(r"exitcode\s*: 75", first), log[-3000:]
     # the only tracebacks are torchrun's report of the workers' 75 (ChildFailedError), none from a worker
