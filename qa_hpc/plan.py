@@ -292,6 +292,8 @@ def decide_workers(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[
     # measured on one H200 (docs/PERFORMANCE.md, "On a GPU: the measurement"): 0 workers took the 2-epoch
     # projection to 0.76x of 4 workers' (collation then runs on the main thread, between the steps)
     reason = f"collation beside the step, up to {MAX_AUTO_WORKERS} per process; 0 measured 0.76x on one H200"
+    if workers == 0:
+        reason = f"no CPU to spare beside the process's own ({_cpu_share(facts)} CPU per process)"
     return workers, f"auto: GPU: {reason}"
 
 

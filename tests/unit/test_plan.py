@@ -441,6 +441,12 @@ def test_bulk_masks_are_refused_beside_an_attention_asked_for_by_name_or_a_compi
             decide(ask(dropout_mask="bulk", torch_compile=True), facts(device), TWO_EPOCHS)
 
 
+def test_a_gpu_process_with_one_cpu_gets_no_workers_and_is_told_why():
+    plan = decide(ask(), facts("H100", cpus=1))
+    assert plan.dataloader_num_workers == 0
+    assert plan.workers_reason == "auto: GPU: no CPU to spare beside the process's own (1 CPU per process)"
+
+
 @pytest.mark.parametrize(
     "given, says",
     [
