@@ -23,7 +23,7 @@ import datasets
 import torch
 import transformers
 from accelerate import PartialState
-from transformers import TrainerState, TrainingArguments
+from transformers import PretrainedConfig, TrainerState, TrainingArguments
 
 from qa_hpc import attention
 from qa_hpc.atomic_io import readable_as_umask_allows
@@ -183,38 +183,16 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     if resume and trained_every_step(resume, optimizer_steps(args, len(data.train)), args.output_dir):
         trained_before, resume = resume, None
     if plan.awaits_batch_count:
-        # the compile pays only over enough batches: the whole plan again (buckets and attention kernels
-        # follow the compile), and the flags built with it, before anything is compiled or written
-        # disable_tqdm as the first TrainingArguments derived it, from the log level before setup_logging
-        # (transformers' own default): progress bars as in a run that does not wait
-        values = {**values, "disable_tqdm": args.disable_tqdm}
-        plan, flags = decide_and_build(values, facts, training_batches(args, len(data.train)))
+        plan, flags = replan_with_batch_count(values, flags, facts, len(data.train))
         args = flags.training
-        log_plan(plan, values)
     torch.set_num_threads(plan.threads)  # the one process setting no TrainingArguments field carries
     for line in batch_lines(args, len(data.train)) if args.do_train else []:
         logger.info(line)  # the main process: global batch, optimizer steps, learning rate
     score = None
     if args.do_eval or args.do_predict:  # the metric, loaded before anything is written
         score = make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
-    # the other folders a run writes into, then its own: found unwritable as their writers open, they would
-    # end the run after its training, naming --output_dir
-    if plan.tensorboard and plan.logging_dir is not None:
-        check_writable_dir(plan.logging_dir, "--logging_dir")
-    if plan.profile_dir is not None:
-        check_writable_dir(plan.profile_dir, "--profile_dir")
-    check_writable_dir(args.output_dir)
-    # process-wide settings the model's kernels and compiled graphs read: set before the model exists
-    attention.apply(plan.attn_backend)
-    apply_recompile_limit(plan)
-    model_args = flags.model
-    if trained_before is not None:
-        model_args = replace(model_args, model_name_or_path=trained_before)
-    model = load_model(model_args, config, attn_implementation=flags.speed.attn_implementation)
-    if plan.dropout_mask == "bulk":
-        install_bulk_dropout(model)
-    elif plan.compile_scope == "regions":  # the mask, built between the compiled layers, waits for nothing
-        attention.mask_every_batch(model)
+    check_output_folders(plan, args.output_dir)
+    model = build_model(flags, plan, config, trained_before)
     shape = ModelShape.of(model)  # counted before any wrapper (FSDP) shards the parameters
     preemption = PreemptionCallback(stop, plan.stop_vote_every)
     trainer = QuestionAnsweringTrainer(
@@ -236,6 +214,49 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
     clear_for_launch(args, flags.data.overwrite_output_dir)
     return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume, trained_before)
+
+
+def replan_with_batch_count(
+    values: FlagValues, flags: Flags, facts: DeviceFacts, train_features: int
+) -> tuple[RunPlan, Flags]:
+    """The compile pays only over enough batches: the whole plan again once they are counted (buckets and
+    attention kernels follow the compile), and the flags built with it, before anything is compiled or
+    written; logged."""
+    # disable_tqdm as the first TrainingArguments derived it, from the log level before setup_logging
+    # (transformers' own default): progress bars as in a run that does not wait
+    values = {**values, "disable_tqdm": flags.training.disable_tqdm}
+    plan, flags = decide_and_build(values, facts, training_batches(flags.training, train_features))
+    log_plan(plan, values)
+    return plan, flags
+
+
+def check_output_folders(plan: RunPlan, output_dir: str) -> None:
+    """The other folders a run writes into, then its own: found unwritable as their writers open, they would
+    end the run after its training, naming --output_dir."""
+    if plan.tensorboard and plan.logging_dir is not None:
+        check_writable_dir(plan.logging_dir, "--logging_dir")
+    if plan.profile_dir is not None:
+        check_writable_dir(plan.profile_dir, "--profile_dir")
+    check_writable_dir(output_dir)
+
+
+def build_model(
+    flags: Flags, plan: RunPlan, config: PretrainedConfig, trained_before: str | None
+) -> torch.nn.Module:
+    """The model the plan runs: the process-wide settings its kernels and compiled graphs read set first,
+    loaded (from the last checkpoint where an earlier launch trained every step), its dropout masks and
+    padding mask as the plan says."""
+    attention.apply(plan.attn_backend)
+    apply_recompile_limit(plan)
+    model_args = flags.model
+    if trained_before is not None:
+        model_args = replace(model_args, model_name_or_path=trained_before)
+    model = load_model(model_args, config, attn_implementation=flags.speed.attn_implementation)
+    if plan.dropout_mask == "bulk":
+        install_bulk_dropout(model)
+    elif plan.compile_scope == "regions":  # the mask, built between the compiled layers, waits for nothing
+        attention.mask_every_batch(model)
+    return model
 
 
 def log_plan(plan: RunPlan, values: FlagValues) -> None:
