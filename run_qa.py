@@ -99,7 +99,7 @@ class Run:
     results: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def batch(self) -> BatchContext:
+    def oom_context(self) -> BatchContext:
         """What an out-of-memory message quotes."""
         a = self.args
         return BatchContext(
@@ -277,7 +277,7 @@ def train(run: Run, stop: StopRequest) -> bool:
                 "step; this one saves its model, then evaluates and predicts as asked)",
                 run.trained_before,
             )
-        with guarded("train", out, run.batch):
+        with guarded("train", out, run.oom_context):
             save_model(trainer)
         return True
 
@@ -288,7 +288,7 @@ def train(run: Run, stop: StopRequest) -> bool:
     resumed_step = 0
     if run.resume:
         resumed_step = checkpoint_state(run.resume).global_step
-    with guarded("train", current_checkpoint, run.batch):
+    with guarded("train", current_checkpoint, run.oom_context):
         outcome = trainer.train(resume_from_checkpoint=run.resume)
     if run.preemption.stopped_at_step is not None:
         # no rank leaves before the checkpoint is on disk: a launcher that kills the job on the
@@ -311,7 +311,7 @@ def train(run: Run, stop: StopRequest) -> bool:
         log_compiled(run.trainer)
         record(run, Status.PREEMPTED, EXIT_PREEMPTED, stopped=stopped)
         return False
-    with guarded("train", out, run.batch):
+    with guarded("train", out, run.oom_context):
         save_model(trainer)
         metrics = {**outcome.metrics, "train_samples": len(run.data.train)}
         efficiency = train_efficiency(
@@ -347,7 +347,7 @@ def launch_epochs(state: TrainerState, resumed_step: int) -> float:
 def evaluate(run: Run, stop: StopRequest) -> None:
     """EM/F1 on the validation split, with the prediction files."""
     stop.note_outside_training()
-    with guarded("eval", run.args.output_dir, run.batch):
+    with guarded("eval", run.args.output_dir, run.oom_context):
         metrics = run.trainer.evaluate()
     metrics["eval_samples"] = len(run.data.eval_features)
     run.results.update(metrics)
@@ -356,7 +356,7 @@ def evaluate(run: Run, stop: StopRequest) -> None:
 
 def predict(run: Run) -> None:
     """Answers for the test split (scored too when it has answers), with the prediction files."""
-    with guarded("predict", run.args.output_dir, run.batch):
+    with guarded("predict", run.args.output_dir, run.oom_context):
         output = run.trainer.predict(run.data.predict_features, run.data.predict_examples)
     metrics = {**output.metrics, "predict_samples": len(run.data.predict_features)}
     run.results.update(metrics)

@@ -210,7 +210,8 @@ def _launcher(env: Mapping[str, str]) -> str:
 
 def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
     """What this process sees now: the one place that asks torch, /proc and the environment about the
-    machine."""
+    machine for a decision (the run's record also keeps the node's CPU count and the Slurm job it ran in:
+    record.Environment.of)."""
     launch = launch_env(env)
     cuda = torch.cuda.is_available()
     count = torch.cuda.device_count() if cuda else 0

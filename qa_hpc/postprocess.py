@@ -30,6 +30,7 @@ from qa_hpc.features import real_lengths
 logger = logging.getLogger(__name__)
 
 Logits = tuple[np.ndarray, np.ndarray]
+PAD_LOGIT = -100.0  # the Trainer's padding value, and the logit of a position past a feature's end
 
 
 @dataclass(frozen=True)
@@ -90,15 +91,15 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.require(array, requirements=["C", "W"]))
 
 
-def mask_padding(logits: Logits, lengths: np.ndarray, fill: float = -100.0) -> Logits:
-    """Logits past each feature's real length set to `fill` (the Trainer's padding value), as new arrays.
+def mask_padding(logits: Logits, lengths: np.ndarray) -> Logits:
+    """Logits past each feature's real length set to PAD_LOGIT, as new arrays.
 
     With dynamic padding a feature's row is as wide as its batch, and the model's outputs on its pad tokens
     would compete for the n-best: the answers would depend on which features share a batch."""
     start, end = (np.asarray(arr) for arr in logits)
     keep = np.arange(start.shape[1]) < np.asarray(lengths)[:, None]
     # a Python float keeps the logits' dtype
-    return np.where(keep, start, fill), np.where(keep, end, fill)
+    return np.where(keep, start, PAD_LOGIT), np.where(keep, end, PAD_LOGIT)
 
 
 def top_k_with_values(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

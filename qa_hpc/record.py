@@ -2,7 +2,7 @@
 used, what came out; never the hub token), its results files, and the closing KEY=value lines.
 
 run_qa.py builds one RunRecord when the run ends (ok, failed or preempted) and writes it; the tools read it
-back with RunRecord.load. A field added to a part below reaches run_summary.json by itself; showing it is one
+back with RunRecord.read. A field added to a part below reaches run_summary.json by itself; showing it is one
 line where it is shown: RunRecord.closing_lines, qa_hpc.tools.collect_results or qa_hpc.tools.report.
 """
 

@@ -65,7 +65,8 @@ def train_efficiency(
     per_epoch = float(
         train_flops_per_sequence(lengths, shape.non_embedding_params, shape.layers, shape.hidden).sum()
     )
-    flops, runtime_s = per_epoch * epochs, max(runtime_s, 1e-9)
+    flops = per_epoch * epochs
+    runtime_s = max(runtime_s, 1e-9)  # a run too short for the clock: no division by zero
     tokens = int(round(float(lengths.sum()) * epochs))
     achieved = flops / runtime_s / 1e12
     peak = (peak_tflops(device_name, precision, tf32) or 0.0) * n_devices

@@ -45,7 +45,8 @@ def anatomy_estimate(
     """Training memory per process predicted from the model's shape: 4 B weights + 4 B gradients + 8 B AdamW
     states = 16 B/param in fp32, plus a 16-bit copy of the weights in mixed precision; activations per
     ACTIVATIONS, with s = max_seq_length (an upper bound when batches are padded to their longest feature)."""
-    mixed, optim = precision in ("fp16", "bf16"), str(getattr(optim_name, "value", optim_name))
+    mixed = precision in ("fp16", "bf16")
+    optim = str(getattr(optim_name, "value", optim_name))  # an OptimizerNames member or its name
     bpp = {
         "weights": 6 if mixed else 4,
         "gradients": 4,
@@ -53,7 +54,8 @@ def anatomy_estimate(
     }
     h, a, layers, s, b = shape.hidden, shape.heads, shape.layers, seq_len, batch_size
     if h and a and layers:
-        (const, per_head, act_bytes), sbh = ACTIVATIONS[mixed], s * b * h
+        const, per_head, act_bytes = ACTIVATIONS[mixed]
+        sbh = s * b * h
         per_layer = sbh * (const + per_head * a * s / h)
         embeddings = sbh * (2 * act_bytes + 1)  # embedding sum, layer norm output, dropout mask
         # checkpointing keeps only each layer's input, plus one layer recomputed at a time

@@ -193,8 +193,10 @@ def profile_lines(run: pd.Series) -> list[str]:
         return [f"Profiled, but there is no `{shown(table)}`."]
     lines = table.read_text(encoding="utf-8", errors="replace").splitlines()
     rule = next((i for i, line in enumerate(lines) if line.startswith("---")), len(lines))
-    ops = [line for line in lines[rule + 3 :] if line.strip() and not line.startswith("-")][:TOP_OPS]
-    return [f"Top {len(ops)} operations of `{shown(table)}`:", "", "```text", *lines[: rule + 3], *ops, "```"]
+    # torch.profiler's table opens with a rule, the column names and a second rule: kept, then the rows
+    header = rule + 3
+    ops = [line for line in lines[header:] if line.strip() and not line.startswith("-")][:TOP_OPS]
+    return [f"Top {len(ops)} operations of `{shown(table)}`:", "", "```text", *lines[:header], *ops, "```"]
 
 
 def section(title: str, rows: list[tuple[str, Any]]) -> list[str]:
