@@ -246,7 +246,7 @@ qa_select_run() {
 		QA_ARGS+=(
 			--model_name_or_path "$model" --dataset_name "$dataset"
 			--num_train_epochs "${QA_EPOCHS:-2}" --per_device_train_batch_size "${QA_BATCH:-24}"
-			--learning_rate "${QA_LR:-4e-5}" --output_dir "$QA_OUT" --logging_dir "$(qa_tensorboard_dir)"
+			--learning_rate "${QA_LR:-4e-5}" --output_dir "$QA_OUT"
 		)
 		qa_log "RUN_MODE=baseline model=$model dataset=$dataset output_dir=$QA_OUT" \
 			"tensorboard=$(qa_tensorboard_dir)"
@@ -261,7 +261,7 @@ qa_select_run() {
 			--train_file "$data/train.json" --validation_file "$data/validation.json"
 			--num_train_epochs "${QA_DEMO_EPOCHS:-1}" --per_device_train_batch_size "${QA_DEMO_BATCH:-8}"
 			--learning_rate "${QA_DEMO_LR:-2e-4}" --warmup_steps 0.1 --output_dir "$QA_OUT"
-			--logging_dir "$(qa_tensorboard_dir)" --run_name "OFFLINE-DEMO-$job"
+			--run_name "OFFLINE-DEMO-$job"
 		)
 		cat <<BANNER
 ################################################################################
@@ -277,6 +277,10 @@ BANNER
 		qa_demo_ignores
 		;;
 	*) qa_die "QA_MODE=$mode: use auto, baseline or demo" ;;
+	esac
+	# TensorBoard's folder where the run reports to TensorBoard (elsewhere run_qa.py would name it unused)
+	case ${QA_REPORT_TO:-tensorboard} in
+	*tensorboard* | all) QA_ARGS+=(--logging_dir "$(qa_tensorboard_dir)") ;;
 	esac
 }
 
