@@ -320,3 +320,30 @@ def test_the_loss_curve_of_a_run_killed_while_saving_comes_from_its_last_whole_c
     assert collect_results.read_log_history(tmp_path) == history
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history[:1]}))
     assert collect_results.read_log_history(tmp_path) == history[:1]  # the run's own, where it wrote one
+
+
+def test_a_run_that_only_predicted_on_answered_questions_shows_their_scores(tmp_path, monkeypatch):
+    """--do_predict alone on a test file with answers: EM/F1 are the prediction's (they were n/a); beside an
+    evaluation, the evaluation's."""
+    only = write_record(
+        tmp_path / "predicted",
+        monkeypatch,
+        None,
+        status="ok",
+        exit_code=0,
+        wall_clock_seconds=5.0,
+        results=Recorded(predict_exact_match=40.0, predict_f1=55.5),
+    )
+    row = collect_results.run_row(tmp_path / "predicted")
+    assert (row["exact_match"], row["f1"]) == (40.0, 55.5) and only.results.eval_f1 is None
+    write_record(
+        tmp_path / "both",
+        monkeypatch,
+        None,
+        status="ok",
+        exit_code=0,
+        wall_clock_seconds=5.0,
+        results=Recorded(eval_exact_match=30.0, eval_f1=45.0, predict_exact_match=40.0, predict_f1=55.5),
+    )
+    row = collect_results.run_row(tmp_path / "both")
+    assert (row["exact_match"], row["f1"]) == (30.0, 45.0)
