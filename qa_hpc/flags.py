@@ -331,7 +331,9 @@ def read_flags(argv: list[str]) -> dict[str, object]:
     # held to the command line's names, types and choices (argparse checks those only for what it parses); a
     # default (null for ddp_backend, say) is always allowed
     defaults = vars(parser.parse_args([]))
-    actions = {action.dest: action for action in parser._actions}
+    actions: dict[str, argparse.Action] = {}
+    for action in parser._actions:  # a flag's own action first: a default-on switch's --no_X comes after
+        actions.setdefault(action.dest, action)
     if unknown := sorted(set(given) - set(actions)):
         raise UsageError(f"{path}: unknown keys (not flags of run_qa.py): {', '.join(unknown)}")
     for key, value in given.items():

@@ -5,6 +5,7 @@ evaluation."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -1006,11 +1007,13 @@ def test_a_json_flags_file_is_held_to_the_command_lines_names_and_choices(tmp_pa
     assert (values["precision"], values["num_threads"], values["doc_stride"]) == ("bf16", 2, 128)
     # strings are what the command line would make of them: "false" is no compile, "2" two threads
     strings = tmp_path / "strings.json"
-    strings.write_text('{"output_dir": "out", "torch_compile": "false", "num_threads": "2", "bf16": "true"}')
-    assert {k: read_flags([str(strings)])[k] for k in ("torch_compile", "num_threads", "bf16")} == {
+    given = {"torch_compile": "false", "num_threads": "2", "bf16": "true", "speed_defaults": "false"}
+    strings.write_text(json.dumps({"output_dir": "out", **given}))
+    assert {k: read_flags([str(strings)])[k] for k in given} == {  # a switch on by default too
         "torch_compile": False,
         "num_threads": 2,
         "bf16": True,
+        "speed_defaults": False,
     }
     strings.write_text('{"output_dir": "out", "num_threads": "two"}')
     with pytest.raises(
