@@ -476,6 +476,8 @@ def decide_compiling(
         return False, "auto: --speed_defaults false"
     if facts.world_size > 1:
         return False, f"auto: {facts.world_size} processes: measured on one GPU only"
+    if flags["dropout_mask"] == "bulk":  # drawn between the graphs, the masks would break them into many
+        return False, "auto: --dropout_mask bulk, which a compile cannot take"
     major, measured_precision = COMPILE_MEASURED_ON
     if facts.capability is None or facts.capability[0] != major or precision != measured_precision:
         return False, (
@@ -655,7 +657,7 @@ def refuse_outside_the_plan(flags: FlagValues) -> None:
         if flags[name]:
             raise PlanError(
                 f"--{name} casts the model itself for evaluation, outside --precision (which PLAN and "
-                "EFFECTIVE say): use --precision bf16, which evaluates under autocast too"
+                f"EFFECTIVE say): use --precision {name[:4]}, which evaluates under autocast too"
             )
 
 

@@ -440,6 +440,10 @@ def test_bulk_masks_are_refused_beside_an_attention_asked_for_by_name_or_a_compi
     for device in ("CPU", "H200"):
         with pytest.raises(PlanError, match="^--dropout_mask bulk draws masks outside the compiled graphs"):
             decide(ask(dropout_mask="bulk", torch_compile=True), facts(device), TWO_EPOCHS)
+    # a compile not asked for stays off for them (it was refused once the batches were counted)
+    plan = decide(ask(do_train=True, dropout_mask="bulk"), facts("H200"), TWO_EPOCHS)
+    assert not plan.torch_compile and plan.dropout_mask == "bulk", plan.log_line()
+    assert plan.compile_reason == "auto: --dropout_mask bulk, which a compile cannot take"
 
 
 def test_a_gpu_process_with_one_cpu_gets_no_workers_and_is_told_why():
