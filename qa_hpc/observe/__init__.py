@@ -26,10 +26,13 @@ def observability_callbacks(flags: Flags, plan: RunPlan) -> list[TrainerCallback
     report_to, so transformers does not add its own TensorBoardCallback beside ours)."""
     made: list[TrainerCallback] = []
     if plan.profile_dir is not None:
-        made.append(ProfilerCallback(flags.observe, plan.profile_dir))
+        made.append(ProfilerCallback(flags.observe, plan.profile_dir, on_gpu=plan.device == "cuda"))
     if plan.tensorboard:  # <output_dir>/runs/<time>_<host>, as transformers names it: one folder per launch
         made.append(
-            TensorBoard(plan.logging_dir or os.path.join(flags.training.output_dir, default_logdir()))
+            TensorBoard(
+                plan.logging_dir or os.path.join(flags.training.output_dir, default_logdir()),
+                on_gpu=plan.device == "cuda",
+            )
         )
     return made
 

@@ -22,14 +22,14 @@ KEPT = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 class ProfilerCallback(TrainerCallback):
     """Profile the scheduled training steps of every rank; write traces and op tables."""
 
-    def __init__(self, cfg: ObservabilityArguments, out_dir: str) -> None:
+    def __init__(self, cfg: ObservabilityArguments, out_dir: str, on_gpu: bool) -> None:
+        """on_gpu: the run's device is a GPU (not merely one the node has: --use_cpu)."""
         self.cfg = cfg
         self.out_dir = out_dir
         self.rank = 0
         self.prof: torch.profiler.profile | None = None
-        gpu = torch.cuda.is_available()
-        self.activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-        self.sort_by = "self_cuda_time_total" if gpu else "self_cpu_time_total"
+        self.activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+        self.sort_by = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
         self.kept_steps: list[int] = []  # global steps recorded in the current cycle
         self.written: list[list[int]] = []  # the global steps of each cycle written out
 

@@ -40,8 +40,11 @@ class TensorBoard(TensorBoardCallback):
     """Rank 0 writes; every rank counts the samples, fed tokens (host ints: shapes need no sync) and real
     tokens (on the device) of training, and joins their reduction at each logging step."""
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, on_gpu: bool) -> None:
+        """on_gpu: the run's device is a GPU (not merely one the node has: --use_cpu), whose memory each
+        interval logs."""
         super().__init__()
+        self.on_gpu = on_gpu
         # set here also for an evaluation-only run, which never calls on_train_begin
         self.logging_dir = log_dir
         logger.info("TENSORBOARD_DIR=%s", log_dir)
@@ -138,7 +141,7 @@ class TensorBoard(TensorBoardCallback):
             )
         if tokens:
             values["real_token_fraction"] = real / tokens
-        if torch.cuda.is_available():
+        if self.on_gpu:
             index = torch.cuda.current_device()
             values.update({f"gpu_memory_{name}_mb": read(index) / MB for name, read in GPU_MEMORY.items()})
         return values

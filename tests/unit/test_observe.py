@@ -160,7 +160,7 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
         read_device_facts(),
     )
     assert [type(c) for c in observability_callbacks(flags, plan)] == [ProfilerCallback]  # no TensorBoard
-    cb, model = ProfilerCallback(flags.observe, str(tmp_path)), torch.nn.Linear(32, 32)
+    cb, model = ProfilerCallback(flags.observe, str(tmp_path), on_gpu=False), torch.nn.Linear(32, 32)
     state, control, ran = TrainerState(max_steps=steps), TrainerControl(), []
     with caplog.at_level(logging.INFO, logger="qa_hpc.observe.profiler"):
         cb.on_train_begin(flags.training, state, control)
@@ -197,6 +197,9 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path, mon
     for megabytes, name in enumerate(GPU_MEMORY, start=1):
         monkeypatch.setitem(GPU_MEMORY, name, lambda index, mb=megabytes: mb * 1024**2)
     args, (tb,), model = flags.training, observability_callbacks(flags, plan), _tiny()
+    assert not tb.on_gpu  # --use_cpu: no GPU figures, whatever GPUs the node has
+    if gpu:  # the callback of a run on the (made-up) GPU
+        tb = TensorBoard(str(tmp_path / "runs" / "r"), on_gpu=True)
     state, control = TrainerState(), TrainerControl()
     tb.on_train_begin(args, state, control, model=model)
     mask = torch.tensor([[1] * 6 + [0] * 2] * 4)
