@@ -263,7 +263,7 @@ def log_plan(plan: RunPlan, values: FlagValues) -> None:
     """PLAN, then UNUSED naming the flags given whose subject the plan leaves off."""
     logger.info(plan.log_line())
     if unused := unused_flags(values, plan):
-        logger.warning("UNUSED %s", " ".join(unused))
+        logger.info("UNUSED %s", " ".join(unused))  # as PLAN: once a node
 
 
 def train(run: Run, stop: StopRequest) -> bool:

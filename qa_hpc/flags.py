@@ -141,7 +141,8 @@ class QATrainingArguments(TrainingArguments):
     torch_compile: bool | None = flag(
         None,
         "Compile the model with torch.compile (transformers' flag). Not given (qa-hpc): on for a training "
-        f"run of at least {COMPILE_PAYS_FROM_BATCHES} batches in one GPU process under --speed_defaults, "
+        f"run of at least {COMPILE_PAYS_FROM_BATCHES} batches in one process on a GPU of compute capability "
+        "9.x in bf16 (where it was measured) under --speed_defaults, "
         "over --pad_to_buckets' shapes with CUDA graphs (1.39x over 2 epochs on one H200, ~130 s of compile "
         "first, won back over ~4,000 batches); off on a CPU, with several processes, without --do_train, "
         "for fewer batches, with --pad_to_buckets off or --pad_to_max_length.",
@@ -248,9 +249,9 @@ class SpeedArguments:
     )
     speed_defaults: bool = flag(
         True,
-        "(qa-hpc) TF32 on GPUs of compute capability >= 8.0 (unless --tf32 or "
-        "--precision fp32 says otherwise), dataloader workers on GPUs and torch.compile on one GPU (unless "
-        "--torch_compile is given); false leaves them as given.",
+        "(qa-hpc) TF32 on GPUs of compute capability >= 8.0 (unless --tf32 or --precision fp32 says "
+        "otherwise), dataloader workers on GPUs and torch.compile on one GPU of compute capability 9.x in "
+        "bf16 (unless --torch_compile is given); false leaves them as given.",
     )
 
 
