@@ -5,6 +5,7 @@ branch on it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
@@ -96,8 +97,13 @@ def exit_code_noted(env: Mapping[str, str] = os.environ) -> Iterator[None]:
         raise
     finally:
         if folder := env.get("QA_EXIT_CODE_DIR"):
-            with open(os.path.join(folder, f"rank{launch_env(env).rank}"), "w") as noted:
-                noted.write(f"{code}\n")
+            # a folder gone or unwritable must not replace the run's own exit with a traceback: the job then
+            # reports the launcher's code
+            with (
+                contextlib.suppress(OSError),
+                open(os.path.join(folder, f"rank{launch_env(env).rank}"), "w") as f,
+            ):
+                f.write(f"{code}\n")
 
 
 def end_process_group() -> None:

@@ -471,6 +471,38 @@ def test_a_ddp_job_exits_with_the_runs_code_not_torchruns(tiny_bert: Path, tmp_p
     assert re.search(r"JOB_EXIT_CODE=2$", log, re.M), log[-3000:]
 
 
+@pytest.mark.parametrize(
+    "launcher, ranks, want",
+    [
+        (1, {"rank0": 1, "rank1": 3}, 3),  # a rank that lost its peer says 1; the one out of memory, 3
+        (1, {"rank0": 75, "rank1": 75}, 75),  # preempted: every rank's checkpoint, then 75
+        (143, {"rank0": 75}, 75),  # the other node's rank killed before it noted its code
+        (1, {"rank10": 3, "rank9": 2}, 2),  # the lowest rank, counted as a number
+        (1, {"rank0": 1, "rank1": 1}, 1),  # no cause named: the launcher's
+        (1, {}, 1),  # no rank noted one
+        (0, {"rank0": 0, "rank1": 0}, 0),
+    ],
+)
+def test_the_runs_exit_code_is_the_first_rank_that_names_a_cause(launcher, ranks, want, tmp_path: Path):
+    """qa_ranks_exit_code over the codes the ranks noted (QA_EXIT_CODE_DIR) and torchrun's status: the run's
+    code, each rank's, and the folder removed."""
+    codes = tmp_path / "codes"
+    codes.mkdir()
+    for name, code in ranks.items():
+        (codes / name).write_text(f"{code}\n")
+    script = f"source {REPO}/scripts/env_setup.sh && qa_ranks_exit_code {launcher}"
+    script += ' && echo "$QA_RUN_RC|$QA_RANK_CODES"'
+    out = (
+        ok(run(["bash", "-c", script], env=offline_env(QA_EXIT_CODE_DIR=str(codes)))).strip().splitlines()[-1]
+    )
+    rc, said = out.split("|")
+    assert int(rc) == want, out
+    if launcher != 0:  # a launcher that ended well: the codes are not read
+        ordered = sorted(ranks, key=lambda name: int(name.removeprefix("rank")))
+        assert said == " ".join(f"{name}={ranks[name]}" for name in ordered), out
+    assert not codes.exists()
+
+
 def test_single_gpu_config_keeps_the_gpus_slurm_gave(tmp_path: Path):
     """accelerate's gpu_ids would overwrite CUDA_VISIBLE_DEVICES: the config leaves it as Slurm set it."""
     script = tmp_path / "show.py"

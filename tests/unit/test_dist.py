@@ -1,9 +1,11 @@
 """When this process started (qa_hpc.dist.process_start_time), which WALL_CLOCK_SECONDS counts from: read
 in this very process. (The closing line of a real run, between its timed phases and its whole life as a test
-measures it: tests/e2e/test_run_qa.py.)"""
+measures it: tests/e2e/test_run_qa.py.) The exit code a rank notes for its job (exit_code_noted)."""
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import psutil
 import pytest
 
 import qa_hpc.dist
-from qa_hpc.dist import process_start_time
+from qa_hpc.dist import exit_code_noted, process_start_time
 
 
 def test_start_is_this_process_start_to_the_tick() -> None:
@@ -40,3 +42,21 @@ def test_a_command_name_with_spaces_and_parentheses_does_not_shift_the_fields(
 def test_without_proc_the_start_is_psutils(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(qa_hpc.dist, "PROC_SELF_STAT", str(tmp_path / "no-proc"))
     assert process_start_time() == psutil.Process().create_time()
+
+
+@pytest.mark.parametrize(
+    "body, code", [(lambda: None, 0), (lambda: sys.exit(2), 2), (lambda: 1 / 0, 1), (lambda: sys.exit(), 0)]
+)
+def test_a_rank_notes_its_exit_code_for_the_job(tmp_path: Path, body, code: int) -> None:
+    """QA_EXIT_CODE_DIR/rank<R>: the code the process exits with (sys.exit's, or 1 for an exception that
+    escapes); a folder that is gone leaves the exit as it was."""
+    env = {"QA_EXIT_CODE_DIR": str(tmp_path), "RANK": "3"}
+    with contextlib.suppress(SystemExit, ZeroDivisionError), exit_code_noted(env):
+        body()
+    assert (tmp_path / "rank3").read_text() == f"{code}\n"
+    with (
+        pytest.raises(SystemExit) as done,
+        exit_code_noted({**env, "QA_EXIT_CODE_DIR": str(tmp_path / "gone")}),
+    ):
+        sys.exit(2)
+    assert done.value.code == 2
