@@ -461,16 +461,6 @@ def test_a_bad_process_count_is_one_error_line(procs: str, tiny_bert: Path, tmp_
     assert f"ERROR: QA_NPROC_PER_NODE/QA_CPU_PROCS_PER_NODE={procs}: give a number of processes" in log
 
 
-def test_a_ddp_job_exits_with_the_runs_code_not_torchruns(tiny_bert: Path, tmp_path: Path):
-    """torchrun exits 1 whatever its ranks' codes; the job reports the run's, as job_ft3.sh does (here a
-    usage error's 2, on both ranks), and says both."""
-    env = demo_job_env(tiny_bert, tmp_path, QA_CPU_PROCS_PER_NODE="2")
-    log = ok(run(["bash", REPO / "job_ddp.sh", "--pad_to_buckets", "7"], env=env), 2)
-    assert log.count("ERROR: --pad_to_buckets 7") == 2, log[-3000:]
-    assert "EXIT_CODE=2 (ranks: rank0=2 rank1=2; the launcher exited 1)" in log, log[-3000:]
-    assert re.search(r"JOB_EXIT_CODE=2$", log, re.M), log[-3000:]
-
-
 @pytest.mark.parametrize(
     "launcher, ranks, want",
     [
@@ -485,7 +475,8 @@ def test_a_ddp_job_exits_with_the_runs_code_not_torchruns(tiny_bert: Path, tmp_p
 )
 def test_the_runs_exit_code_is_the_first_rank_that_names_a_cause(launcher, ranks, want, tmp_path: Path):
     """qa_ranks_exit_code over the codes the ranks noted (QA_EXIT_CODE_DIR) and torchrun's status: the run's
-    code, each rank's, and the folder removed."""
+    code, each rank's, and the folder removed. (Through srun and torchrun, the ranks noting theirs:
+    tests/e2e/test_slurm.py's preempted 2-node job.)"""
     codes = tmp_path / "codes"
     codes.mkdir()
     for name, code in ranks.items():
