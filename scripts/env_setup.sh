@@ -141,8 +141,9 @@ qa_run_preemptible() {
 	local launcher_rc=$rc
 	qa_ranks_exit_code "$rc"
 	rc=$QA_RUN_RC
-	qa_log "EXIT_CODE=$rc${QA_SIGNALLED:+ (after SIG$QA_SIGNALLED)}" \
-		"${QA_RANK_CODES:+(ranks: $QA_RANK_CODES; the launcher exited $launcher_rc)}"
+	local ranks=""
+	[ -z "$QA_RANK_CODES" ] || ranks=" (ranks: $QA_RANK_CODES; the launcher exited $launcher_rc)"
+	qa_log "EXIT_CODE=$rc${QA_SIGNALLED:+ (after SIG$QA_SIGNALLED)}$ranks"
 	if [ "$rc" = "$EXIT_PREEMPTED" ] || { [ -n "$QA_SIGNALLED" ] && [ "$rc" != 0 ] && [ "$_QA_HOW" != local ]; }; then
 		qa_requeue && { QA_REQUEUED=1; return 0; }
 		return "$EXIT_PREEMPTED"

@@ -53,7 +53,9 @@ def run_demo_job(script: str, env: dict[str, str], tmp: Path, job: str) -> str:
     ):
         assert says in log, says
     assert "RUN_MODE=baseline" not in log and re.search(r"^WALL_CLOCK_SECONDS=\d+$", log, re.M)
-    assert re.search(r"JOB_SECONDS=\d+ JOB_EXIT_CODE=0$", log, re.M)
+    assert re.search(r"JOB_SECONDS=\d+ JOB_EXIT_CODE=0$", log, re.M) and re.search(
+        r"\] EXIT_CODE=0$", log, re.M
+    )
     results = json.loads((tmp / "out" / "eval_results.json").read_text())
     f1 = re.search(r"^eval_f1=(\d+\.\d+)$", log, re.M)
     assert (
