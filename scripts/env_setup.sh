@@ -216,7 +216,7 @@ qa_select_run() {
 	local job=$1 given
 	# an --output_dir among the job's extra arguments wins in run_qa.py (the last value counts): the job's
 	# own lines, TensorBoard folder and report follow it too
-	given=$(qa_output_dir_arg "${@:2}")
+	given=$(qa_flag_value output_dir "${@:2}")
 	[ -z "$given" ] || QA_OUTPUT_DIR=$given
 	local model=${QA_MODEL:-bert-base-uncased} dataset=${QA_DATASET:-squad} mode=${QA_MODE:-auto}
 	if [ "$mode" = auto ]; then
@@ -279,21 +279,32 @@ BANNER
 		;;
 	*) qa_die "QA_MODE=$mode: use auto, baseline or demo" ;;
 	esac
-	# TensorBoard's folder where the run reports to TensorBoard (elsewhere run_qa.py would name it unused)
-	case ${QA_REPORT_TO:-tensorboard} in
-	*tensorboard* | all) QA_ARGS+=(--logging_dir "$(qa_tensorboard_dir)") ;;
+	# TensorBoard's folder where the run reports to TensorBoard (elsewhere run_qa.py would name it unused);
+	# a --report_to after the script name wins, as in run_qa.py
+	local report_to
+	report_to=$(qa_flag_value report_to "${@:2}")
+	case " ${report_to:-${QA_REPORT_TO:-tensorboard}} " in
+	*" tensorboard "* | *" all "*) QA_ARGS+=(--logging_dir "$(qa_tensorboard_dir)") ;;
 	esac
 }
 
-# The value of the last --output_dir (or --output_dir=...) in the arguments, empty where there is none.
-qa_output_dir_arg() {
-	local found=""
+# qa_flag_value NAME ARGS...: the value(s) of the last --NAME (--NAME=V, or the words after it up to the
+# next --flag: --report_to takes several) among ARGS, space-joined; empty where there is none. run_qa.py
+# takes the last value of a flag given twice, so the job follows it too.
+qa_flag_value() {
+	local name=$1 found="" dashed
+	dashed=${name//_/-}
+	shift
 	while [ $# -gt 0 ]; do
 		case $1 in
-		--output_dir | --output-dir)
-			[ $# -lt 2 ] || { found=$2; shift; }
+		"--$name" | "--$dashed")
+			found=""
+			while [ $# -gt 1 ] && [ "${2#--}" = "$2" ]; do
+				found+="${found:+ }$2"
+				shift
+			done
 			;;
-		--output_dir=* | --output-dir=*) found=${1#*=} ;;
+		"--$name="* | "--$dashed="*) found=${1#*=} ;;
 		esac
 		shift
 	done

@@ -416,9 +416,13 @@ def test_the_jobs_output_dir_and_report_follow_the_run(tmp_path: Path):
         )
         return proc.stdout + proc.stderr
 
-    pick = 'qa_output_dir_arg "$@"'
+    pick = 'qa_flag_value output_dir "$@"'
     assert job(pick, "--seed", "1", "--output_dir", "a", "--output_dir=b").strip() == "b"
     assert job(pick, "--seed", "1", "--output_dir").strip() == ""
+    reports = 'qa_flag_value report_to "$@"'  # several values, the last flag's
+    assert job(
+        reports, "--report_to", "wandb", "--report_to", "tensorboard", "wandb", "--seed", "1"
+    ).strip() == ("tensorboard wandb")
     demo = {
         "QA_MODE": "demo",
         "QA_DEMO_DATA": str(tmp_path / "data"),
@@ -434,6 +438,11 @@ def test_the_jobs_output_dir_and_report_follow_the_run(tmp_path: Path):
         **demo,
     )
     assert f"output_dir={tmp_path / 'mine'} tensorboard=runs/mine" in chosen, chosen
+    # TensorBoard's folder only where the run reports to it, a --report_to after the script name winning
+    show_args = 'qa_setup_env && qa_select_run ft3 "$@" >/dev/null && echo "ARGS ${QA_ARGS[*]}"'
+    for report_to, folder in (("tensorboard", True), ("none", False)):
+        chosen = job(show_args, "--report_to", report_to, QA_REPORT_TO="tensorboard", **demo)
+        assert ("--logging_dir runs/offline_demo-ft3" in chosen) == folder, chosen
 
     earlier = tmp_path / "out"
     earlier.mkdir()
