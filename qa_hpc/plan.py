@@ -42,10 +42,10 @@ AUTO_COMPILE_MEASURED = "one H200: 14.5 ms a step against 44 eager, ~130 s to co
 # / (29.6 - 9.7 ms) = ~3,600, its 752 batches 137 s compiled against 68 s eager. bert-base's 2 epochs of
 # SQuAD at batch 24 are 7,377
 COMPILE_PAYS_FROM_BATCHES = 4000
-# why a plan decided before the training data was read has the compile off: decided again once it is counted
 # the GPUs (compute capability major) and precision the compiled default was measured on: one H200, bf16
 # (docs/PERFORMANCE.md); a default elsewhere waits for a measurement there
 COMPILE_MEASURED_ON = (9, "bf16")
+# why a plan decided before the training data was read has the compile off: decided again once it is counted
 COMPILE_AWAITS_COUNT = "auto: decided once the training batches are counted"
 GPU_STOP_VOTE_EVERY = 10  # optimizer steps between preemption votes on GPUs (each vote syncs host and device)
 FlagValues = Mapping[str, Any]  # flag name -> parsed value (qa_hpc.flags.read_flags)
