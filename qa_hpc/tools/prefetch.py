@@ -99,9 +99,11 @@ def main(argv: list[str] | None = None) -> int:
             lambda: datasets.load_dataset(args.dataset),
         )
         for fetch in fetches:  # each on its own: a model that fails to come still lets the data come
+            # the hub answered and a fetch failed anyway (a proxy, a quota): one line, then the report below
+            # says what is missing
             try:
                 fetch()
-            except Exception as err:  # noqa: BLE001 - the hub answered, a fetch failed: the lines below say what is missing
+            except Exception as err:  # noqa: BLE001 - any failure is reported, none is fatal here
                 print(f"FETCH_FAILED {type(err).__name__}: {err}", flush=True)
     return 0 if report(args.model, args.dataset) else 1
 
