@@ -7,10 +7,8 @@ syncs host and device on GPUs) and all stop at the same step with a full checkpo
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import re
 import shutil
 import signal
 from datetime import timedelta
@@ -23,18 +21,16 @@ from qa_hpc.atomic_io import readable_as_umask_allows
 from qa_hpc.dist import any_rank
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 from qa_hpc.record import (
-    CHECKPOINT_PREFIX,
     MEMORY_FILE,
     SUMMARY_FILE,
     TRAINER_STATE_FILE,
     RunRecord,
     Status,
     checkpoint_dir,
+    checkpoints_oldest_first,
 )
 
 logger = logging.getLogger(__name__)
-# the folders the Trainer saves checkpoints into, numbered by global step
-CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)")
 
 
 class StopRequest:
@@ -106,17 +102,6 @@ class ReadableCheckpoints(TrainerCallback):
         return control
 
 
-def checkpoints_oldest_first(output_dir: str) -> list[str]:
-    """The checkpoint-N folders in output_dir, by N (the Trainer's own order; transformers has no public
-    call for it)."""
-    numbered = []
-    for path in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*"):
-        match = CHECKPOINT_NAME.match(path.name)
-        if match is not None and path.is_dir():
-            numbered.append((int(match.group(1)), str(path)))
-    return [path for _, path in sorted(numbered)]
-
-
 def checkpoint_state(checkpoint: str) -> TrainerState:
     """The Trainer's state a checkpoint holds (written last: a checkpoint cut short has none readable);
     OSError or ValueError where it cannot be read."""
@@ -129,7 +114,7 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
     resume from it)."""
     for path in reversed(checkpoints_oldest_first(output_dir)):
         try:
-            json.loads(Path(path, TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+            checkpoint_state(path)
             return path
         except (OSError, ValueError):
             logger.warning(

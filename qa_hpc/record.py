@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -40,9 +41,24 @@ TRAINER_STATE_FILE = "trainer_state.json"
 CHECKPOINT_PREFIX = "checkpoint-"
 
 
+# the folders the Trainer saves checkpoints into, numbered by global step (transformers' own pattern)
+CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)")
+
+
 def checkpoint_dir(output_dir: str | os.PathLike, step: int) -> str:
     """The folder the Trainer saves global step `step`'s checkpoint into."""
     return os.path.join(output_dir, f"{CHECKPOINT_PREFIX}{step}")
+
+
+def checkpoints_oldest_first(output_dir: str | os.PathLike) -> list[str]:
+    """The checkpoint-N folders in output_dir, by N (the Trainer's own order; transformers has no public
+    call for it)."""
+    numbered = []
+    for path in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*"):
+        match = CHECKPOINT_NAME.fullmatch(path.name)
+        if match is not None and path.is_dir():
+            numbered.append((int(match.group(1)), str(path)))
+    return [path for _, path in sorted(numbered)]
 
 
 class Status(StrEnum):

@@ -33,7 +33,7 @@ from qa_hpc.record import (
     RunRecord,
     Status,
     Stopped,
-    checkpoint_dir,
+    checkpoints_oldest_first,
 )
 from qa_hpc.tools.figures import NA
 
@@ -105,12 +105,7 @@ def read_log_history(out_dir: Path) -> list[dict[str, Any]]:
     """trainer_state.json's log_history (every launch's: the Trainer restores it when it resumes), or, for a
     run that stopped before writing it, the newest checkpoint's that is readable (a job killed while saving
     leaves one without); [] without any."""
-    steps = [
-        int(p.name.removeprefix(CHECKPOINT_PREFIX))
-        for p in out_dir.glob(f"{CHECKPOINT_PREFIX}*")
-        if p.name.removeprefix(CHECKPOINT_PREFIX).isdigit()
-    ]
-    newest_first = [out_dir, *(Path(checkpoint_dir(out_dir, step)) for step in sorted(steps, reverse=True))]
+    newest_first = [out_dir, *map(Path, reversed(checkpoints_oldest_first(out_dir)))]
     for folder in newest_first:
         try:
             state = json.loads((folder / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
