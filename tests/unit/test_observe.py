@@ -13,6 +13,7 @@ import pytest
 import torch
 from fixtures.outputs import profiler_steps, scalars, tensorboard_events
 from tensorboard.plugins.hparams import plugin_data_pb2
+from torch.profiler import ProfilerActivity
 from transformers import BertConfig, BertForQuestionAnswering, Trainer, TrainerControl, TrainerState
 from transformers.integrations import TensorBoardCallback
 
@@ -184,15 +185,16 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
 @pytest.mark.parametrize("gpu", [False, True], ids=["no-gpu", "gpu-made-up"])
 def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path, monkeypatch, gpu: bool):
     """Driven as the Trainer drives it: two logging intervals (training forwards counted, an evaluation
-    forward not), the end of training, an evaluation, a prediction. Rank 0's GPU memory with a GPU (made up
-    here: torch.cuda says there is one, and its allocator figures), none without one."""
+    forward not), the end of training, an evaluation, a prediction, on a node with a GPU (made up here:
+    torch.cuda says there is one, and its allocator figures). Rank 0's GPU memory for a run on the GPU, none
+    for a run on the node's CPU (--use_cpu)."""
     plan, flags = decide_and_build(
         read_flags(
             ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--use_cpu"]
         ),
         read_device_facts(),
     )
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     for megabytes, name in enumerate(GPU_MEMORY, start=1):
         monkeypatch.setitem(GPU_MEMORY, name, lambda index, mb=megabytes: mb * 1024**2)
@@ -258,6 +260,15 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path, mon
     assert not [
         t for t in tags if t.startswith("train/") and ("runtime" in t or "eval" in t or "predict" in t)
     ]
+
+
+def test_a_cpu_run_on_a_gpu_node_profiles_the_cpu(tmp_path, monkeypatch):
+    """--use_cpu where torch sees a GPU (made up): the profiler records and sorts CPU activity only."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    argv = ["--output_dir", str(tmp_path), "--profile", "--use_cpu", "--report_to", "none"]
+    plan, flags = decide_and_build(read_flags(argv), read_device_facts())
+    (profiler,) = observability_callbacks(flags, plan)
+    assert profiler.activities == [ProfilerActivity.CPU] and profiler.sort_by == "self_cpu_time_total"
 
 
 def test_step_time_leaves_checkpoints_and_evaluations_out(tmp_path, monkeypatch):
