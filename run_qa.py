@@ -58,6 +58,7 @@ from qa_hpc.preemption import (
     checkpoint_state,
     checkpoint_to_resume,
     clear_for_launch,
+    replaces_output_dir,
     trained_every_step,
 )
 from qa_hpc.record import (
@@ -173,7 +174,9 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
         args.device,
     )
     apply_collective_timeout(args.ddp_timeout)  # --ddp_timeout for gloo too: a frozen rank fails the job
-    resume = checkpoint_to_resume(args, flags.data.overwrite_output_dir)
+    # decided before anything is written: clear_for_launch removes the record it reads
+    replaces = replaces_output_dir(args.output_dir, flags.data.overwrite_output_dir)
+    resume = checkpoint_to_resume(args, replaces)
     transformers.set_seed(args.seed)
     # model, tokenizer, data and metric found, every record checked: then write
     config = load_config(flags.model)
@@ -212,7 +215,7 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     )
     effective = Effective.read(trainer)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
-    clear_for_launch(args, flags.data.overwrite_output_dir)
+    clear_for_launch(args, replaces)
     return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume, trained_before)
 
 

@@ -123,6 +123,27 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
     return None
 
 
+def replaces_output_dir(output_dir: str, overwrite_output_dir: bool) -> bool:
+    """Whether this launch replaces what --output_dir holds: --overwrite_output_dir, unless the launch is a
+    requeue of the Slurm job whose record is there (SLURM_RESTART_COUNT > 0, the same SLURM_JOB_ID). Its
+    first launch replaced the earlier run; the requeued job runs the same command, flag and all, and must
+    resume the checkpoint it saved when it was stopped, not remove it and start over."""
+    job, restarts = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_RESTART_COUNT", "0")
+    if not overwrite_output_dir or not job or restarts in ("", "0"):
+        return overwrite_output_dir
+    record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
+    if record is None or record.environment.slurm_job_id != job:
+        return True
+    logger.info(
+        "OVERWRITE skipped: job %s restart %s is a requeue of the job that wrote %s (its first launch "
+        "replaced the earlier run); resuming its own checkpoints",
+        job,
+        restarts,
+        SUMMARY_FILE,
+    )
+    return False
+
+
 def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: bool) -> None:
     """What an earlier launch left that this training launch replaces, removed once the inputs are checked
     and the model and Trainer built, by each process that saves (with --save_on_each_node, one a node: on a

@@ -54,6 +54,9 @@ def test_ft3_job_is_preempted_requeues_resumes_and_scores(slurm, one_node_jobs: 
     rc, log, out = one_node_jobs["ft3"].result()
     assert_resumed_and_scored(rc, log, out, first_exit="75")  # run_qa.py's own status
     assert "DISTRIBUTED world_size=1" in log
+    # the job's arguments hold --overwrite_output_dir: the requeue resumed the checkpoint its first run saved
+    second = log.partition("restart_count=1")[2]
+    assert "OVERWRITE skipped: job " in second and "OVERWRITE removed" not in log, second[-3000:]
 
 
 def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_scores(

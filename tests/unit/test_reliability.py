@@ -269,3 +269,51 @@ def test_overwrite_removes_the_replaced_runs_checkpoints_so_no_later_run_resumes
     assert setup("--overwrite_output_dir").resume is None
     assert not old.exists() and (out / "notes.txt").read_text() == "mine"
     assert "OVERWRITE removed=checkpoint-16 " in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("job_id", "restart_count", "record_job", "resumed"),
+    [
+        ("7", "1", "7", True),  # the job requeued itself after its stop: resume what it saved
+        ("7", "1", "6", False),  # another job's run is there: replace it
+        ("7", "0", "7", False),  # the job's first launch (an sbatch of the same job id cannot be)
+        (None, None, "7", False),  # not under Slurm: the flag as given
+    ],
+)
+def test_a_requeued_job_with_overwrite_resumes_its_own_checkpoint(
+    job_id: str | None,
+    restart_count: str | None,
+    record_job: str,
+    resumed: bool,
+    tiny_bert,
+    demo_files,
+    tmp_path: Path,
+    process_settings,
+    monkeypatch,
+) -> None:
+    """A preempted job requeues itself and runs the same command again, --overwrite_output_dir and all: its
+    first launch replaced the earlier run, so the requeue resumes the checkpoint that launch saved (its record
+    names the job) instead of removing it and training from scratch."""
+    import run_qa
+
+    out = tmp_path / "out"
+    saved = out / "checkpoint-8"
+    saved.mkdir(parents=True)
+    (saved / "trainer_state.json").write_text(json.dumps({"global_step": 8, "epoch": 1.0}))
+    record = {"status": "preempted", "exit_code": 75, "slurm_job_id": record_job, "results": {}}
+    (out / "run_summary.json").write_text(json.dumps(record))
+    for name, value in (("SLURM_JOB_ID", job_id), ("SLURM_RESTART_COUNT", restart_count)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+
+    argv = tiny_flags(
+        tiny_bert, out, "--do_train", "--train_file", str(demo_files["train"]), "--overwrite_output_dir"
+    )
+    values, facts = read_flags(argv), read_device_facts()
+    plan, flags = decide_and_build(values, facts)
+    run = run_qa.setup(values, flags, plan, facts, StopRequest())
+
+    assert run.resume == (str(saved) if resumed else None)
+    assert saved.exists() == resumed
