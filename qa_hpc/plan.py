@@ -478,6 +478,8 @@ def decide_compiling(
         return False, f"auto: {facts.world_size} processes: measured on one GPU only"
     if flags["dropout_mask"] == "bulk":  # drawn between the graphs, the masks would break them into many
         return False, "auto: --dropout_mask bulk, which a compile cannot take"
+    if (accumulation := flags["gradient_accumulation_steps"]) > 1:  # measured with CUDA graphs (see below)
+        return False, f"auto: --gradient_accumulation_steps {accumulation}: {GRAPHS_OVERWRITE_GRADIENTS}"
     major, measured_precision = COMPILE_MEASURED_ON
     if facts.capability is None or facts.capability[0] != major or precision != measured_precision:
         return False, (
@@ -505,7 +507,8 @@ def graphs_ahead(flags: FlagValues, compiling: bool, device: str, world_size: in
     if not compiling or flags["pad_to_max_length"]:
         return False
     backend = flags["torch_compile_backend"] or "inductor"
-    graphs, _ = _cuda_graphs(flags["torch_compile_mode"], backend, device, world_size, DEFAULT_BUCKETS + 1)
+    mode, accumulation = flags["torch_compile_mode"], flags["gradient_accumulation_steps"]
+    graphs, _ = _cuda_graphs(mode, backend, device, world_size, DEFAULT_BUCKETS + 1, accumulation)
     return graphs
 
 
@@ -534,7 +537,8 @@ def decide_compile(
         )
     mode = flags["torch_compile_mode"]
     shapes = flags["compile_shapes"]
-    graphs, graphs_reason = _cuda_graphs(mode, backend, device, world_size, fixed_shapes)
+    accumulation = flags["gradient_accumulation_steps"]
+    graphs, graphs_reason = _cuda_graphs(mode, backend, device, world_size, fixed_shapes, accumulation)
     dynamic, limit = None, None  # torch's own: a shape that recompiles makes its sizes dynamic
     over = f" over {fixed_shapes} batch shapes per pass" if fixed_shapes else ""
     if shapes == "dynamic":
@@ -561,7 +565,8 @@ def decide_compile(
     if why:  # compiled by auto: why, then how
         reason = f"{why}; {reason}"
     if mode is None:
-        mode = CUDA_GRAPH_MODES[0] if graphs else "default"
+        # the mode that records them is inductor's; other backends take "default" (cudagraphs records anyway)
+        mode = CUDA_GRAPH_MODES[0] if graphs and backend == "inductor" else "default"
     return CompileDecision(
         torch_compile=True,
         compile_backend=backend,
@@ -576,14 +581,42 @@ def decide_compile(
     )
 
 
+# torch's CUDA graph trees hand the first micro-batch's gradients out of the graphs' memory, which the next
+# micro-batch's replay overwrites: the accumulated gradients come out wrong (a quarter of eager's over 4
+# micro-batches, pytorch/pytorch#96693) or the backward raises (#169545)
+GRAPHS_OVERWRITE_GRADIENTS = (
+    "CUDA graphs replayed between micro-batches overwrite the gradients accumulated over them"
+)
+
+
 def _cuda_graphs(
-    mode: str | None, backend: str, device: str, world_size: int, fixed_shapes: int | None
+    mode: str | None,
+    backend: str,
+    device: str,
+    world_size: int,
+    fixed_shapes: int | None,
+    accumulation: int,
 ) -> tuple[bool, str]:
-    """(CUDA graphs on, why) for a compiled run."""
+    """(CUDA graphs on, why) for a compiled run of `accumulation` micro-batches per optimizer step."""
     if device == "cpu":
         return False, "CPU: CUDA graphs need a GPU"
-    if mode is not None:
-        return records_cuda_graphs(backend, mode, device), f"--torch_compile_mode {mode}"
+    if mode is not None or backend == "cudagraphs":
+        graphs = records_cuda_graphs(backend, mode, device)
+        given = (
+            f"--torch_compile_backend {backend}"
+            if backend == "cudagraphs"
+            else f"--torch_compile_mode {mode}"
+        )
+        if graphs and accumulation > 1:
+            raise PlanError(
+                f"{given} records CUDA graphs, and with --gradient_accumulation_steps {accumulation} "
+                f"{GRAPHS_OVERWRITE_GRADIENTS}; give --gradient_accumulation_steps 1 (a larger "
+                "--per_device_train_batch_size) or compile without CUDA graphs (inductor in a mode of "
+                f"{', '.join(m for m in compile_modes() if m not in CUDA_GRAPH_MODES)})"
+            )
+        return graphs, given
+    if accumulation > 1:
+        return False, f"auto: --gradient_accumulation_steps {accumulation}: {GRAPHS_OVERWRITE_GRADIENTS}"
     if backend != "inductor":
         return False, f"auto: --torch_compile_backend {backend}: CUDA graphs come with inductor"
     if world_size > 1:
@@ -594,8 +627,11 @@ def _cuda_graphs(
 
 
 def records_cuda_graphs(backend: str | None, mode: str | None, device: str) -> bool:
-    """Whether torch.compile with this backend and mode records CUDA graphs on this device (cuda | cpu)."""
-    return device == "cuda" and backend == "inductor" and mode in CUDA_GRAPH_MODES
+    """Whether torch.compile with this backend and mode records CUDA graphs on this device (cuda | cpu):
+    inductor in a mode of CUDA_GRAPH_MODES, or dynamo's cudagraphs backend, whatever the mode."""
+    return device == "cuda" and (
+        backend == "cudagraphs" or backend == "inductor" and mode in CUDA_GRAPH_MODES
+    )
 
 
 def names_other_attention(attn_implementation: str | None) -> bool:

@@ -751,6 +751,50 @@ def test_compile_and_cuda_graphs_for_every_device(
     assert plan.environment({}) == told
 
 
+# device | --torch_compile | --torch_compile_backend | --torch_compile_mode | --gradient_accumulation_steps |
+# compile | CUDA graphs | words of PLAN's compile part, or "!" + words of the refusal
+ACCUMULATION_TABLE = """
+H200 - -          -               1 on  on  auto: GPU, fixed batch shapes, one process
+H200 - -          -               4 off off auto: --gradient_accumulation_steps 4: CUDA graphs replayed
+H200 on -         -               4 on  off auto: --gradient_accumulation_steps 4: CUDA graphs replayed
+H200 on -         reduce-overhead 2 -   -   !--torch_compile_mode reduce-overhead records CUDA graphs
+H200 on -         max-autotune    2 -   -   !--gradient_accumulation_steps 2 CUDA graphs replayed
+H200 on -         max-autotune-no-cudagraphs 2 on off --torch_compile_mode max-autotune-no-cudagraphs
+H200 on cudagraphs -              1 on  on  --torch_compile_backend cudagraphs
+H200 on cudagraphs -              2 -   -   !--torch_compile_backend cudagraphs records CUDA graphs
+H200 on aot_eager -               2 on  off auto: --gradient_accumulation_steps 2: CUDA graphs
+CPU  on -         reduce-overhead 4 on  off CPU: CUDA graphs need a GPU
+"""
+
+
+@pytest.mark.parametrize(
+    "device, given, backend, mode, accumulation, on, graphs, words", rows(ACCUMULATION_TABLE, 8)
+)
+def test_cuda_graphs_never_beside_gradient_accumulation(
+    device, given, backend, mode, accumulation, on, graphs, words
+):
+    """torch's CUDA graph trees overwrite the gradients accumulated between micro-batches (wrong gradients,
+    or a backward that raises): not asked, neither the compile measured with them nor the graphs; asked for by
+    a mode or backend that records them, refused before anything loads. Other backends never get inductor's
+    mode that records them (the cudagraphs backend takes none)."""
+    request = ask(
+        do_train=True,
+        torch_compile={"-": None, "on": True}[given],
+        torch_compile_backend=None if backend == "-" else backend,
+        torch_compile_mode=None if mode == "-" else mode,
+        gradient_accumulation_steps=int(accumulation),
+    )
+    if words.startswith("!"):
+        with pytest.raises(PlanError, match=words[1:]):
+            decide(request, facts(device), TWO_EPOCHS)
+        return
+    plan = decide(request, facts(device), TWO_EPOCHS)
+    assert (plan.torch_compile, plan.cuda_graphs) == (on == "on", graphs == "on"), plan.log_line()
+    assert words in plan.log_line(), plan.log_line()
+    if backend != "-" and plan.torch_compile:
+        assert plan.compile_mode == "default"  # torch hands a mode to inductor only; others take no keyword
+
+
 # device | --torch_compile | training batches counted ('-': not given, or not yet counted) | compile | why
 COUNT_TABLE = """
 H200 -     3999 off auto: 3999 training batches, fewer than the 4000 over which the compile is won back
