@@ -65,6 +65,8 @@ class QuestionAnsweringTrainer(Trainer):
         self.compiled_steps = compiled_steps or CompiledSteps(torch_compile=False, cuda_graphs=False)
         self.loss_filter = loss_filter
         self.counted_parameters: int | None = None  # floating_point_ops' count, made once
+        # the callbacks that count training batches (TensorBoard's speed and padding figures)
+        self.batch_counters = [cb for cb in self.callback_handler.callbacks if hasattr(cb, "count_batch")]
 
     def training_step(
         self,
@@ -73,6 +75,8 @@ class QuestionAnsweringTrainer(Trainer):
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> torch.Tensor:
         self.compiled_steps.begin(model, inputs, training=True)
+        for counter in self.batch_counters:
+            counter.count_batch(inputs)
         loss = super().training_step(model, inputs, num_items_in_batch)
         if not self.loss_filter:
             return loss

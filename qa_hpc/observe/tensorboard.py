@@ -51,18 +51,17 @@ class TensorBoard(TensorBoardCallback):
         self.samples = 0
         self.tokens = 0
         self.real: int | torch.Tensor = 0
-        self.hook: torch.utils.hooks.RemovableHandle | None = None
         self.interval_start = time.perf_counter()
         self.interval_step = 0
 
-    def _count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        mask = kwargs.get("attention_mask")
-        # evaluation forwards are not training throughput
-        if module.training and isinstance(ids, torch.Tensor):
-            self.samples += ids.shape[0]
-            self.tokens += ids.numel()
-            self.real = self.real + (mask.sum() if isinstance(mask, torch.Tensor) else ids.numel())
+    def count_batch(self, inputs: Mapping[str, object]) -> None:
+        """One training micro-batch, counted by the Trainer's training step, outside the model: a hook on the
+        model would be traced into a compiled model's graphs, its counts baked in (a recompile per step) and
+        its running sum an output of one CUDA graph fed to the next."""
+        ids, mask = inputs["input_ids"], inputs.get("attention_mask")
+        self.samples += ids.shape[0]
+        self.tokens += ids.numel()
+        self.real = self.real + (mask.sum() if isinstance(mask, torch.Tensor) else ids.numel())
 
     def on_train_begin(
         self,
@@ -72,8 +71,6 @@ class TensorBoard(TensorBoardCallback):
         model: torch.nn.Module | None = None,
         **kwargs: object,
     ) -> None:
-        if model is not None and self.hook is None:
-            self.hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
         self.on_evaluate(args, state, control)
         super().on_train_begin(args, state, control, model=model, **kwargs)
 
@@ -116,10 +113,7 @@ class TensorBoard(TensorBoardCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
     ) -> None:
-        # the writer stays open for the evaluation after training
-        if self.hook is not None:
-            self.hook.remove()
-            self.hook = None
+        """Nothing: the writer stays open for the evaluation after training (the parent closes it here)."""
 
     def _interval(self, args: TrainingArguments, state: TrainerState) -> dict[str, float]:
         """This interval's speed, padding and memory, under keys the parent files as train/<key>."""

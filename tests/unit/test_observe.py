@@ -184,8 +184,8 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
 # --- TensorBoard and the wiring -----------------------------------------------------------------
 @pytest.mark.parametrize("gpu", [False, True], ids=["no-gpu", "gpu-made-up"])
 def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path, monkeypatch, gpu: bool):
-    """Driven as the Trainer drives it: two logging intervals (training forwards counted, an evaluation
-    forward not), the end of training, an evaluation, a prediction, on a node with a GPU (made up here:
+    """Driven as the Trainer drives it: two logging intervals (two training batches counted in each), the
+    end of training, an evaluation, a prediction, on a node with a GPU (made up here:
     torch.cuda says there is one, and its allocator figures). Rank 0's GPU memory for a run on the GPU, none
     for a run on the node's CPU (--use_cpu)."""
     plan, flags = decide_and_build(
@@ -198,17 +198,16 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path, mon
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     for megabytes, name in enumerate(GPU_MEMORY, start=1):
         monkeypatch.setitem(GPU_MEMORY, name, lambda index, mb=megabytes: mb * 1024**2)
-    args, (tb,), model = flags.training, observability_callbacks(flags, plan), _tiny()
+    args, (tb,) = flags.training, observability_callbacks(flags, plan)
     assert not tb.on_gpu  # --use_cpu: no GPU figures, whatever GPUs the node has
     if gpu:  # the callback of a run on the (made-up) GPU
         tb = TensorBoard(str(tmp_path / "runs" / "r"), on_gpu=True)
     state, control = TrainerState(), TrainerControl()
-    tb.on_train_begin(args, state, control, model=model)
+    tb.on_train_begin(args, state, control)
     mask = torch.tensor([[1] * 6 + [0] * 2] * 4)
     for step in (1, 2):
-        for rows in (4, 4, 1):  # two training forwards, then an evaluation one: not training throughput
-            model.train(rows == 4)
-            model(input_ids=torch.randint(1, 100, (rows, 8)), attention_mask=mask[:rows])
+        for _ in range(2):  # the Trainer's training step counts each batch (evaluation has none)
+            tb.count_batch({"input_ids": torch.randint(1, 100, (4, 8)), "attention_mask": mask})
         state.global_step = step
         tb.on_log(
             args,
@@ -282,9 +281,9 @@ def test_step_time_leaves_checkpoints_and_evaluations_out(tmp_path, monkeypatch)
     )
     now = [0.0]
     monkeypatch.setattr("qa_hpc.observe.tensorboard.time.perf_counter", lambda: now[0])
-    args, (tb,), model = flags.training, observability_callbacks(flags, plan), _tiny().train()
+    args, (tb,) = flags.training, observability_callbacks(flags, plan)
     state, control = TrainerState(), TrainerControl()
-    tb.on_train_begin(args, state, control, model=model)
+    tb.on_train_begin(args, state, control)
     # (step, clock at its log, what follows the log and when it ends)
     steps = [
         (1, 2.0, None),
@@ -294,7 +293,7 @@ def test_step_time_leaves_checkpoints_and_evaluations_out(tmp_path, monkeypatch)
         (5, 21.0, None),
     ]
     for step, logged_at, after in steps:
-        model(input_ids=torch.randint(1, 100, (4, 8)), attention_mask=torch.ones(4, 8, dtype=torch.long))
+        tb.count_batch({"input_ids": torch.randint(1, 100, (4, 8)), "attention_mask": torch.ones(4, 8)})
         state.global_step, now[0] = step, logged_at
         tb.on_log(args, state, control, logs={"loss": 1.0, "learning_rate": 1e-4, "epoch": step / 5})
         if after is not None:
