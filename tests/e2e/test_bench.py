@@ -8,6 +8,7 @@ import json
 import re
 import statistics
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -490,3 +491,26 @@ def test_gpu_speed_names_what_its_carried_folder_lacks_before_it_unpacks_anythin
     ok(proc, 2)
     missing = "wheels/datasets wheels/evaluate wheels/dill wheels/multiprocess wheels/orjson squad/train"
     assert f"missing {missing}" in proc.stderr and not work.exists(), proc.stderr
+
+
+def test_gpu_speed_names_the_python_its_carried_wheels_need_before_pip_refuses_them(tmp_path: Path):
+    """The carried wheels are built for one CPython (CARRY_PYTHON, the GPU image's 3.12): where the python
+    that runs lacks one of them and is another version, pip would refuse each wheel in its own words; the
+    script stops first (exit 2), naming both versions and the two ways out, before anything is installed."""
+    carry, work = tmp_path / "carry", tmp_path / "work"
+    wheels = ["datasets-5.2.0", "evaluate-0.4.6", "dill-0.4.1", "multiprocess-0.70.19", "orjson-3.13.0"]
+    parts = [f"wheels/{name}-py3-none-any.whl" for name in wheels]
+    parts += ["wheels/qa_not_installed-1.0-py3-none-any.whl"]  # one this python cannot import
+    parts += ["squad/train-v1.1.first44articles.json.gz", "squad/dev-v1.1.json.gz", "hf_run_qa/run_qa.py"]
+    parts += ["minilm/packed_weights.json"]
+    for part in parts:
+        (carry / part).parent.mkdir(parents=True, exist_ok=True)
+        (carry / part).write_text("made up")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    proc = run(["bash", GPU_SPEED, "--carry", carry, work], timeout=60, env=offline_env(CARRY_PYTHON="3.99"))
+    ok(proc, 2)
+    assert proc.stderr.strip().splitlines() == [
+        f"ERROR: --carry {carry}: its wheels are for CPython 3.99, {PYTHON} is {version}; give "
+        f"PY=python3.99, or --prepare again with CARRY_PYTHON={version}"
+    ], proc.stderr
+    assert not (work / "site").exists()

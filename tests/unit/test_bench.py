@@ -192,6 +192,29 @@ def test_a_variant_that_ends_before_its_steady_steps_fails_and_the_sitting_goes_
     assert f"| {first.name} |" in (m.results / "table.md").read_text()
 
 
+def made_up_probe(step_seconds: list[float]) -> dict:
+    """What bench/gpu_speed_probe.py writes for a compiled run of these steps (made up: a 2-layer model)."""
+    return {
+        "step_seconds": step_seconds,
+        "step_lengths": [[100, 80]] * len(step_seconds),
+        "train_wall_seconds": sum(step_seconds) + 0.05,
+        "global_batch": 2,
+        "precision": "bf16",
+        "tf32": True,
+        "dataloader_num_workers": 4,
+        "torch_compile": True,
+        "torch_compile_mode": "reduce-overhead",
+        "compile_seconds": 130.37,
+        "compiled_graphs": 3,
+        "compile_cache_hits": 0,
+        "compile_cache_misses": 6,
+        "cuda_graph_skips": 1,
+        "peak_memory_mb": None,
+        "model_shape": {"non_embedding_params": 1000, "layers": 2, "hidden": 8},
+        "environment": gpu_speed_probe.environment(),
+    }
+
+
 def test_a_compiled_variants_record_and_row_say_its_graphs_cache_and_cuda_graph_skips():
     """What the probe reads after a compile is dynamo's and inductor's own count (one graph more for one
     compile; dynamo's eager backend: no cache lookup, no CUDA graph), and the table's compile cell gives it:
@@ -209,25 +232,7 @@ def test_a_compiled_variants_record_and_row_say_its_graphs_cache_and_cuda_graph_
     assert [after[key] for key in lookups] == [before[key] or 0 for key in lookups]
     assert after["compile_seconds"] > (before["compile_seconds"] or 0)
 
-    probe = {
-        "step_seconds": [3.0, 0.02, 0.01, 0.01, 0.01],
-        "step_lengths": [[100, 80]] * 5,
-        "train_wall_seconds": 3.1,
-        "global_batch": 2,
-        "precision": "bf16",
-        "tf32": True,
-        "dataloader_num_workers": 4,
-        "torch_compile": True,
-        "torch_compile_mode": "reduce-overhead",
-        "compile_seconds": 130.37,
-        "compiled_graphs": 3,
-        "compile_cache_hits": 0,
-        "compile_cache_misses": 6,
-        "cuda_graph_skips": 1,
-        "peak_memory_mb": None,
-        "model_shape": {"non_embedding_params": 1000, "layers": 2, "hidden": 8},
-        "environment": {"device": "cpu"},
-    }
+    probe = made_up_probe([3.0, 0.02, 0.01, 0.01, 0.01])
     speed = gpu_speed_records.speed_from_probe(probe, warmup=1)
     record = gpu_speed_records.Record("compiled", "ours", [], "ok", speed=speed)
     assert " | 130.4 (3; 0/6; 1) | " in gpu_speed_records.table_row(record, {})
@@ -281,5 +286,47 @@ def test_the_baseline_and_each_lever_alone_run_eagerly_unless_the_lever_compiles
         flags, unknown = gpu_speed.command_flags(variant, known)
         pinned_eager = "--torch_compile false" in " ".join(flags)
         assert not unknown and pinned_eager == ("--torch_compile" not in variant.flags), variant.name
-    assert gpu_speed.command_flags(by_name["ours_default"], known) == (["--torch_compile"], [])
+    # and TensorBoard on, as users run it (the levers' variants report to nothing)
+    default_flags = ["--torch_compile", "--report_to", "tensorboard"]
+    assert gpu_speed.command_flags(by_name["ours_default"], known) == (default_flags, [])
     assert by_name["ours_default"].kind == "compiled"  # the budget expects a cold compile
+
+
+def test_a_cold_variant_finds_its_caches_empty_and_every_process_has_a_limit_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A second call or a rerun on the same machine would find a cold variant's caches filled and measure a
+    warm compile as a cold one: they are emptied before it runs, never those a warm variant compiles in. Each
+    process is stopped at LIMIT_PER_ESTIMATE times its kind's estimate (the sitting's, or the last one's where
+    longer), so that one that hangs leaves the budget to the rest."""
+    m = sitting_here(tmp_path)
+    m.known_flags = gpu_speed.known_run_qa_flags()
+    by_name = {variant.name: variant for variant in gpu_speed.VARIANTS}
+    timeouts: dict[str, float] = {}
+    # seconds each process takes: a cold compile far shorter than its estimate, then one far longer
+    took = {"buckets_graphs_dynamic": 30.0, "buckets_graphs_regions": 300.0}
+
+    def finishes(name: str, script: Path, argv: list[str], timeout: float, caches_of=None):
+        timeouts[name] = timeout
+        assert not (m.compile_cache(name) / "stale").exists() or caches_of is not None
+        probe = made_up_probe([0.1] * (m.sitting.warmup_steps + 3))
+        return gpu_speed.ChildRun(0, took.get(name, 1.0), "", probe, timeout)
+
+    monkeypatch.setattr(m, "run_child", finishes)
+    for name in ("buckets_graphs_dynamic", "buckets_graphs_dynamic_warm"):
+        m.compile_cache(name).mkdir(parents=True)
+        (m.compile_cache(name) / "stale").write_text("an earlier call's kernels")
+    m.run_variant(by_name["buckets_graphs_dynamic"], 0)
+    assert not m.compile_cache("buckets_graphs_dynamic").exists()
+    (m.compile_cache("buckets_graphs_dynamic") / "filled").parent.mkdir(parents=True)
+    (m.compile_cache("buckets_graphs_dynamic") / "filled").write_text("its own kernels")
+    m.run_variant(by_name["buckets_graphs_dynamic_warm"], 0)
+    assert (m.compile_cache("buckets_graphs_dynamic") / "filled").exists()  # the warm one compiles in these
+
+    estimates = m.sitting.estimate_s
+    assert timeouts["buckets_graphs_dynamic"] == gpu_speed.LIMIT_PER_ESTIMATE * estimates["compiled"]
+    assert timeouts["buckets_graphs_dynamic_warm"] == gpu_speed.LIMIT_PER_ESTIMATE * estimates["warm"]
+    m.run_variant(by_name["buckets_graphs_regions"], 0)  # after one of 30 s: the sitting's estimate
+    assert timeouts["buckets_graphs_regions"] == gpu_speed.LIMIT_PER_ESTIMATE * estimates["compiled"]
+    m.run_variant(by_name["compile"], 0)  # after one of 300 s: its limit follows
+    assert timeouts["compile"] == pytest.approx(gpu_speed.LIMIT_PER_ESTIMATE * 300.0)
