@@ -29,7 +29,7 @@ from qa_hpc import attention
 from qa_hpc.atomic_io import readable_as_umask_allows
 from qa_hpc.batching import make_collator
 from qa_hpc.compile import CompiledSteps, apply_recompile_limit
-from qa_hpc.device import DeviceFacts, read_device_facts
+from qa_hpc.device import DeviceFacts, read_device_facts, set_cuda_tf32
 from qa_hpc.dist import end_process_group, exit_code_noted, launch_env, process_start_time
 from qa_hpc.dropout import install as install_bulk_dropout
 from qa_hpc.effective import Effective
@@ -213,6 +213,8 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
         loss_filter=plan.loss_filter == "device",
         callbacks=[*observability_callbacks(flags, plan), preemption, ReadableCheckpoints()],
     )
+    if plan.device == "cuda":
+        set_cuda_tf32(plan.tf32)
     effective = Effective.read(trainer)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
     clear_for_launch(args, replaces)

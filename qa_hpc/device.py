@@ -237,3 +237,13 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
         cudnn_version=cudnn,
         driver_version=_nvidia_driver() if cuda else None,
     )
+
+
+def set_cuda_tf32(on: bool) -> None:
+    """TF32 for a GPU run's matmuls as the plan says, set once the Trainer is built: accelerate turns it on
+    for a compiled fp32 run on CUDA (its legacy allow_tf32 switch), behind --precision fp32's back; and
+    transformers sets it through torch's per-backend switch (fp32_precision), after which
+    torch.get_float32_matmul_precision(), which inductor's autotuning (max-autotune) reads, raises for a mix
+    of the two. torch's own setter sets both consistently (oneDNN's CPU matmuls too, which a GPU run leaves to
+    the GPU)."""
+    torch.set_float32_matmul_precision("high" if on else "highest")

@@ -12,7 +12,14 @@ import torch
 from fixtures.machines import AVX2_AMD, CPU_KINDS, CpuKind
 
 import qa_hpc.plan
-from qa_hpc.device import CPU_FLAGS, CpuFacts, parse_test_machine, read_cpu, read_device_facts
+from qa_hpc.device import (
+    CPU_FLAGS,
+    CpuFacts,
+    parse_test_machine,
+    read_cpu,
+    read_device_facts,
+    set_cuda_tf32,
+)
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import read_flags
 from qa_hpc.plan import decide
@@ -192,3 +199,32 @@ def test_a_gpu_process_reads_its_own_gpu_made_up_here(monkeypatch, driver: str |
         "CUDA_VISIBLE_DEVICES=0,1",
     )
     assert " gpu=NVIDIA_A100-SXM4-80GB " in facts.machine_line()
+
+
+@pytest.fixture
+def matmul_switches():
+    """torch's matmul precision switches (the global one, CUDA's and oneDNN's), put back after the test."""
+    backends = torch.backends.cuda.matmul, torch.backends.mkldnn.matmul
+    before = [backend.fp32_precision for backend in backends]
+    global_before = torch.get_float32_matmul_precision()
+    yield backends[0]
+    torch.set_float32_matmul_precision(global_before)
+    for backend, value in zip(backends, before, strict=True):
+        backend.fp32_precision = value
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["tf32", "fp32"])
+def test_tf32_set_after_the_trainer_is_the_plans_whatever_transformers_and_accelerate_set(
+    matmul_switches, on
+):
+    """transformers sets --tf32 through torch's per-backend switch, after which the global reading inductor's
+    autotuning does (max-autotune) raises; accelerate then turns TF32 on with the legacy switch for a compiled
+    fp32 run on CUDA. Set once the Trainer is built, the plan's TF32 holds, and the reading works. (The
+    switches are torch's Python state, the same on a CPU build.)"""
+    matmul_switches.fp32_precision = "tf32"  # TrainingArguments(tf32=True)
+    with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+        torch.get_float32_matmul_precision()
+    matmul_switches.allow_tf32 = True  # accelerate, for a compiled fp32 run on CUDA
+    set_cuda_tf32(on)
+    assert matmul_switches.fp32_precision == ("tf32" if on else "ieee")  # what EFFECTIVE reads
+    assert torch.get_float32_matmul_precision() == ("high" if on else "highest")
