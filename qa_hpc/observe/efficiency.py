@@ -15,7 +15,8 @@ from qa_hpc.model import ModelShape
 # name substring (lower case) -> peak TFLOP/s (bf16/fp16 tensor, tf32 tensor, fp32), dense; longest key
 # matched first
 GPU_PEAK_TFLOPS: dict[str, tuple[float, float, float]] = {
-    "h200": (989.0, 494.0, 67.0),
+    "h200 nvl": (835.0, 418.0, 60.0),
+    "h200": (989.0, 494.0, 67.0),  # SXM ("NVIDIA H200")
     "h100 nvl": (835.0, 418.0, 60.0),
     "h100 pcie": (756.0, 378.0, 51.0),
     "h100": (989.0, 494.0, 67.0),  # SXM ("NVIDIA H100 80GB HBM3")

@@ -40,6 +40,8 @@ def _bert(**config) -> BertForQuestionAnswering:
         ("NVIDIA A100-PCIE-40GB", "fp32", True, 156.0),
         ("NVIDIA A100-PCIE-40GB", "fp32", False, 19.5),
         ("NVIDIA H100 PCIe", "bf16", False, 756.0),
+        ("NVIDIA H200 NVL", "bf16", False, 835.0),  # not the SXM H200's 989
+        ("NVIDIA H200", "bf16", False, 989.0),
         ("NVIDIA L40", "bf16", False, 181.0),  # the longest name first
         ("NVIDIA L4", "bf16", False, 121.0),
         ("Some Future GPU", "bf16", False, None),  # A100 bf16 and cpu: below
