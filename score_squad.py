@@ -90,7 +90,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog=PROG, description="Official SQuAD v1.1 / v2.0 metrics for a predictions file.")
+    parser = _Parser(
+        prog=PROG,
+        description="Official SQuAD v1.1 / v2.0 metrics for a predictions file.",
+        allow_abbrev=False,  # a flag's prefix is a typo, not the flag
+    )
     parser.add_argument(
         "dataset_file",
         help="SQuAD dataset: the official nested JSON, or flat JSON / JSON Lines as run_qa.py reads",

@@ -13,6 +13,7 @@ Every line that shows the CPU then says `cpu_source=QA_TEST_MACHINE`: it is for 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 from collections.abc import Mapping
@@ -69,6 +70,10 @@ class CpuFacts:
         return f", as {TEST_MACHINE_VAR} says" if self.source == TEST_MACHINE_VAR else ""
 
 
+# modules beside torch that a flag may need: FlashAttention 2's and 3's (--attn_implementation)
+OPTIONAL_MODULES = ("flash_attn", "flash_attn_interface")
+
+
 @dataclass(frozen=True)
 class DeviceFacts:
     """What this process sees; one more fact is one more field here and in read_device_facts."""
@@ -89,6 +94,7 @@ class DeviceFacts:
     torch_cuda: str | None = None  # torch.version.cuda: None for a CPU build
     cudnn_version: int | None = None  # torch.backends.cudnn.version(), e.g. 91002; None without cuDNN
     driver_version: str | None = None  # the NVIDIA driver, as nvidia-smi shows it
+    modules: frozenset[str] = frozenset()  # those of OPTIONAL_MODULES this Python can import
 
     def machine_line(self) -> str:
         """The one MACHINE line bench scripts keep with every result (spaces in names as _)."""
@@ -236,6 +242,7 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
         torch_cuda=torch.version.cuda,
         cudnn_version=cudnn,
         driver_version=_nvidia_driver() if cuda else None,
+        modules=frozenset(name for name in OPTIONAL_MODULES if importlib.util.find_spec(name) is not None),
     )
 
 

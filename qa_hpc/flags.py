@@ -18,6 +18,7 @@ from typing import NamedTuple, NoReturn, TypeVar
 
 from transformers import HfArgumentParser, TrainingArguments
 
+from qa_hpc import attention
 from qa_hpc.compile import cache_dir_for, compile_failure, make_cache_dir
 from qa_hpc.device import DeviceFacts
 from qa_hpc.errors import UsageError
@@ -314,7 +315,8 @@ class _FlagParser(HfArgumentParser):
 
 def read_flags(argv: list[str]) -> dict[str, object]:
     """Every flag's value (defaults filled in), from the command line or from one JSON file of flags."""
-    parser = _FlagParser(FLAG_GROUPS)
+    # no prefixes of flags: argparse would take --learning_rat as --learning_rate, which a JSON file refuses
+    parser = _FlagParser(FLAG_GROUPS, allow_abbrev=False)
     if not (len(argv) == 1 and argv[0].endswith(".json")):
         values, unknown = parser.parse_known_args(argv)
         if unknown:
@@ -401,6 +403,11 @@ def unused_flags(values: FlagValues, plan: RunPlan) -> list[str]:
             tuple(f.name for f in fields(ObservabilityArguments) if f.name.startswith("profile_")),
         ),
         (plan.tensorboard, "no --report_to tensorboard", ("logging_dir",)),
+        (
+            plan.attn_backend != attention.NOT_SDPA,
+            f"--attn_implementation {values['attn_implementation']} calls no SDPA",
+            ("attn_backend",),
+        ),
     )
     defaults = {
         f.name: f.default for group in (SpeedArguments, ObservabilityArguments) for f in fields(group)

@@ -66,11 +66,20 @@ def hub_failure(err: BaseException) -> str | None:
 
 @contextmanager
 def from_disk_or_hub(kind: Literal["model", "dataset"], name: str, cache_dir: str | None) -> Iterator[None]:
-    """Run a hub load; a hub failure for a name that is no local path becomes one clear UsageError."""
+    """Run a hub load; a hub failure for a name that is no local path, a local path that does not exist, and
+    one that holds no loadable model or dataset each become one clear UsageError."""
     try:
         yield
     except (OSError, ConnectionError, ValueError) as err:
-        if os.path.exists(name) or (why := hub_failure(err)) is None:
+        if os.path.exists(name):  # the user's file or folder, not what it should be (no config.json, ...)
+            text = " ".join(str(err).split())
+            raise UsageError(
+                f"{kind} '{name}' (a local path) cannot be loaded: {type(err).__name__}: "
+                f"{text[:300]}{'...' if len(text) > 300 else ''}"
+            ) from err
+        if os.path.isabs(name) or name.startswith(("./", "../", "~")):  # a path, not a hub name
+            raise UsageError(f"{kind} '{name}': no such file or folder") from err
+        if (why := hub_failure(err)) is None:
             raise
         cache_dir = cache_dir or (
             constants.HF_HUB_CACHE if kind == "model" else str(datasets.config.HF_DATASETS_CACHE)

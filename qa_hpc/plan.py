@@ -389,6 +389,7 @@ def decide_attn_backend(
     implementation = flags["attn_implementation"]
     asked = flags["attn_backend"]
     if names_other_attention(implementation):
+        refuse_unusable_attention(implementation, device, facts.modules)
         return attention.NOT_SDPA, f"--attn_implementation {implementation}: no SDPA"
     if asked == attention.ALL:
         return attention.ALL, "--attn_backend all: torch's own choice"
@@ -634,6 +635,34 @@ def records_cuda_graphs(backend: str | None, mode: str | None, device: str) -> b
     )
 
 
+# transformers' attention implementations a BERT can take without a kernel from the hub, each with what it
+# needs beside torch: (a GPU, the package that has it)
+ATTENTION_IMPLEMENTATIONS = {
+    "sdpa": (False, None),
+    "eager": (False, None),
+    "flex_attention": (False, None),
+    "flash_attention_2": (True, "flash_attn"),
+    "flash_attention_3": (True, "flash_attn_interface"),
+}
+
+
+def refuse_unusable_attention(implementation: str, device: str, modules: frozenset[str]) -> None:
+    """Refuse an --attn_implementation transformers does not have, or that this run cannot run (FlashAttention
+    on a CPU, or without its package): found once the model loads, each was a traceback."""
+    if implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise PlanError(
+            f"--attn_implementation {implementation}: give one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
+        )
+    needs_gpu, package = ATTENTION_IMPLEMENTATIONS[implementation]
+    if needs_gpu and device != "cuda":
+        raise PlanError(f"--attn_implementation {implementation} needs a GPU; this run is on {device}")
+    if package is not None and package not in modules:
+        raise PlanError(
+            f"--attn_implementation {implementation} needs the Python module {package}, which this Python "
+            "lacks; install it, or leave the flag out for SDPA"
+        )
+
+
 def names_other_attention(attn_implementation: str | None) -> bool:
     """--attn_implementation names an attention that does not call SDPA (eager, flash_attention_2)."""
     return attn_implementation not in (None, "sdpa")
@@ -684,11 +713,20 @@ LEAST = {
 
 
 def refuse_outside_the_plan(flags: FlagValues) -> None:
-    """Refuse counts below LEAST, and HF's flags that would change the evaluation's precision behind the
-    plan's back (PLAN and EFFECTIVE would say fp32 while the model ran cast to half precision)."""
+    """Refuse counts below LEAST, a seed numpy cannot take, a training of no step, and HF's flags that would
+    change the evaluation's precision behind the plan's back (PLAN and EFFECTIVE would say fp32 while the
+    model ran cast to half precision). Each was a traceback after the model loaded, or (no step) a run that
+    ended ok with the untrained model saved as its result."""
     for name, least in LEAST.items():
         if flags[name] is not None and flags[name] < least:
             raise PlanError(f"--{name} {flags[name]}: give a number >= {least}")
+    if not 0 <= flags["seed"] < 2**32:
+        raise PlanError(f"--seed {flags['seed']}: give a number from 0 to 2**32 - 1")
+    if flags["do_train"] and flags["max_steps"] <= 0 and flags["num_train_epochs"] <= 0:
+        raise PlanError(
+            f"--num_train_epochs {flags['num_train_epochs']:g} trains no step: give a number above 0, or "
+            "--max_steps N"
+        )
     for name in ("bf16_full_eval", "fp16_full_eval"):
         if flags[name]:
             raise PlanError(

