@@ -194,8 +194,9 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     score = None
     if args.do_eval or args.do_predict:  # the metric, loaded before anything is written
         score = make_score(flags.data.version_2_with_negative, flags.data.null_score_diff_threshold)
-    check_output_folders(plan, args.output_dir)
+    # the model loaded before any folder is made: weights that cannot be loaded leave none behind
     model = build_model(flags, plan, config, trained_before)
+    check_output_folders(plan, args.output_dir)
     shape = ModelShape.of(model)  # counted before any wrapper (FSDP) shards the parameters
     preemption = PreemptionCallback(stop, plan.stop_vote_every)
     trainer = QuestionAnsweringTrainer(
