@@ -191,7 +191,7 @@ def classify(err: BaseException) -> tuple[int, str | None]:
 
 def check_writable_dir(path: str, flag: str = "--output_dir") -> None:
     """Create path (given as ``flag``) if needed and write a small file into it, or raise OutputError saying
-    why not (before the model loads: a wrong --output_dir fails in seconds, not after an hour of training)."""
+    why not (before training: a wrong --output_dir fails in seconds, not after an hour of training)."""
     if os.path.exists(path) and not os.path.isdir(path):  # makedirs would say only "File exists"
         raise OutputError(errno.ENOTDIR, f"cannot create {flag} {path}: it is a file, not a folder")
     try:

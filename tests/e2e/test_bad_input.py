@@ -199,7 +199,7 @@ def test_run_qa_rejects(
         "no-such-dataset-folder",
     ],
 )
-def test_settings_that_cannot_work_are_refused_before_the_model_loads(
+def test_settings_that_cannot_work_are_refused_before_training(
     flags, expect, code, tiny_bert, demo_files, tmp_path, capsys
 ) -> None:
     (tmp_path / "notes.txt").write_text("mine")  # the user's file: TMP is not empty
