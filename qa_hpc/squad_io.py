@@ -126,6 +126,10 @@ def _read(c: LoadedFile) -> None:
     except OSError as e:
         raise c.fail(None, f"cannot read file: {e}") from None
     ext = p.suffix.lower()
+    if (kind := _signature(raw)) is not None:  # under any name: a .json that is gzip, UTF-16, ...
+        raise c.fail(None, kind)
+    if not raw.strip():  # not "truncated", as a JSON parser would say
+        raise c.fail(None, "is empty (0 bytes)" if not raw else "holds only whitespace")
     # JSON by its extension, or by its content under any other name (a SQuAD file saved as .txt); CSV,
     # Parquet, gzip and the rest get one error naming the formats read, not a JSON parse error
     if ext not in JSON_EXTENSIONS and raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"{", b"["):
@@ -136,6 +140,32 @@ def _read(c: LoadedFile) -> None:
         )
     c.digest = hashlib.sha256(raw).hexdigest()
     c.fmt = _json(c, _decode(c, raw), jsonl_ext=ext in (".jsonl", ".ndjson"))
+
+
+# first bytes that say what a file is, where that is nothing this reader reads: (bytes, what, what to do)
+_SIGNATURES = (
+    (b"\x1f\x8b", "gzip-compressed", "decompress it (gunzip)"),
+    (b"PK\x03\x04", "a zip archive", "unpack it (unzip)"),
+    (b"BZh", "bzip2-compressed", "decompress it (bunzip2)"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "decompress it (unxz)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it (unzstd)"),
+    (b"PAR1", "Parquet", "convert it"),
+    (b"\xff\xfe\x00\x00", "UTF-32 text", "re-save it as UTF-8 (iconv -f utf-32 -t utf-8)"),
+    (b"\x00\x00\xfe\xff", "UTF-32 text", "re-save it as UTF-8 (iconv -f utf-32 -t utf-8)"),
+    (b"\xff\xfe", "UTF-16 text", "re-save it as UTF-8 (iconv -f utf-16 -t utf-8)"),
+    (b"\xfe\xff", "UTF-16 text", "re-save it as UTF-8 (iconv -f utf-16 -t utf-8)"),
+)
+
+
+def _signature(raw: bytes) -> str | None:
+    """What a file is by its first bytes, where that is nothing this reader reads; None otherwise."""
+    for start, what, fix in _SIGNATURES:
+        if raw.startswith(start):
+            return (
+                f"is {what} (by its first bytes), which this reader does not read: {fix}; the formats read "
+                f"are {_FORMATS_READ}"
+            )
+    return None
 
 
 def _decode(c: LoadedFile, data: bytes) -> str:

@@ -332,6 +332,23 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
     _case(
         "csv", "train.csv", b"id,question,context,answers\nq0,?,c,[]\n", "(extension '.csv', content", *READ
     ),
+    # formats told by their first bytes, whatever the name: the way out, not a UTF-8 or JSON complaint
+    _case(
+        "gzip_as_json",
+        "train.json",
+        gzip.compress(_j([_rec(0)])),
+        "is gzip-compressed (by its first bytes), which this reader does not read: decompress it (gunzip); "
+        "the formats read are the official nested SQuAD JSON",
+    ),
+    _case(
+        "utf16",
+        "u16.json",
+        _j([_rec(0)]).decode().encode("utf-16"),
+        "is UTF-16 text (by its first bytes), which this reader does not read: re-save it as UTF-8 (iconv -f "
+        "utf-16 -t utf-8)",
+    ),
+    _case("empty_file", "empty.json", b"", "is empty (0 bytes)"),
+    _case("whitespace_file", "blank.json", b" \n\t\n", "holds only whitespace"),
     # the other shapes, formats and fields
     _case("top_level_string", "s.json", "hello", "wrong top-level shape: found a str ('hello'); expected"),
     _case("top_level_single_record", "one.json", _rec(), "found a single record, without a 'data' field"),
@@ -443,8 +460,13 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
     ),
     # every other format: one error naming the formats that are read
     _case("tsv", "train.tsv", b"id\tquestion\nq0\t?\n", "(extension '.tsv', content not JSON)", *READ),
-    _case("parquet", "train.parquet", b"PAR1\x15\x04\x15", "(extension '.parquet', content", *READ),
-    _case("gzip", "train.json.gz", lambda: gzip.compress(_j(_nested(RECORDS))), "(extension '.gz'", *READ),
+    _case("parquet", "train.parquet", b"PAR1\x15\x04\x15", "is Parquet (by its first bytes)", "convert it"),
+    _case(
+        "gzip",
+        "train.json.gz",
+        lambda: gzip.compress(_j(_nested(RECORDS))),
+        "is gzip-compressed (by its first bytes), which this reader does not read: decompress it (gunzip)",
+    ),
     _case("text", "notes.txt", b"just some words\n", "(extension '.txt', content not JSON)", *READ),
     _case("no_extension", "train", b"id,question\n", "(extension '(none)', content not JSON)", *READ),
     _case("empty_list", "e.json", [], "contains no records (format json)"),
@@ -538,6 +560,7 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         **REF,
     ),
     _case("ref_csv", "dev.csv", b"id,answers\nq1,[]\n", "not a format this reader reads", *READ, **REF),
+    _case("ref_gzip", "dev.json", gzip.compress(b"{}"), "is gzip-compressed (by its first bytes)", **REF),
 ]
 
 
