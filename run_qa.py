@@ -185,6 +185,10 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     trained_before = None
     if resume and trained_every_step(resume, optimizer_steps(args, len(data.train)), args.output_dir):
         trained_before, resume = resume, None
+    elif resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
+        given = args.resume_from_checkpoint == resume
+        why = "--resume_from_checkpoint" if given else "checkpoint found in --output_dir"
+        logger.info("RESUME_FROM=%s (%s; --overwrite_output_dir to start over)", resume, why)
     if plan.awaits_batch_count:
         plan, flags = replan_with_batch_count(values, flags, facts, len(data.train))
         args = flags.training

@@ -200,10 +200,6 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
             )
         return None
     if (last := last_complete_checkpoint(out)) is not None:
-        logger.info(
-            "RESUME_FROM=%s (checkpoint found in --output_dir; add --overwrite_output_dir to start over)",
-            last,
-        )
         return last
     if leftovers := sorted(n for n in os.listdir(out) if not n.startswith(".") and n not in LAUNCH_FILES):
         raise UsageError(

@@ -270,8 +270,9 @@ def test_a_finished_run_is_not_trained_again_and_a_longer_one_resumes_replacing_
         f"--model_name_or_path {out} --do_eval without --do_train, into another --output_dir; to train "
         "again: --overwrite_output_dir or another --output_dir"
     )
+    assert "RESUME_FROM" not in same  # nothing was resumed
     assert f"TRAINED_BEFORE checkpoint={checkpoint} " in after_last_step
-    assert "'loss'" not in after_last_step and "RESUME_FROM" in after_last_step
+    assert "'loss'" not in after_last_step and "RESUME_FROM" not in after_last_step
     assert read(out / "eval_results.json")["eval_f1"] == read(plain.out / "eval_results.json")["eval_f1"]
     assert f"RESUME_FROM={checkpoint} " in longer
     epochs = [float(e) for e in re.findall(r"^\{'loss'.*'epoch': '?([\d.]+)", longer, re.M)]
