@@ -115,13 +115,13 @@ class Run:
 
 def main(argv: list[str] | None = None) -> int:
     """Run training, evaluation and prediction as asked; return the process exit code."""
-    # every rank, first: lets an operator (or a test) signal or kill one rank
-    launch = launch_env()
-    print(f"RANK_PID rank={launch.rank} local_rank={launch.local_rank} pid={os.getpid()}", flush=True)
     stop = StopRequest()
     stop.install()  # SIGTERM / SIGUSR1 only set a flag; acted on at an optimizer step's end
+    values = read_flags(sys.argv[1:] if argv is None else argv)  # --help ends here
+    # every rank, before anything slow: lets an operator (or a test) signal or kill one rank
+    launch = launch_env()
+    print(f"RANK_PID rank={launch.rank} local_rank={launch.local_rank} pid={os.getpid()}", flush=True)
     facts = read_device_facts()  # the machine, read once: the plan decides from it, the record keeps it
-    values = read_flags(sys.argv[1:] if argv is None else argv)
     # every flag dataclass built with the plan's fields (again in setup, for a compile that waits for the
     # training batches to be counted)
     plan, flags = decide_and_build(values, facts)

@@ -133,6 +133,9 @@ class DataTrainingArguments:
         for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
             if (value := getattr(self, name)) is not None and value < 1:
                 raise ValueError(f"--{name} must be at least 1 (left out: every question), got {value}")
+        for name in ("train_file", "validation_file", "test_file"):
+            if getattr(self, name) == "":  # an unset variable in a job script: read as the current folder
+                raise ValueError(f"--{name} is empty: give a data file, or leave the flag out")
 
 
 @dataclass
@@ -317,6 +320,11 @@ def read_flags(argv: list[str]) -> dict[str, object]:
     """Every flag's value (defaults filled in), from the command line or from one JSON file of flags."""
     # no prefixes of flags: argparse would take --learning_rat as --learning_rate, which a JSON file refuses
     parser = _FlagParser(FLAG_GROUPS, allow_abbrev=False)
+    if argv and argv[0].endswith(".json") and len(argv) > 1:  # HF's scripts read the file alone, too
+        raise UsageError(
+            f"a JSON file of flags is read alone: run_qa.py {argv[0]}; put {' '.join(argv[1:])} into it, or "
+            "give every flag on the command line"
+        )
     if not (len(argv) == 1 and argv[0].endswith(".json")):
         values, unknown = parser.parse_known_args(argv)
         if unknown:

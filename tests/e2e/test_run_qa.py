@@ -22,6 +22,7 @@ from fixtures.outputs import temp_files
 from fixtures.procs import (
     PYTHON,
     REPO,
+    RUN_QA,
     files_under,
     offline_env,
     ok,
@@ -503,3 +504,9 @@ def test_a_test_file_without_answers_is_predicted_not_scored(
     assert results["predict_examples"] == len(records)
     assert not [key for key in results if "f1" in key or "exact" in key], results
     assert set(read(out / "predict_predictions.json")) == {r["id"] for r in records}
+
+
+def test_help_is_the_usage_text_alone() -> None:
+    """--help prints argparse's usage and nothing before it (the RANK_PID line came first)."""
+    proc = run([PYTHON, RUN_QA, "--help"], timeout=120, env=offline_env())
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: run_qa.py "), proc.stdout[:500]

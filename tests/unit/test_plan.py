@@ -1126,6 +1126,20 @@ def test_a_bad_command_line_is_one_usage_error_not_the_usage_text(argv, says):
     assert str(err.value).startswith(says), err.value
 
 
+@pytest.mark.parametrize("name", ["train_file", "validation_file", "test_file"])
+def test_an_empty_data_file_name_is_a_usage_error(name, process_settings):
+    """--validation_file "" (a job script's unset variable) read the current folder: 'is a directory',
+    naming neither the flag nor a file."""
+    with pytest.raises(UsageError, match=f"^--{name} is empty: give a data file, or leave the flag out$"):
+        decide_and_build(read_flags(["--output_dir", "out", f"--{name}", ""]), read_device_facts())
+
+
+def test_a_json_file_of_flags_is_read_alone():
+    """Flags after the file were taken for unknown arguments, the file's name among them."""
+    with pytest.raises(UsageError, match=r"^a JSON file of flags is read alone: run_qa.py args.json; put "):
+        read_flags(["args.json", "--max_steps", "2"])
+
+
 @pytest.mark.parametrize("name", ["max_train_samples", "max_eval_samples", "max_predict_samples"])
 def test_a_question_limit_below_one_is_a_usage_error(name, process_settings):
     """0 (or less) selects no question: the run used to fail later, in the features, with a traceback."""
