@@ -17,7 +17,7 @@
 # EFFECTIVE lines say what ran). A GPU that torch cannot see stops the job at once (exit 2).
 #
 #   sbatch job_ft3.sh                         # from the checkout; log in logs/bert_squad_ft3-<jobid>.out
-#   bash job_ft3.sh                           # without SLURM (log also in logs/bert_squad_ft3-local-<time>.out)
+#   bash job_ft3.sh                           # without SLURM (log also in logs/bert_squad_ft3-local-<date>-<pid>.out)
 #   QA_EPOCHS=1 sbatch job_ft3.sh --max_train_samples 2000    # env overrides; extra args go to run_qa.py
 #
 # Model and data come from hf_cache/ (filled by setup_bert.sh on the login node); the job runs offline.
@@ -30,6 +30,7 @@
 #
 # Overrides (environment): QA_MODEL QA_DATASET QA_EPOCHS QA_BATCH QA_LR QA_MAX_SEQ_LENGTH QA_DOC_STRIDE
 #   QA_SEED QA_OUTPUT_DIR QA_PRECISION(auto|bf16|fp16|fp32) QA_MODE(auto|baseline|demo)
+#   QA_REPORT_TO(tensorboard|none|...) QA_SAVE_STEPS(2000) QA_LOG_DIR(logs) QA_MAX_REQUEUES(20)
 #   demo: QA_DEMO_MODEL QA_DEMO_DATA QA_DEMO_TRAIN QA_DEMO_EVAL QA_DEMO_CONTEXT_WORDS QA_DEMO_EPOCHS
 #         QA_DEMO_BATCH QA_DEMO_LR
 set -uo pipefail

@@ -250,7 +250,7 @@ qa_select_run() {
 			--learning_rate "${QA_LR:-4e-5}" --output_dir "$QA_OUT"
 		)
 		qa_log "RUN_MODE=baseline model=$model dataset=$dataset output_dir=$QA_OUT" \
-			"tensorboard=$(qa_tensorboard_dir)"
+			"tensorboard=$(qa_tensorboard_of "${@:2}")"
 		;;
 	demo)
 		QA_RUN_MODE=offline_demo
@@ -274,17 +274,25 @@ qa_select_run() {
 ################################################################################
 BANNER
 		qa_log "RUN_MODE=offline_demo model=$demo_model data=$data output_dir=$QA_OUT" \
-			"tensorboard=$(qa_tensorboard_dir)"
+			"tensorboard=$(qa_tensorboard_of "${@:2}")"
 		qa_demo_ignores
 		;;
 	*) qa_die "QA_MODE=$mode: use auto, baseline or demo" ;;
 	esac
-	# TensorBoard's folder where the run reports to TensorBoard (elsewhere run_qa.py would name it unused);
-	# a --report_to after the script name wins, as in run_qa.py
+	local tensorboard
+	tensorboard=$(qa_tensorboard_of "${@:2}")
+	[ "$tensorboard" = off ] || QA_ARGS+=(--logging_dir "$tensorboard")
+}
+
+# qa_tensorboard_of ARGS...: TensorBoard's folder (qa_tensorboard_dir) where the run reports to TensorBoard,
+# else "off" (there run_qa.py would name a --logging_dir unused); a --report_to among the job's ARGS wins, as
+# in run_qa.py
+qa_tensorboard_of() {
 	local report_to
-	report_to=$(qa_flag_value report_to "${@:2}")
+	report_to=$(qa_flag_value report_to "$@")
 	case " ${report_to:-${QA_REPORT_TO:-tensorboard}} " in
-	*" tensorboard "* | *" all "*) QA_ARGS+=(--logging_dir "$(qa_tensorboard_dir)") ;;
+	*" tensorboard "* | *" all "*) qa_tensorboard_dir ;;
+	*) echo off ;;
 	esac
 }
 

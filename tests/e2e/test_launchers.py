@@ -439,10 +439,16 @@ def test_the_jobs_output_dir_and_report_follow_the_run(tmp_path: Path):
     )
     assert f"output_dir={tmp_path / 'mine'} tensorboard=runs/mine" in chosen, chosen
     # TensorBoard's folder only where the run reports to it, a --report_to after the script name winning
-    show_args = 'qa_setup_env && qa_select_run ft3 "$@" >/dev/null && echo "ARGS ${QA_ARGS[*]}"'
+    show_args = 'qa_setup_env && qa_select_run ft3 "$@" 2>&1 && echo "ARGS ${QA_ARGS[*]}"'
     for report_to, folder in (("tensorboard", True), ("none", False)):
         chosen = job(show_args, "--report_to", report_to, QA_REPORT_TO="tensorboard", **demo)
         assert ("--logging_dir runs/offline_demo-ft3" in chosen) == folder, chosen
+        # the job's RUN_MODE line says the same
+        shown = "tensorboard=runs/offline_demo-ft3" if folder else "tensorboard=off"
+        assert re.search(rf"RUN_MODE=offline_demo .* {shown}$", chosen, re.M), chosen
+    chosen = job(show_args, QA_REPORT_TO="none", **demo)
+    assert "--logging_dir" not in chosen, chosen
+    assert re.search(r"RUN_MODE=offline_demo .* tensorboard=off$", chosen, re.M), chosen
 
     earlier = tmp_path / "out"
     earlier.mkdir()
