@@ -30,16 +30,19 @@ def _probe(x: torch.Tensor) -> torch.Tensor:
     return torch.relu(x * 2.0 + 1.0)
 
 
-def compile_failure(plan: RunPlan) -> str | None:
+def compile_failure(plan: RunPlan, gpu_index: int | None) -> str | None:
     """Why the plan's compiler cannot work here (one line), or None when it works or compile is off. A
-    two-op function is compiled and run with the plan's backend and mode on its device: what a missing C++
-    compiler (inductor on a CPU), a missing Triton (on a GPU) or an unsupported Python would make the
-    model's first step raise is found before anything is written."""
+    two-op function is compiled and run with the plan's backend and mode on its device (on a GPU this rank's,
+    `gpu_index`: before the Trainer picks it, torch's current GPU is the first for every rank, each of which
+    would leave a context there): what a missing C++ compiler (inductor on a CPU), a missing Triton (on a
+    GPU) or an unsupported Python would make the model's first step raise is found before anything is
+    written."""
     if not plan.torch_compile:
         return None
+    device = f"cuda:{gpu_index}" if plan.device == "cuda" else plan.device
     try:
         compiled = torch.compile(_probe, backend=plan.compile_backend, mode=plan.compile_mode, dynamic=False)
-        compiled(torch.ones(8, device=plan.device))
+        compiled(torch.ones(8, device=device))
     except Exception as err:  # noqa: BLE001 - any failure to compile: the run goes eager, saying why
         return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
     return None

@@ -95,6 +95,7 @@ class DeviceFacts:
     cudnn_version: int | None = None  # torch.backends.cudnn.version(), e.g. 91002; None without cuDNN
     driver_version: str | None = None  # the NVIDIA driver, as nvidia-smi shows it
     modules: frozenset[str] = frozenset()  # those of OPTIONAL_MODULES this Python can import
+    gpu_index: int | None = None  # this rank's GPU (its local rank among the GPUs torch sees)
 
     def machine_line(self) -> str:
         """The one MACHINE line bench scripts keep with every result (spaces in names as _)."""
@@ -243,6 +244,7 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
         cudnn_version=cudnn,
         driver_version=_nvidia_driver() if cuda else None,
         modules=frozenset(name for name in OPTIONAL_MODULES if importlib.util.find_spec(name) is not None),
+        gpu_index=index,
     )
 
 

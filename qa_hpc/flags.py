@@ -394,7 +394,8 @@ def decide_and_build(
     # what TrainingArguments also reads from the launcher, and torch's cache folder: set before the compiler
     # is tried, which writes there
     os.environ.update(plan.environment(os.environ))
-    if failure := compile_failure(plan):  # a compiler that cannot work here: the eager plan, said so
+    # a compiler that cannot work here: the eager plan, said so
+    if failure := compile_failure(plan, facts.gpu_index):
         print(f"COMPILE fallback=eager reason={failure}", flush=True)
         plan = decide_after_compile_failed(values, facts, plan.compile_backend)
     return plan, build_flags(values, plan.training_fields(values["tf32"]))

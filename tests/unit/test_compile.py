@@ -16,10 +16,11 @@ from fixtures.procs import tiny_flags
 
 from qa_hpc import attention
 from qa_hpc.batching import BucketCollator
-from qa_hpc.compile import CompiledSteps, cache_dir_for
+from qa_hpc.compile import CompiledSteps, cache_dir_for, compile_failure
 from qa_hpc.device import read_device_facts
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import decide_and_build, read_flags
+from qa_hpc.plan import decide
 from qa_hpc.preemption import StopRequest
 
 
@@ -116,6 +117,19 @@ def test_a_compiler_that_cannot_work_here_falls_back_to_eager_saying_so(
     assert not plan.torch_compile and not flags.training.torch_compile
     assert flags.training.torch_compile_backend is None and plan.compile_dynamic is None
     assert "compile=off (fallback=eager: --torch_compile_backend onnxrt failed here)" in plan.log_line()
+
+
+def test_the_compiler_is_tried_on_this_ranks_gpu(tmp_path, monkeypatch, process_settings):
+    """On a GPU node every rank tries the compiler on its own GPU, not on the first one, where each rank
+    would leave a CUDA context (made up here: torch's compile and tensor factory stand in)."""
+    values = {**read_flags(["--output_dir", str(tmp_path), "--torch_compile"]), "compile_cache_dir": "c"}
+    plan = decide(values, read_device_facts())  # the plan alone: decide_and_build tries the compiler
+    gpu_plan = dataclasses.replace(plan, device="cuda")
+    tried_on = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **settings: fn)
+    monkeypatch.setattr(torch, "ones", lambda n, device: tried_on.append(device) or torch.zeros(n))
+    assert compile_failure(gpu_plan, gpu_index=3) is None and tried_on == ["cuda:3"]
+    assert compile_failure(plan, gpu_index=None) is None and tried_on[-1] == "cpu"
 
 
 def test_regions_reach_accelerate_and_read_back(tiny_bert, demo_files, tmp_path, process_settings):
