@@ -70,8 +70,8 @@ class CpuFacts:
         return f", as {TEST_MACHINE_VAR} says" if self.source == TEST_MACHINE_VAR else ""
 
 
-# modules beside torch that a flag may need: FlashAttention 2's and 3's (--attn_implementation)
-OPTIONAL_MODULES = ("flash_attn", "flash_attn_interface")
+# modules beside torch that a flag may need: FlashAttention's, or the hub kernels' (--attn_implementation)
+OPTIONAL_MODULES = ("flash_attn", "flash_attn_interface", "kernels")
 
 
 @dataclass(frozen=True)

@@ -235,7 +235,7 @@ def decide(flags: FlagValues, facts: DeviceFacts, train_batches: int | None = No
     # a pass over a split has at most this many batch shapes (each width, and a short last batch); None: any
     shapes_per_pass = len(buckets or [flags["max_seq_length"]]) + 1
     fixed_shapes = shapes_per_pass if buckets or flags["pad_to_max_length"] else None
-    attn_backend, attn_reason = decide_attn_backend(flags, facts, device, fixed_shapes is not None)
+    attn_backend, attn_reason = decide_attn_backend(flags, facts, device, precision, fixed_shapes is not None)
     compiled = decide_compile(flags, device, facts.world_size, fixed_shapes, (compiling, compiling_reason))
     dropout, dropout_reason = decide_dropout(
         flags["dropout_mask"], device, facts.cpu, compiled.torch_compile, flags["attn_implementation"]
@@ -381,7 +381,7 @@ def torch_runs_cudnn_attention_first(facts: DeviceFacts) -> bool:
 
 
 def decide_attn_backend(
-    flags: FlagValues, facts: DeviceFacts, device: str, shapes_fixed: bool
+    flags: FlagValues, facts: DeviceFacts, device: str, precision: str, shapes_fixed: bool
 ) -> tuple[str, str]:
     """(the SDPA kernels that may run, why): --attn_implementation other than sdpa wins (no SDPA), then
     --attn_backend all or a list, then auto: on a GPU where torch would run cuDNN's attention first,
@@ -389,7 +389,7 @@ def decide_attn_backend(
     implementation = flags["attn_implementation"]
     asked = flags["attn_backend"]
     if names_other_attention(implementation):
-        refuse_unusable_attention(implementation, device, facts.modules)
+        refuse_unusable_attention(implementation, device, precision, facts)
         return attention.NOT_SDPA, f"--attn_implementation {implementation}: no SDPA"
     if asked == attention.ALL:
         return attention.ALL, "--attn_backend all: torch's own choice"
@@ -635,31 +635,39 @@ def records_cuda_graphs(backend: str | None, mode: str | None, device: str) -> b
     )
 
 
-# transformers' attention implementations a BERT can take without a kernel from the hub, each with what it
-# needs beside torch: (a GPU, the package that has it)
-ATTENTION_IMPLEMENTATIONS = {
-    "sdpa": (False, None),
-    "eager": (False, None),
-    "flex_attention": (False, None),
-    "flash_attention_2": (True, "flash_attn"),
-    "flash_attention_3": (True, "flash_attn_interface"),
+# transformers' attention implementations a BERT can take; for FlashAttention's, the modules that provide it
+# (any one: without flash_attn, transformers takes a hub kernel through `kernels`)
+ATTENTION_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
+    "sdpa": (),
+    "eager": (),
+    "flex_attention": (),
+    "flash_attention_2": ("flash_attn", "kernels"),
+    "flash_attention_3": ("flash_attn_interface", "kernels"),
+    "flash_attention_4": ("flash_attn", "kernels"),
 }
 
 
-def refuse_unusable_attention(implementation: str, device: str, modules: frozenset[str]) -> None:
-    """Refuse an --attn_implementation transformers does not have, or that this run cannot run (FlashAttention
-    on a CPU, or without its package): found once the model loads, each was a traceback."""
+def refuse_unusable_attention(implementation: str, device: str, precision: str, facts: DeviceFacts) -> None:
+    """Refuse an --attn_implementation transformers does not have, or a FlashAttention this run cannot run
+    (it needs a GPU of compute capability 8.0 or newer, half precision and a module that provides it): found
+    once the model loads or at its first step, each was a traceback."""
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise PlanError(
             f"--attn_implementation {implementation}: give one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
         )
-    needs_gpu, package = ATTENTION_IMPLEMENTATIONS[implementation]
-    if needs_gpu and device != "cuda":
-        raise PlanError(f"--attn_implementation {implementation} needs a GPU; this run is on {device}")
-    if package is not None and package not in modules:
+    providers = ATTENTION_IMPLEMENTATIONS[implementation]
+    if not providers:
+        return
+    named = f"--attn_implementation {implementation}"
+    if device != "cuda" or facts.capability is None or facts.capability < BF16_MIN_CAPABILITY:
+        where = "a CPU" if device != "cuda" else f"a GPU {_sm(facts.capability)}"
+        raise PlanError(f"{named} needs a GPU of compute capability 8.0 or newer; this run is on {where}")
+    if precision == "fp32":
+        raise PlanError(f"{named} runs in bf16 or fp16 only: give --precision bf16, or leave the flag out")
+    if not set(providers) & facts.modules:
         raise PlanError(
-            f"--attn_implementation {implementation} needs the Python module {package}, which this Python "
-            "lacks; install it, or leave the flag out for SDPA"
+            f"{named} needs one of the Python modules {', '.join(providers)}, which this Python lacks; "
+            "install one, or leave the flag out for SDPA"
         )
 
 

@@ -174,7 +174,7 @@ def test_run_qa_rejects(
         (["--attn_implementation", "foo"], ["--attn_implementation foo: give one of sdpa, eager, "], 2),
         (
             ["--attn_implementation", "flash_attention_2"],
-            ["flash_attention_2 needs a GPU; this run is on cpu"],
+            ["flash_attention_2 needs a GPU of compute capability 8.0 or newer; this run is on a CPU"],
             2,
         ),
         (

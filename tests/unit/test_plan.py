@@ -490,23 +490,28 @@ def test_compile_turned_off_and_configured_at_once_is_refused(given, named):
 
 
 @pytest.mark.parametrize(
-    "device, implementation, modules, words",
+    "device, implementation, precision, modules, words",
     [
-        ("H100", "flash_attention_2", ("flash_attn",), None),
-        ("H100", "flash_attention_2", (), "needs the Python module flash_attn, which this Python lacks"),
-        ("H100", "flash_attention_3", ("flash_attn",), "needs the Python module flash_attn_interface"),
-        ("CPU", "flash_attention_2", ("flash_attn",), "flash_attention_2 needs a GPU; this run is on cpu"),
-        ("CPU", "eager", (), None),
-        ("CPU", "flex_attention", (), None),
-        ("H100", "foo", (), "--attn_implementation foo: give one of sdpa, eager, flex_attention, "),
+        ("H100", "flash_attention_2", "auto", ("flash_attn",), None),
+        ("H100", "flash_attention_2", "auto", ("kernels",), None),  # transformers takes the hub's kernel
+        ("H100", "flash_attention_4", "fp16", ("flash_attn",), None),
+        ("H100", "flash_attention_2", "auto", (), "needs one of the Python modules flash_attn, kernels"),
+        ("H100", "flash_attention_3", "auto", ("flash_attn",), "the Python modules flash_attn_interface, "),
+        ("H100", "flash_attention_2", "fp32", ("flash_attn",), "runs in bf16 or fp16 only"),
+        ("V100", "flash_attention_2", "auto", ("flash_attn",), "8.0 or newer; this run is on a GPU sm_70"),
+        ("CPU", "flash_attention_2", "auto", ("flash_attn",), "8.0 or newer; this run is on a CPU"),
+        ("CPU", "eager", "auto", (), None),
+        ("CPU", "flex_attention", "auto", (), None),
+        ("H100", "foo", "auto", (), "--attn_implementation foo: give one of sdpa, eager, flex_attention, "),
     ],
 )
 def test_an_attention_the_run_cannot_take_is_refused_before_the_model_loads(
-    device, implementation, modules, words
+    device, implementation, precision, modules, words
 ):
-    """Each was a traceback once the model loaded (FlashAttention without its module or GPU, a name
-    transformers does not have); the modules are a fact of the machine."""
-    request = ask(attn_implementation=implementation)
+    """Each was a traceback once the model loaded or at its first step (FlashAttention without a module
+    that provides it, on a CPU or a GPU before Ampere, in fp32; a name transformers does not have); the
+    modules are a fact of the machine."""
+    request = ask(attn_implementation=implementation, precision=precision)
     if words is None:
         assert decide(request, facts(device, modules=modules)).attn_backend == attention.NOT_SDPA
         return
