@@ -4,6 +4,7 @@ resolved from its package, installed without its dependencies."""
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import importlib.util
 import re
@@ -40,6 +41,13 @@ def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Pa
     with pytest.raises(UsageError, match=f"^dataset '{tmp_path}/gone': no such file or folder$"):
         with from_disk_or_hub("dataset", str(tmp_path / "gone"), None):
             raise FileNotFoundError(f"Couldn't find any data file at {tmp_path}/gone")
+    with pytest.raises(UsageError, match=r"^model '~/m': a leading ~ is not expanded here; give \$HOME"):
+        with from_disk_or_hub("model", "~/m", None):
+            raise OSError("~/m is not a local folder and is not a valid model identifier")
+    # a disk, a cache or a permission that fails (an errno) under a path that is there: not the user's input
+    with pytest.raises(OSError, match="No space left"):
+        with from_disk_or_hub("dataset", str(tmp_path), None):
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "cache"))
 
 
 class _RunsACommand:
