@@ -17,7 +17,7 @@ from pathlib import Path
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from qa_hpc.atomic_io import readable_as_umask_allows
+from qa_hpc.atomic_io import readable_as_umask_allows, write_json_atomic
 from qa_hpc.dist import any_rank
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 from qa_hpc.record import (
@@ -123,23 +123,31 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
     return None
 
 
+# written by each training launch once it has replaced what it replaces: the Slurm job it belongs to. Hidden:
+# no check of what --output_dir holds counts it
+LAUNCH_MARK = ".qa_hpc_launch.json"
+
+
 def replaces_output_dir(output_dir: str, overwrite_output_dir: bool) -> bool:
     """Whether this launch replaces what --output_dir holds: --overwrite_output_dir, unless the launch is a
-    requeue of the Slurm job whose record is there (SLURM_RESTART_COUNT > 0, the same SLURM_JOB_ID). Its
-    first launch replaced the earlier run; the requeued job runs the same command, flag and all, and must
-    resume the checkpoint it saved when it was stopped, not remove it and start over."""
+    requeue (SLURM_RESTART_COUNT > 0) of the Slurm job whose launch marked the folder (LAUNCH_MARK, written
+    at the launch, so a launch killed without a word counts too) and left a checkpoint. Its first launch
+    replaced the earlier run; the requeued job runs the same command, flag and all, and must resume the
+    checkpoint it saved, not remove it and start over."""
     job, restarts = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_RESTART_COUNT", "0")
     if not overwrite_output_dir or not job or restarts in ("", "0"):
         return overwrite_output_dir
-    record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
-    if record is None or record.environment.slurm_job_id != job:
+    try:
+        marked_by = RunRecord.read_json(os.path.join(output_dir, LAUNCH_MARK)).get("slurm_job_id")
+    except (OSError, ValueError):
+        return True
+    if marked_by != job or last_complete_checkpoint(output_dir) is None:
         return True
     logger.info(
-        "OVERWRITE skipped: job %s restart %s is a requeue of the job that wrote %s (its first launch "
-        "replaced the earlier run); resuming its own checkpoints",
+        "OVERWRITE skipped: job %s restart %s is a requeue of the job whose first launch replaced the "
+        "earlier run; resuming its own checkpoints",
         job,
         restarts,
-        SUMMARY_FILE,
     )
     return False
 
@@ -151,7 +159,7 @@ def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: boo
     leaves none, and the tables show it incomplete rather than as the earlier launch ended. Under
     --overwrite_output_dir the checkpoints of the run it replaces: else a later run of the command without
     the flag, a requeued job among them, would resume from the newest of them, the other run's weights and
-    step."""
+    step. Then the folder is marked as this launch's (LAUNCH_MARK: its Slurm job)."""
     if not (training_args.do_train and training_args.should_save):
         return
     Path(training_args.output_dir, SUMMARY_FILE).unlink(missing_ok=True)
@@ -164,6 +172,9 @@ def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: boo
             "OVERWRITE removed=%s (--overwrite_output_dir: the checkpoints of the run this one replaces)",
             ",".join(os.path.basename(path) for path in old),
         )
+    write_json_atomic(
+        Path(training_args.output_dir, LAUNCH_MARK), {"slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+    )
 
 
 # what a launch leaves in --output_dir before its first checkpoint: its record, memory report, TensorBoard

@@ -30,7 +30,7 @@ from qa_hpc.errors import (
     write_failure,
 )
 from qa_hpc.flags import decide_and_build, read_flags
-from qa_hpc.preemption import StopRequest, checkpoint_to_resume, last_complete_checkpoint
+from qa_hpc.preemption import LAUNCH_MARK, StopRequest, checkpoint_to_resume, last_complete_checkpoint
 
 
 def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(
@@ -272,18 +272,21 @@ def test_overwrite_removes_the_replaced_runs_checkpoints_so_no_later_run_resumes
 
 
 @pytest.mark.parametrize(
-    ("job_id", "restart_count", "record_job", "resumed"),
+    ("job_id", "restart_count", "marked_by", "checkpoint", "resumed"),
     [
-        ("7", "1", "7", True),  # the job requeued itself after its stop: resume what it saved
-        ("7", "1", "6", False),  # another job's run is there: replace it
-        ("7", "0", "7", False),  # the job's first launch (an sbatch of the same job id cannot be)
-        (None, None, "7", False),  # not under Slurm: the flag as given
+        ("7", "1", "7", True, True),  # the job requeued itself after its stop: resume what it saved
+        ("7", "1", "6", True, False),  # another job's run is there: replace it
+        ("7", "1", None, True, False),  # no launch of this job marked the folder: replace what is there
+        ("7", "1", "7", False, False),  # its first launch saved no checkpoint: start over, as asked
+        ("7", "0", "7", True, False),  # the job's first launch (an sbatch of the same job id cannot be)
+        (None, None, "7", True, False),  # not under Slurm: the flag as given
     ],
 )
 def test_a_requeued_job_with_overwrite_resumes_its_own_checkpoint(
     job_id: str | None,
     restart_count: str | None,
-    record_job: str,
+    marked_by: str | None,
+    checkpoint: bool,
     resumed: bool,
     tiny_bert,
     demo_files,
@@ -292,16 +295,20 @@ def test_a_requeued_job_with_overwrite_resumes_its_own_checkpoint(
     monkeypatch,
 ) -> None:
     """A preempted job requeues itself and runs the same command again, --overwrite_output_dir and all: its
-    first launch replaced the earlier run, so the requeue resumes the checkpoint that launch saved (its record
-    names the job) instead of removing it and training from scratch."""
+    first launch replaced the earlier run and marked the folder with its job (at the launch: one killed
+    without a record counts too), so the requeue resumes the checkpoint that launch saved instead of
+    removing it and training from scratch. Each launch marks the folder again."""
     import run_qa
 
     out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")  # without a checkpoint, only the flag lets a run train here
     saved = out / "checkpoint-8"
-    saved.mkdir(parents=True)
-    (saved / "trainer_state.json").write_text(json.dumps({"global_step": 8, "epoch": 1.0}))
-    record = {"status": "preempted", "exit_code": 75, "slurm_job_id": record_job, "results": {}}
-    (out / "run_summary.json").write_text(json.dumps(record))
+    if checkpoint:
+        saved.mkdir()
+        (saved / "trainer_state.json").write_text(json.dumps({"global_step": 8, "epoch": 1.0}))
+    if marked_by is not None:
+        (out / LAUNCH_MARK).write_text(json.dumps({"slurm_job_id": marked_by}))
     for name, value in (("SLURM_JOB_ID", job_id), ("SLURM_RESTART_COUNT", restart_count)):
         if value is None:
             monkeypatch.delenv(name, raising=False)
@@ -317,3 +324,4 @@ def test_a_requeued_job_with_overwrite_resumes_its_own_checkpoint(
 
     assert run.resume == (str(saved) if resumed else None)
     assert saved.exists() == resumed
+    assert json.loads((out / LAUNCH_MARK).read_text()) == {"slurm_job_id": job_id}
