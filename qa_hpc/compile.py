@@ -11,6 +11,7 @@ marked, outputs kept out of the graphs' memory, and the graphs built counted aga
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -39,10 +40,15 @@ def compile_failure(plan: RunPlan, gpu_index: int | None) -> str | None:
     written."""
     if not plan.torch_compile:
         return None
-    device = f"cuda:{gpu_index}" if plan.device == "cuda" else plan.device
+    on_gpu = plan.device == "cuda"
+    device = f"cuda:{gpu_index}" if on_gpu else plan.device
     try:
-        compiled = torch.compile(_probe, backend=plan.compile_backend, mode=plan.compile_mode, dynamic=False)
-        compiled(torch.ones(8, device=device))
+        # the current GPU too: CUDA graphs' recording synchronizes and takes streams on it
+        with torch.cuda.device(gpu_index) if on_gpu else contextlib.nullcontext():
+            compiled = torch.compile(
+                _probe, backend=plan.compile_backend, mode=plan.compile_mode, dynamic=False
+            )
+            compiled(torch.ones(8, device=device))
     except Exception as err:  # noqa: BLE001 - any failure to compile: the run goes eager, saying why
         return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
     return None

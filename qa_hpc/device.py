@@ -251,8 +251,8 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
 def set_cuda_tf32(on: bool) -> None:
     """TF32 for a GPU run's matmuls as the plan says, set once the Trainer is built: accelerate turns it on
     for a compiled fp32 run on CUDA (its legacy allow_tf32 switch), behind --precision fp32's back; and
-    transformers sets it through torch's per-backend switch (fp32_precision), after which
+    transformers sets it through torch's new global switch (torch.backends.fp32_precision), after which
     torch.get_float32_matmul_precision(), which inductor's autotuning (max-autotune) reads, raises for a mix
-    of the two. torch's own setter sets both consistently (oneDNN's CPU matmuls too, which a GPU run leaves to
-    the GPU)."""
+    of the two. torch's own setter sets the matmuls' switches consistently (CUDA's and oneDNN's; cuDNN's keep
+    transformers' value, the plan's too)."""
     torch.set_float32_matmul_precision("high" if on else "highest")

@@ -5,6 +5,7 @@ Trainer's steps call around a compiled model, CUDA graphs' part included (made u
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -125,11 +126,19 @@ def test_the_compiler_is_tried_on_this_ranks_gpu(tmp_path, monkeypatch, process_
     values = {**read_flags(["--output_dir", str(tmp_path), "--torch_compile"]), "compile_cache_dir": "c"}
     plan = decide(values, read_device_facts())  # the plan alone: decide_and_build tries the compiler
     gpu_plan = dataclasses.replace(plan, device="cuda")
-    tried_on = []
+    tried_on, current = [], []
+
+    @contextlib.contextmanager
+    def current_gpu(index):
+        current.append(index)
+        yield
+
     monkeypatch.setattr(torch, "compile", lambda fn, **settings: fn)
     monkeypatch.setattr(torch, "ones", lambda n, device: tried_on.append(device) or torch.zeros(n))
-    assert compile_failure(gpu_plan, gpu_index=3) is None and tried_on == ["cuda:3"]
-    assert compile_failure(plan, gpu_index=None) is None and tried_on[-1] == "cpu"
+    monkeypatch.setattr(torch.cuda, "device", current_gpu)
+    assert compile_failure(gpu_plan, gpu_index=3) is None and (tried_on, current) == (["cuda:3"], [3])
+    # a CPU run on a GPU node (--use_cpu) touches no GPU
+    assert compile_failure(plan, gpu_index=0) is None and (tried_on[-1], current) == ("cpu", [3])
 
 
 def test_regions_reach_accelerate_and_read_back(tiny_bert, demo_files, tmp_path, process_settings):

@@ -203,11 +203,18 @@ def test_a_gpu_process_reads_its_own_gpu_made_up_here(monkeypatch, driver: str |
 
 @pytest.fixture
 def matmul_switches():
-    """torch's matmul precision switches (the global one, CUDA's and oneDNN's), put back after the test."""
-    backends = torch.backends.cuda.matmul, torch.backends.mkldnn.matmul
+    """torch's precision switches (the legacy global one, the new global one, CUDA's, oneDNN's and cuDNN's
+    for matmuls and convolutions), put back after the test."""
+    backends = (
+        torch.backends,
+        torch.backends.cuda.matmul,
+        torch.backends.mkldnn.matmul,
+        torch.backends.cudnn,
+        torch.backends.cudnn.conv,
+    )
     before = [backend.fp32_precision for backend in backends]
     global_before = torch.get_float32_matmul_precision()
-    yield backends[0]
+    yield backends[1]
     torch.set_float32_matmul_precision(global_before)
     for backend, value in zip(backends, before, strict=True):
         backend.fp32_precision = value
@@ -217,11 +224,11 @@ def matmul_switches():
 def test_tf32_set_after_the_trainer_is_the_plans_whatever_transformers_and_accelerate_set(
     matmul_switches, on
 ):
-    """transformers sets --tf32 through torch's per-backend switch, after which the global reading inductor's
+    """transformers sets --tf32 through torch's new global switch, after which the legacy reading inductor's
     autotuning does (max-autotune) raises; accelerate then turns TF32 on with the legacy switch for a compiled
     fp32 run on CUDA. Set once the Trainer is built, the plan's TF32 holds, and the reading works. (The
     switches are torch's Python state, the same on a CPU build.)"""
-    matmul_switches.fp32_precision = "tf32"  # TrainingArguments(tf32=True)
+    torch.backends.fp32_precision = "tf32"  # TrainingArguments(tf32=True), transformers 5.23 on torch >= 2.9
     with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
         torch.get_float32_matmul_precision()
     matmul_switches.allow_tf32 = True  # accelerate, for a compiled fp32 run on CUDA
