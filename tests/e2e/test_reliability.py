@@ -37,6 +37,7 @@ from fixtures.runs import Run, assert_resumed_exactly, plain_flags, read
 
 from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.errors import EXIT_IOERR, EXIT_OOM, EXIT_PREEMPTED
+from qa_hpc.preemption import LAUNCH_MARK
 
 
 def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
@@ -65,8 +66,10 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
         "trainer_state.json",
         "model.safetensors",
     } <= set(os.listdir(checkpoint))
-    # nothing but the checkpoint and the run's record, which says it was preempted: no results
-    assert all(f.startswith(f"checkpoint-{step}/") or f == "run_summary.json" for f in files_under(out))
+    # nothing but the checkpoint, the launch's mark and the run's record, which says it was preempted: no
+    # results
+    kept = ("run_summary.json", LAUNCH_MARK)
+    assert all(f.startswith(f"checkpoint-{step}/") or f in kept for f in files_under(out)), files_under(out)
     record = read(out / "run_summary.json")
     assert (record["status"], record["exit_code"]) == ("preempted", EXIT_PREEMPTED)
     assert record["stopped"] == {"signal": "SIGTERM", "global_step": step, "checkpoint": str(checkpoint)}
