@@ -174,7 +174,7 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
         args.device,
     )
     apply_collective_timeout(args.ddp_timeout)  # --ddp_timeout for gloo too: a frozen rank fails the job
-    # decided before anything is written: clear_for_launch removes the record it reads
+    # decided before anything is written: clear_for_launch rewrites the mark it reads
     replaces = replaces_output_dir(args.output_dir, flags.data.overwrite_output_dir)
     resume = checkpoint_to_resume(args, replaces)
     transformers.set_seed(args.seed)
