@@ -17,7 +17,8 @@
 # EFFECTIVE lines say what ran). A GPU that torch cannot see stops the job at once (exit 2).
 #
 #   sbatch job_ft3.sh                         # from the checkout; log in logs/bert_squad_ft3-<jobid>.out
-#   bash job_ft3.sh                           # without SLURM (log also in logs/bert_squad_ft3-local-<date>-<pid>.out)
+#   bash job_ft3.sh                           # without SLURM (log also in
+#                                             # logs/bert_squad_ft3-local-<date>-<pid>.out)
 #   QA_EPOCHS=1 sbatch job_ft3.sh --max_train_samples 2000    # env overrides; extra args go to run_qa.py
 #
 # Model and data come from hf_cache/ (filled by setup_bert.sh on the login node); the job runs offline.
