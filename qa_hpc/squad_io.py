@@ -271,7 +271,7 @@ def _article(c: LoadedFile, aloc: str, art: Any) -> None:
             qloc = f"{ploc}.qas[{k}]"
             if not isinstance(qa, dict):
                 raise c.fail(qloc, f"expected a question object; found {kind_of(qa)}")
-            c.add(qloc, dict(qa, context=para.get("context"), title=title))
+            c.add(qloc, dict(qa, context=para.get("context"), title=title), inherited=("context", "title"))
 
 
 def _looks_nested(items: list) -> bool:

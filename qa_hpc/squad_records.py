@@ -106,8 +106,10 @@ class LoadedFile:
         record = " ".join(p for p in (loc, isinstance(rid, str) and rid and f"(id {rid!r})") if p)
         return DataError(": ".join(p for p in (source, record, fld and f"field '{fld}'", msg) if p))
 
-    def add(self, loc: str, rec: Any) -> None:
-        """Check one flat record and keep it (or its gold texts, when scoring)."""
+    def add(self, loc: str, rec: Any, inherited: tuple[str, ...] = ()) -> None:
+        """Check one flat record and keep it (or its gold texts, when scoring). `inherited`: its fields that
+        a nested file gives it from its paragraph and article, which a message listing the record's own keys
+        leaves out (the file's question object has none of them)."""
         if not isinstance(rec, dict):
             raise self.fail(
                 loc, f"expected a record object with id, question, context, answers; found {kind_of(rec)}"
@@ -122,8 +124,9 @@ class LoadedFile:
                 'records; use the official layout {"version": ..., "data": [articles]} or flatten it',
                 fld="paragraphs",
             )
+        own = {key: value for key, value in rec.items() if key not in inherited}
         rid = string_field(
-            rec, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them"
+            own, "id", lambda msg, f: self.fail(loc, msg, fld=f), "ids must be strings; quote them"
         )
         if rid in self.seen:
             raise self.fail(
@@ -147,7 +150,7 @@ class LoadedFile:
                 why = "scoring needs the gold answers"
             else:
                 why = "answers may be left out only for split='test'"
-            raise err(f"missing (record has keys {keys_of(rec)}); {why}", "answers")
+            raise err(f"missing (record has keys {keys_of(own)}); {why}", "answers")
         if not answered:  # a test record: scored only if every one has answers (`check_scorable`)
             self.without_answers += 1
             self.first_without_answers = self.first_without_answers or f"{loc} (id {rid!r})"
@@ -164,7 +167,7 @@ class LoadedFile:
         title = rec.get("title")
         if title is not None and not isinstance(title, str):
             raise err(f"must be a string, got {type(title).__name__}", "title")
-        question = string_field(rec, "question", err)
+        question = string_field(own, "question", err)
         context = string_field(rec, "context", err)
         # a lone surrogate ("\ud800" escaped alone) is valid JSON but no Unicode text: Arrow cannot store it
         texts = [("id", rid), ("title", title or ""), ("question", question), ("context", context)]

@@ -252,8 +252,14 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         "null_answers_nested",
         "n.json",
         _qas({"id": "q0", "question": "?", "answers": None}),  # null: absent
-        f"{QAS}[0] (id 'q0'): field 'answers': missing "
-        "(record has keys ['id', 'question', 'context', 'title'])",
+        # the question object's own keys: its context and title are its paragraph's and article's
+        f"{QAS}[0] (id 'q0'): field 'answers': missing (record has keys ['id', 'question'])",
+    ),
+    _case(
+        "missing_question_nested",
+        "n.json",
+        _qas({"id": "q0", "answers": []}),
+        f"{QAS}[0] (id 'q0'): field 'question': missing (record has keys ['id', 'answers'])",
     ),
     _case(
         "missing_id",
