@@ -540,12 +540,12 @@ class Measurement:
         shutil.rmtree(out, ignore_errors=True)  # the model it saved: GBs over a sitting
 
     def run_minilm(self, flags: list[str]) -> None:
-        estimate = self.estimate_s[minilm_kind(flags)]
-        if not self.room_for(MINILM, "ours", flags, estimate, 0):
+        kind = minilm_kind(flags)
+        if not self.room_for(MINILM, "ours", flags, self.estimate_s[kind], 0):
             return
         out = self.fresh_output(MINILM)
         argv = [*minilm_args(self.sitting, self.inputs, out), *flags]
-        timeout = min(self.budget_s - self.elapsed(), self.limit_s(minilm_kind(flags)))
+        timeout = min(self.budget_s - self.elapsed(), self.limit_s(kind))
         done = self.run_child(MINILM, REPO / "run_qa.py", argv, timeout)
         record = done.record(MINILM, "ours", flags, self.sitting.warmup_steps)
         summary = out / "run_summary.json"

@@ -148,8 +148,9 @@ class QATrainingArguments(TrainingArguments):
         f"run of at least {COMPILE_PAYS_FROM_BATCHES} batches in one process on a GPU of compute capability "
         "9.x in bf16 (where it was measured) under --speed_defaults, "
         "over --pad_to_buckets' shapes with CUDA graphs (1.39x over 2 epochs on one H200, ~130 s of compile "
-        "first, won back over ~4,000 batches); off on a CPU, with several processes, without --do_train, "
-        "for fewer batches, with --pad_to_buckets off or --pad_to_max_length.",
+        "first, won back over ~4,000 batches); off on a CPU, with several processes, with gradient "
+        "accumulation, without --do_train, for fewer batches, with --pad_to_buckets off or "
+        "--pad_to_max_length.",
         # as HfArgumentParser takes a bool flag: --torch_compile alone is true; not given stays None (auto)
         nargs="?",
         const=True,

@@ -71,16 +71,17 @@ def from_disk_or_hub(kind: Literal["model", "dataset"], name: str, cache_dir: st
     try:
         yield
     except (OSError, ConnectionError, ValueError) as err:
-        # the user's file or folder, not what it should be (no config.json, no data files): the loaders' own
-        # complaints carry no errno, where a failing disk, a full cache or a permission does (left as it is)
-        if os.path.exists(name) and (isinstance(err, ValueError) or err.errno is None):
+        if os.path.exists(name):
+            # a failing disk, a full cache or a permission carries an errno: not the user's input, left as is
+            if isinstance(err, OSError) and err.errno is not None:
+                raise
+            # the loaders' own complaints: the user's file or folder is not what it should be (no config.json,
+            # no data files)
             text = " ".join(str(err).split())
             raise UsageError(
                 f"{kind} '{name}' (a local path) cannot be loaded: {type(err).__name__}: "
                 f"{text[:300]}{'...' if len(text) > 300 else ''}"
             ) from err
-        if os.path.exists(name):
-            raise
         if name.startswith("~"):  # a path the shell did not expand (--flag=~/x): nothing here expands it
             raise UsageError(
                 f"{kind} '{name}': a leading ~ is not expanded here; give $HOME/... or the full path"

@@ -508,7 +508,8 @@ def graphs_ahead(flags: FlagValues, compiling: bool, device: str, world_size: in
     if not compiling or flags["pad_to_max_length"]:
         return False
     backend = flags["torch_compile_backend"] or "inductor"
-    mode, accumulation = flags["torch_compile_mode"], flags["gradient_accumulation_steps"]
+    mode = flags["torch_compile_mode"]
+    accumulation = flags["gradient_accumulation_steps"]
     graphs, _ = _cuda_graphs(mode, backend, device, world_size, DEFAULT_BUCKETS + 1, accumulation)
     return graphs
 
