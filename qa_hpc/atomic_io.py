@@ -1,6 +1,6 @@
 """Write result files so that a crash never leaves a truncated one behind: a temp file beside the target,
 flushed and renamed over it. A writer killed mid-write cannot remove its temp file `.NAME.HOST-PID.*.tmp`;
-the next write of that file removes those of dead writers.
+the next write of that file removes those of dead writers. And read a JSON object back.
 """
 
 from __future__ import annotations
@@ -77,3 +77,13 @@ def json_text(obj: Any, indent: int | None = 2, sort_keys: bool = False) -> str:
 def write_json_atomic(path: str | os.PathLike, obj: Any, sort_keys: bool = False) -> None:
     """Serialize first (a non-serializable value fails before any file is touched), then write atomically."""
     write_text_atomic(path, json_text(obj, indent=4, sort_keys=sort_keys))
+
+
+def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """The JSON object in `path`, as written; OSError when it cannot be read (FileNotFoundError: missing),
+    ValueError when it is cut off mid-write or not an object (json reads the NaN that records may hold)."""
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")
+    return data

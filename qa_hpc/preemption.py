@@ -17,7 +17,7 @@ from pathlib import Path
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from qa_hpc.atomic_io import readable_as_umask_allows, write_json_atomic
+from qa_hpc.atomic_io import read_json_object, readable_as_umask_allows, write_json_atomic
 from qa_hpc.dist import any_rank
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 from qa_hpc.record import (
@@ -108,18 +108,20 @@ def checkpoint_state(checkpoint: str) -> TrainerState:
     return TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_FILE))
 
 
-def last_complete_checkpoint(output_dir: str) -> str | None:
+def last_complete_checkpoint(output_dir: str, name_incomplete: bool = True) -> str | None:
     """The newest checkpoint-N in output_dir with a readable trainer_state.json (the Trainer writes it last),
-    naming those without: a job killed while saving leaves one (transformers' get_last_checkpoint would
-    resume from it)."""
+    naming those without unless told not to: a job killed while saving leaves one (transformers'
+    get_last_checkpoint would resume from it)."""
     for path in reversed(checkpoints_oldest_first(output_dir)):
         try:
             checkpoint_state(path)
             return path
         except (OSError, ValueError):
-            logger.warning(
-                "INCOMPLETE_CHECKPOINT path=%s (no readable trainer_state.json); not resuming from it", path
-            )
+            if name_incomplete:
+                logger.warning(
+                    "INCOMPLETE_CHECKPOINT path=%s (no readable trainer_state.json); not resuming from it",
+                    path,
+                )
     return None
 
 
@@ -138,10 +140,11 @@ def replaces_output_dir(output_dir: str, overwrite_output_dir: bool) -> bool:
     if not overwrite_output_dir or not job or restarts in ("", "0"):
         return overwrite_output_dir
     try:
-        marked_by = RunRecord.read_json(os.path.join(output_dir, LAUNCH_MARK)).get("slurm_job_id")
+        marked_by = read_json_object(os.path.join(output_dir, LAUNCH_MARK)).get("slurm_job_id")
     except (OSError, ValueError):
         return True
-    if marked_by != job or last_complete_checkpoint(output_dir) is None:
+    # quiet: checkpoint_to_resume looks again, and names an incomplete checkpoint once
+    if marked_by != job or last_complete_checkpoint(output_dir, name_incomplete=False) is None:
         return True
     logger.info(
         "OVERWRITE skipped: job %s restart %s is a requeue of the job whose first launch replaced the "

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from qa_hpc.atomic_io import write_json_atomic, write_text_atomic
+from qa_hpc.atomic_io import read_json_object, write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:  # torch and the Trainer are heavy to import; the tools that read records need none of them
     from transformers import Trainer
@@ -347,20 +347,10 @@ class RunRecord:
             timestamp=data.get("timestamp"),
         )
 
-    @staticmethod
-    def read_json(path: str | Path) -> dict[str, Any]:
-        """The JSON object in `path`, as written; OSError when it cannot be read (FileNotFoundError:
-        missing), ValueError when it is cut off mid-write or not an object (json reads the NaN that records
-        may hold)."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError(f"a JSON {type(data).__name__}, not an object")
-        return data
-
     @classmethod
     def read(cls, path: str | Path) -> RunRecord:
-        """The record in `path`; raises as read_json."""
-        return cls.from_json(cls.read_json(path))
+        """The record in `path`; raises as read_json_object."""
+        return cls.from_json(read_json_object(path))
 
     @classmethod
     def load(cls, path: str | Path) -> RunRecord | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from qa_hpc.atomic_io import write_text_atomic
+from qa_hpc.atomic_io import read_json_object, write_text_atomic
 from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
 from qa_hpc.record import SUMMARY_FILE, TRAINER_STATE_FILE, Memory, Params, RunRecord
 from qa_hpc.tools.collect_results import (
@@ -294,7 +294,7 @@ def problem(raw: str) -> str | None:
         why = f", only {', '.join(found)} (an older layout" if found else " (not a run's output dir"
         return f"{raw}: no {SUMMARY_FILE}{why}, or a run killed before its end)"
     try:
-        record = RunRecord.read_json(path / SUMMARY_FILE)
+        record = read_json_object(path / SUMMARY_FILE)
     except (OSError, ValueError) as err:
         return f"{raw}: {SUMMARY_FILE} cannot be read: {err}"
     missing = [key for key in NEEDED if key not in record]

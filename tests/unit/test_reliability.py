@@ -30,7 +30,13 @@ from qa_hpc.errors import (
     write_failure,
 )
 from qa_hpc.flags import decide_and_build, read_flags
-from qa_hpc.preemption import LAUNCH_MARK, StopRequest, checkpoint_to_resume, last_complete_checkpoint
+from qa_hpc.preemption import (
+    LAUNCH_MARK,
+    StopRequest,
+    checkpoint_to_resume,
+    last_complete_checkpoint,
+    replaces_output_dir,
+)
 
 
 def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(
@@ -81,6 +87,24 @@ def test_resume_skips_an_incompletely_written_checkpoint(
     with caplog.at_level("WARNING"):
         assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-6")
     assert f"INCOMPLETE_CHECKPOINT path={tmp_path / 'checkpoint-8'}" in caplog.text
+
+
+def test_a_requeue_with_overwrite_names_an_incomplete_checkpoint_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The requeue of a job killed while saving: whether it replaces the folder and what it resumes are two
+    looks at its checkpoints, and the log names the one cut short once."""
+    (tmp_path / "checkpoint-8").mkdir()
+    (tmp_path / "checkpoint-8" / "trainer_state.json").write_text('{"global_step": 8}')
+    (tmp_path / "checkpoint-9").mkdir()  # killed before anything was written
+    (tmp_path / LAUNCH_MARK).write_text(json.dumps({"slurm_job_id": "7"}))
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", do_train=True)
+    with caplog.at_level("WARNING"):
+        replaces = replaces_output_dir(str(tmp_path), overwrite_output_dir=True)
+        assert checkpoint_to_resume(args, replaces) == str(tmp_path / "checkpoint-8")
+    assert caplog.text.count("INCOMPLETE_CHECKPOINT") == 1
 
 
 def test_resume_takes_the_highest_step_not_the_last_name(tmp_path: Path) -> None:
