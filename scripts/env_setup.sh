@@ -144,7 +144,16 @@ qa_run_preemptible() {
 	local ranks=""
 	[ -z "$QA_RANK_CODES" ] || ranks=" (ranks: $QA_RANK_CODES; the launcher exited $launcher_rc)"
 	qa_log "EXIT_CODE=$rc${QA_SIGNALLED:+ (after SIG$QA_SIGNALLED)}$ranks"
-	if [ "$rc" = "$EXIT_PREEMPTED" ] || { [ -n "$QA_SIGNALLED" ] && [ "$rc" != 0 ] && [ "$_QA_HOW" != local ]; }; then
+	# the training process itself killed by the signal passed on to it (128 + its number) had not installed
+	# its handler yet: it was still starting, and saved nothing, but the job's time is up all the same
+	local killed_by_it="" killed_status=""
+	[ -z "$QA_SIGNALLED" ] || killed_status=$(( 128 + $(kill -l "$QA_SIGNALLED") ))
+	if [ "$_QA_HOW" = local ] && [ "$rc" = "$killed_status" ]; then
+		killed_by_it=1
+		qa_log "PREEMPTED: SIG$QA_SIGNALLED came while the run was starting, before it could save anything"
+	fi
+	if [ "$rc" = "$EXIT_PREEMPTED" ] || [ -n "$killed_by_it" ] \
+		|| { [ -n "$QA_SIGNALLED" ] && [ "$rc" != 0 ] && [ "$_QA_HOW" != local ]; }; then
 		qa_requeue && { QA_REQUEUED=1; return 0; }
 		return "$EXIT_PREEMPTED"
 	fi
@@ -189,7 +198,7 @@ _qa_forward() {
 qa_requeue() {
 	local max=${QA_MAX_REQUEUES:-20}
 	if [ -z "${SLURM_JOB_ID:-}" ]; then
-		qa_log "PREEMPTED: checkpoint saved; not under SLURM, so run the same command again to resume"
+		qa_log "PREEMPTED: not under SLURM, so run the same command again to resume"
 		return 1
 	fi
 	if [ "${SLURM_RESTART_COUNT:-0}" -ge "$max" ]; then

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -476,6 +477,33 @@ def test_a_bad_process_count_is_one_error_line(procs: str, tiny_bert: Path, tmp_
     env = demo_job_env(tiny_bert, tmp_path, QA_CPU_PROCS_PER_NODE=procs)
     log = ok(run(["bash", REPO / "job_ddp.sh"], env=env), 2)
     assert f"ERROR: QA_NPROC_PER_NODE/QA_CPU_PROCS_PER_NODE={procs}: give a number of processes" in log
+
+
+def test_a_signal_while_the_run_starts_still_counts_as_preempted(tmp_path: Path):
+    """SIGTERM that reaches the training process before run_qa.py installed its handler (imports take
+    seconds) kills it: 143. The job counts it as preempted, as the scheduler meant it (75, requeued under
+    Slurm), not as a failure that ends the job."""
+    started = tmp_path / "started"
+    child = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
+    script = (
+        f'source {REPO}/scripts/env_setup.sh && qa_run_preemptible local {PYTHON} -c "{child}"; echo RC=$?'
+    )
+    shell = subprocess.Popen(
+        ["bash", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=offline_env(SLURM_JOB_ID=None),
+    )
+    deadline = time.monotonic() + 60
+    while not started.exists() and shell.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shell.send_signal(signal.SIGTERM)
+    log = shell.communicate(timeout=60)[0]
+    assert "EXIT_CODE=143 (after SIGTERM)" in log, log
+    assert "PREEMPTED: SIGTERM came while the run was starting, before it could save anything" in log, log
+    assert "PREEMPTED: not under SLURM, so run the same command again to resume" in log, log
+    assert log.splitlines()[-1] == "RC=75", log
 
 
 @pytest.mark.parametrize(
