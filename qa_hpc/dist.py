@@ -52,13 +52,13 @@ def process_start_time() -> float:
     return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - started_after_boot)
 
 
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """True on every rank when it is on any rank (one all_reduce; no device sync in one process)."""
+def max_over_ranks(value: int, device: torch.device) -> int:
+    """The largest rank's `value`, on every rank (one all_reduce; no device sync in one process)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return flag
-    box = torch.tensor([int(flag)], dtype=torch.int64, device=device)
+        return value
+    box = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(box, op=dist.ReduceOp.MAX)
-    return bool(box.item())
+    return int(box.item())
 
 
 @contextmanager

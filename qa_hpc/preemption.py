@@ -18,7 +18,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from qa_hpc.atomic_io import read_json_object, readable_as_umask_allows, write_json_atomic
-from qa_hpc.dist import any_rank
+from qa_hpc.dist import max_over_ranks
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 from qa_hpc.record import (
     MEMORY_FILE,
@@ -78,7 +78,14 @@ class PreemptionCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
     ) -> TrainerControl:
         # not a voting step: no collective, no host-device sync
-        if state.global_step % self.vote_every == 0 and any_rank(self.request.requested, args.device):
+        if state.global_step % self.vote_every != 0:
+            return control
+        # the signal's number, so that a rank it did not reach (signals reach the ranks one after another)
+        # names it too: rank 0 logs and records the stop
+        signum = max_over_ranks(self.request.signum or 0, args.device)
+        if signum:
+            if not self.request.requested:
+                self.request.signum = signum
             control.should_save = control.should_training_stop = True
             self.stopped_at_step = state.global_step
             logger.warning(
