@@ -188,9 +188,10 @@ def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: boo
 
 
 # what a launch leaves in --output_dir before its first checkpoint: its record, memory report, TensorBoard
-# events and profiler traces (the defaults' folders). A launch that failed or was killed there is started
-# again by the same or the corrected command, not refused for them.
-LAUNCH_FILES = frozenset({SUMMARY_FILE, MEMORY_FILE, "runs", "profiler"})
+# events and profiler traces (the defaults' folders), and the marker a demo job writes at its end
+# (scripts/env_setup.sh qa_report). A launch that failed or was killed there is started again by the same or
+# the corrected command, not refused for them.
+LAUNCH_FILES = frozenset({SUMMARY_FILE, MEMORY_FILE, "runs", "profiler", "OFFLINE_DEMO.txt"})
 
 
 def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:

@@ -131,14 +131,15 @@ def test_a_resumed_launch_counts_the_epochs_it_trained_as_the_trainer_does() -> 
 
 def test_what_an_output_dir_holds_decides_resume_start_or_refusal(tmp_path: Path) -> None:
     """A launch that failed or was killed before its first checkpoint (its record, memory report,
-    TensorBoard events, profiler traces) is started again by the corrected command; a --resume_from_checkpoint
-    that is no checkpoint stops before anything loads; an evaluation-only run does not replace a training
-    run's record."""
+    TensorBoard events, profiler traces, a demo job's marker) is started again by the corrected command; a
+    --resume_from_checkpoint that is no checkpoint stops before anything loads; an evaluation-only run does
+    not replace a training run's record."""
     out = tmp_path / "out"
     out.mkdir()
     for name in ("runs", "profiler"):
         (out / name).mkdir()
     (out / "memory.json").write_text("{}")
+    (out / "OFFLINE_DEMO.txt").write_text("OFFLINE DEMO")  # a demo job's marker, written at its end
     (out / "run_summary.json").write_text(json.dumps({"status": "failed", "exit_code": 3, "results": {}}))
 
     def args(**kwargs: object) -> TrainingArguments:
