@@ -334,7 +334,8 @@ def train(run: Run, stop: StopRequest) -> bool:
             run.plan.precision,
             run.plan.tf32,
         )
-        run.results.update(metrics, **efficiency)
+        # the record's: a resumed launch's train_runtime is its own alone, and the run tables say so
+        run.results.update(metrics, **efficiency, train_resumed_from_step=resumed_step)
         save_results(trainer, "train", metrics)
         save_trainer_state(trainer)
     return True

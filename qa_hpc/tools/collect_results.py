@@ -57,6 +57,7 @@ COLUMNS = {
     "precision": "string",
     "wall_clock_seconds": "float64",
     "train_runtime": "float64",
+    "resumed_from_step": "Int64",
     "train_samples_per_second": "float64",
     "train_tokens_per_second": "float64",
     "train_mfu": "float64",
@@ -179,6 +180,7 @@ def run_row(out_dir: Path) -> dict[str, Any]:
         "precision": first_recorded(effective.precision, plan.precision),
         "wall_clock_seconds": shown.wall_clock_seconds,
         "train_runtime": results.train_runtime,
+        "resumed_from_step": results.train_resumed_from_step,
         "train_samples_per_second": results.train_samples_per_second,
         "train_tokens_per_second": results.train_tokens_per_second,
         "train_mfu": results.train_mfu,
@@ -218,10 +220,21 @@ def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
     return table, [f"not found: {p}" for p in missing]
 
 
+def compared(table: pd.DataFrame, metric: str) -> pd.Series:
+    """The rows a speedup on `metric` compares: those that ended ok with the figure, and for a time, only runs
+    whose last launch trained every step (a resumed launch's times cover its own steps alone; its rates
+    count the steps it trained)."""
+    rows = table["status"].eq(Status.OK) & table[metric].gt(0)
+    if SPEEDUP_ON[metric] == "time":
+        rows &= table["resumed_from_step"].fillna(0).eq(0)
+    return rows
+
+
 def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tuple[int | None, str | None]:
-    """The index of the baseline row (named, or the first ok row with the figure), or an error message."""
+    """The index of the baseline row (named, or the first row compared on the figure), or an error
+    message."""
     if not baseline:
-        usable = table.index[table["status"].eq(Status.OK) & table[metric].gt(0)]
+        usable = table.index[compared(table, metric)]
         return (int(usable[0]) if len(usable) else None), None
     names = table[["run", "job_name", "job_id"]].astype("string")
     names["dir"] = table["output_dir"].map(lambda d: Path(d).name, na_action="ignore")
@@ -234,10 +247,16 @@ def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tup
 
 
 def usable_baseline(table: pd.DataFrame, base: int, named: str, metric: str) -> tuple[int | None, str | None]:
-    """base, or why the runs cannot be compared with it: it must have ended ok, with the figure."""
+    """base, or why the runs cannot be compared with it: it must have ended ok, with the figure, and for a
+    time, not have resumed."""
     row = table.loc[base]
-    if row["status"] == Status.OK and row[metric] > 0:
+    if compared(table, metric).at[base]:
         return base, None
+    if row["status"] == Status.OK and row[metric] > 0:
+        return None, (
+            f"{named} is {row['run']}, whose last launch resumed from step {row['resumed_from_step']}: its "
+            f"{metric} covers that launch alone; name a run that trained every step with --baseline"
+        )
     without = "" if row[metric] > 0 else f" without a {metric}"
     return None, (
         f"{named} is {row['run']}, which ended {row['status']}{without}: the runs are compared with one that "
@@ -246,8 +265,8 @@ def usable_baseline(table: pd.DataFrame, base: int, named: str, metric: str) -> 
 
 
 def add_speedup(table: pd.DataFrame, base: int | None, metric: str) -> pd.DataFrame:
-    """A speedup column: baseline/run for times, run/baseline for rates; only runs that ended ok get one."""
-    values = table[metric].where(table["status"].eq(Status.OK) & table[metric].gt(0))
+    """A speedup column: baseline/run for times, run/baseline for rates; only the rows compared get one."""
+    values = table[metric].where(compared(table, metric))
     reference = float("nan") if base is None else table.at[base, metric]
     return table.assign(speedup=reference / values if SPEEDUP_ON[metric] == "time" else values / reference)
 
@@ -263,6 +282,11 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
         return f"{value:.2f}" if abs(value) < 1000 else f"{value:,.0f}"
 
     reason = t["reason"].where(t["reason"].str.len() <= 100, t["reason"].str[:97] + "...")  # whole: csv/json
+    resumed = table["resumed_from_step"].fillna(0).gt(0)
+    status = t["status"].where(
+        t["status"].eq(Status.OK), t["status"].str.upper() + (": " + reason).fillna("")
+    )
+    status = status.where(~resumed, status + ", resumed from step " + t["resumed_from_step"].astype("string"))
     cells = (
         pd.DataFrame(
             {
@@ -287,9 +311,7 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
                 + t["peak_memory_source"].astype("string")
                 + ")",
                 "speedup": fixed("speedup", "{:.2f}×"),
-                "status": t["status"].where(
-                    t["status"].eq(Status.OK), t["status"].str.upper() + (": " + reason).fillna("")
-                ),
+                "status": status,
             }
         )
         .astype("string")
@@ -302,6 +324,11 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
             notes.append(f"speedup: {metric} of {name} / each run's")
         else:
             notes.append(f"speedup: each run's {metric} / {name}'s")
+        if SPEEDUP_ON[metric] == "time" and resumed.any():
+            notes.append(
+                f"a resumed run's {metric} is its last launch's alone: no speedup; "
+                "--speedup_on train_samples_per_second compares it"
+            )
     return "\n".join(
         [
             md_table(cells),

@@ -211,13 +211,15 @@ def section(title: str, rows: list[tuple[str, Any]]) -> list[str]:
 def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
     """One run: how it ended, its records' tables, its training curves and its profile."""
     restarts = run["record"].environment.slurm_restart_count
+    resumed = run["resumed_from_step"]  # the record's last launch resumed from that step (0: trained all)
     ended = f" ({run['reason']})" if pd.notna(run["reason"]) else ""  # failed: the error; preempted: where
     lines = [
         f"## {run['run']}",
         "",
         f"`{shown(run['output_dir'])}`: **{run['status']}**{ended}, exit code "
         f"{number(run['exit_code'])}, wall clock {number(run['wall_clock_seconds'])} s"
-        + (f", requeued {restarts} time(s)" if restarts else ""),
+        + (f", requeued {restarts} time(s)" if restarts else "")
+        + (f", its last launch resumed from step {resumed}" if pd.notna(resumed) and resumed > 0 else ""),
         "",
     ]
     for title, rows in sections(run).items():
@@ -273,9 +275,10 @@ def comparison(table: pd.DataFrame, base: int, out: Path) -> list[str]:
         *warning,
         md_table(cells.astype(object).map(number)),
         "",
-        f"Baseline {table.at[base, 'run']}. speedup = its train time / the run's; efficiency = speedup / "
-        "(the run's devices / the baseline's); train samples/s over all ranks; peak memory as in each run's "
-        "Memory table.",
+        f"Baseline {table.at[base, 'run']}. speedup = its train time / the run's (none for a run whose last "
+        "launch resumed: its train time is that launch's alone; compare its train samples/s); efficiency = "
+        "speedup / (the run's devices / the baseline's); train samples/s over all ranks; peak memory as in "
+        "each run's Memory table.",
         "",
         *(f"![{name}]({name})" for name in pngs),
         "",

@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import NamedTuple
 
+import pandas as pd
 import pytest
 from fixtures.ahead import started_ahead
 from fixtures.outputs import temp_files
@@ -84,6 +85,43 @@ def test_sigterm_checkpoints_exits_75_and_resumes_exactly(
     uninterrupted = read(plain.out / "eval_results.json")
     for key in ("eval_exact_match", "eval_f1", "eval_examples", "eval_samples"):
         assert resumed[key] == pytest.approx(uninterrupted[key])
+    assert_resumed_runs_get_no_speedup_on_a_time(plain.out, out, step, tmp_path)
+
+
+def assert_resumed_runs_get_no_speedup_on_a_time(whole: Path, resumed: Path, step: int, tmp: Path) -> None:
+    """The record says where the last launch resumed, and the run tables compare its rates, not its time:
+    its train_runtime is that launch's alone, so a speedup on it would flatter the run."""
+    from qa_hpc.tools import collect_results, report
+
+    assert read(resumed / "run_summary.json")["results"]["train_resumed_from_step"] == step
+    assert read(whole / "run_summary.json")["results"]["train_resumed_from_step"] == 0
+    table, _ = collect_results.read_runs([str(whole), str(resumed)])
+    rows = {Path(d).name: i for i, d in enumerate(table["output_dir"])}
+    base = collect_results.pick_baseline(table, None, "train_runtime")[0]
+    assert base == rows[whole.name]
+    on_time = collect_results.add_speedup(table, base, "train_runtime")
+    assert pd.isna(on_time.at[rows[resumed.name], "speedup"])
+    md = collect_results.to_markdown(on_time, base, "train_runtime")
+    assert (
+        f"| ok, resumed from step {step} |" in md
+        and "a resumed run's train_runtime is its last launch's" in md
+    )
+    on_rate = collect_results.add_speedup(table, base, "train_samples_per_second")
+    assert on_rate.at[rows[resumed.name], "speedup"] > 0
+    named = collect_results.pick_baseline(table, resumed.name, "train_runtime")
+    assert (
+        named[0] is None
+        and f"resumed from step {step}: its train_runtime covers that launch alone" in named[1]
+    )
+    assert report.main([str(whole), str(resumed), "--out", str(tmp / "report")]) == 0
+    md = (tmp / "report" / "report.md").read_text(encoding="utf-8")
+    assert f"its last launch resumed from step {step}" in md
+    label = table.at[rows[resumed.name], "run"]
+    header, _, *lines = md[md.index("## Comparison") :].splitlines()[2:]
+    compared = next(line for line in lines if line.startswith(f"| {label} |"))
+    cells = dict(zip(header.strip("| ").split(" | "), compared.strip("| ").split(" | ")))
+    assert (cells["speedup"], cells["efficiency"]) == ("n/a", "n/a"), cells
+    assert report.main([str(resumed), str(whole), "--out", str(tmp / "report2")]) == 2
 
 
 # A writer that reaches a file-size limit mid-write: write_json_atomic itself, and the functions run_qa.py
