@@ -56,16 +56,15 @@ else
 	MASTER=127.0.0.1
 fi
 PORT=$(qa_rdzv_port)
-# each GPU worker on CPUs of its own near its GPU (needs numactl; the step's CPUs are the pool)
+# each GPU worker on CPUs of its own near its GPU (needs numactl; the step's CPUs are the pool). run_qa.py's
+# plan sees a bound worker's own CPUs beside torchrun's, and takes the smaller share for its threads and
+# loader workers (PLAN shows it)
 BINDING=${QA_NUMA_BINDING:-exclusive}
 if [ "$GPUS" -eq 0 ] || [ "$BINDING" = none ]; then
 	BINDING=none
 elif ! command -v numactl >/dev/null; then
 	qa_log "BINDING=none (no numactl on this node: install it for QA_NUMA_BINDING=$BINDING)"
 	BINDING=none
-else  # a bound worker's CPUs are already its share: pass that share as its threads (PLAN shows it)
-	share=$(( ${SLURM_CPUS_PER_TASK:-$(nproc)} / NPROC ))
-	export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( share > 0 ? share : 1 ))}
 fi
 
 qa_select_run "$JOB_NAME" "$@"

@@ -96,6 +96,9 @@ class DeviceFacts:
     driver_version: str | None = None  # the NVIDIA driver, as nvidia-smi shows it
     modules: frozenset[str] = frozenset()  # those of OPTIONAL_MODULES this Python can import
     gpu_index: int | None = None  # this rank's GPU (its local rank among the GPUs torch sees)
+    # the CPUs of the launcher that started this process (torchrun's agent; None: started by no launcher),
+    # which a launcher that binds each process to CPUs of its own (torchrun --numa-binding) shares out
+    launcher_cpus: int | None = None
 
     def machine_line(self) -> str:
         """The one MACHINE line bench scripts keep with every result (spaces in names as _)."""
@@ -182,11 +185,12 @@ def _nvidia_driver() -> str | None:
         return None
 
 
-def _usable_cpus(env: Mapping[str, str]) -> int:
-    """The CPUs this process may run on: its affinity mask, capped by SLURM_CPUS_PER_TASK (Slurm with
-    task/none leaves the mask at the whole node, and the allocation is then only in that variable)."""
+def _usable_cpus(env: Mapping[str, str], pid: int = 0) -> int:
+    """The CPUs process `pid` (0: this one) may run on: its affinity mask, capped by SLURM_CPUS_PER_TASK
+    (Slurm with task/none leaves the mask at the whole node, and the allocation is then only in that
+    variable). OSError where the process cannot be asked."""
     if hasattr(os, "sched_getaffinity"):
-        cpus = len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(pid))
     else:
         cpus = os.cpu_count() or 1
     slurm_cpus = env.get("SLURM_CPUS_PER_TASK", "").strip()
@@ -204,6 +208,17 @@ def _gpus_requested(env: Mapping[str, str]) -> str | None:
             continue
         asked.append(f"{name}={value}")
     return ", ".join(asked) or None
+
+
+def _launcher_cpus(env: Mapping[str, str], launcher: str) -> int | None:
+    """The CPUs of the launcher that started this process (its parent: torchrun's agent, accelerate's
+    launcher); None without one, or where it cannot be asked (it has exited)."""
+    if launcher == "python":
+        return None
+    try:
+        return _usable_cpus(env, os.getppid())
+    except OSError:
+        return None
 
 
 def _launcher(env: Mapping[str, str]) -> str:
@@ -226,15 +241,17 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
     omp = env.get("OMP_NUM_THREADS", "").strip()
     mixed = env.get("ACCELERATE_MIXED_PRECISION")
     cudnn = torch.backends.cudnn.version() if cuda and torch.backends.cudnn.is_available() else None
+    launcher = _launcher(env)
     return DeviceFacts(
         cuda_available=cuda,
         gpu_count=count,
         capability=tuple(torch.cuda.get_device_capability(index)) if index is not None else None,
         gpu_name=torch.cuda.get_device_name(index) if index is not None else None,
         cpus=_usable_cpus(env),
+        launcher_cpus=_launcher_cpus(env, launcher),
         world_size=launch.world_size,
         local_world_size=launch.local_world_size,
-        launcher=_launcher(env),
+        launcher=launcher,
         omp_num_threads=int(omp) if omp.isdigit() else None,
         accelerate_mixed_precision=mixed.strip().lower() if mixed else None,
         gpus_requested=_gpus_requested(env),

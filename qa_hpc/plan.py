@@ -273,8 +273,20 @@ def decide(flags: FlagValues, facts: DeviceFacts, train_batches: int | None = No
 
 
 def _cpu_share(facts: DeviceFacts) -> int:
-    """The CPUs of this node that are this process's: its CPUs over the processes on the node."""
-    return max(1, facts.cpus // max(1, facts.local_world_size))
+    """The CPUs of this node that are this process's: its launcher's CPUs over the processes on the node, and
+    no more than the CPUs it may run on (a launcher that binds each process to CPUs of its own, torchrun
+    --numa-binding, has already shared them out: they are not divided again)."""
+    node = facts.launcher_cpus or facts.cpus
+    return max(1, min(facts.cpus, node // max(1, facts.local_world_size)))
+
+
+def _cpu_share_reason(facts: DeviceFacts) -> str:
+    """How _cpu_share came about, for the PLAN line."""
+    node = facts.launcher_cpus or facts.cpus
+    shared = f"{node} CPUs / {facts.local_world_size} process(es) on this node"
+    if facts.cpus < node // max(1, facts.local_world_size):
+        return f"{shared}, at most the {facts.cpus} this process is bound to"
+    return shared
 
 
 def decide_workers(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[int, str]:
@@ -330,10 +342,9 @@ def decide_threads(flags: FlagValues, facts: DeviceFacts, workers: int) -> tuple
     # torchrun and accelerate launch export OMP_NUM_THREADS=1 when it was unset: a launcher's 1 is no choice
     if omp and not (omp == 1 and facts.launcher != "python"):
         return omp, "OMP_NUM_THREADS"
-    own_share = f"{facts.cpus} CPUs / {facts.local_world_size} process(es) on this node"  # less its workers
     return (
         max(1, _cpu_share(facts) - workers),
-        own_share + (f" - {workers} dataloader workers" if workers else ""),
+        _cpu_share_reason(facts) + (f" - {workers} dataloader workers" if workers else ""),
     )
 
 

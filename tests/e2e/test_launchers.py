@@ -703,13 +703,36 @@ def test_levers_reach_the_training_process(
     assert {k: child_env(log)[k] for k in child} == child
 
 
+def test_a_worker_bound_to_cpus_of_its_own_is_seen_as_bound(tmp_path: Path):
+    """torchrun --numa-binding starts each worker under `numactl --physcpubind=...`, as --no-python taskset
+    here: the worker's facts hold its own CPUs and its launcher's, which the plan shares out
+    (tests/unit/test_plan.py); a worker torchrun did not bind has its launcher's CPUs."""
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) < 2:
+        pytest.skip(f"needs 2 CPUs to bind a worker to fewer than its launcher's (this process has {mine})")
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from qa_hpc.device import read_device_facts\n"
+        "f = read_device_facts()\n"
+        "print(f'FACTS cpus={f.cpus} launcher_cpus={f.launcher_cpus} launcher={f.launcher}')\n"
+    )
+    launch = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port"]
+    env = offline_env(SLURM_CPUS_PER_TASK=None)
+    bound = ok(
+        run([*launch, str(free_port()), "--no-python", "taskset", "-c", str(mine[0]), PYTHON, probe], env=env)
+    )
+    assert f"FACTS cpus=1 launcher_cpus={len(mine)} launcher=torchrun" in bound, bound
+    unbound = ok(run([*launch, str(free_port()), str(probe)], env=env))
+    assert f"FACTS cpus={len(mine)} launcher_cpus={len(mine)} launcher=torchrun" in unbound, unbound
+
+
 @pytest.mark.parametrize(
-    "binding, cpus, numactl, torchrun_has, threads, says",
+    "binding, cpus, numactl, torchrun_has, says",
     [
-        ("exclusive", "32", True, "--numa-binding=exclusive", "8", "numa_binding=exclusive "),  # the default
-        ("exclusive", "2", True, "--numa-binding=exclusive", "1", "numa_binding=exclusive "),  # < 1 CPU each
-        ("none", "32", True, "", "<unset>", "numa_binding=none "),
-        ("exclusive", "32", False, "", "<unset>", "BINDING=none (no numactl on this node: install it for"),
+        ("exclusive", "32", True, "--numa-binding=exclusive", "numa_binding=exclusive "),  # the default
+        ("exclusive", "2", True, "--numa-binding=exclusive", "numa_binding=exclusive "),  # < 1 CPU each
+        ("none", "32", True, "", "numa_binding=none "),
+        ("exclusive", "32", False, "", "BINDING=none (no numactl on this node: install it for"),
     ],
     ids=["exclusive", "fewer-cpus-than-gpus", "none", "no-numactl"],
 )
@@ -718,15 +741,15 @@ def test_ddp_job_binds_each_gpu_worker_near_its_gpu(
     cpus: str,
     numactl: bool,
     torchrun_has: str,
-    threads: str,
     says: str,
     tiny_bert: Path,
     tmp_path: Path,
     demo_data: Path,
 ):
     """A made-up node, 4 GPUs and 32 CPUs for the task: each worker an exclusive share of the CPUs of its
-    GPU's NUMA node, and that share as its threads (run_qa.py's plan takes OMP_NUM_THREADS), at least 1;
-    QA_NUMA_BINDING=none, or a node without numactl (which says so): neither."""
+    GPU's NUMA node; QA_NUMA_BINDING=none, or a node without numactl (which says so): none. The job sets no
+    threads: run_qa.py's plan shares out a bound worker's own CPUs (OMP_NUM_THREADS set here would count
+    its loader workers twice)."""
     log = levers_job(
         tiny_bert,
         tmp_path,
@@ -742,4 +765,4 @@ def test_ddp_job_binds_each_gpu_worker_near_its_gpu(
         torchrun and "--nproc_per_node=4 " in torchrun.group(1) and "--ddp_backend nccl" in torchrun.group(1)
     )
     assert ("--numa-binding" in torchrun.group(1)) == bool(torchrun_has) and torchrun_has in torchrun.group(1)
-    assert child_env(log)["OMP_NUM_THREADS"] == threads and says in log, log[-3000:]
+    assert child_env(log)["OMP_NUM_THREADS"] == "<unset>" and says in log, log[-3000:]

@@ -71,6 +71,7 @@ def facts(
     device: str,
     ranks: int = 1,
     cpus: int = 32,
+    launcher_cpus: int | None = None,
     omp: int | None = None,
     accelerate: str | None = None,
     launcher: str | None = None,
@@ -89,6 +90,7 @@ def facts(
         capability=GPUS[device],
         gpu_name=f"NVIDIA {device}" if cuda else None,
         cpus=cpus,
+        launcher_cpus=launcher_cpus,
         world_size=ranks,
         local_world_size=ranks,
         launcher=launcher or ("accelerate" if accelerate else "torchrun" if ranks > 1 else "python"),
@@ -249,6 +251,28 @@ def test_threads_and_workers(device, cpus, ranks, omp, launcher, asked, given_wo
         ),
     )
     assert (plan.threads, plan.dataloader_num_workers) == (int(threads), int(workers))
+
+
+@pytest.mark.parametrize(
+    "cpus, launcher_cpus, threads, workers, reason",
+    [
+        (8, 32, 4, 4, "32 CPUs / 4 process(es) on this node - 4 dataloader workers"),  # exclusive: its 8
+        (16, 32, 4, 4, "32 CPUs / 4 process(es) on this node - 4 dataloader workers"),  # a NUMA node, 2 GPUs
+        (4, 32, 1, 3, "32 CPUs / 4 process(es) on this node, at most the 4 this process is bound to - 3 "),
+        (32, 32, 4, 4, "32 CPUs / 4 process(es) on this node - 4 dataloader workers"),  # not bound
+    ],
+    ids=["exclusive", "numa-node", "bound-to-fewer", "unbound"],
+)
+def test_a_process_bound_to_cpus_of_its_own_is_not_divided_again(
+    cpus, launcher_cpus, threads, workers, reason
+):
+    """torchrun --numa-binding (job_ddp.sh's default on GPU nodes) starts each of a node's 4 processes on
+    CPUs near its GPU: its mask is then its share already (or its NUMA node's, shared with another GPU's
+    process), and the node's CPUs are its launcher's. Divided by 4 again, a worker bound to 8 CPUs got 1
+    loader worker and 1 thread."""
+    plan = decide(ask(), facts("A100", ranks=4, cpus=cpus, launcher_cpus=launcher_cpus))
+    assert (plan.threads, plan.dataloader_num_workers) == (threads, workers)
+    assert f"threads={threads} ({reason}" in plan.log_line()
 
 
 @pytest.mark.parametrize(
