@@ -45,7 +45,7 @@ from qa_hpc.flags import (
     unused_flags,
 )
 from qa_hpc.metric.squad import make_score
-from qa_hpc.model import ModelShape, load_config, load_model, load_tokenizer
+from qa_hpc.model import ModelShape, check_max_seq_length, load_config, load_model, load_tokenizer
 from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import train_efficiency
 from qa_hpc.plan import FlagValues, RunPlan
@@ -181,6 +181,7 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     # model, tokenizer, data and metric found, every record checked: then write
     config = load_config(flags.model)
     tokenizer = load_tokenizer(flags.model)
+    check_max_seq_length(flags.data.max_seq_length, config, tokenizer, flags.model.model_name_or_path)
     data = build_data(flags.model, flags.data, args, tokenizer)
     trained_before = None
     if resume and trained_every_step(resume, optimizer_steps(args, len(data.train)), args.output_dir):

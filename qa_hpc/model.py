@@ -143,6 +143,28 @@ def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
+def check_max_seq_length(
+    max_seq_length: int, config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast, model: str
+) -> None:
+    """--max_seq_length within the tokens the model takes (BERT's 512): a longer window fails only at the
+    first batch that long, in evaluation perhaps, after the whole training. The config's position embeddings
+    and the tokenizer's model_max_length (RoBERTa's 514 positions hold 512 tokens), where either is set."""
+    limits = {
+        "max_position_embeddings in its config": getattr(config, "max_position_embeddings", None),
+        # a tokenizer saved without one says VERY_LARGE_INTEGER (about 1e30)
+        "model_max_length of its tokenizer": getattr(tokenizer, "model_max_length", None),
+    }
+    known = {where: n for where, n in limits.items() if isinstance(n, int) and 0 < n < 1_000_000}
+    if not known:
+        return
+    where, limit = min(known.items(), key=lambda item: item[1])
+    if max_seq_length > limit:
+        raise UsageError(
+            f"--max_seq_length {max_seq_length}: {model} takes at most {limit} tokens ({where}); give "
+            f"--max_seq_length {limit} or less (and --doc_stride below it)"
+        )
+
+
 def load_model(
     model_args: ModelArguments, config: PretrainedConfig, attn_implementation: str | None = None
 ) -> PreTrainedModel:

@@ -183,6 +183,11 @@ def test_run_qa_rejects(
             2,
         ),
         (["--do_train", "--dataset_name", "MISSING"], ["dataset 'MISSING': no such file or folder"], 2),
+        (
+            ["--max_seq_length", "600"],
+            ["--max_seq_length 600: ", "takes at most 512 tokens (max_position_embeddings in its config)"],
+            2,
+        ),
     ],
     ids=[
         "unwritable-output-dir",
@@ -197,6 +202,7 @@ def test_run_qa_rejects(
         "flash-attention-on-cpu",
         "model-folder-without-config",
         "no-such-dataset-folder",
+        "longer-than-the-model-takes",
     ],
 )
 def test_settings_that_cannot_work_are_refused_before_training(
