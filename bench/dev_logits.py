@@ -121,7 +121,7 @@ def build(args: argparse.Namespace) -> DevEval:
         records = records[: args.max_eval_samples]
     model_path = resolve_model_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    cfg = FeatureConfig(args.max_seq_length, args.doc_stride, False, args.validation_file)
+    cfg = FeatureConfig(args.max_seq_length, args.doc_stride, False)
     ds = datasets.Dataset.from_list(records)
     feats = ds.map(
         prepare_validation_features,

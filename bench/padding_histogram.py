@@ -64,7 +64,7 @@ def split_lengths(
         prepare,
         batched=True,
         remove_columns=examples.column_names,
-        fn_kwargs={"tokenizer": tokenizer, "cfg": FeatureConfig(max_seq_length, doc_stride, False, path)},
+        fn_kwargs={"tokenizer": tokenizer, "cfg": FeatureConfig(max_seq_length, doc_stride, False)},
     )
     return real_lengths(features)
 

@@ -50,7 +50,16 @@ RECORD_FEATURES = datasets.Features(
 
 
 class FeatureError(UsageError):
-    """A record cannot be turned into features (names the record and the field)."""
+    """A record that cannot be turned into features: its id, the field and why. build_data names the
+    record's place in its file: the tokenizing processes know only its id."""
+
+    def __init__(self, record_id: str, field: str, why: str) -> None:
+        super().__init__(f"record id={record_id!r}: field '{field}' {why}")
+        self.record_id, self.field, self.why = record_id, field, why
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        # raised in a --preprocessing_num_workers process, rebuilt in the main one as it was made
+        return type(self), (self.record_id, self.field, self.why)
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,6 @@ class FeatureConfig:
     max_seq_length: int = 384
     doc_stride: int = 128
     pad_to_max_length: bool = False
-    source: str = "data"  # file name or dataset name, for error messages
 
 
 def _tokenize(
@@ -76,9 +84,11 @@ def _tokenize(
         # checked here: the fast tokenizer would fail with an opaque Rust error
         if room <= cfg.doc_stride:
             raise FeatureError(
-                f"{cfg.source}: record id={qid!r}: field 'question' has {len(ids)} tokens, leaving {room} "
-                f"for the context at --max_seq_length {cfg.max_seq_length} (needs more than --doc_stride "
-                f"{cfg.doc_stride}); shorten the question, raise --max_seq_length or lower --doc_stride"
+                qid,
+                "question",
+                f"has {len(ids)} tokens, leaving {room} for the context at --max_seq_length "
+                f"{cfg.max_seq_length} (needs more than --doc_stride {cfg.doc_stride}); shorten the "
+                "question, raise --max_seq_length or lower --doc_stride",
             )
     questions = [q.lstrip() for q in examples["question"]]
     right = tokenizer.padding_side == "right"  # BERT-style: question first, context truncated
@@ -95,6 +105,23 @@ def _tokenize(
     return tokenized, tokenized.pop("overflow_to_sample_mapping"), 1 if right else 0
 
 
+def _context_ids(
+    tokenized: Any, window: int, context_index: int, examples: Mapping[str, list], example: int
+) -> list[int | None]:
+    """The sequence ids of a window, which must hold context tokens: a context of characters the tokenizer
+    drops (zero-width spaces) passes the reader's checks and leaves none, where training would fail looking
+    for the answer and evaluation would answer nothing without a word."""
+    sequence_ids = tokenized.sequence_ids(window)
+    if context_index not in sequence_ids:
+        raise FeatureError(
+            examples["id"][example],
+            "context",
+            "has no tokens once tokenized: it holds only characters the tokenizer drops (such as zero-width "
+            "spaces); give the question a context with text",
+        )
+    return sequence_ids
+
+
 def prepare_train_features(
     examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase, cfg: FeatureConfig
 ) -> dict[str, list]:
@@ -105,7 +132,7 @@ def prepare_train_features(
     for i, offsets in enumerate(tokenized.pop("offset_mapping")):
         input_ids = tokenized["input_ids"][i]
         cls_index = input_ids.index(tokenizer.cls_token_id) if tokenizer.cls_token_id in input_ids else 0
-        sequence_ids = tokenized.sequence_ids(i)
+        sequence_ids = _context_ids(tokenized, i, context_index, examples, sample_map[i])
         answers = examples["answers"][sample_map[i]]
         start, end = cls_index, cls_index  # no answer, or not wholly in this window
         if answers["answer_start"]:
@@ -140,7 +167,9 @@ def prepare_validation_features(
     tokenized["offset_mapping"] = [
         [
             o if sequence_id == context_index else None
-            for o, sequence_id in zip(offsets, tokenized.sequence_ids(i))
+            for o, sequence_id in zip(
+                offsets, _context_ids(tokenized, i, context_index, examples, sample_map[i])
+            )
         ]
         for i, offsets in enumerate(tokenized["offset_mapping"])
     ]
@@ -216,15 +245,14 @@ def build_data(
             if not loaded.scorable:  # a test file without answers: predicted, not scored
                 ds = ds.remove_columns("answers")
             examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
-            cfg = FeatureConfig(
-                data_args.max_seq_length,
-                data_args.doc_stride,
-                data_args.pad_to_max_length,
-                str(getattr(data_args, f"{split}_file") or data_args.dataset_name),
-            )
-            features[split] = _featurize(
-                examples[split], fn, tokenizer, cfg, data_args, LOG_NAMES[split], cache_dir
-            )
+            cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length)
+            try:
+                features[split] = _featurize(
+                    examples[split], fn, tokenizer, cfg, data_args, LOG_NAMES[split], cache_dir
+                )
+            except FeatureError as err:  # named where the reader names a record: file, place, id, field
+                where = loaded.seen.get(err.record_id)
+                raise loaded.fail(where, err.why, rid=err.record_id, fld=err.field) from None
     return QAData(
         features.get("train"),
         examples.get("validation"),

@@ -76,8 +76,37 @@ CASES = [
         "longq.json",
         _j([_rec(0), _rec(1, question=" ".join(["why"] * 120))]),
         "train",
-        ["longq.json", "id='q1'", "field 'question'", "--max_seq_length 128", "--doc_stride"],
+        [
+            "longq.json: [1] (id 'q1'): field 'question': has 120 tokens",
+            "--max_seq_length 128",
+            "--doc_stride",
+        ],
         id="question_too_long",
+    ),
+    # characters the tokenizer drops pass the reader's checks (they are not whitespace to Python)
+    pytest.param(
+        "zwsp.json",
+        _j(
+            [
+                _rec(0),
+                _rec(1, context="\u200b\u200b \u200b", answers={"text": ["\u200b"], "answer_start": [0]}),
+            ]
+        ),
+        "train",
+        ["zwsp.json: [1] (id 'q1'): field 'context': has no tokens once tokenized", "zero-width"],
+        id="context_without_tokens_in_train",
+    ),
+    pytest.param(
+        "zwsp_eval.json",
+        _j(
+            [
+                _rec(0),
+                _rec(1, context="\u200b\u200b \u200b", answers={"text": ["\u200b"], "answer_start": [0]}),
+            ]
+        ),
+        "validation",
+        ["zwsp_eval.json: [1] (id 'q1'): field 'context': has no tokens once tokenized"],
+        id="context_without_tokens_in_validation",
     ),
 ]
 
