@@ -130,6 +130,12 @@ class DataTrainingArguments:
             )
         if self.n_best_size < 1 or self.max_answer_length < 1:
             raise ValueError("--n_best_size and --max_answer_length must be at least 1")
+        # every 'score > nan' is false: a NaN threshold would answer every question, without a word
+        if math.isnan(self.null_score_diff_threshold):
+            raise ValueError(
+                "--null_score_diff_threshold nan: give a number (no answer where the null score exceeds the "
+                "best span's by more than it; 0 by default)"
+            )
         for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
             if (value := getattr(self, name)) is not None and value < 1:
                 raise ValueError(f"--{name} must be at least 1 (left out: every question), got {value}")

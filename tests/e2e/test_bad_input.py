@@ -212,6 +212,7 @@ def test_run_qa_rejects(
             2,
         ),
         (["--do_train", "--dataset_name", "MISSING"], ["dataset 'MISSING': no such file or folder"], 2),
+        (["--null_score_diff_threshold", "nan"], ["--null_score_diff_threshold nan: give a number"], 2),
         (
             ["--max_seq_length", "600"],
             ["--max_seq_length 600: ", "takes at most 512 tokens (max_position_embeddings in its config)"],
@@ -231,6 +232,7 @@ def test_run_qa_rejects(
         "flash-attention-on-cpu",
         "model-folder-without-config",
         "no-such-dataset-folder",
+        "nan-threshold",
         "longer-than-the-model-takes",
     ],
 )
