@@ -414,7 +414,10 @@ def save_results(trainer: Trainer, split: str, metrics: Mapping[str, Any]) -> No
     write_json_atomic(os.path.join(out, f"{split}_results.json"), dict(metrics), sort_keys=True)
     all_path = os.path.join(out, ALL_RESULTS_FILE)  # each split adds its metrics to the earlier splits'
     combined = json.loads(Path(all_path).read_text(encoding="utf-8")) if os.path.exists(all_path) else {}
-    write_json_atomic(all_path, {**combined, **metrics}, sort_keys=True)
+    # this split's figures replace its earlier ones whole: a v1 evaluation after a v2 one into the same
+    # folder would otherwise keep eval_exact, eval_HasAns_f1, ... of other questions beside its own
+    kept = {key: value for key, value in combined.items() if not key.startswith(f"{split}_")}
+    write_json_atomic(all_path, {**kept, **metrics}, sort_keys=True)
 
 
 def save_trainer_state(trainer: Trainer) -> None:

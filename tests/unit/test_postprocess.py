@@ -295,6 +295,10 @@ def test_prediction_files_hold_the_predictions(tmp_path):
         "predict_nbest_predictions.json",
         "predict_predictions.json",
     ]
+    # a v1 evaluation into the v2 run's folder: the v2 run's null odds, of other questions, are not left
+    # beside its predictions
+    write_prediction_files(QAPredictions({}, {}, None), str(tmp_path / "out"), "eval")
+    assert not (tmp_path / "out" / "eval_null_odds.json").exists()
 
 
 # ---- hand-built logits: the loop's rules (and the array path, which must agree) -------------------------
