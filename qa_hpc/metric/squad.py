@@ -236,6 +236,13 @@ def make_score(version_2_with_negative: bool, null_score_diff_threshold: float) 
 def load_metric(version_2_with_negative: bool) -> evaluate.EvaluationModule:
     """This package's `evaluate` module for the SQuAD version (evaluate copies it into HF_HOME's modules)."""
     import evaluate  # slow to import (it pulls in transformers.pipelines): only once a run is set up
+    from evaluate.config import HF_MODULES_CACHE
 
+    from qa_hpc.errors import check_writable_dir
+
+    # where evaluate copies the module: a read-only shared HF_HOME is exit 74 naming it, not a traceback
+    check_writable_dir(
+        str(HF_MODULES_CACHE), "evaluate's module cache (HF_MODULES_CACHE, else HF_HOME/modules)"
+    )
     # scores on the main process only: no cache files
     return evaluate.load(str(LOCAL_MODULES[version_2_with_negative]), keep_in_memory=True)

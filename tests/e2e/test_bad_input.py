@@ -26,6 +26,7 @@ from fixtures.procs import (
     ok,
     one_error_line,
     output,
+    run,
     side_by_side,
     tiny_flags,
 )
@@ -255,6 +256,28 @@ def test_settings_that_cannot_work_are_refused_before_training(
         *flags,
     )
     _check(argv, tmp_path, capsys, expect, code)
+
+
+def test_an_unwritable_module_cache_is_exit_74_naming_it(tiny_bert, demo_files, tmp_path) -> None:
+    """evaluate copies the SQuAD metric into its module cache (HF_HOME/modules): a read-only shared HF_HOME
+    is one line naming it, exit 74, before any output folder is made (it was a traceback, exit 1). A process
+    of its own: evaluate reads HF_MODULES_CACHE when it is imported."""
+    argv = tiny_flags(
+        tiny_bert,
+        tmp_path / "out",
+        "--do_eval",
+        "--validation_file",
+        str(demo_files["validation"]),
+        "--max_eval_samples",
+        "2",
+    )
+    proc = run([PYTHON, RUN_QA, *argv], env=offline_env(HF_MODULES_CACHE="/dev/null/modules"))
+    error = one_error_line(ok(proc, 74))
+    assert error == (
+        "ERROR: cannot create evaluate's module cache (HF_MODULES_CACHE, else HF_HOME/modules) "
+        "/dev/null/modules: Not a directory"
+    ), error
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_diverged_model_at_eval_is_one_error_and_a_failed_record(
