@@ -24,6 +24,7 @@ from transformers import (
     default_data_collator,
 )
 
+import qa_hpc.features as features_module
 from qa_hpc.errors import UsageError
 from qa_hpc.features import (
     FeatureConfig,
@@ -432,8 +433,8 @@ def test_batch_widths_and_token_counts(tiny_bert, demo_files, tmp_path, caplog, 
         assert all(w % 8 == 0 for w in widths) and len(set(widths)) > 1 and max(widths) <= 128
 
 
-def test_features_cache_reused_until_file_tokenizer_or_settings_change(
-    tiny_bert, demo_files, tmp_path, caplog
+def test_features_cache_reused_until_file_tokenizer_settings_or_code_change(
+    tiny_bert, demo_files, tmp_path, caplog, monkeypatch
 ):
     files = {split: Path(shutil.copy(demo_files[split], tmp_path)) for split in ("train", "validation")}
 
@@ -462,3 +463,6 @@ def test_features_cache_reused_until_file_tokenizer_or_settings_change(
     files["validation"].write_text(text.replace("?", " ?", 1), encoding="utf-8")
     assert cache() == {"train": "reused", "eval": "computed"}
     assert cache(max_train_samples=5) == {"train": "computed", "eval": "reused"}
+    # another version of qa_hpc/features.py: a fix of how windows are cut reaches cached files too
+    monkeypatch.setattr(features_module, "CODE_DIGEST", "another version")
+    assert cache(max_train_samples=5) == computed
