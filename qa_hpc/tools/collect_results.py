@@ -220,13 +220,18 @@ def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
     return table, [f"not found: {p}" for p in missing]
 
 
+def resumed_runs(table: pd.DataFrame) -> pd.Series:
+    """The rows whose last launch resumed from a checkpoint: their times are that launch's alone."""
+    return table["resumed_from_step"].fillna(0).gt(0)
+
+
 def compared(table: pd.DataFrame, metric: str) -> pd.Series:
     """The rows a speedup on `metric` compares: those that ended ok with the figure, and for a time, only runs
     whose last launch trained every step (a resumed launch's times cover its own steps alone; its rates
     count the steps it trained)."""
     rows = table["status"].eq(Status.OK) & table[metric].gt(0)
     if SPEEDUP_ON[metric] == "time":
-        rows &= table["resumed_from_step"].fillna(0).eq(0)
+        rows &= ~resumed_runs(table)
     return rows
 
 
@@ -282,7 +287,7 @@ def to_markdown(table: pd.DataFrame, base: int | None, metric: str) -> str:
         return f"{value:.2f}" if abs(value) < 1000 else f"{value:,.0f}"
 
     reason = t["reason"].where(t["reason"].str.len() <= 100, t["reason"].str[:97] + "...")  # whole: csv/json
-    resumed = table["resumed_from_step"].fillna(0).gt(0)
+    resumed = resumed_runs(table)
     status = t["status"].where(
         t["status"].eq(Status.OK), t["status"].str.upper() + (": " + reason).fillna("")
     )
