@@ -147,22 +147,29 @@ def check_max_seq_length(
     max_seq_length: int, config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast, model: str
 ) -> None:
     """--max_seq_length within the tokens the model takes (BERT's 512): a longer window fails only at the
-    first batch that long, in evaluation perhaps, after the whole training. The config's position embeddings
-    and the tokenizer's model_max_length (RoBERTa's 514 positions hold 512 tokens), where either is set."""
-    limits = {
-        "max_position_embeddings in its config": getattr(config, "max_position_embeddings", None),
-        # a tokenizer saved without one says VERY_LARGE_INTEGER (about 1e30)
-        "model_max_length of its tokenizer": getattr(tokenizer, "model_max_length", None),
-    }
-    known = {where: n for where, n in limits.items() if isinstance(n, int) and 0 < n < 1_000_000}
-    if not known:
+    first batch that long, in evaluation perhaps, after the whole training. The tokenizer's model_max_length
+    where it has one (RoBERTa's 514 positions hold 512 tokens), else the config's position embeddings where
+    they are absolute (DeBERTa-v2's relative positions take longer windows than its 512)."""
+    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    # a tokenizer saved without one says VERY_LARGE_INTEGER (about 1e30)
+    if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < 1_000_000:
+        where, limit = "model_max_length of its tokenizer", tokenizer_limit
+    elif _absolute_positions(config) and isinstance(getattr(config, "max_position_embeddings", None), int):
+        where, limit = "max_position_embeddings in its config", config.max_position_embeddings
+    else:
         return
-    where, limit = min(known.items(), key=lambda item: item[1])
     if max_seq_length > limit:
         raise UsageError(
             f"--max_seq_length {max_seq_length}: {model} takes at most {limit} tokens ({where}); give "
             f"--max_seq_length {limit} or less (and --doc_stride below it)"
         )
+
+
+def _absolute_positions(config: PretrainedConfig) -> bool:
+    """Whether the model adds a learned embedding per position, which ends at max_position_embeddings."""
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return False
+    return getattr(config, "position_biased_input", True) is not False
 
 
 def load_model(

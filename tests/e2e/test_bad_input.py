@@ -216,7 +216,7 @@ def test_run_qa_rejects(
         (["--null_score_diff_threshold", "nan"], ["--null_score_diff_threshold nan: give a number"], 2),
         (
             ["--max_seq_length", "600"],
-            ["--max_seq_length 600: ", "takes at most 512 tokens (max_position_embeddings in its config)"],
+            ["--max_seq_length 600: ", "takes at most 512 tokens (model_max_length of its tokenizer)"],
             2,
         ),
     ],

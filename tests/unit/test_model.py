@@ -11,15 +11,43 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from huggingface_hub.errors import LocalEntryNotFoundError
+from transformers import BertConfig, DebertaV2Config, RobertaConfig
 from transformers.utils import is_scipy_available
 
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import ModelArguments
-from qa_hpc.model import from_disk_or_hub, load_config, load_model, resolve_model_path
+from qa_hpc.model import check_max_seq_length, from_disk_or_hub, load_config, load_model, resolve_model_path
+
+UNSET = int(1e30)  # transformers' VERY_LARGE_INTEGER: a tokenizer saved without model_max_length
+
+
+@pytest.mark.parametrize(
+    "config, tokenizer_limit, refused",
+    [
+        (BertConfig(), 512, "512 tokens (model_max_length of its tokenizer)"),
+        (BertConfig(), UNSET, "512 tokens (max_position_embeddings in its config)"),
+        (RobertaConfig(max_position_embeddings=514), 512, "512 tokens (model_max_length of its tokenizer)"),
+        # relative positions: longer windows than the config's 512 run
+        (DebertaV2Config(relative_attention=True, position_biased_input=False), UNSET, None),
+        (BertConfig(position_embedding_type="relative_key"), UNSET, None),
+    ],
+    ids=["bert", "bert-tokenizer-without-limit", "roberta", "deberta-v3", "bert-relative-key"],
+)
+def test_a_window_longer_than_the_model_takes_is_refused(config, tokenizer_limit: int, refused: str | None):
+    """--max_seq_length 600 where the model takes 512 tokens: refused before anything loads (it failed at the
+    first batch that long, in evaluation perhaps); where positions are relative, not."""
+    tokenizer = SimpleNamespace(model_max_length=tokenizer_limit)
+    if refused is None:
+        check_max_seq_length(600, config, tokenizer, "m")
+        return
+    with pytest.raises(UsageError, match=re.escape(f"--max_seq_length 600: m takes at most {refused}")):
+        check_max_seq_length(600, config, tokenizer, "m")
+    check_max_seq_length(512, config, tokenizer, "m")
 
 
 def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
