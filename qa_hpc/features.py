@@ -8,6 +8,7 @@ own ``map`` cache finds the features again (one process per filesystem writes it
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -15,13 +16,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import datasets
 import numpy as np
 from datasets.fingerprint import Hasher
 
+from qa_hpc import squad_io, squad_records
 from qa_hpc.dist import first_on_each_filesystem
 from qa_hpc.errors import UsageError, check_writable_dir
 from qa_hpc.squad_io import check_dataset_rows, load_qa_records
@@ -48,11 +49,6 @@ RECORD_FEATURES = datasets.Features(
         "answers": {"text": datasets.List(_TEXT), "answer_start": datasets.List(datasets.Value("int64"))},
     }
 )
-
-
-# this module's own text, in the features cache's key: features cut by another version of the code are cut
-# again (a fix of how windows are cut, or of what they are checked for, would not reach a cached file)
-CODE_DIGEST = Hasher.hash(Path(__file__).read_bytes())
 
 
 class FeatureError(UsageError):
@@ -111,8 +107,8 @@ def _tokenize(
     return tokenized, tokenized.pop("overflow_to_sample_mapping"), 1 if right else 0
 
 
-def _context_ids(
-    tokenized: Any, window: int, context_index: int, examples: Mapping[str, list], example: int
+def _checked_sequence_ids(
+    tokenized: Any, window: int, context_index: int, examples: Mapping[str, list], example_index: int
 ) -> list[int | None]:
     """The sequence ids of a window, which must hold context tokens: a context of characters the tokenizer
     drops (zero-width spaces) passes the reader's checks and leaves none, where training would fail looking
@@ -120,7 +116,7 @@ def _context_ids(
     sequence_ids = tokenized.sequence_ids(window)
     if context_index not in sequence_ids:
         raise FeatureError(
-            examples["id"][example],
+            examples["id"][example_index],
             "context",
             "has no tokens once tokenized: it holds only characters the tokenizer drops (such as zero-width "
             "spaces); give the question a context with text",
@@ -138,7 +134,7 @@ def prepare_train_features(
     for i, offsets in enumerate(tokenized.pop("offset_mapping")):
         input_ids = tokenized["input_ids"][i]
         cls_index = input_ids.index(tokenizer.cls_token_id) if tokenizer.cls_token_id in input_ids else 0
-        sequence_ids = _context_ids(tokenized, i, context_index, examples, sample_map[i])
+        sequence_ids = _checked_sequence_ids(tokenized, i, context_index, examples, sample_map[i])
         answers = examples["answers"][sample_map[i]]
         start, end = cls_index, cls_index  # no answer, or not wholly in this window
         if answers["answer_start"]:
@@ -174,12 +170,30 @@ def prepare_validation_features(
         [
             o if sequence_id == context_index else None
             for o, sequence_id in zip(
-                offsets, _context_ids(tokenized, i, context_index, examples, sample_map[i])
+                offsets, _checked_sequence_ids(tokenized, i, context_index, examples, sample_map[i])
             )
         ]
         for i, offsets in enumerate(tokenized["offset_mapping"])
     ]
     return dict(tokenized)
+
+
+# The code that makes what the caches hold, whose source is in their keys: a fix of how records are read and
+# checked, or of how windows are cut, reaches a cached file (inspect reads the source with newlines
+# normalised, so a CRLF checkout shares the cache; a comment changed elsewhere in these modules does not)
+RECORDS_CODE: tuple[Any, ...] = (squad_io, squad_records)
+FEATURES_CODE: tuple[Any, ...] = (
+    FeatureConfig,
+    _tokenize,
+    _checked_sequence_ids,
+    prepare_train_features,
+    prepare_validation_features,
+)
+
+
+def code_digest(code: tuple[Any, ...]) -> str:
+    """A digest of the source of these modules, classes and functions."""
+    return Hasher.hash([inspect.getsource(part) for part in code])
 
 
 def real_lengths(features: datasets.Dataset | Mapping[str, list]) -> np.ndarray:
@@ -240,7 +254,13 @@ def build_data(
             loaded = read[split]
             # the checked records: cached as Arrow, keyed by the bytes read (a dataset: its fingerprint)
             fingerprint = Hasher.hash(
-                [loaded.digest, split, data_args.version_2_with_negative, data_args.answer_check]
+                [
+                    loaded.digest,
+                    code_digest(RECORDS_CODE),
+                    split,
+                    data_args.version_2_with_negative,
+                    data_args.answer_check,
+                ]
             )
             ds = datasets.Dataset.from_generator(
                 partial(iter, loaded.records),
@@ -343,7 +363,7 @@ def _featurize(
         [
             # private: listed in qa_hpc/private_api.py
             examples._fingerprint,
-            CODE_DIGEST,
+            code_digest(FEATURES_CODE),
             fn.__name__,
             type(tokenizer).__name__,
             tokenizer.padding_side,

@@ -463,6 +463,17 @@ def test_features_cache_reused_until_file_tokenizer_settings_or_code_change(
     files["validation"].write_text(text.replace("?", " ?", 1), encoding="utf-8")
     assert cache() == {"train": "reused", "eval": "computed"}
     assert cache(max_train_samples=5) == {"train": "computed", "eval": "reused"}
-    # another version of qa_hpc/features.py: a fix of how windows are cut reaches cached files too
-    monkeypatch.setattr(features_module, "CODE_DIGEST", "another version")
-    assert cache(max_train_samples=5) == computed
+    # another version of the code that reads records or cuts windows (here: one more function among it)
+    # reaches cached files too
+    for code in ("RECORDS_CODE", "FEATURES_CODE"):
+        with monkeypatch.context() as patched:
+            patched.setattr(
+                features_module,
+                code,
+                (
+                    *getattr(features_module, code),
+                    test_features_cache_reused_until_file_tokenizer_settings_or_code_change,
+                ),
+            )
+            assert cache(max_train_samples=5) == computed, code
+        assert cache(max_train_samples=5) == reused, code
