@@ -189,14 +189,15 @@ def classify(err: BaseException) -> tuple[int, str | None]:
     return EXIT_FAILED, None
 
 
-def check_writable_dir(path: str, flag: str = "--output_dir") -> None:
-    """Create path (given as ``flag``) if needed and write a small file into it, or raise OutputError saying
-    why not (before training: a wrong --output_dir fails in seconds, not after an hour of training)."""
+def check_writable_dir(path: str, flag: str = "--output_dir", megabytes: int = 1) -> None:
+    """Create path (given as ``flag``) if needed and write a small file into it (`megabytes`; 0: an empty
+    one, for a folder that only holds small files), or raise OutputError saying why not (before training: a
+    wrong --output_dir fails in seconds, not after an hour of training)."""
     if os.path.exists(path) and not os.path.isdir(path):  # makedirs would say only "File exists"
         raise OutputError(errno.ENOTDIR, f"cannot create {flag} {path}: it is a file, not a folder")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as err:
         raise OutputError(err.errno, f"cannot create {flag} {path}: {err.strerror or err}") from err
-    if (code := probe_write(path, megabytes=1)) is not None:
+    if (code := probe_write(path, megabytes)) is not None:
         raise _cannot_write(code, f"into {flag} {path}", path)

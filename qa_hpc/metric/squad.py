@@ -240,9 +240,9 @@ def load_metric(version_2_with_negative: bool) -> evaluate.EvaluationModule:
 
     from qa_hpc.errors import check_writable_dir
 
-    # where evaluate copies the module: a read-only shared HF_HOME is exit 74 naming it, not a traceback
-    check_writable_dir(
-        str(HF_MODULES_CACHE), "evaluate's module cache (HF_MODULES_CACHE, else HF_HOME/modules)"
-    )
+    # where evaluate copies the module and takes a lock, on every rank, every run: a read-only shared
+    # HF_HOME is exit 74 naming it, not a traceback (an empty probe file: nothing of a quota is spent)
+    where = "evaluate's module cache (HF_MODULES_CACHE, else HF_HOME/modules)"
+    check_writable_dir(str(HF_MODULES_CACHE), where, megabytes=0)
     # scores on the main process only: no cache files
     return evaluate.load(str(LOCAL_MODULES[version_2_with_negative]), keep_in_memory=True)
