@@ -411,13 +411,23 @@ def save_results(trainer: Trainer, split: str, metrics: Mapping[str, Any]) -> No
     if not trainer.is_world_process_zero():
         return
     out = trainer.args.output_dir
-    write_json_atomic(os.path.join(out, f"{split}_results.json"), dict(metrics), sort_keys=True)
+    split_path = os.path.join(out, f"{split}_results.json")
     all_path = os.path.join(out, ALL_RESULTS_FILE)  # each split adds its metrics to the earlier splits'
-    combined = json.loads(Path(all_path).read_text(encoding="utf-8")) if os.path.exists(all_path) else {}
-    # this split's figures replace its earlier ones whole: a v1 evaluation after a v2 one into the same
-    # folder would otherwise keep eval_exact, eval_HasAns_f1, ... of other questions beside its own
-    kept = {key: value for key, value in combined.items() if not key.startswith(f"{split}_")}
+    combined, earlier = (_json_or_empty(path) for path in (all_path, split_path))
+    # this split's figures replace its earlier ones whole, those its last results file listed (epoch among
+    # them) and any of its prefix: a v1 evaluation after a v2 one into the same folder would otherwise keep
+    # eval_exact, eval_HasAns_f1, ... of other questions beside its own
+    kept = {k: v for k, v in combined.items() if k not in earlier and not k.startswith(f"{split}_")}
+    write_json_atomic(split_path, dict(metrics), sort_keys=True)
     write_json_atomic(all_path, {**kept, **metrics}, sort_keys=True)
+
+
+def _json_or_empty(path: str) -> dict[str, Any]:
+    """The JSON object in `path`; {} where there is none (or none readable: it is written again whole)."""
+    try:
+        return read_json_object(path)
+    except (OSError, ValueError):
+        return {}
 
 
 def save_trainer_state(trainer: Trainer) -> None:

@@ -242,13 +242,12 @@ def test_results_files_add_each_split_to_all_results_and_the_trainer_state_is_hf
     }  # the later split's value wins
     # a v1 evaluation after a v2 one (an evaluation-only run into the same folder): its figures replace the
     # earlier evaluation's whole, the training's stay
-    save_results(_trainer(tmp_path), "eval", {"eval_exact": 5.0, "eval_HasAns_f1": 9.0})
+    save_results(_trainer(tmp_path), "eval", {"eval_exact": 5.0, "eval_HasAns_f1": 9.0, "epoch": 2.0})
     save_results(_trainer(tmp_path), "eval", {"eval_f1": 7.0})
     assert json.loads((tmp_path / "all_results.json").read_text()) == {
         "train_loss": 1.0,
         "eval_f1": 7.0,
-        "train_runtime": 3.0,
-    }
+    }  # the earlier evaluation's epoch and train_runtime (in its results file) went with it
     save_results(_trainer(tmp_path / "other", main=False), "eval", {"eval_f1": 1.0})
     save_trainer_state(_trainer(tmp_path / "other", main=False))
     assert not (tmp_path / "other").exists()  # only the main process writes
