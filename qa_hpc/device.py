@@ -212,7 +212,8 @@ def _gpus_requested(env: Mapping[str, str]) -> str | None:
 
 def _launcher_cpus(env: Mapping[str, str], launcher: str) -> int | None:
     """The CPUs of the launcher that started this process (its parent: torchrun's agent, accelerate's
-    launcher); None without one, or where it cannot be asked (it has exited)."""
+    launcher); None without one, or where its mask cannot be read. (A launcher that has exited left this
+    process to init or a subreaper, whose mask stands in: its workers are being stopped then anyway.)"""
     if launcher == "python":
         return None
     try:

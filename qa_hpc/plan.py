@@ -272,21 +272,17 @@ def decide(flags: FlagValues, facts: DeviceFacts, train_batches: int | None = No
     )
 
 
-def _cpu_share(facts: DeviceFacts) -> int:
-    """The CPUs of this node that are this process's: its launcher's CPUs over the processes on the node, and
-    no more than the CPUs it may run on (a launcher that binds each process to CPUs of its own, torchrun
-    --numa-binding, has already shared them out: they are not divided again)."""
+def _cpu_share(facts: DeviceFacts) -> tuple[int, str]:
+    """(the CPUs of this node that are this process's, how they were counted, for the PLAN line): its
+    launcher's CPUs over the processes on the node, and no more than the CPUs it may run on (a launcher that
+    binds each process to CPUs of its own, torchrun --numa-binding, has already shared them out: they are not
+    divided again)."""
     node = facts.launcher_cpus or facts.cpus
-    return max(1, min(facts.cpus, node // max(1, facts.local_world_size)))
-
-
-def _cpu_share_reason(facts: DeviceFacts) -> str:
-    """How _cpu_share came about, for the PLAN line."""
-    node = facts.launcher_cpus or facts.cpus
-    shared = f"{node} CPUs / {facts.local_world_size} process(es) on this node"
-    if facts.cpus < node // max(1, facts.local_world_size):
-        return f"{shared}, at most the {facts.cpus} this process is bound to"
-    return shared
+    even = node // max(1, facts.local_world_size)
+    counted = f"{node} CPUs / {facts.local_world_size} process(es) on this node"
+    if facts.cpus < even:
+        return max(1, facts.cpus), f"{counted}, at most the {facts.cpus} this process is bound to"
+    return max(1, even), counted
 
 
 def decide_workers(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[int, str]:
@@ -300,12 +296,13 @@ def decide_workers(flags: FlagValues, facts: DeviceFacts, device: str) -> tuple[
         return 0, ""
     if not flags["speed_defaults"]:
         return 0, "--speed_defaults false"
-    workers = max(0, min(MAX_AUTO_WORKERS, _cpu_share(facts) - 1))
+    share = _cpu_share(facts)[0]
+    workers = max(0, min(MAX_AUTO_WORKERS, share - 1))
     # measured on one H200 (docs/PERFORMANCE.md, "On a GPU: the measurement"): 0 workers took the 2-epoch
     # projection to 0.76x of 4 workers' (collation then runs on the main thread, between the steps)
     reason = f"collation beside the step, up to {MAX_AUTO_WORKERS} per process; 0 measured 0.76x on one H200"
     if workers == 0:
-        reason = f"no CPU to spare beside the process's own ({_cpu_share(facts)} CPU per process)"
+        reason = f"no CPU to spare beside the process's own ({share} CPU per process)"
     return workers, f"auto: GPU: {reason}"
 
 
@@ -342,9 +339,10 @@ def decide_threads(flags: FlagValues, facts: DeviceFacts, workers: int) -> tuple
     # torchrun and accelerate launch export OMP_NUM_THREADS=1 when it was unset: a launcher's 1 is no choice
     if omp and not (omp == 1 and facts.launcher != "python"):
         return omp, "OMP_NUM_THREADS"
+    share, counted = _cpu_share(facts)
     return (
-        max(1, _cpu_share(facts) - workers),
-        _cpu_share_reason(facts) + (f" - {workers} dataloader workers" if workers else ""),
+        max(1, share - workers),
+        counted + (f" - {workers} dataloader workers" if workers else ""),
     )
 
 
