@@ -357,12 +357,12 @@ def write_prediction_files(preds: QAPredictions, output_dir: str, prefix: str) -
         f"{prefix}_predictions.json": json_text(preds.answers),
         f"{prefix}_nbest_predictions.json": nbest,
     }
-    odds = os.path.join(output_dir, f"{prefix}_null_odds.json")
     if preds.null_odds is not None:
-        texts[os.path.basename(odds)] = json_text(preds.null_odds)
+        texts[f"{prefix}_null_odds.json"] = json_text(preds.null_odds)
     written = [os.path.join(output_dir, name) for name in texts]
     for path, text in zip(written, texts.values()):
         write_text_atomic(path, text)
+    odds = os.path.join(output_dir, f"{prefix}_null_odds.json")
     if preds.null_odds is None and os.path.exists(odds):  # an earlier v2 run's, of other questions
         os.unlink(odds)
         logger.info("removed %s (an earlier run's: this one is not SQuAD v2)", odds)
