@@ -55,6 +55,11 @@ def _j(obj) -> bytes:
     return json.dumps(obj).encode()
 
 
+# a record whose context is zero-width spaces, and its answer one of them
+ZERO_WIDTH_CONTEXT = _j(
+    [_rec(0), _rec(1, context="\u200b\u200b \u200b", answers={"text": ["\u200b"], "answer_start": [0]})]
+)
+
 # One case per way into run_qa's checks: the reader on the train file, on a later split, the features (each
 # message of the reader itself, a missing file and a file of another format too: tests/unit/test_squad_io.py;
 # a record's answer: the shared failed run below). Each: the file, which flag gets it, what the error names.
@@ -87,24 +92,14 @@ CASES = [
     # characters the tokenizer drops pass the reader's checks (they are not whitespace to Python)
     pytest.param(
         "zwsp.json",
-        _j(
-            [
-                _rec(0),
-                _rec(1, context="\u200b\u200b \u200b", answers={"text": ["\u200b"], "answer_start": [0]}),
-            ]
-        ),
+        ZERO_WIDTH_CONTEXT,
         "train",
         ["zwsp.json: [1] (id 'q1'): field 'context': has no tokens once tokenized", "zero-width"],
         id="context_without_tokens_in_train",
     ),
     pytest.param(
         "zwsp_eval.json",
-        _j(
-            [
-                _rec(0),
-                _rec(1, context="\u200b\u200b \u200b", answers={"text": ["\u200b"], "answer_start": [0]}),
-            ]
-        ),
+        ZERO_WIDTH_CONTEXT,
         "validation",
         ["zwsp_eval.json: [1] (id 'q1'): field 'context': has no tokens once tokenized"],
         id="context_without_tokens_in_validation",
@@ -245,9 +240,14 @@ def test_settings_that_cannot_work_are_refused_before_training(
     flags = [named.get(flag, flag) for flag in flags]
     expect = [named["TMP"].join(piece.split("TMP")) for piece in expect]
     expect = [named["MISSING"].join(piece.split("MISSING")) for piece in expect]
-    argv = tiny_flags(
+    _check(evaluate_two(tiny_bert, demo_files, tmp_path / "out", *flags), tmp_path, capsys, expect, code)
+
+
+def evaluate_two(tiny_bert: Path, demo_files: dict[str, Path], out: Path, *flags: str) -> list[str]:
+    """run_qa.py's flags to evaluate the tiny model on 2 demo questions into `out`, then `flags`."""
+    return tiny_flags(
         tiny_bert,
-        tmp_path / "out",
+        out,
         "--do_eval",
         "--validation_file",
         str(demo_files["validation"]),
@@ -255,22 +255,13 @@ def test_settings_that_cannot_work_are_refused_before_training(
         "2",
         *flags,
     )
-    _check(argv, tmp_path, capsys, expect, code)
 
 
 def test_an_unwritable_module_cache_is_exit_74_naming_it(tiny_bert, demo_files, tmp_path) -> None:
     """evaluate copies the SQuAD metric into its module cache (HF_HOME/modules): a read-only shared HF_HOME
     is one line naming it, exit 74, before any output folder is made (it was a traceback, exit 1). A process
     of its own: evaluate reads HF_MODULES_CACHE when it is imported."""
-    argv = tiny_flags(
-        tiny_bert,
-        tmp_path / "out",
-        "--do_eval",
-        "--validation_file",
-        str(demo_files["validation"]),
-        "--max_eval_samples",
-        "2",
-    )
+    argv = evaluate_two(tiny_bert, demo_files, tmp_path / "out")
     proc = run([PYTHON, RUN_QA, *argv], env=offline_env(HF_MODULES_CACHE="/dev/null/modules"))
     error = one_error_line(ok(proc, 74))
     assert error == (
