@@ -18,7 +18,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from qa_hpc.atomic_io import read_json_object, readable_as_umask_allows, write_json_atomic
-from qa_hpc.dist import max_over_ranks
+from qa_hpc.dist import launch_env, max_over_ranks
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 from qa_hpc.record import (
     MEMORY_FILE,
@@ -118,13 +118,14 @@ def checkpoint_state(checkpoint: str) -> TrainerState:
 def last_complete_checkpoint(output_dir: str, name_incomplete: bool = True) -> str | None:
     """The newest checkpoint-N in output_dir with a readable trainer_state.json (the Trainer writes it last),
     naming those without unless told not to: a job killed while saving leaves one (transformers'
-    get_last_checkpoint would resume from it)."""
+    get_last_checkpoint would resume from it). Named by each node's first process: every rank looks at the
+    same folder, which may be node-local."""
     for path in reversed(checkpoints_oldest_first(output_dir)):
         try:
             checkpoint_state(path)
             return path
         except (OSError, ValueError):
-            if name_incomplete:
+            if name_incomplete and launch_env().local_rank == 0:
                 logger.warning(
                     "INCOMPLETE_CHECKPOINT path=%s (no readable trainer_state.json); not resuming from it",
                     path,

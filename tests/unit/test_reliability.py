@@ -87,6 +87,11 @@ def test_resume_skips_an_incompletely_written_checkpoint(
     with caplog.at_level("WARNING"):
         assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-6")
     assert f"INCOMPLETE_CHECKPOINT path={tmp_path / 'checkpoint-8'}" in caplog.text
+    caplog.clear()  # a node's other processes look at the same folder: its first one names what it found
+    with pytest.MonkeyPatch.context() as patched, caplog.at_level("WARNING"):
+        patched.setenv("LOCAL_RANK", "1")
+        assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-6")
+    assert "INCOMPLETE_CHECKPOINT" not in caplog.text
 
 
 def test_a_requeue_with_overwrite_names_an_incomplete_checkpoint_once(
