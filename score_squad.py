@@ -40,7 +40,7 @@ def json_type_name(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def read_json_object(path: str, what: str, mapping: str) -> dict:
+def read_mapping_file(path: str, what: str, mapping: str) -> dict:
     """The JSON object in ``path`` (a UTF-8 BOM is accepted); UsageError naming the file otherwise."""
     try:
         raw = Path(path).read_bytes()
@@ -130,7 +130,7 @@ def compute(args: argparse.Namespace) -> Scores:
     pred_file = args.prediction_file
     na_file = args.na_prob_file
     references = load_references(dataset)
-    predictions = read_json_object(pred_file, "predictions", "question id to answer text")
+    predictions = read_mapping_file(pred_file, "predictions", "question id to answer text")
     warn_unknown(references, predictions, pred_file, dataset)
     for qid, text in predictions.items():
         if not isinstance(text, str):
@@ -139,7 +139,7 @@ def compute(args: argparse.Namespace) -> Scores:
             )
     na_probs = None
     if na_file:
-        na_probs = read_json_object(na_file, "na_prob", "question id to a number")
+        na_probs = read_mapping_file(na_file, "na_prob", "question id to a number")
         for qid, prob in na_probs.items():
             if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not math.isfinite(prob):
                 shown = prob if isinstance(prob, float) else json_type_name(prob)
