@@ -249,14 +249,16 @@ def build_data(
     check_writable_dir(cache_dir, flag)
     examples: dict[str, datasets.Dataset] = {}
     features: dict[str, datasets.Dataset] = {}
+    reader = code_digest(RECORDS_CODE)
     for split, fn, limit in wanted:
         with first_on_each_filesystem():
             loaded = read[split]
-            # the checked records: cached as Arrow, keyed by the bytes read (a dataset: its fingerprint)
+            # the checked records: cached as Arrow, keyed by the bytes read (a dataset: its fingerprint) and
+            # the code that read and checked them
             fingerprint = Hasher.hash(
                 [
                     loaded.digest,
-                    code_digest(RECORDS_CODE),
+                    reader,
                     split,
                     data_args.version_2_with_negative,
                     data_args.answer_check,
