@@ -222,8 +222,8 @@ def test_a_compiled_variants_record_and_row_say_its_graphs_cache_and_cuda_graph_
     rest. (With inductor, cold, warm and without CUDA graphs: tests/e2e/test_compile.py.)"""
     import torch
 
+    torch.compiler.reset()  # which also sets dynamo's account of seconds back to none
     before = gpu_speed_probe.compile_figures()
-    torch.compiler.reset()
     torch.compile(lambda x: x * 3, backend="eager", dynamic=False)(torch.ones(2))
     after = gpu_speed_probe.compile_figures()
     torch.compiler.reset()
