@@ -91,8 +91,18 @@ SITTINGS = {
         # what each kind of process took on one H200 (bench/results/2026-11-27_h200_gpu_speed/): ours eager
         # 30-42 s, HF's ~60 s, compiled 155 s (all_levers, compiling 6 shapes with CUDA graphs, not done in
         # 125 s), MiniLM eager 68 s; a warm compile: not yet measured on a GPU (a quarter of the cold one's
-        # compile on a CPU, bench/results/2026-11-28_cpu2_compile_regions/)
-        estimate_s={"eager": 45, "hf": 60, "compiled": 160, "warm": 80, "minilm": 75, "minilm_compiled": 200},
+        # compile on a CPU, bench/results/2026-11-28_cpu2_compile_regions/); traced (dynamo's cudagraphs
+        # backend): not yet measured on a GPU (its trace 28 s for bert-base on a CPU against inductor's 101 s,
+        # bench/results/2026-11-29_cpu2_compile_traced/), so eager's 45 and a CPU's trace
+        estimate_s={
+            "eager": 45,
+            "hf": 60,
+            "compiled": 160,
+            "warm": 80,
+            "traced": 75,
+            "minilm": 75,
+            "minilm_compiled": 200,
+        },
     ),
     "dry_run_cpu": Sitting(
         name="dry_run_cpu",
@@ -107,7 +117,15 @@ SITTINGS = {
         ),
         hf_device_flags=("--use_cpu",),
         budget_s=110,
-        estimate_s={"eager": 15, "hf": 15, "compiled": 90, "warm": 30, "minilm": 40, "minilm_compiled": 120},
+        estimate_s={
+            "eager": 15,
+            "hf": 15,
+            "compiled": 90,
+            "warm": 30,
+            "traced": 30,
+            "minilm": 40,
+            "minilm_compiled": 120,
+        },
     ),
 }
 
@@ -128,6 +146,9 @@ class Variant:
             return "hf"
         if "--torch_compile" not in self.flags:
             return "eager"
+        next_word = dict(zip(self.flags, self.flags[1:]))  # a flag's value
+        if next_word.get("--torch_compile_backend") == "cudagraphs":
+            return "traced"  # dynamo's cudagraphs backend: traced, no kernel generated
         return "warm" if self.caches_of else "compiled"
 
 
@@ -136,6 +157,9 @@ BUCKETS = ("--pad_to_buckets", "on")
 GRAPHS = ("--torch_compile", "--torch_compile_mode", "reduce-overhead")
 DYNAMIC = ("--compile_shapes", "dynamic")  # one graph compiled for every bucket; CUDA graphs still per shape
 REGIONS = ("--compile_scope", "regions")  # each repeated layer compiled once for all of them
+# dynamo's cudagraphs backend: dynamo and AOT autograd trace the step, torch's own kernels are recorded in
+# CUDA graphs per shape, and nothing is generated or compiled (no inductor, no Triton)
+CUDAGRAPHS_BACKEND = ("--torch_compile", "--torch_compile_backend", "cudagraphs")
 WORKERS_0 = ("--dataloader_num_workers", "0")
 # the default on a GPU before the first measurement (eager, dynamic padding, torch's attention kernels),
 # pinned where this run_qa.py has the flag (where it has not, that is its default)
@@ -150,6 +174,18 @@ VARIANTS = (  # in the order they run: what the targets need first, so that a sh
     Variant("hf_defaults", "hf"),
     Variant("hf_best", "hf", ("--no_pad_to_max_length", "--bf16")),
     Variant("all_levers", "ours", ATTN_AUTO + BUCKETS + GRAPHS + DYNAMIC + WORKERS_0),
+    # CUDA graphs over the buckets with torch's own kernels: the step off the host without inductor's cold
+    # compile, which kept the 3x over 2 epochs out of reach (~130 s on one H200); only traced: 28 s for
+    # bert-base's shape on a CPU, 7 s in regions, where inductor took 101 s and 29 s in the same sitting
+    # (bench/results/2026-11-29_cpu2_compile_traced/). Whether torch's kernels, unfused, replay as fast as
+    # inductor's (14.5 ms a step) is the GPU's to say
+    Variant("buckets_cudagraphs", "ours", BUCKETS + CUDAGRAPHS_BACKEND + DYNAMIC, lever="compile"),
+    Variant(
+        "buckets_cudagraphs_regions",
+        "ours",
+        BUCKETS + CUDAGRAPHS_BACKEND + DYNAMIC + REGIONS,
+        lever="compile",
+    ),
     # the way to the target: CUDA graphs over the buckets, compiled once (static graphs for each of the 6
     # shapes had not finished compiling in 125 s on one H200)
     Variant("buckets_graphs_dynamic", "ours", BUCKETS + GRAPHS + DYNAMIC, lever="compile"),

@@ -165,6 +165,23 @@ def test_each_warm_variant_follows_its_cold_one_and_is_budgeted_as_warm():
         assert sitting.estimate_s["warm"] < sitting.estimate_s["compiled"]
 
 
+def test_the_cudagraphs_backend_is_budgeted_as_a_trace_not_a_compile():
+    """dynamo's cudagraphs backend generates no kernels (torch's own are recorded in CUDA graphs): its
+    variants get the budget of a trace, their own estimate, shorter than a cold compile's in both sittings,
+    and no warm variant (no inductor caches to fill); they measure the compile lever."""
+    traced = [variant for variant in gpu_speed.VARIANTS if variant.kind == "traced"]
+    assert {variant.name for variant in traced} == {"buckets_cudagraphs", "buckets_cudagraphs_regions"}
+    warm_sources = {variant.caches_of for variant in gpu_speed.VARIANTS}
+    for variant in traced:
+        assert " ".join(gpu_speed.CUDAGRAPHS_BACKEND) in " ".join(variant.flags)
+        assert variant.lever == "compile" and variant.name not in warm_sources
+    # the backend's name alone, elsewhere in the flags, is not a cudagraphs backend
+    named = gpu_speed.Variant("named", "ours", ("--torch_compile", "--output_dir", "cudagraphs"))
+    assert named.kind == "compiled"
+    for sitting in gpu_speed.SITTINGS.values():
+        assert sitting.estimate_s["eager"] < sitting.estimate_s["traced"] < sitting.estimate_s["compiled"]
+
+
 def test_a_variant_that_ends_before_its_steady_steps_fails_and_the_sitting_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
