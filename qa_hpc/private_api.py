@@ -237,6 +237,22 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "GPU measurement's compile seconds (torch.compiler has no public account of its time)",
     ),
     PrivateUse(
+        "torch._dynamo.backends.cudagraphs.find_input_mutations",
+        ("tests/unit/test_compile.py",),
+        "torch",
+        "2.13.0",
+        "the rule by which CUDA graphs leave out a graph that writes to its inputs; the test that the "
+        "training step's graphs can be recorded on a GPU holds them to torch's own rule, not a copy of it",
+    ),
+    PrivateUse(
+        "torch._inductor.utils.get_first_incompatible_cudagraph_node",
+        ("tests/unit/test_compile.py",),
+        "torch",
+        "2.13.0",
+        "torch's own list of the ops CUDA graphs cannot hold (reads back to the host, output sizes that "
+        "depend on the data), for the same test",
+    ),
+    PrivateUse(
         "torch._inductor.runtime.cache_dir_utils.cache_dir",
         ("tests/unit/test_compile.py",),
         "torch",

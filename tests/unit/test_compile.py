@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 import os
 import tempfile
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -244,3 +245,102 @@ def test_compiled_steps_note_shapes_start_graph_steps_and_copy_outputs_out_of_gr
     copied += [new.data_ptr() != old.data_ptr() for new, old in zip(owned_logits, logits, strict=True)]
     assert copied == [cuda_graphs] * 3
     assert steps.own(plain, loss) is loss  # uncompiled: its outputs are its own
+
+
+def _step_graphs(model: torch.nn.Module, scope: str) -> list[torch.fx.GraphModule]:
+    """The forward and backward graphs AOT autograd makes of `model`'s training step compiled whole or in
+    regions (as --compile_scope sets it), over two batch widths with a padded row, in the model's device."""
+    from accelerate.utils import compile_regions
+    from functorch.compile import aot_module_simplified, make_boxed_func
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(graph: torch.fx.GraphModule, _inputs: list) -> Callable:
+        graphs.append(graph)
+        return make_boxed_func(graph.forward)
+
+    def backend(graph: torch.fx.GraphModule, inputs: list) -> Callable:
+        return aot_module_simplified(graph, inputs, fw_compiler=keep, bw_compiler=keep)
+
+    compile_with = compile_regions if scope == "regions" else torch.compile
+    compiled = compile_with(model, backend=backend, dynamic=True)
+    device = next(model.parameters()).device
+    for width in (48, 64):
+        ids = torch.randint(1000, 2000, (4, width), device=device)
+        mask = torch.ones_like(ids)
+        mask[0, width // 2 :] = 0
+        positions = torch.zeros(4, dtype=torch.long, device=device)
+        out = compiled(
+            input_ids=ids,
+            attention_mask=mask,
+            token_type_ids=torch.zeros_like(ids),
+            start_positions=positions,
+            end_positions=positions + 1,
+        )
+        out.loss.backward()
+    return graphs
+
+
+def _what_keeps_cuda_graphs_out(graph: torch.fx.GraphModule) -> list[str]:
+    """What in `graph` would make torch run it kernel by kernel rather than record it in a CUDA graph (the
+    checks of its cudagraph trees, which inductor's reduce-overhead and dynamo's cudagraphs backend share):
+    a tensor on the CPU, an input it writes to, an op CUDA graphs cannot hold (one that reads a value back to
+    the host, one whose output size depends on the data)."""
+    from torch._dynamo.backends.cudagraphs import find_input_mutations
+    from torch._inductor.utils import get_first_incompatible_cudagraph_node
+
+    found = [
+        f"a tensor on the CPU: {node.name}"
+        for node in graph.graph.nodes
+        if isinstance(value := node.meta.get("val"), torch.Tensor) and value.device.type == "cpu"
+    ]
+    if mutated := find_input_mutations(graph.graph):
+        found.append(f"inputs written to: {sorted(mutated)}")
+    if (node := get_first_incompatible_cudagraph_node(graph)) is not None:
+        found.append(f"an op CUDA graphs cannot hold: {node.name}")
+    return found
+
+
+def _bert_on_meta(tiny_bert, scope: str) -> torch.nn.Module:
+    """The tiny BERT as run_qa.py compiles it (under --compile_scope regions, the padding mask built for every
+    batch), on the meta device, which stands in for a GPU: it runs no kernel, so a tensor found on the CPU is
+    one the code made there."""
+    from transformers import AutoModelForQuestionAnswering
+
+    model = AutoModelForQuestionAnswering.from_pretrained(str(tiny_bert), attn_implementation="sdpa")
+    if scope == "regions":
+        assert attention.mask_every_batch(model)
+    return model.to("meta").train()
+
+
+# backward through cross-entropy on the meta device: torch warns that it has no autograd kernel there
+META_LOSS = pytest.mark.filterwarnings("ignore:.*an autograd kernel was not registered:UserWarning")
+
+
+@META_LOSS
+@pytest.mark.parametrize("scope", ["model", "regions"])
+def test_a_compiled_training_step_holds_nothing_that_keeps_cuda_graphs_from_recording_it(
+    tiny_bert, scope: str
+):
+    """On a GPU, CUDA graphs (the plan's cuda_graphs=on) record a compiled graph only where it reads no tensor
+    on the CPU, writes to none of its inputs and holds no op that reads a value back to the host or sizes its
+    output by the data; a graph that does runs kernel by kernel, with one warning in the log. The training
+    step's forward and backward graphs, compiled whole or in regions over two widths, hold none of these:
+    one forward and one backward graph for both widths, per region (embeddings, layers, QA head)."""
+    torch.compiler.reset()
+    graphs = _step_graphs(_bert_on_meta(tiny_bert, scope), scope)
+    assert len(graphs) == (6 if scope == "regions" else 2)
+    assert [_what_keeps_cuda_graphs_out(graph) for graph in graphs] == [[]] * len(graphs)
+
+
+@META_LOSS
+def test_the_cuda_graph_checks_find_a_tensor_made_on_the_cpu(tiny_bert):
+    """The check above can fail: a QA head that adds a tensor made on the CPU to its logits is found."""
+    model = _bert_on_meta(tiny_bert, "model")
+    head = model.qa_outputs
+    head.forward = lambda hidden, linear=head.forward: linear(hidden) + torch.tensor(0.0)
+    torch.compiler.reset()
+    found = [
+        reason for graph in _step_graphs(model, "model") for reason in _what_keeps_cuda_graphs_out(graph)
+    ]
+    assert any(reason.startswith("a tensor on the CPU") for reason in found), found

@@ -289,6 +289,28 @@ def check_calculate_time_spent(tmp_path: Path) -> None:
     assert calculate_time_spent()["total_wall_time"] > 0  # seconds, as gpu_speed_probe.py reads them
 
 
+def check_cuda_graph_rules(tmp_path: Path) -> None:
+    from torch._dynamo.backends.cudagraphs import find_input_mutations
+    from torch._inductor.utils import get_first_incompatible_cudagraph_node
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def writes(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return x * y
+
+    def reads(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * y
+
+    ones = (torch.ones(3), torch.ones(3))
+    # the graphs' inputs by position, found from the fake values tracing leaves in node.meta
+    assert find_input_mutations(make_fx(writes, tracing_mode="fake")(*ones).graph) == {0}
+    plain = make_fx(reads, tracing_mode="fake")(*ones)
+    assert find_input_mutations(plain.graph) == set()
+    assert get_first_incompatible_cudagraph_node(plain) is None
+    sized_by_data = make_fx(torch.nonzero, tracing_mode="symbolic")(torch.ones(3))
+    assert get_first_incompatible_cudagraph_node(sized_by_data).name == "nonzero"
+
+
 CHECKS: dict[str, Callable[[Path], None]] = {
     "torch.distributed.distributed_c10d._set_pg_timeout": check_set_pg_timeout,
     "torch.profiler.profile.step_num": check_profiler_step_state,
@@ -318,6 +340,8 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "torch._inductor.list_mode_options": check_compile_modes,
     "torch._dynamo.utils.calculate_time_spent": check_calculate_time_spent,
     "torch._inductor.runtime.cache_dir_utils.cache_dir": check_default_cache_dir,
+    "torch._dynamo.backends.cudagraphs.find_input_mutations": check_cuda_graph_rules,
+    "torch._inductor.utils.get_first_incompatible_cudagraph_node": check_cuda_graph_rules,
 }
 
 
