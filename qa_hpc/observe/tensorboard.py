@@ -53,6 +53,10 @@ class TensorBoard(TensorBoardCallback):
         self.real: int | torch.Tensor = 0
         self.interval_start = time.perf_counter()
         self.interval_step = 0
+        # when the last training step (or logging step) ended, and the seconds evaluations and checkpoints
+        # took since the interval began: left out of its time, wherever in the interval they came
+        self.last_step_end = self.interval_start
+        self.left_out = 0.0
 
     def count_batch(self, inputs: Mapping[str, object]) -> None:
         """One training micro-batch, counted by the Trainer's training step, outside the model: a hook on the
@@ -71,8 +75,13 @@ class TensorBoard(TensorBoardCallback):
         model: torch.nn.Module | None = None,
         **kwargs: object,
     ) -> None:
-        self.on_evaluate(args, state, control)
+        self._restart(state.global_step)
         super().on_train_begin(args, state, control, model=model, **kwargs)
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> None:
+        self.last_step_end = time.perf_counter()
 
     def on_log(
         self,
@@ -103,12 +112,19 @@ class TensorBoard(TensorBoardCallback):
     def on_evaluate(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
     ) -> None:
-        # evaluation is not step time
-        self.interval_start = time.perf_counter()
-        self.interval_step = state.global_step
+        # evaluation is not step time: it ran after the last step ended (and after the logging step, if any)
+        now = time.perf_counter()
+        self.left_out += now - self.last_step_end
+        self.last_step_end = now
 
     # nor is checkpointing
     on_save = on_evaluate
+
+    def _restart(self, step: int) -> None:
+        """A new interval from now, at this global step."""
+        self.interval_start = self.last_step_end = time.perf_counter()
+        self.interval_step = step
+        self.left_out = 0.0
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
@@ -123,9 +139,9 @@ class TensorBoard(TensorBoardCallback):
         self.samples = self.tokens = self.real = 0
         # a collective under DDP
         samples, tokens, real = (int(x) for x in reduce(counts, reduction="sum").tolist())
-        elapsed = time.perf_counter() - self.interval_start
+        elapsed = time.perf_counter() - self.interval_start - self.left_out
         steps = state.global_step - self.interval_step
-        self.on_evaluate(args, state, None)
+        self._restart(state.global_step)
         values: dict[str, float] = {}
         if steps > 0 and elapsed > 0:
             values.update(

@@ -308,6 +308,38 @@ def test_step_time_leaves_checkpoints_and_evaluations_out(tmp_path, monkeypatch)
     assert samples == [(step, pytest.approx(4 / t)) for step, t in step_time]
 
 
+def test_a_checkpoint_inside_a_logging_interval_leaves_its_steps_and_samples_in(tmp_path, monkeypatch):
+    """A made-up clock, logging every 3 steps, saving and evaluating after step 2 (not a logging step): the
+    interval keeps all 3 steps and their samples and leaves out the seconds the checkpoint and the evaluation
+    took. (Restarting the interval there kept step 1's and 2's samples over step 3's time alone: 3x the
+    throughput.)"""
+    plan, flags = decide_and_build(
+        read_flags(
+            ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--use_cpu"]
+        ),
+        read_device_facts(),
+    )
+    now = [0.0]
+    monkeypatch.setattr("qa_hpc.observe.tensorboard.time.perf_counter", lambda: now[0])
+    args, (tb,) = flags.training, observability_callbacks(flags, plan)
+    state, control = TrainerState(), TrainerControl()
+    tb.on_train_begin(args, state, control)
+    # (step, clock at its end, what follows it and when that ends): steps of 1 s, 10 s of checkpoint and 5 s
+    # of evaluation after step 2
+    steps = [(1, 1.0, []), (2, 2.0, [("save", 12.0), ("evaluate", 17.0)]), (3, 18.0, [])]
+    for step, ended_at, after in steps:
+        tb.count_batch({"input_ids": torch.randint(1, 100, (4, 8)), "attention_mask": torch.ones(4, 8)})
+        state.global_step, now[0] = step, ended_at
+        tb.on_step_end(args, state, control)
+        for event, done_at in after:
+            now[0] = done_at
+            getattr(tb, f"on_{event}")(args, state, control)
+    tb.on_log(args, state, control, logs={"loss": 1.0, "learning_rate": 1e-4, "epoch": 1.0})
+    acc = tensorboard_events(tmp_path)
+    assert scalars(acc, "train/step_time_seconds") == [(3, 1.0)]
+    assert scalars(acc, "train/samples_per_second") == [(3, pytest.approx(4.0))]  # 12 rows in 3 s
+
+
 def test_finish_writes_the_memory_report_and_tensorboard_totals(tmp_path):
     argv = [
         "--output_dir",
