@@ -21,6 +21,7 @@ from qa_hpc.atomic_io import read_json_object, readable_as_umask_allows, write_j
 from qa_hpc.dist import launch_env, max_over_ranks
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 from qa_hpc.record import (
+    LAUNCH_MARK,
     MEMORY_FILE,
     SUMMARY_FILE,
     TRAINER_STATE_FILE,
@@ -131,11 +132,6 @@ def last_complete_checkpoint(output_dir: str, name_incomplete: bool = True) -> s
                     path,
                 )
     return None
-
-
-# written by each training launch once it has replaced what it replaces: the Slurm job it belongs to. Hidden:
-# no check of what --output_dir holds counts it
-LAUNCH_MARK = ".qa_hpc_launch.json"
 
 
 def replaces_output_dir(output_dir: str, overwrite_output_dir: bool) -> bool:

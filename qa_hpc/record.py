@@ -39,6 +39,9 @@ MEMORY_FILE = "memory.json"
 ALL_RESULTS_FILE = "all_results.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 CHECKPOINT_PREFIX = "checkpoint-"
+# written by each training launch once it has replaced what it replaces: the Slurm job it belongs to. Hidden:
+# no check of what --output_dir holds counts it
+LAUNCH_MARK = ".qa_hpc_launch.json"
 
 
 # the folders the Trainer saves checkpoints into, numbered by global step (transformers' own pattern)

@@ -26,6 +26,7 @@ from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
 from qa_hpc.record import (
     ALL_RESULTS_FILE,
     CHECKPOINT_PREFIX,
+    LAUNCH_MARK,
     MEMORY_FILE,
     SUMMARY_FILE,
     TRAINER_STATE_FILE,
@@ -105,8 +106,12 @@ def find_output_dirs(paths: list[str]) -> tuple[list[Path], list[str]]:
 def read_log_history(out_dir: Path) -> list[dict[str, Any]]:
     """trainer_state.json's log_history (every launch's: the Trainer restores it when it resumes), or, for a
     run that stopped before writing it, the newest checkpoint's that is readable (a job killed while saving
-    leaves one without); [] without any."""
-    newest_first = [out_dir, *map(Path, reversed(checkpoints_oldest_first(out_dir)))]
+    leaves one without); [] without any. A trainer_state.json older than the folder's last training launch
+    (LAUNCH_MARK) is an earlier run's: one that launch replaced (--overwrite_output_dir leaves it) or resumed,
+    and then stopped before it wrote its own."""
+    newest_first = [*map(Path, reversed(checkpoints_oldest_first(out_dir)))]
+    if not _older_than_last_launch(out_dir / TRAINER_STATE_FILE, out_dir / LAUNCH_MARK):
+        newest_first.insert(0, out_dir)
     for folder in newest_first:
         try:
             state = json.loads((folder / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
@@ -115,6 +120,13 @@ def read_log_history(out_dir: Path) -> list[dict[str, Any]]:
         history = state.get("log_history") if isinstance(state, dict) else None
         return history if isinstance(history, list) else []
     return []
+
+
+def _older_than_last_launch(path: Path, mark: Path) -> bool:
+    try:
+        return path.stat().st_mtime < mark.stat().st_mtime
+    except OSError:  # either missing: a run of an older version, or one that never trained
+        return False
 
 
 def first_recorded(*values: Any) -> Any:

@@ -31,12 +31,12 @@ from qa_hpc.errors import (
 )
 from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.preemption import (
-    LAUNCH_MARK,
     StopRequest,
     checkpoint_to_resume,
     last_complete_checkpoint,
     replaces_output_dir,
 )
+from qa_hpc.record import LAUNCH_MARK
 
 
 def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(

@@ -19,7 +19,7 @@ from qa_hpc.device import read_device_facts
 from qa_hpc.errors import EXIT_IOERR
 from qa_hpc.flags import read_flags
 from qa_hpc.plan import decide
-from qa_hpc.record import Environment, Params, Recorded, RunRecord, Stopped
+from qa_hpc.record import LAUNCH_MARK, Environment, Params, Recorded, RunRecord, Stopped
 from qa_hpc.squad_io import load_qa_records
 from qa_hpc.tools import collect_results
 from qa_hpc.tools.figures import bar_figure
@@ -320,6 +320,24 @@ def test_the_loss_curve_of_a_run_killed_while_saving_comes_from_its_last_whole_c
     assert collect_results.read_log_history(tmp_path) == history
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history[:1]}))
     assert collect_results.read_log_history(tmp_path) == history[:1]  # the run's own, where it wrote one
+
+
+def test_the_loss_curve_of_a_replacing_run_that_was_stopped_is_its_own_not_the_replaced_runs(tmp_path):
+    """--overwrite_output_dir removes the replaced run's checkpoints and leaves its other files, its
+    trainer_state.json among them. The replacing launch marks the folder (LAUNCH_MARK) and, stopped before its
+    end, leaves its history in its checkpoints only: the tables and report show that, not the replaced run's
+    curves; with no checkpoint yet, no curve. A trainer_state.json written after the mark is the launch's."""
+    replaced = [{"loss": 4.8, "step": 50}]
+    own = [{"loss": 2.0, "step": 5}, {"loss": 1.0, "step": 129}]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": replaced}))
+    os.utime(tmp_path / "trainer_state.json", (1_000, 1_000))
+    (tmp_path / LAUNCH_MARK).write_text(json.dumps({"slurm_job_id": None}))
+    assert collect_results.read_log_history(tmp_path) == []
+    (tmp_path / "checkpoint-129").mkdir()
+    (tmp_path / "checkpoint-129" / "trainer_state.json").write_text(json.dumps({"log_history": own}))
+    assert collect_results.read_log_history(tmp_path) == own
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": own[:1]}))  # after the mark
+    assert collect_results.read_log_history(tmp_path) == own[:1]
 
 
 def test_a_run_that_only_predicted_on_answered_questions_shows_their_scores(tmp_path, monkeypatch):
