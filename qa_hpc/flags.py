@@ -411,12 +411,15 @@ def decide_and_build(
 def unused_flags(values: FlagValues, plan: RunPlan) -> list[str]:
     """The flags given (away from their defaults) whose subject this plan leaves off, each with what turns it
     on: a flag dropped without a word looks as if it acted."""
+    profiling_off = "no --profile"
+    if values["profile"]:
+        profiling_off = "no --do_train: the profiler records training steps"
     subjects = (
         (plan.torch_compile, "compile off", ("compile_shapes", "compile_scope", "compile_cache_dir")),
         (
             plan.profile_dir is not None,
-            "no --profile",
-            tuple(f.name for f in fields(ObservabilityArguments) if f.name.startswith("profile_")),
+            profiling_off,
+            tuple(f.name for f in fields(ObservabilityArguments) if f.name.startswith("profile")),
         ),
         (plan.tensorboard, "no --report_to tensorboard", ("logging_dir",)),
         (

@@ -256,7 +256,7 @@ def decide(flags: FlagValues, facts: DeviceFacts, train_batches: int | None = No
         tensorboard="tensorboard" in report_to,
         logging_dir=flags["logging_dir"],
         gpu_name=facts.gpu_name if device == "cuda" else None,
-        profile_dir=(flags["profile_dir"] or f"{flags['output_dir']}/profiler") if flags["profile"] else None,
+        profile_dir=_profile_dir(flags),
         dropout_mask=dropout,
         dropout_reason=dropout_reason,
         workers_reason=workers_reason,
@@ -458,6 +458,13 @@ def compile_modes() -> list[str]:
     from torch._inductor import list_mode_options
 
     return list(list_mode_options())
+
+
+def _profile_dir(flags: FlagValues) -> str | None:
+    """Where the profiler writes; None with --profile off, or with no training: it records training steps."""
+    if not (flags["profile"] and flags["do_train"]):
+        return None
+    return flags["profile_dir"] or f"{flags['output_dir']}/profiler"
 
 
 def decide_compiling(

@@ -181,7 +181,7 @@ def test_run_qa_rejects(
             74,
         ),
         (
-            ["--profile", "--profile_dir", "/dev/null/profile"],
+            ["--profile", "--profile_dir", "/dev/null/profile", "--do_train", "--train_file", "TRAIN"],
             ["cannot create --profile_dir /dev/null/profile: Not a directory"],
             74,
         ),

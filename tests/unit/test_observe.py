@@ -159,7 +159,9 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
         for x in (f"--profile_{flag}", str(n))
     ]
     plan, flags = decide_and_build(
-        read_flags(["--output_dir", str(tmp_path), "--profile", "--report_to", "none", *schedule_flags]),
+        read_flags(
+            ["--output_dir", str(tmp_path), "--profile", "--do_train", "--report_to", "none", *schedule_flags]
+        ),
         read_device_facts(),
     )
     assert [type(c) for c in observability_callbacks(flags, plan)] == [ProfilerCallback]  # no TensorBoard
@@ -266,7 +268,7 @@ def test_trainer_logs_land_under_the_readme_tags_in_one_event_file(tmp_path, mon
 def test_a_cpu_run_on_a_gpu_node_profiles_the_cpu(tmp_path, monkeypatch):
     """--use_cpu where torch sees a GPU (made up): the profiler records and sorts CPU activity only."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    argv = ["--output_dir", str(tmp_path), "--profile", "--use_cpu", "--report_to", "none"]
+    argv = ["--output_dir", str(tmp_path), "--profile", "--do_train", "--use_cpu", "--report_to", "none"]
     plan, flags = decide_and_build(read_flags(argv), read_device_facts())
     (profiler,) = observability_callbacks(flags, plan)
     assert profiler.activities == [ProfilerActivity.CPU] and profiler.sort_by == "self_cpu_time_total"

@@ -300,7 +300,9 @@ def test_a_gpu_setup_that_cannot_run_is_refused_unless_the_cpu_is_asked_for(devi
 
 
 def test_reporting_tensorboard_is_ours_and_profile_dir():
-    plan = decide(ask(report_to=["tensorboard", "wandb"], output_dir="o", profile=True), facts("CPU"))
+    plan = decide(
+        ask(report_to=["tensorboard", "wandb"], output_dir="o", profile=True, do_train=True), facts("CPU")
+    )
     assert plan.tensorboard and plan.report_to == ("wandb",) and plan.profile_dir == "o/profiler"
     fields = plan.training_fields(None)
     assert fields["report_to"] == ["wandb"] and fields["use_cpu"] is True
@@ -555,8 +557,16 @@ def test_flags_given_whose_subject_the_plan_leaves_off_are_named():
         "--logging_dir tb (no --report_to tensorboard)",
         "--attn_backend flash (--attn_implementation eager calls no SDPA)",
     ]
-    on = read_flags([*given, "--report_to", "tensorboard", "--torch_compile", "--profile"])
+    on = read_flags([*given, "--report_to", "tensorboard", "--torch_compile", "--profile", "--do_train"])
     assert unused_flags(on, decide(on, facts("CPU"))) == []
+    # the profiler records training steps: an evaluation alone has none (it made an empty folder)
+    evaluation = read_flags(["--output_dir", "o", "--do_eval", "--profile", "--profile_active", "3"])
+    plan = decide(evaluation, facts("CPU"))
+    assert plan.profile_dir is None and "profile=off" in plan.log_line()
+    assert unused_flags(evaluation, plan) == [
+        "--profile True (no --do_train: the profiler records training steps)",
+        "--profile_active 3 (no --do_train: the profiler records training steps)",
+    ]
     defaults = read_flags(["--output_dir", "o", "--report_to", "none"])
     assert unused_flags(defaults, decide(defaults, facts("CPU"))) == []
 
