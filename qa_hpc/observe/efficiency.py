@@ -74,7 +74,6 @@ def train_efficiency(
     return {
         "train_real_tokens": tokens,
         "train_tokens_per_second": tokens / runtime_s,
-        "train_samples_per_second": len(lengths) * epochs / runtime_s,
         "train_model_tflop": flops / 1e12,  # total useful model FLOPs
         "train_achieved_tflops": achieved,  # TFLOP/s over the whole job
         **({"train_peak_tflops": peak, "train_mfu": achieved / peak} if peak else {}),
