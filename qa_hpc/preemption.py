@@ -210,12 +210,12 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     if not os.path.isdir(out) or overwrite_output_dir:
         return None
     if not training_args.do_train:
-        record = RunRecord.load(os.path.join(out, SUMMARY_FILE))
-        if record is not None and record.results.train_runtime is not None:
+        if trained := training_traces(out):
             raise UsageError(
-                f"--output_dir {out} holds a training run's record ({SUMMARY_FILE}), which this "
+                f"--output_dir {out} holds a training run ({trained}), whose record ({SUMMARY_FILE}) this "
                 "evaluation-only run would replace; give the evaluation its own --output_dir "
-                f"(--model_name_or_path {out} still loads the trained model), or add --overwrite_output_dir"
+                f"(--model_name_or_path {out}, or one of its checkpoints, still loads the trained model), or "
+                "add --overwrite_output_dir"
             )
         return None
     if (last := last_complete_checkpoint(out)) is not None:
@@ -226,6 +226,20 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
             "resume from; add --overwrite_output_dir to train into it anyway, or choose another "
             "--output_dir"
         )
+    return None
+
+
+def training_traces(output_dir: str) -> str | None:
+    """What in `output_dir` says a training run lives there, in words; None where nothing does. Every training
+    launch marks the folder (LAUNCH_MARK), whatever became of it (preempted, failed, finished); a folder of an
+    older version has its checkpoints or its record's training time."""
+    if checkpoints := checkpoints_oldest_first(output_dir):
+        return f"its checkpoints: {os.path.basename(checkpoints[-1])}"
+    if os.path.isfile(os.path.join(output_dir, LAUNCH_MARK)):
+        return f"the mark its launches leave: {LAUNCH_MARK}"
+    record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
+    if record is not None and record.results.train_runtime is not None:
+        return f"its record: {SUMMARY_FILE}"
     return None
 
 

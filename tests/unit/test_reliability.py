@@ -166,9 +166,32 @@ def test_what_an_output_dir_holds_decides_resume_start_or_refusal(tmp_path: Path
     assert checkpoint_to_resume(args(do_eval=True), overwrite_output_dir=False) is None  # a failed record
     trained = {"status": "ok", "exit_code": 0, "results": {"train_runtime": 12.5, "eval_f1": 40.0}}
     (out / "run_summary.json").write_text(json.dumps(trained))
-    with pytest.raises(UsageError, match=f"--output_dir {out} holds a training run's record"):
+    with pytest.raises(UsageError, match=rf"--output_dir {out} holds a training run \(its record: "):
         checkpoint_to_resume(args(do_eval=True), overwrite_output_dir=False)
     assert checkpoint_to_resume(args(do_eval=True), overwrite_output_dir=True) is None
+
+
+def test_an_evaluation_only_run_never_replaces_the_record_of_a_training_run_however_it_ended(tmp_path: Path):
+    """A training run preempted (its record has no train_runtime: it did not end training), failed, or gone
+    on from a finished checkpoint (TRAINED_BEFORE) is refused as a finished one is: by the mark every
+    training launch leaves, or its checkpoints. An evaluation of its checkpoint into the same folder had
+    replaced a preempted run's record with an ok one, and the run tables showed it finished."""
+    out = tmp_path / "out"
+    out.mkdir()
+    preempted = {"status": "preempted", "exit_code": 75, "results": {}, "stopped": {"global_step": 132}}
+    (out / "run_summary.json").write_text(json.dumps(preempted))
+    (out / LAUNCH_MARK).write_text(json.dumps({"slurm_job_id": None}))
+    evaluation = TrainingArguments(output_dir=str(out), report_to="none", do_eval=True)
+    with pytest.raises(
+        UsageError, match=f"holds a training run \\(the mark its launches leave: {LAUNCH_MARK}\\)"
+    ):
+        checkpoint_to_resume(evaluation, overwrite_output_dir=False)
+    (out / "checkpoint-132").mkdir()
+    (out / "checkpoint-132" / "trainer_state.json").write_text(json.dumps({"global_step": 132}))
+    (out / LAUNCH_MARK).unlink()  # a folder of an older version: its checkpoints say so
+    with pytest.raises(UsageError, match=r"holds a training run \(its checkpoints: checkpoint-132\)"):
+        checkpoint_to_resume(evaluation, overwrite_output_dir=False)
+    assert checkpoint_to_resume(evaluation, overwrite_output_dir=True) is None
 
 
 def test_read_only_output_dir(tmp_path: Path) -> None:
