@@ -60,8 +60,11 @@ PORT=$(qa_rdzv_port)
 # plan sees a bound worker's own CPUs beside torchrun's, and takes the smaller share for its threads and
 # loader workers (PLAN shows it)
 BINDING=${QA_NUMA_BINDING:-exclusive}
-if [ "$GPUS" -eq 0 ] || [ "$BINDING" = none ]; then
+if [ "$GPUS" -eq 0 ]; then
+	qa_log "BINDING=none (no GPU on this node: CPU workers share the step's CPUs)"
 	BINDING=none
+elif [ "$BINDING" = none ]; then
+	qa_log "BINDING=none (QA_NUMA_BINDING=none)"
 elif ! command -v numactl >/dev/null; then
 	qa_log "BINDING=none (no numactl on this node: install it for QA_NUMA_BINDING=$BINDING)"
 	BINDING=none

@@ -731,7 +731,7 @@ def test_a_worker_bound_to_cpus_of_its_own_is_seen_as_bound(tmp_path: Path):
     [
         ("exclusive", "32", True, "--numa-binding=exclusive", "numa_binding=exclusive "),  # the default
         ("exclusive", "2", True, "--numa-binding=exclusive", "numa_binding=exclusive "),  # < 1 CPU each
-        ("none", "32", True, "", "numa_binding=none "),
+        ("none", "32", True, "", "BINDING=none (QA_NUMA_BINDING=none)"),
         ("exclusive", "32", False, "", "BINDING=none (no numactl on this node: install it for"),
     ],
     ids=["exclusive", "fewer-cpus-than-gpus", "none", "no-numactl"],

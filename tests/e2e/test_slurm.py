@@ -144,6 +144,7 @@ def test_ddp_job_shares_cpus_per_rank_and_ends_at_once_when_a_node_dies(
         effective = re.findall(r"^EFFECTIVE rank=(\d) .*threads=(\d+) ", log, re.M)
         assert sorted(effective) == [("0", "1"), ("1", "1"), ("2", "1"), ("3", "1")], log[-4000:]
         assert "threads=1 (2 CPUs / 2 process(es) on this node)" in log
+        assert "BINDING=none (no GPU on this node: CPU workers share the step's CPUs)" in log
         pids = rank_pids(log)
         dying_node = _parent(pids[0])
         stopped = [pid for pid in pids.values() if _parent(pid) != dying_node]
