@@ -206,8 +206,8 @@ class SpeedArguments:
     precision: str = flag(
         "auto",
         "(qa-hpc) Precision of training and evaluation: 'auto' = bf16 where the device "
-        "has fast bf16, else fp16 on GPUs and fp32 on CPUs. Given, it wins over --bf16/--fp16 and "
-        "accelerate's mixed_precision.",
+        "has fast bf16, else fp16 on GPUs and fp32 on CPUs. Given, it wins over accelerate's "
+        "mixed_precision; beside a --bf16/--fp16 that contradicts it, the run stops (exit 2).",
         choices=list(PRECISIONS),
     )
     num_threads: int = flag(
