@@ -226,9 +226,12 @@ def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
     ids = table["job_id"].fillna("")
     keys = pd.DataFrame({"n": pd.to_numeric(ids.str.extract(r"^(\d+)")[0]), "id": ids, "run": table["run"]})
     table = table.loc[keys.sort_values(["n", "id", "run"], kind="stable").index].reset_index(drop=True)
-    # local runs are named by their folder: two of one name (x/out, y/out) by its parent too
-    same = table["run"].duplicated(keep=False) & table["job_id"].isna()
-    table.loc[same, "run"] = table.loc[same, "output_dir"].map(lambda d: "/".join(Path(d).parts[-2:]))
+    # two runs of one name are told apart by their folders: local runs (named by their folder: x/out, y/out)
+    # by its parent too, runs of one Slurm job (a sweep in one job: sweep-42/bs8, sweep-42/bs16) by the folder
+    same = table["run"].duplicated(keep=False)
+    local, job = same & table["job_id"].isna(), same & table["job_id"].notna()
+    table.loc[local, "run"] = table.loc[local, "output_dir"].map(lambda d: "/".join(Path(d).parts[-2:]))
+    table.loc[job, "run"] += "/" + table.loc[job, "output_dir"].map(lambda d: Path(d).name)
     return table, [f"not found: {p}" for p in missing]
 
 

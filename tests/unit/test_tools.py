@@ -322,6 +322,20 @@ def test_the_loss_curve_of_a_run_killed_while_saving_comes_from_its_last_whole_c
     assert collect_results.read_log_history(tmp_path) == history[:1]  # the run's own, where it wrote one
 
 
+def test_runs_of_one_slurm_job_are_told_apart_by_their_folders(tmp_path):
+    """A sweep in one job (one run per batch size): each run is labelled by the job and its folder, so that
+    each can be the baseline (both were `sweep-4242`, and --baseline matched several)."""
+    record = {"status": "ok", "exit_code": 0, "slurm_job_name": "sweep", "slurm_job_id": "4242"}
+    for folder, seconds in (("bs8", 10.0), ("bs16", 6.0)):
+        (tmp_path / folder).mkdir()
+        results = {"results": {"train_runtime": seconds}}
+        (tmp_path / folder / "run_summary.json").write_text(json.dumps({**record, **results}))
+    table, _ = collect_results.read_runs([str(tmp_path)])
+    assert sorted(table["run"]) == ["sweep-4242/bs16", "sweep-4242/bs8"]
+    base, error = collect_results.pick_baseline(table, "sweep-4242/bs8", "train_runtime")
+    assert error is None and table.at[base, "train_runtime"] == 10.0
+
+
 def test_the_loss_curve_of_a_replacing_run_that_was_stopped_is_its_own_not_the_replaced_runs(tmp_path):
     """--overwrite_output_dir removes the replaced run's checkpoints and leaves its other files, its
     trainer_state.json among them. The replacing launch marks the folder (LAUNCH_MARK) and, stopped before its
