@@ -58,6 +58,11 @@ def loss_figure(table: pd.DataFrame) -> Figure:
     return fig
 
 
+def _bar_value(value: float) -> str:
+    """3 significant digits, whole numbers from 1,000 on (3,725 s, not 3.73e+03)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
 def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
     """One bar per run (red when it did not end ok), labelled with its value (and status when not ok)."""
     fig, ax = _axes(title=f"{label} per run", ylabel=label)
@@ -69,7 +74,7 @@ def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
         bars,
         fontsize=8,
         labels=[
-            (NA if pd.isna(value) else f"{value:.3g}") + ("" if good else f" ({status})")
+            (NA if pd.isna(value) else _bar_value(value)) + ("" if good else f" ({status})")
             for value, good, status in zip(table[column], ok, table["status"])
         ],
     )

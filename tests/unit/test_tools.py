@@ -273,6 +273,11 @@ def test_every_row_comes_from_a_record_and_a_dir_without_one_is_incomplete(jobs,
     (ax,) = bar_figure(table, "wall_clock_seconds", "wall clock seconds").axes
     colours = [to_hex(bar.get_facecolor()) for bar in ax.patches]
     assert colours == [to_hex("tab:red")] * 2 + [to_hex("tab:blue"), to_hex("tab:red")]
+    # each labelled with its value: whole numbers from 1,000 on (a long job's 3725 s was 3.73e+03)
+    table.loc[0, "wall_clock_seconds"] = 3725.4
+    (ax,) = bar_figure(table, "wall_clock_seconds", "wall clock seconds").axes
+    labels = [text.get_text() for text in ax.texts]
+    assert labels[0].startswith("3,725 (") and labels[2] == f"{table.at[2, 'wall_clock_seconds']:.3g}"
 
 
 def test_a_local_model_folder_counts_as_cached(tiny_bert, tmp_path, monkeypatch, capsys):
