@@ -545,6 +545,18 @@ def test_an_attention_the_run_cannot_take_is_refused_before_the_model_loads(
         decide(request, facts(device, modules=modules))
 
 
+def test_the_attention_flags_help_names_every_implementation_the_plan_takes():
+    """`--help` listed three of the six (flex_attention and FlashAttention 3 and 4 were taken, unnamed)."""
+    from dataclasses import fields
+
+    from qa_hpc.flags import SpeedArguments
+    from qa_hpc.plan import ATTENTION_IMPLEMENTATIONS
+
+    (field,) = [f for f in fields(SpeedArguments) if f.name == "attn_implementation"]
+    for implementation in ATTENTION_IMPLEMENTATIONS:
+        assert f"'{implementation}'" in field.metadata["help"], implementation
+
+
 def test_flags_given_whose_subject_the_plan_leaves_off_are_named():
     """Each was dropped without a word (PLAN compile=off and no other trace of --compile_cache_dir, say)."""
     given = ["--output_dir", "o", "--compile_cache_dir", "/c", "--compile_scope", "regions"]
