@@ -106,11 +106,15 @@ def find_output_dirs(paths: list[str]) -> tuple[list[Path], list[str]]:
 def read_log_history(out_dir: Path) -> list[dict[str, Any]]:
     """trainer_state.json's log_history (every launch's: the Trainer restores it when it resumes), or, for a
     run that stopped before writing it, the newest checkpoint's that is readable (a job killed while saving
-    leaves one without); [] without any. A trainer_state.json older than the folder's last training launch
-    (LAUNCH_MARK) is an earlier run's: one that launch replaced (--overwrite_output_dir leaves it) or resumed,
-    and then stopped before it wrote its own."""
+    leaves one without); [] without any. Where the folder's record does not say training ended, a
+    trainer_state.json older than the folder's last training launch (LAUNCH_MARK) is an earlier run's: one
+    that launch replaced (--overwrite_output_dir leaves it) or resumed, and then stopped before it wrote its
+    own. (A run whose record says it trained to the end wrote its own: its file is taken whatever its time,
+    which a copy of the folder may have changed.)"""
     newest_first = [*map(Path, reversed(checkpoints_oldest_first(out_dir)))]
-    if not _older_than_last_launch(out_dir / TRAINER_STATE_FILE, out_dir / LAUNCH_MARK):
+    if _trained_to_the_end(out_dir) or not _older_than_last_launch(
+        out_dir / TRAINER_STATE_FILE, out_dir / LAUNCH_MARK
+    ):
         newest_first.insert(0, out_dir)
     for folder in newest_first:
         try:
@@ -120,6 +124,11 @@ def read_log_history(out_dir: Path) -> list[dict[str, Any]]:
         history = state.get("log_history") if isinstance(state, dict) else None
         return history if isinstance(history, list) else []
     return []
+
+
+def _trained_to_the_end(out_dir: Path) -> bool:
+    record = RunRecord.load(str(out_dir / SUMMARY_FILE))
+    return record is not None and record.status == Status.OK and record.results.train_runtime is not None
 
 
 def _older_than_last_launch(path: Path, mark: Path) -> bool:

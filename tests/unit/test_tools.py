@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -356,6 +357,13 @@ def test_the_loss_curve_of_a_replacing_run_that_was_stopped_is_its_own_not_the_r
     (tmp_path / "checkpoint-129" / "trainer_state.json").write_text(json.dumps({"log_history": own}))
     assert collect_results.read_log_history(tmp_path) == own
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": own[:1]}))  # after the mark
+    assert collect_results.read_log_history(tmp_path) == own[:1]
+    # a finished run copied without its checkpoints, its files' times in the order of the copy: the record
+    # says it trained to the end, so its trainer_state.json is its own whatever its time
+    shutil.rmtree(tmp_path / "checkpoint-129")
+    os.utime(tmp_path / "trainer_state.json", (1_000, 1_000))
+    finished = {"status": "ok", "exit_code": 0, "results": {"train_runtime": 12.5}}
+    (tmp_path / "run_summary.json").write_text(json.dumps(finished))
     assert collect_results.read_log_history(tmp_path) == own[:1]
 
 
