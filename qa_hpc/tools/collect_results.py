@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -235,13 +236,29 @@ def read_runs(paths: list[str]) -> tuple[pd.DataFrame, list[str]]:
     ids = table["job_id"].fillna("")
     keys = pd.DataFrame({"n": pd.to_numeric(ids.str.extract(r"^(\d+)")[0]), "id": ids, "run": table["run"]})
     table = table.loc[keys.sort_values(["n", "id", "run"], kind="stable").index].reset_index(drop=True)
-    # two runs of one name are told apart by their folders: local runs (named by their folder: x/out, y/out)
-    # by its parent too, runs of one Slurm job (a sweep in one job: sweep-42/bs8, sweep-42/bs16) by the folder
-    same = table["run"].duplicated(keep=False)
-    local, job = same & table["job_id"].isna(), same & table["job_id"].notna()
-    table.loc[local, "run"] = table.loc[local, "output_dir"].map(lambda d: "/".join(Path(d).parts[-2:]))
-    table.loc[job, "run"] += "/" + table.loc[job, "output_dir"].map(lambda d: Path(d).name)
+    by_job = (table["job_name"].notna() & table["job_id"].notna()).tolist()
+    table["run"] = told_apart(table["run"].tolist(), table["output_dir"].tolist(), by_job)
     return table, [f"not found: {p}" for p in missing]
+
+
+def told_apart(labels: list[str], dirs: list[str], by_job: list[bool]) -> list[str]:
+    """The runs' labels, none shared: each that two runs share gets their folders' paths, from the end, one
+    part more until it is theirs alone. A run labelled by its folder takes the parent's too (x/out, y/out);
+    one labelled by its Slurm job, the folder's (runs of one job, a sweep: sweep-42/bs8, sweep-42/bs16)."""
+    told = list(labels)
+    for depth in range(1, max((len(Path(d).parts) for d in dirs), default=0) + 1):
+        shared = {label for label, count in Counter(told).items() if count > 1}
+        if not shared:
+            break
+        for i, label in enumerate(told):
+            if label not in shared:
+                continue
+            parts = Path(dirs[i]).parts
+            if by_job[i]:
+                told[i] = f"{labels[i]}/{'/'.join(parts[-depth:])}"
+            else:
+                told[i] = "/".join(parts[-depth - 1 :])
+    return told
 
 
 def resumed_runs(table: pd.DataFrame) -> pd.Series:

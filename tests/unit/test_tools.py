@@ -340,6 +340,11 @@ def test_runs_of_one_slurm_job_are_told_apart_by_their_folders(tmp_path):
     assert sorted(table["run"]) == ["sweep-4242/bs16", "sweep-4242/bs8"]
     base, error = collect_results.pick_baseline(table, "sweep-4242/bs8", "train_runtime")
     assert error is None and table.at[base, "train_runtime"] == 10.0
+    # as deep as it takes: a/out and b/out of one job, two local runs x/out of folders a/ and b/
+    dirs = ["r/a/out", "r/b/out", "r/a/x/out", "r/b/x/out", "r/c/y"]
+    labels = ["sweep-42", "sweep-42", "out", "out", "y"]
+    told = collect_results.told_apart(labels, dirs, [True, True, False, False, False])
+    assert told == ["sweep-42/a/out", "sweep-42/b/out", "a/x/out", "b/x/out", "y"]
 
 
 def test_the_loss_curve_of_a_replacing_run_that_was_stopped_is_its_own_not_the_replaced_runs(tmp_path):
