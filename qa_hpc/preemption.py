@@ -195,7 +195,7 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     """What a non-empty --output_dir means (transformers 5 has no overwrite_output_dir):
     --resume_from_checkpoint wins; else resume from its last complete checkpoint (a requeued job continues by
     itself); other files than a launch's own (LAUNCH_FILES): refuse, unless --overwrite_output_dir. An
-    evaluation-only run may write anywhere but over a training run's record."""
+    evaluation-only run may write anywhere but into a training run's folder (training_traces)."""
     out, given = training_args.output_dir, training_args.resume_from_checkpoint
     if given and training_args.do_train:
         try:
@@ -212,8 +212,8 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     if not training_args.do_train:
         if trained := training_traces(out):
             raise UsageError(
-                f"--output_dir {out} holds a training run ({trained}), whose record ({SUMMARY_FILE}) this "
-                "evaluation-only run would replace; give the evaluation its own --output_dir "
+                f"--output_dir {out} holds a training run ({trained}), whose record and results this "
+                "evaluation-only run would write over; give the evaluation its own --output_dir "
                 f"(--model_name_or_path {out}, or one of its checkpoints, still loads the trained model), or "
                 "add --overwrite_output_dir"
             )

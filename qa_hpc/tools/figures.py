@@ -60,7 +60,7 @@ def loss_figure(table: pd.DataFrame) -> Figure:
 
 def _bar_value(value: float) -> str:
     """3 significant digits, whole numbers from 1,000 on (3,725 s, not 3.73e+03)."""
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    return f"{value:,.0f}" if round(abs(value)) >= 1000 else f"{value:.3g}"  # 999.7: 1,000, not 1e+03
 
 
 def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:

@@ -279,6 +279,9 @@ def test_every_row_comes_from_a_record_and_a_dir_without_one_is_incomplete(jobs,
     (ax,) = bar_figure(table, "wall_clock_seconds", "wall clock seconds").axes
     labels = [text.get_text() for text in ax.texts]
     assert labels[0].startswith("3,725 (") and labels[2] == f"{table.at[2, 'wall_clock_seconds']:.3g}"
+    table.loc[0, "wall_clock_seconds"] = 999.7  # what 3 significant digits round up to 1,000
+    (ax,) = bar_figure(table, "wall_clock_seconds", "wall clock seconds").axes
+    assert ax.texts[0].get_text().startswith("1,000 (")
 
 
 def test_a_local_model_folder_counts_as_cached(tiny_bert, tmp_path, monkeypatch, capsys):
