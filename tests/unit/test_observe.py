@@ -276,9 +276,9 @@ def test_a_cpu_run_on_a_gpu_node_profiles_the_cpu(tmp_path, monkeypatch):
     assert profiler.activities == [ProfilerActivity.CPU] and profiler.sort_by == "self_cpu_time_total"
 
 
-def test_step_time_leaves_checkpoints_and_evaluations_out(tmp_path, monkeypatch):
-    """A made-up clock: each interval's step time and throughput are the training time between two logs,
-    less a checkpoint or an evaluation that came between (their seconds would count as steps)."""
+def _tensorboard_on_a_made_up_clock(tmp_path, monkeypatch) -> tuple:
+    """Our TensorBoard callback as a CPU run builds it, its training begun at 0 s on a clock the test sets
+    (`now[0]`): (callback, TrainingArguments, TrainerState, TrainerControl, now)."""
     plan, flags = decide_and_build(
         read_flags(
             ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--use_cpu"]
@@ -290,6 +290,13 @@ def test_step_time_leaves_checkpoints_and_evaluations_out(tmp_path, monkeypatch)
     args, (tb,) = flags.training, observability_callbacks(flags, plan)
     state, control = TrainerState(), TrainerControl()
     tb.on_train_begin(args, state, control)
+    return tb, args, state, control, now
+
+
+def test_step_time_leaves_checkpoints_and_evaluations_out(tmp_path, monkeypatch):
+    """A made-up clock: each interval's step time and throughput are the training time between two logs,
+    less a checkpoint or an evaluation that came between (their seconds would count as steps)."""
+    tb, args, state, control, now = _tensorboard_on_a_made_up_clock(tmp_path, monkeypatch)
     # (step, clock at its log, what follows the log and when it ends)
     steps = [
         (1, 2.0, None),
@@ -317,17 +324,7 @@ def test_a_checkpoint_inside_a_logging_interval_leaves_its_steps_and_samples_in(
     interval keeps all 3 steps and their samples and leaves out the seconds the checkpoint and the evaluation
     took. (Restarting the interval there kept step 1's and 2's samples over step 3's time alone: 3x the
     throughput.)"""
-    plan, flags = decide_and_build(
-        read_flags(
-            ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--use_cpu"]
-        ),
-        read_device_facts(),
-    )
-    now = [0.0]
-    monkeypatch.setattr("qa_hpc.observe.tensorboard.time.perf_counter", lambda: now[0])
-    args, (tb,) = flags.training, observability_callbacks(flags, plan)
-    state, control = TrainerState(), TrainerControl()
-    tb.on_train_begin(args, state, control)
+    tb, args, state, control, now = _tensorboard_on_a_made_up_clock(tmp_path, monkeypatch)
     # (step, clock at its end, what follows it and when that ends): steps of 1 s, 10 s of checkpoint and 5 s
     # of evaluation after step 2
     steps = [(1, 1.0, []), (2, 2.0, [("save", 12.0), ("evaluate", 17.0)]), (3, 18.0, [])]
