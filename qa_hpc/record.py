@@ -186,6 +186,19 @@ class Environment:
         )
 
 
+# the Params only training reads
+TRAINING_ONLY = (
+    "epochs",
+    "train_file",
+    "max_train_samples",
+    "max_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "train_sampling_strategy",
+    "learning_rate",
+)
+
+
 @dataclass(frozen=True)
 class Params:
     """The parameters users compare runs by (never the token). Below `precision`, each field is the flag of
@@ -234,7 +247,11 @@ class Params:
             for f in fields(cls)
             if f.name not in derived
         }
-        return cls(**derived, **same_name)
+        params = cls(**derived, **same_name)
+        if training.do_train:
+            return params
+        # a run that does not train: its training flags' defaults would read as what it trained with
+        return dataclasses.replace(params, **dict.fromkeys(TRAINING_ONLY))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.observe.memory import NO_CUDA_NOTE, memory_report
 from qa_hpc.plan import decide
 from qa_hpc.record import (
+    TRAINING_ONLY,
     Environment,
     Memory,
     Params,
@@ -192,6 +193,22 @@ def test_the_record_is_written_and_read_back_with_its_parts(
     assert [flag for flag in machine["cpu_flags"].split(",") if flag] == on_disk["cpu_flags"]
     assert set(on_disk["cpu_flags"]) <= set(CPU_FLAGS)
     assert on_disk["cpu_source"] == ("QA_TEST_MACHINE" if test_machine else "/proc/cpuinfo")
+
+
+def test_a_run_that_does_not_train_records_no_training_parameters(tmp_path: Path) -> None:
+    """An evaluation-only run's epochs, batch, learning rate ... are the flags' defaults, which it never used:
+    recorded, the report showed "epochs 3.00, global batch 8" for it beside the runs that trained."""
+    common = ["--output_dir", str(tmp_path), "--use_cpu", "--precision", "fp32"]
+    trained = ["--do_train", "--train_file", "t.json", "--per_device_train_batch_size", "16"]
+    for argv, kept in ((["--do_eval", "--validation_file", "v.json"], False), (trained, True)):
+        plan, flags = decide_and_build(read_flags([*common, *argv]), read_device_facts())
+        params = Params.of(flags, plan.precision)
+        training = {name: getattr(params, name) for name in TRAINING_ONLY}
+        if kept:
+            assert training["per_device_train_batch_size"] == 16 and training["epochs"] == 3.0
+        else:
+            assert training == dict.fromkeys(TRAINING_ONLY) and params.dataset == "v.json"
+        assert params.max_seq_length == 384 and params.per_device_eval_batch_size is not None
 
 
 def test_records_of_other_versions_read_back_with_what_they_lack_as_none(tmp_path: Path) -> None:
