@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from qa_hpc.atomic_io import read_json_object
 from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
 from qa_hpc.record import (
     ALL_RESULTS_FILE,
@@ -104,31 +105,30 @@ def find_output_dirs(paths: list[str]) -> tuple[list[Path], list[str]]:
     return sorted(dirs), missing
 
 
-def read_log_history(out_dir: Path) -> list[dict[str, Any]]:
+def read_log_history(out_dir: Path, record: RunRecord | None) -> list[dict[str, Any]]:
     """trainer_state.json's log_history (every launch's: the Trainer restores it when it resumes), or, for a
     run that stopped before writing it, the newest checkpoint's that is readable (a job killed while saving
-    leaves one without); [] without any. Where the folder's record does not say training ended, a
+    leaves one without); [] without any. Where the folder's record (`record`, None: none readable) does not
+    say training ended, a
     trainer_state.json older than the folder's last training launch (LAUNCH_MARK) is an earlier run's: one
     that launch replaced (--overwrite_output_dir leaves it) or resumed, and then stopped before it wrote its
     own. (A run whose record says it trained to the end wrote its own: its file is taken whatever its time,
     which a copy of the folder may have changed.)"""
     newest_first = [*map(Path, reversed(checkpoints_oldest_first(out_dir)))]
-    if _trained_to_the_end(out_dir) or not _older_than_last_launch(
+    if _trained_to_the_end(record) or not _older_than_last_launch(
         out_dir / TRAINER_STATE_FILE, out_dir / LAUNCH_MARK
     ):
         newest_first.insert(0, out_dir)
     for folder in newest_first:
         try:
-            state = json.loads((folder / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+            history = read_json_object(folder / TRAINER_STATE_FILE).get("log_history")
         except (OSError, ValueError):
             continue
-        history = state.get("log_history") if isinstance(state, dict) else None
         return history if isinstance(history, list) else []
     return []
 
 
-def _trained_to_the_end(out_dir: Path) -> bool:
-    record = RunRecord.load(str(out_dir / SUMMARY_FILE))
+def _trained_to_the_end(record: RunRecord | None) -> bool:
     return record is not None and record.status == Status.OK and record.results.train_runtime is not None
 
 
@@ -187,7 +187,7 @@ def run_row(out_dir: Path) -> dict[str, Any]:
     source = None
     if memory.measured_peak_mb is not None:
         source = "cuda" if memory.max_over_ranks.cuda_peak_allocated_mb else "rss"
-    history = read_log_history(out_dir)
+    history = read_log_history(out_dir, record)
     return {
         "run": job or out_dir.name,
         "job_name": env.slurm_job_name,

@@ -227,7 +227,7 @@ def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
         if title != "Training":
             continue
         if run["loss_curve"]:
-            history = read_log_history(Path(run["output_dir"]))
+            history = read_log_history(Path(run["output_dir"]), run["record"])
             curves_figure(history, run["run"]).savefig(out / figure)
             lines += [f"![training curves of {run['run']}]({figure})", ""]
         else:

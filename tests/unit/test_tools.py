@@ -326,9 +326,10 @@ def test_the_loss_curve_of_a_run_killed_while_saving_comes_from_its_last_whole_c
     (tmp_path / "checkpoint-4" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     (tmp_path / "checkpoint-6").mkdir()
     (tmp_path / "checkpoint-6" / "trainer_state.json").write_text('{"log_history": [{"loss"')
-    assert collect_results.read_log_history(tmp_path) == history
+    assert collect_results.read_log_history(tmp_path, None) == history
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history[:1]}))
-    assert collect_results.read_log_history(tmp_path) == history[:1]  # the run's own, where it wrote one
+    # the run's own, where it wrote one
+    assert collect_results.read_log_history(tmp_path, None) == history[:1]
 
 
 def test_runs_of_one_slurm_job_are_told_apart_by_their_folders(tmp_path):
@@ -360,19 +361,20 @@ def test_the_loss_curve_of_a_replacing_run_that_was_stopped_is_its_own_not_the_r
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": replaced}))
     os.utime(tmp_path / "trainer_state.json", (1_000, 1_000))
     (tmp_path / LAUNCH_MARK).write_text(json.dumps({"slurm_job_id": None}))
-    assert collect_results.read_log_history(tmp_path) == []
+    assert collect_results.read_log_history(tmp_path, None) == []
     (tmp_path / "checkpoint-129").mkdir()
     (tmp_path / "checkpoint-129" / "trainer_state.json").write_text(json.dumps({"log_history": own}))
-    assert collect_results.read_log_history(tmp_path) == own
+    assert collect_results.read_log_history(tmp_path, None) == own
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": own[:1]}))  # after the mark
-    assert collect_results.read_log_history(tmp_path) == own[:1]
+    assert collect_results.read_log_history(tmp_path, None) == own[:1]
     # a finished run copied without its checkpoints, its files' times in the order of the copy: the record
     # says it trained to the end, so its trainer_state.json is its own whatever its time
     shutil.rmtree(tmp_path / "checkpoint-129")
     os.utime(tmp_path / "trainer_state.json", (1_000, 1_000))
     finished = {"status": "ok", "exit_code": 0, "results": {"train_runtime": 12.5}}
     (tmp_path / "run_summary.json").write_text(json.dumps(finished))
-    assert collect_results.read_log_history(tmp_path) == own[:1]
+    record = RunRecord.load(tmp_path / "run_summary.json")
+    assert collect_results.read_log_history(tmp_path, record) == own[:1]
 
 
 def test_a_run_that_only_predicted_on_answered_questions_shows_their_scores(tmp_path, monkeypatch):
