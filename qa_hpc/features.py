@@ -57,7 +57,9 @@ class FeatureError(UsageError):
 
     def __init__(self, record_id: str, field: str, why: str) -> None:
         super().__init__(f"record id={record_id!r}: field '{field}' {why}")
-        self.record_id, self.field, self.why = record_id, field, why
+        self.record_id = record_id
+        self.field = field
+        self.why = why
 
     def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
         # raised in a --preprocessing_num_workers process, rebuilt in the main one as it was made

@@ -433,7 +433,8 @@ def save_results(trainer: Trainer, split: str, metrics: Mapping[str, Any]) -> No
     out = trainer.args.output_dir
     split_path = os.path.join(out, f"{split}_results.json")
     all_path = os.path.join(out, ALL_RESULTS_FILE)  # each split adds its metrics to the earlier splits'
-    combined, earlier = (_json_or_empty(path) for path in (all_path, split_path))
+    combined = _json_or_empty(all_path)
+    earlier = _json_or_empty(split_path)
     # this split's figures replace its earlier ones whole, those its last results file listed (epoch among
     # them) and any of its prefix: a v1 evaluation after a v2 one into the same folder would otherwise keep
     # eval_exact, eval_HasAns_f1, ... of other questions beside its own
