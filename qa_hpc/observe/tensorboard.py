@@ -51,12 +51,7 @@ class TensorBoard(TensorBoardCallback):
         self.samples = 0
         self.tokens = 0
         self.real: int | torch.Tensor = 0
-        self.interval_start = time.perf_counter()
-        self.interval_step = 0
-        # when the last training step (or logging step) ended, and the seconds evaluations and checkpoints
-        # took since the interval began: left out of its time, wherever in the interval they came
-        self.last_step_end = self.interval_start
-        self.left_out = 0.0
+        self._restart(0)
 
     def count_batch(self, inputs: Mapping[str, object]) -> None:
         """One training micro-batch, counted by the Trainer's training step, outside the model: a hook on the
@@ -122,8 +117,11 @@ class TensorBoard(TensorBoardCallback):
 
     def _restart(self, step: int) -> None:
         """A new interval from now, at this global step."""
-        self.interval_start = self.last_step_end = time.perf_counter()
+        self.interval_start = time.perf_counter()
         self.interval_step = step
+        # when the last training step (or logging step) ended, and the seconds evaluations and checkpoints
+        # took since the interval began: left out of its time, wherever in the interval they came
+        self.last_step_end = self.interval_start
         self.left_out = 0.0
 
     def on_train_end(
