@@ -44,8 +44,8 @@ from qa_hpc.tools.figures import NA
 OUTPUT_MARKERS = (SUMMARY_FILE, ALL_RESULTS_FILE, TRAINER_STATE_FILE, MEMORY_FILE)
 # never searched (a run dir's own runs/ and profiler/ are not: the search stops at the run dir)
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "hf_cache", "wandb"}
-# The columns of the table (and of --format csv/json, speedup last) and their types, each filled by run_row():
-# integers stay integers where a run lacks one (1, not 1.0); record is the RunRecord qa_hpc.tools.report shows
+# The columns of the table (and of --format csv/json, speedup last, SOURCES left out) and their types, each
+# filled by run_row(): integers stay integers where a run lacks one (1, not 1.0)
 COLUMNS = {
     "run": "string",
     "job_name": "string",
@@ -74,7 +74,10 @@ COLUMNS = {
     "output_dir": "string",
     "loss_curve": "object",
     "record": "object",
+    "log_history": "object",
 }
+# What a row was read from, for the report to show more of: no figure of the table's, in no --format.
+SOURCES = ["record", "log_history"]
 # figure -> how its speedup compares
 SPEEDUP_ON = {
     "train_runtime": "time",
@@ -220,6 +223,7 @@ def run_row(out_dir: Path) -> dict[str, Any]:
         "output_dir": str(out_dir),
         "loss_curve": [[e["step"], e["loss"]] for e in history if "loss" in e and "step" in e],
         "record": record,
+        "log_history": history,
     }
 
 
@@ -396,8 +400,9 @@ def md_table(cells: pd.DataFrame) -> str:
 
 
 def to_json(table: pd.DataFrame, base: int | None, metric: str) -> str:
-    """Every column but the record (its file is beside), loss curves included; missing figures are null."""
-    table = table.drop(columns="record")
+    """Every column but the SOURCES (their files are beside), loss curves included; missing figures are
+    null."""
+    table = table.drop(columns=SOURCES)
     plain = table.astype(object).where(table.notna(), None)  # NaN and pd.NA are not JSON
     return (
         json.dumps(
@@ -462,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.format == "md":
         sys.stdout.write(to_markdown(table, base, args.speedup_on))
     elif args.format == "csv":
-        flat = table.drop(columns=["loss_curve", "record"])
+        flat = table.drop(columns=["loss_curve", *SOURCES])
         sys.stdout.write(flat.to_csv(index=False, lineterminator="\n"))
     else:
         sys.stdout.write(to_json(table, base, args.speedup_on))

@@ -32,7 +32,6 @@ from qa_hpc.tools.collect_results import (
     add_speedup,
     md_table,
     pick_baseline,
-    read_log_history,
     read_runs,
     usable_baseline,
 )
@@ -227,8 +226,7 @@ def run_section(run: pd.Series, figure: str, out: Path) -> list[str]:
         if title != "Training":
             continue
         if run["loss_curve"]:
-            history = read_log_history(Path(run["output_dir"]), run["record"])
-            curves_figure(history, run["run"]).savefig(out / figure)
+            curves_figure(run["log_history"], run["run"]).savefig(out / figure)
             lines += [f"![training curves of {run['run']}]({figure})", ""]
         else:
             state = shown(Path(run["output_dir"], TRAINER_STATE_FILE))

@@ -377,6 +377,35 @@ def test_the_loss_curve_of_a_replacing_run_that_was_stopped_is_its_own_not_the_r
     assert collect_results.read_log_history(tmp_path, record) == own[:1]
 
 
+def test_the_report_reads_a_runs_training_history_once(tmp_path, monkeypatch):
+    """The table's loss curve and the report's curves come from one read of trainer_state.json."""
+    from qa_hpc.tools import report
+
+    run = tmp_path / "run"
+    write_record(
+        run,
+        monkeypatch,
+        None,
+        status="ok",
+        exit_code=0,
+        wall_clock_seconds=5.0,
+        results=Recorded(train_runtime=4.0),
+    )
+    history = [{"loss": 2.0, "step": 5, "learning_rate": 1e-5}, {"loss": 1.0, "step": 10}]
+    (run / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    reads = []
+    read_json_object = collect_results.read_json_object
+
+    def counted(path):
+        reads.append(Path(path).name)
+        return read_json_object(path)
+
+    monkeypatch.setattr(collect_results, "read_json_object", counted)
+    assert report.main([str(run), "--out", str(tmp_path / "report")]) == 0
+    assert reads.count("trainer_state.json") == 1
+    assert "![training curves of run]" in (tmp_path / "report" / "report.md").read_text()
+
+
 def test_a_run_that_only_predicted_on_answered_questions_shows_their_scores(tmp_path, monkeypatch):
     """--do_predict alone on a test file with answers: EM/F1 are the prediction's (they were n/a); beside an
     evaluation, the evaluation's."""
