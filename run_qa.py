@@ -100,6 +100,11 @@ class Run:
     results: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def params(self) -> Params:
+        """What the run's record and TensorBoard say it ran with."""
+        return Params.of(self.flags, self.plan.precision)
+
+    @property
     def oom_context(self) -> BatchContext:
         """What an out-of-memory message quotes."""
         a = self.args
@@ -386,7 +391,7 @@ def report(run: Run) -> None:
     """Memory report, run_summary.json, and the closing KEY=value lines (WALL_CLOCK_SECONDS last)."""
     wall = time.time() - process_start_time()
     # every rank: the memory report gathers every rank's figures
-    memory = finish_observability(run.trainer, run.flags, run.plan, run.shape, run.results, wall)
+    memory = finish_observability(run.trainer, run.flags, run.plan, run.params, run.shape, run.results, wall)
     log_compiled(run.trainer)
     ended = record(run, Status.OK, EXIT_OK, wall=wall, memory=Memory.of(memory) if memory else None)
     if ended is not None:
@@ -412,7 +417,7 @@ def record(
         exit_code=exit_code,
         wall_clock_seconds=time.time() - process_start_time() if wall is None else wall,
         environment=Environment.of(run.facts),
-        params=Params.of(run.flags, run.plan.precision),
+        params=run.params,
         plan=run.plan,
         effective=run.effective,
         results=Recorded(**run.results),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import re
@@ -252,6 +253,12 @@ class Params:
             return params
         # a run that does not train: its training flags' defaults would read as what it trained with
         return dataclasses.replace(params, **dict.fromkeys(TRAINING_ONLY))
+
+    @property
+    def global_batch(self) -> int | None:
+        """Samples per optimizer step over every process; None for a run that does not train."""
+        parts = (self.per_device_train_batch_size, self.world_size, self.gradient_accumulation_steps)
+        return None if None in parts else math.prod(parts)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,19 @@ from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_repo
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import TensorBoard
 from qa_hpc.plan import RunPlan
-from qa_hpc.record import CLOSING_METRICS
+from qa_hpc.record import CLOSING_METRICS, Params
+
+# The run's parameters in TensorBoard's HPARAMS tab, as its record has them (Params): a run that does not
+# train has no training parameters there either.
+HPARAMS = (
+    "model",
+    "per_device_train_batch_size",
+    "epochs",
+    "world_size",
+    "precision",
+    "learning_rate",
+    "max_seq_length",
+)
 
 
 def observability_callbacks(flags: Flags, plan: RunPlan) -> list[TrainerCallback]:
@@ -41,6 +53,7 @@ def finish_observability(
     trainer: Trainer,
     flags: Flags,
     plan: RunPlan,
+    params: Params,
     shape: ModelShape,
     results: Mapping[str, Any],
     wall_clock_seconds: float,
@@ -48,7 +61,6 @@ def finish_observability(
     """Memory report and TensorBoard totals. Call on every rank (the memory report gathers every rank's
     figures); rank 0 gets the memory report (memory.json's object), None with --memory_report false."""
     args = trainer.args
-    device = plan.gpu_name or "cpu"
     ranks = (
         gather_object([measure_process(args.process_index, args.device)])
         if flags.observe.memory_report
@@ -71,17 +83,10 @@ def finish_observability(
     report = memory_report(ranks, estimate, args.output_dir) if ranks else None
     tensorboard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, TensorBoard)), None)
     if tensorboard is not None:
-        batch = args.per_device_train_batch_size
         hparams = {
-            "model": shape.name,
-            "per_device_train_batch_size": batch,
-            "total_train_batch_size": batch * plan.world_size * args.gradient_accumulation_steps,
-            "epochs": float(args.num_train_epochs),
-            "world_size": plan.world_size,
-            "precision": plan.precision,
-            "learning_rate": args.learning_rate,
-            "max_seq_length": flags.data.max_seq_length,
-            "device": device,
+            **{name: getattr(params, name) for name in HPARAMS},
+            "total_train_batch_size": params.global_batch,
+            "device": plan.gpu_name or "cpu",
         }
         losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
         totals = {
@@ -91,6 +96,8 @@ def finish_observability(
             "peak_memory_mb": report.get("measured_peak_mb") if report else None,
         }
         tensorboard.write_totals(
-            hparams, {k: v for k, v in totals.items() if v is not None}, trainer.state.global_step
+            {k: v for k, v in hparams.items() if v is not None},
+            {k: v for k, v in totals.items() if v is not None},
+            trainer.state.global_step,
         )
     return report

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as dt
-import math
 import re
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ import pandas as pd
 
 from qa_hpc.atomic_io import read_json_object, write_text_atomic
 from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
-from qa_hpc.record import SUMMARY_FILE, TRAINER_STATE_FILE, Memory, Params, RunRecord
+from qa_hpc.record import SUMMARY_FILE, TRAINER_STATE_FILE, Memory, RunRecord
 from qa_hpc.tools.collect_results import (
     OUTPUT_MARKERS,
     add_speedup,
@@ -54,11 +53,6 @@ SAME = (
 )
 # sections whose rows a run may lack without saying so (v1 has no HasAns, a CPU no MFU)
 OPTIONAL = {"Training", "Evaluation"}
-
-
-def global_batch(params: Params) -> int | None:
-    parts = (params.per_device_train_batch_size, params.world_size, params.gradient_accumulation_steps)
-    return None if None in parts else math.prod(parts)
 
 
 def sections(run: pd.Series) -> dict[str, list[tuple[str, Any]]]:
@@ -101,7 +95,7 @@ def sections(run: pd.Series) -> dict[str, list[tuple[str, Any]]]:
             ("batch per device", params.per_device_train_batch_size),
             ("world size", params.world_size),
             ("gradient accumulation", params.gradient_accumulation_steps),
-            ("global batch", global_batch(params)),
+            ("global batch", params.global_batch),
             ("learning rate", params.learning_rate),
             ("max_seq_length", params.max_seq_length),
             ("doc_stride", params.doc_stride),

@@ -26,7 +26,7 @@ from qa_hpc.observe.efficiency import peak_tflops, train_efficiency, train_flops
 from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_report
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.tensorboard import GPU_MEMORY, TensorBoard
-from qa_hpc.record import Memory
+from qa_hpc.record import Memory, Params
 
 
 def _bert(**config) -> BertForQuestionAnswering:
@@ -370,7 +370,8 @@ def test_finish_writes_the_memory_report_and_tensorboard_totals(tmp_path):
     trainer.state.global_step = 4
     trainer.log({"loss": 0.75, "learning_rate": 1e-4})
     results = {"train_loss": 0.8, "eval_f1": 41.5, "eval_exact_match": 30.0}
-    report = finish_observability(trainer, flags, plan, ModelShape.of(model), results, 12.5)
+    params = Params.of(flags, plan.precision)
+    report = finish_observability(trainer, flags, plan, params, ModelShape.of(model), results, 12.5)
 
     assert json.loads((tmp_path / "memory.json").read_text()) == json.loads(json.dumps(report))
     assert report["world_size"] == 1 and report["estimate"]["total_mb"] == 40.6  # _tiny() by hand, above
@@ -391,8 +392,9 @@ def test_finish_writes_the_memory_report_and_tensorboard_totals(tmp_path):
     ).session_start_info
     hparams = {k: v.ListFields()[0][1] for k, v in start.hparams.items()}
     assert [
-        hparams[k] for k in ("per_device_train_batch_size", "max_seq_length", "world_size", "precision")
-    ] == [16, 128, 1, "fp32"]
+        hparams[k]
+        for k in ("per_device_train_batch_size", "total_train_batch_size", "max_seq_length", "precision")
+    ] == [16, 16, 128, "fp32"]
     totals = {tag: scalars(acc, tag)[0][1] for tag in acc.Tags()["scalars"] if tag.startswith("hparam/")}
     assert totals["hparam/wall_clock_seconds"] == 12.5 and totals["hparam/final_loss"] == 0.75
     assert totals["hparam/eval_f1"] == 41.5
@@ -462,3 +464,21 @@ def test_a_gpu_process_measures_its_own_gpu_made_up_here(monkeypatch, tmp_path, 
     assert report["measured_source"] == "cuda peak allocated (max over ranks)"
     assert report["estimate_over_measured"] == 0.5
     assert json.loads((tmp_path / "memory.json").read_text()) == json.loads(json.dumps(report))
+
+
+def test_an_evaluation_only_run_shows_no_training_parameters_in_tensorboard(tmp_path):
+    """The HPARAMS tab says what the record says: a run that does not train shows no batch, epochs or
+    learning rate, which would read as what it trained with."""
+    argv = ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--do_eval"]
+    argv += ["--report_to", "tensorboard", "--precision", "fp32", "--memory_report", "false"]
+    plan, flags = decide_and_build(read_flags(argv), read_device_facts())
+    model = _tiny()
+    trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
+    params = Params.of(flags, plan.precision)
+    finish_observability(trainer, flags, plan, params, ModelShape.of(model), {"eval_f1": 41.5}, 3.0)
+
+    content = tensorboard_events(tmp_path).PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        content["_hparams_/session_start_info"]
+    ).session_start_info
+    assert sorted(start.hparams) == ["device", "max_seq_length", "model", "precision", "world_size"]
