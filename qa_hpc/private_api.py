@@ -126,6 +126,16 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
         "not exported by transformers.integrations: the TensorBoard folder name the Trainer would choose",
     ),
     PrivateUse(
+        "transformers.integrations.TensorBoardCallback.logging_dir",
+        ("qa_hpc/observe/tensorboard.py",),
+        "transformers",
+        "5.23.0",
+        "an undocumented attribute, read when the callback makes its writer: the plan's TensorBoard folder "
+        "(--logging_dir), also for an evaluation-only run, which never calls on_train_begin; the public ways "
+        "are the TENSORBOARD_LOGGING_DIR variable, read by every callback of the process, or a writer made "
+        "beforehand, which every rank would make",
+    ),
+    PrivateUse(
         "transformers.PretrainedConfig._attn_implementation",
         (
             "qa_hpc/effective.py",

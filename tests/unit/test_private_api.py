@@ -135,6 +135,18 @@ def check_default_logdir(tmp_path: Path) -> None:
     assert logdir.endswith("_" + socket.gethostname())
 
 
+def check_tensorboard_logging_dir(tmp_path: Path) -> None:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+    from transformers.integrations import TensorBoardCallback
+
+    callback = TensorBoardCallback()
+    callback.logging_dir = str(tmp_path / "planned")
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none")
+    callback.on_train_begin(args, TrainerState(is_world_process_zero=True), TrainerControl())
+    callback.on_train_end(args, TrainerState(is_world_process_zero=True), TrainerControl())
+    assert [*(tmp_path / "planned").glob("events.out.tfevents.*")] and not (tmp_path / "out").exists()
+
+
 def check_attn_implementation(tmp_path: Path) -> None:
     from transformers import BertConfig, BertForQuestionAnswering
 
@@ -324,6 +336,7 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "transformers.trainer_utils.speed_metrics": check_speed_metrics,
     "transformers.trainer_utils.PredictionOutput": check_prediction_output,
     "transformers.integrations.integration_utils.default_logdir": check_default_logdir,
+    "transformers.integrations.TensorBoardCallback.logging_dir": check_tensorboard_logging_dir,
     "transformers.PretrainedConfig._attn_implementation": check_attn_implementation,
     "torch._dynamo.utils.counters": check_dynamo_counters,
     "torch._inductor.runtime.cache_dir_utils.default_cache_dir": check_default_cache_dir,
