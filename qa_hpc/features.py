@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# split names in log lines and cache folders
-LOG_NAMES = {"train": "train", "validation": "eval", "test": "predict"}
+# each split's name in log lines and cache folders: the stage that reads it
+STAGE_OF_SPLIT = {"train": "train", "validation": "eval", "test": "predict"}
 _TEXT = datasets.Value("string")
 # given, not inferred: a first batch of unanswerable records has no types
 RECORD_FEATURES = datasets.Features(
@@ -278,7 +278,7 @@ def build_data(
             cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length)
             try:
                 features[split] = _featurize(
-                    examples[split], fn, tokenizer, cfg, data_args, LOG_NAMES[split], cache_dir
+                    examples[split], fn, tokenizer, cfg, data_args, STAGE_OF_SPLIT[split], cache_dir
                 )
             except FeatureError as err:  # named where the reader names a record: file, place, id, field
                 where = loaded.seen.get(err.record_id)

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from qa_hpc.errors import check_writable_dir
+
 if TYPE_CHECKING:
     import datasets
     import evaluate
@@ -237,8 +239,6 @@ def load_metric(version_2_with_negative: bool) -> evaluate.EvaluationModule:
     """This package's `evaluate` module for the SQuAD version (evaluate copies it into HF_HOME's modules)."""
     import evaluate  # slow to import (it pulls in transformers.pipelines): only once a run is set up
     from evaluate.config import HF_MODULES_CACHE
-
-    from qa_hpc.errors import check_writable_dir
 
     # where evaluate copies the module and takes a lock, on every rank, every run: a read-only shared
     # HF_HOME is exit 74 naming it, not a traceback (an empty probe file: nothing of a quota is spent)

@@ -38,7 +38,7 @@ from qa_hpc.record import (
     Stopped,
     checkpoints_oldest_first,
 )
-from qa_hpc.tools.figures import NA
+from qa_hpc.tools.figures import NA, write_plots
 
 # Files only a run's output dir holds: a dir with any of them is a run, with or without a record.
 OUTPUT_MARKERS = (SUMMARY_FILE, ALL_RESULTS_FILE, TRAINER_STATE_FILE, MEMORY_FILE)
@@ -471,9 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(flat.to_csv(index=False, lineterminator="\n"))
     else:
         sys.stdout.write(to_json(table, base, args.speedup_on))
-    if args.plot:  # matplotlib only when a plot is drawn: the table needs none
-        from qa_hpc.tools.figures import write_plots
-
+    if args.plot:
         for path in write_plots(table, args.plot):
             print(f"PLOT={path}", file=sys.stderr)
     return 0

@@ -23,6 +23,7 @@ from fixtures.procs import PYTHON, REPO, offline_env, ok, run
 from fixtures.runs import plain_flags, read
 
 from bench import side_by_side
+from bench.pack_weights import MAX_RELATIVE_CHANGE
 from qa_hpc.device import parse_test_machine
 
 
@@ -452,7 +453,7 @@ def test_packed_weights_travel_within_16_significant_bits(tiny_bert: Path, tmp_p
     }
     for name, value in before.items():
         change = abs(after[name].astype("float64") - value) / abs(value).clip(min=1e-30)
-        assert change.max() <= 2.0**-16, name
+        assert change.max() <= MAX_RELATIVE_CHANGE, name
     assert (unpacked / "tokenizer.json").read_bytes() == (tiny_bert / "tokenizer.json").read_bytes()
 
 
