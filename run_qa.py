@@ -46,8 +46,8 @@ from qa_hpc.flags import (
 )
 from qa_hpc.metric.squad import make_score
 from qa_hpc.model import ModelShape, check_max_seq_length, load_config, load_model, load_tokenizer
-from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import train_efficiency
+from qa_hpc.observe.run import finish_observability, observability_callbacks
 from qa_hpc.plan import FlagValues, RunPlan
 from qa_hpc.postprocess import make_postprocess
 from qa_hpc.preemption import (

@@ -120,7 +120,7 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
     ),
     PrivateUse(
         "transformers.integrations.integration_utils.default_logdir",
-        ("qa_hpc/observe/__init__.py",),
+        ("qa_hpc/observe/run.py",),
         "transformers",
         "5.23.0",
         "not exported by transformers.integrations: the TensorBoard folder name the Trainer would choose",

@@ -8,9 +8,13 @@ The run's closing lines show these figures (qa_hpc.record.RunRecord.closing_line
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from qa_hpc.model import ModelShape
+if TYPE_CHECKING:  # qa_hpc.model imports transformers: these figures need none of it
+    from qa_hpc.model import ModelShape
+
 
 # name substring (lower case) -> peak TFLOP/s (bf16/fp16 tensor, tf32 tensor, fp32), dense; longest key
 # matched first

@@ -10,14 +10,16 @@ import platform
 import resource
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import torch
 
 from qa_hpc.atomic_io import write_json_atomic
-from qa_hpc.model import ModelShape
 from qa_hpc.record import MEMORY_FILE
+
+if TYPE_CHECKING:  # qa_hpc.model imports transformers: these figures need none of it
+    from qa_hpc.model import ModelShape
 
 MB = 1024 * 1024
 NO_CUDA_NOTE = "no CUDA device"

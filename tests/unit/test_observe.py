@@ -21,10 +21,10 @@ from qa_hpc.device import read_device_facts
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.model import ModelShape
-from qa_hpc.observe import finish_observability, observability_callbacks
 from qa_hpc.observe.efficiency import peak_tflops, train_efficiency, train_flops_per_sequence
 from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_report
 from qa_hpc.observe.profiler import ProfilerCallback
+from qa_hpc.observe.run import finish_observability, observability_callbacks
 from qa_hpc.observe.tensorboard import GPU_MEMORY, TensorBoard
 from qa_hpc.record import Memory, Params
 
