@@ -18,7 +18,7 @@ from transformers.trainer_utils import PredictionOutput, speed_metrics
 
 from qa_hpc.batching import LOSS_WIDTH, span_loss
 from qa_hpc.compile import CompiledSteps
-from qa_hpc.features import real_lengths
+from qa_hpc.features import POSTPROCESS_COLUMNS, real_lengths
 from qa_hpc.metric.squad import ScoreFunction
 from qa_hpc.postprocess import QAPredictions, mask_padding, refuse_non_finite
 
@@ -142,9 +142,13 @@ class QuestionAnsweringTrainer(Trainer):
     ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, float], int]:
         """Run the model over `dataset` (length-sorted if asked) and return logits in dataset order."""
         order = length_order(dataset) if self.sort_eval_by_length else None
+        inputs = dataset.select(order) if order is not None else dataset
+        # the model's inputs alone: the Trainer leaves the postprocessing columns in with
+        # --remove_unused_columns false, and the collator cannot batch them
+        inputs = inputs.remove_columns([c for c in POSTPROCESS_COLUMNS if c in inputs.column_names])
         # the test loader, never cached: with persistent workers the Trainer keeps one evaluation loader and
         # hands it out again whatever dataset is asked for (prediction would read the eval split)
-        dataloader = self.get_test_dataloader(dataset.select(order) if order is not None else dataset)
+        dataloader = self.get_test_dataloader(inputs)
         output = self.evaluation_loop(
             dataloader,
             description=description,

@@ -161,6 +161,10 @@ def prepare_train_features(
     return dict(tokenized)
 
 
+# what prepare_validation_features adds for postprocessing, which the model does not take
+POSTPROCESS_COLUMNS = ("example_id", "offset_mapping")
+
+
 def prepare_validation_features(
     examples: Mapping[str, list], tokenizer: PreTrainedTokenizerBase, cfg: FeatureConfig
 ) -> dict[str, list]:

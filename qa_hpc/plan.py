@@ -738,10 +738,10 @@ LEAST = {
 
 
 def refuse_outside_the_plan(flags: FlagValues) -> None:
-    """Refuse counts below LEAST, a seed numpy cannot take, a training of no step, and HF's flags that would
-    change the evaluation's precision behind the plan's back (PLAN and EFFECTIVE would say fp32 while the
-    model ran cast to half precision). Each was a traceback after the model loaded, or (no step) a run that
-    ended ok with the untrained model saved as its result."""
+    """Refuse counts below LEAST, a seed numpy cannot take, a training of no step, a last batch dropped from
+    an evaluation, and HF's flags that would change the evaluation's precision behind the plan's back (PLAN
+    and EFFECTIVE would say fp32 while the model ran cast to half precision). Each was a traceback after the
+    model loaded, or (no step) a run that ended ok with the untrained model saved as its result."""
     for name, least in LEAST.items():
         if flags[name] is not None and flags[name] < least:
             raise PlanError(f"--{name} {flags[name]}: give a number >= {least}")
@@ -751,6 +751,14 @@ def refuse_outside_the_plan(flags: FlagValues) -> None:
         raise PlanError(
             f"--num_train_epochs {flags['num_train_epochs']:g} trains no step: give a number above 0, or "
             "--max_steps N"
+        )
+    evaluates = flags["do_eval"] or flags["do_predict"] or flags["eval_strategy"] != "no"
+    if flags["dataloader_drop_last"] and evaluates:
+        # the Trainer builds the evaluation's loaders with it too: the questions of the last batch's
+        # features would have no answer, found only after training, as a traceback
+        raise PlanError(
+            "--dataloader_drop_last drops the last batch of the evaluation and prediction too, whose "
+            "questions would go unanswered: leave it out in a run that evaluates or predicts"
         )
     for name in ("bf16_full_eval", "fp16_full_eval"):
         if flags[name]:

@@ -232,15 +232,22 @@ def eval_setup(tiny_bert, tokenizer, demo_files):
 
 
 # group_by_length: transformers hands eval a shuffled sampler unless the trainer keeps it sequential;
-# sort_eval: the longest-first order must be undone after the gather
-@pytest.mark.parametrize(("strategy", "sort_eval"), [("group_by_length", False), ("random", True)])
-def test_gathered_logits_belong_to_their_feature(eval_setup, tokenizer, tmp_path, strategy, sort_eval):
+# sort_eval: the longest-first order must be undone after the gather; remove_unused_columns false: the
+# Trainer leaves the postprocessing columns in, which the model does not take
+@pytest.mark.parametrize(
+    ("strategy", "sort_eval", "remove_unused"),
+    [("group_by_length", False, True), ("random", True, True), ("random", True, False)],
+)
+def test_gathered_logits_belong_to_their_feature(
+    eval_setup, tokenizer, tmp_path, strategy, sort_eval, remove_unused
+):
     features, model = eval_setup
     args = QATrainingArguments(
         output_dir=str(tmp_path),
         per_device_eval_batch_size=7,
         report_to="none",
         train_sampling_strategy=strategy,
+        remove_unused_columns=remove_unused,
     )
     trainer = QuestionAnsweringTrainer(
         model=model,

@@ -491,6 +491,12 @@ def test_a_gpu_process_with_one_cpu_gets_no_workers_and_is_told_why():
         ({"gradient_accumulation_steps": 0}, "--gradient_accumulation_steps 0: give a number >= 1"),
         ({"bf16_full_eval": True}, "--bf16_full_eval casts the model itself for evaluation, outside"),
         ({"fp16_full_eval": True}, "--fp16_full_eval casts the model itself for evaluation, outside"),
+        ({"dataloader_drop_last": True, "do_eval": True}, "--dataloader_drop_last drops the last batch"),
+        ({"dataloader_drop_last": True, "do_predict": True}, "--dataloader_drop_last drops the last batch"),
+        (
+            {"dataloader_drop_last": True, "do_train": True, "eval_strategy": "epoch"},
+            "--dataloader_drop_last drops the last batch",
+        ),
     ],
 )
 def test_what_no_run_can_have_or_the_plan_would_not_say_is_refused(given, says):
@@ -498,6 +504,10 @@ def test_what_no_run_can_have_or_the_plan_would_not_say_is_refused(given, says):
     half precision under a PLAN and EFFECTIVE saying fp32."""
     with pytest.raises(PlanError, match=f"^{re.escape(says)}"):
         decide(ask(**given), facts("CPU"))
+
+
+def test_a_training_that_does_not_evaluate_may_drop_its_last_batch():
+    assert decide(ask(dataloader_drop_last=True, do_train=True), facts("CPU")).device == "cpu"
 
 
 @pytest.mark.parametrize(
