@@ -6,7 +6,7 @@ process with empty inductor caches (cold), then with `--warm` again in the cache
 run with `--compile_cache_dir` kept gets).
 
     python -m bench.compile_shapes [--model DIR] [--max_seq_length 128] [--batch 4] [--backend inductor] \
-        [--settings static,dynamic,dynamic_regions] [--warm] [--json_out FILE]
+        [--settings static,static_regions,dynamic,dynamic_regions] [--warm] [--json_out FILE]
 
 One line per setting and cache state: `COMPILE_SHAPES shapes=static scope=model caches=cold graphs=N
 compile_seconds=S first_steps_s=... cache_hits=H cache_misses=K`, where compile_seconds is the time to the
@@ -27,7 +27,12 @@ import time
 from pathlib import Path
 
 # setting -> (torch.compile's `dynamic`, --compile_scope)
-SETTINGS = {"static": (False, "model"), "dynamic": (True, "model"), "dynamic_regions": (True, "regions")}
+SETTINGS = {
+    "static": (False, "model"),
+    "static_regions": (False, "regions"),
+    "dynamic": (True, "model"),
+    "dynamic_regions": (True, "regions"),
+}
 
 
 def batch_shapes(max_seq_length: int, batch: int) -> list[tuple[int, int]]:

@@ -92,14 +92,15 @@ SITTINGS = {
         # 30-42 s, HF's ~60 s, compiled 155 s (all_levers, compiling 6 shapes with CUDA graphs, not done in
         # 125 s), MiniLM eager 68 s; a warm compile: not yet measured on a GPU (a quarter of the cold one's
         # compile on a CPU, bench/results/2026-11-28_cpu2_compile_regions/); traced (dynamo's cudagraphs
-        # backend): not yet measured on a GPU (its trace 28 s for bert-base on a CPU against inductor's 101 s,
-        # bench/results/2026-11-29_cpu2_compile_traced/), so eager's 45 and a CPU's trace
+        # backend, a graph per bucket): not yet measured on a GPU (72 s for bert-base's 6 shapes on a CPU,
+        # inductor's one graph of symbolic sizes 101 s; bench/results/2026-11-29_cpu2_compile_traced/), so
+        # eager's 45 and most of a CPU's trace
         estimate_s={
             "eager": 45,
             "hf": 60,
             "compiled": 160,
             "warm": 80,
-            "traced": 75,
+            "traced": 100,
             "minilm": 75,
             "minilm_compiled": 200,
         },
@@ -156,6 +157,8 @@ ATTN_AUTO = ("--attn_backend", "auto")
 BUCKETS = ("--pad_to_buckets", "on")
 GRAPHS = ("--torch_compile", "--torch_compile_mode", "reduce-overhead")
 DYNAMIC = ("--compile_shapes", "dynamic")  # one graph compiled for every bucket; CUDA graphs still per shape
+# a graph per bucket: dynamo's cudagraphs backend records from the sizes it compiled for (qa_hpc.plan)
+STATIC = ("--compile_shapes", "static")
 REGIONS = ("--compile_scope", "regions")  # each repeated layer compiled once for all of them
 # dynamo's cudagraphs backend: dynamo and AOT autograd trace the step, torch's own kernels are recorded in
 # CUDA graphs per shape, and nothing is generated or compiled (no inductor, no Triton)
@@ -175,15 +178,15 @@ VARIANTS = (  # in the order they run: what the targets need first, so that a sh
     Variant("hf_best", "hf", ("--no_pad_to_max_length", "--bf16")),
     Variant("all_levers", "ours", ATTN_AUTO + BUCKETS + GRAPHS + DYNAMIC + WORKERS_0),
     # CUDA graphs over the buckets with torch's own kernels: the step off the host without inductor's cold
-    # compile, which kept the 3x over 2 epochs out of reach (~130 s on one H200); only traced: 28 s for
-    # bert-base's shape on a CPU, 7 s in regions, where inductor took 101 s and 29 s in the same sitting
-    # (bench/results/2026-11-29_cpu2_compile_traced/). Whether torch's kernels, unfused, replay as fast as
-    # inductor's (14.5 ms a step) is the GPU's to say
-    Variant("buckets_cudagraphs", "ours", BUCKETS + CUDAGRAPHS_BACKEND + DYNAMIC, lever="compile"),
+    # compile, which kept the 3x over 2 epochs out of reach (~130 s on one H200); only traced, a graph per
+    # bucket: 72 s for bert-base's shape over 6 shapes on a CPU (one graph of symbolic sizes: 28 s, 7 s in
+    # regions, where inductor took 101 s and 29 s; bench/results/2026-11-29_cpu2_compile_traced/). Whether
+    # torch's kernels, unfused, replay as fast as inductor's (14.5 ms a step) is the GPU's to say
+    Variant("buckets_cudagraphs", "ours", BUCKETS + CUDAGRAPHS_BACKEND + STATIC, lever="compile"),
     Variant(
         "buckets_cudagraphs_regions",
         "ours",
-        BUCKETS + CUDAGRAPHS_BACKEND + DYNAMIC + REGIONS,
+        BUCKETS + CUDAGRAPHS_BACKEND + STATIC + REGIONS,
         lever="compile",
     ),
     # the way to the target: CUDA graphs over the buckets, compiled once (static graphs for each of the 6

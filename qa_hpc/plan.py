@@ -538,9 +538,10 @@ def decide_compile(
     compiling: tuple[bool, str],
 ) -> CompileDecision:
     """torch.compile as `compiling` (decide_compiling) says, through the Trainer's own flags; CUDA graphs
-    where they pay: on a GPU, with inductor, over fixed shapes, in one process; under them one graph with
-    symbolic sizes (each shape is recorded as its own CUDA graph anyway), else static over fixed batch shapes
-    with room for all of them (--compile_shapes says otherwise); the whole model or its regions
+    where they pay: on a GPU, with inductor, over fixed shapes, in one process; under inductor's one graph
+    with symbolic sizes (each shape is recorded as its own CUDA graph anyway), else static over fixed batch
+    shapes with room for all of them (--compile_shapes says otherwise; dynamo's cudagraphs backend records
+    from static graphs only); the whole model or its regions
     (--compile_scope), its caches in flags["compile_cache_dir"] (resolved by the caller: it reads the
     environment). `fixed_shapes`: per pass over a split; None when they vary."""
     on, why = compiling
@@ -556,14 +557,30 @@ def decide_compile(
     mode = flags["torch_compile_mode"]
     shapes = flags["compile_shapes"]
     accumulation = flags["gradient_accumulation_steps"]
+    if mode not in (None, "default") and backend != "inductor":  # torch.compile's error fell back to eager
+        raise PlanError(
+            f"--torch_compile_mode {mode} is inductor's; --torch_compile_backend {backend} takes no mode: "
+            "leave the mode out"
+        )
     graphs, graphs_reason = _cuda_graphs(mode, backend, device, world_size, fixed_shapes, accumulation)
     dynamic, limit = None, None  # torch's own: a shape that recompiles makes its sizes dynamic
     over = f" over {fixed_shapes} batch shapes per pass" if fixed_shapes else ""
+    # Dynamo's cudagraphs backend keys its recordings on the integer sizes of the inputs it compiled for
+    # (torch 2.11's cudagraph_trees.cudagraphify_impl). Symbolic sizes are no integers: one recording for
+    # every shape, whose replay fails at the first batch of another width (pytorch/pytorch#131009).
+    # Inductor records at the first real call, per shape. So this backend gets one static graph per shape.
+    static_only = graphs and backend == "cudagraphs"
+    if static_only and (shapes == "dynamic" or fixed_shapes is None):
+        raise PlanError(
+            "--torch_compile_backend cudagraphs replays one CUDA graph for every batch shape of a graph "
+            "with symbolic sizes, which fails at the next width: it needs fixed batch shapes "
+            "(--pad_to_buckets on or --pad_to_max_length) and --compile_shapes static or auto"
+        )
     if shapes == "dynamic":
         # compiled once, whatever the shapes; CUDA graphs are still recorded per shape, cheaply
         dynamic = True
         reason = f"--compile_shapes dynamic: one graph, its sizes symbolic{over}"
-    elif shapes == "auto" and graphs and fixed_shapes is not None:
+    elif shapes == "auto" and graphs and fixed_shapes is not None and not static_only:
         # measured so on one H200 (130 s cold); static graphs for 6 shapes had not compiled in 125 s
         dynamic = True
         reason = f"auto: CUDA graphs record each shape: one graph compiled, its sizes symbolic{over}"

@@ -3,6 +3,7 @@ plot. (Their command lines and scripts: tests/e2e/test_bench.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -20,6 +21,9 @@ from bench import (
     plot_learning_curve,
     suite_profile,
 )
+from qa_hpc.device import read_device_facts
+from qa_hpc.flags import read_flags
+from qa_hpc.plan import decide
 from qa_hpc.squad_io import load_qa_records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,6 +186,35 @@ def test_the_cudagraphs_backend_is_budgeted_as_a_trace_not_a_compile():
         assert sitting.estimate_s["eager"] < sitting.estimate_s["traced"] < sitting.estimate_s["compiled"]
 
 
+def test_every_variant_of_ours_is_a_plan_one_h200_takes():
+    """What the GPU will decide, decided here on an H200's made-up facts: no variant of ours is refused
+    there, and dynamo's cudagraphs backend gets a static graph per batch shape (with symbolic sizes its one
+    recording would be replayed for every width, and fail at the second)."""
+    h200 = dataclasses.replace(
+        read_device_facts(),
+        cuda_available=True,
+        gpu_count=1,
+        capability=(9, 0),
+        gpu_name="NVIDIA H200",
+        cudnn_version=91900,
+        world_size=1,
+        local_world_size=1,
+    )
+    known = gpu_speed.known_run_qa_flags()
+    sitting = ["--output_dir", "/tmp/unused", "--do_train", "--do_eval", "--precision", "bf16"]
+    for variant in gpu_speed.VARIANTS:
+        if variant.script == "hf":
+            continue
+        flags, _ = gpu_speed.command_flags(variant, known)
+        plan = decide(read_flags([*sitting, *flags]), h200, train_batches=7377)
+        if variant.kind == "traced":
+            assert (plan.compile_backend, plan.cuda_graphs, plan.compile_dynamic) == (
+                "cudagraphs",
+                True,
+                False,
+            ), variant.name
+
+
 def test_a_variant_that_ends_before_its_steady_steps_fails_and_the_sitting_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -263,13 +296,16 @@ def test_a_compiled_variants_record_and_row_say_its_graphs_cache_and_cuda_graph_
 def test_compile_shapes_builds_a_graph_per_shape_static_and_one_dynamic(tiny_bert: Path):
     """bench/compile_shapes.py's shapes are a pass's under --pad_to_buckets on (as many as the plan counts);
     with dynamo's own eager backend, static builds one graph per shape and dynamic one for all, and in
-    regions one per region: the embeddings, both layers, the QA head. No inductor: no cache lookups."""
+    regions one per region (the embeddings, both layers, the QA head), static one per region and shape. No
+    inductor: no cache lookups."""
     shapes = compile_shapes.batch_shapes(128, 4)
     assert shapes == [(4, 48), (4, 64), (4, 88), (4, 112), (4, 128), (2, 48)]
     static = compile_shapes.compile_over_shapes(str(tiny_bert), shapes[:2], "eager", dynamic=False)
     dynamic = compile_shapes.compile_over_shapes(str(tiny_bert), shapes[:2], "eager", dynamic=True)
     regions = compile_shapes.compile_over_shapes(str(tiny_bert), shapes[:2], "eager", True, "regions")
+    static_regions = compile_shapes.compile_over_shapes(str(tiny_bert), shapes[:2], "eager", False, "regions")
     assert (static["graphs"], dynamic["graphs"], regions["graphs"]) == (2, 1, 3)
+    assert static_regions["graphs"] == 6  # each region's graph for each shape
     assert len(dynamic["first_steps_s"]) == 2
     assert (regions["cache_hits"], regions["cache_misses"]) == (0, 0)
 

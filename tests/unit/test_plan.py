@@ -790,6 +790,10 @@ H100 4 on -         reduce-overhead - on on reduce-overhead True - on
 H100 1 on -         -    dynamic on  on reduce-overhead True - on
 H100 1 on -         -    dynamic off on default True - off
 H100 1 on -         -    static  max on reduce-overhead False 6 on
+H100 1 on cudagraphs -    -       on  on default False 14 on
+H100 1 on cudagraphs -    static  on  on default False 14 on
+H100 1 on cudagraphs -    -       max on default False 6 on
+CPU  1 on cudagraphs -    dynamic on  on default True - off
 """
 
 
@@ -839,6 +843,36 @@ def test_compile_and_cuda_graphs_for_every_device(
             "TORCHINDUCTOR_CACHE_DIR": CACHE,
         }
     assert plan.environment({}) == told
+
+
+@pytest.mark.parametrize(
+    "given, says",
+    [
+        (
+            {"torch_compile_backend": "cudagraphs", "compile_shapes": "dynamic"},
+            "--torch_compile_backend cudagraphs replays one CUDA graph for every batch shape",
+        ),
+        (
+            {"torch_compile_backend": "cudagraphs", "pad_to_buckets": "off"},
+            "--torch_compile_backend cudagraphs replays one CUDA graph for every batch shape",
+        ),
+        (
+            {"torch_compile_backend": "cudagraphs", "torch_compile_mode": "reduce-overhead"},
+            "--torch_compile_mode reduce-overhead is inductor's; --torch_compile_backend cudagraphs takes no",
+        ),
+        (
+            {"torch_compile_backend": "aot_eager", "torch_compile_mode": "max-autotune"},
+            "--torch_compile_mode max-autotune is inductor's; --torch_compile_backend aot_eager takes no",
+        ),
+    ],
+)
+def test_a_compile_torch_would_fail_on_a_gpu_is_refused(given, says):
+    """Dynamo's cudagraphs backend keys its CUDA graphs on the integer sizes it compiled for: over symbolic
+    sizes or varying shapes one recording is replayed for every width and fails at the second (the trace on
+    a CPU records nothing, so only the GPU would have shown it). A mode is inductor's: another backend's
+    compile failed on it, and the run went on eagerly."""
+    with pytest.raises(PlanError, match=f"^{re.escape(says)}"):
+        decide(ask(do_train=True, torch_compile=True, **given), facts("H200"), TWO_EPOCHS)
 
 
 # device | --torch_compile | --torch_compile_backend | --torch_compile_mode | --gradient_accumulation_steps |
