@@ -33,7 +33,9 @@ _SHAPES = (
     '[{"context", "qas": [...]}]}]}, an array of flat records [{"id", "question", "context", '
     '"answers"}], {"data": [flat records]}, or JSON Lines (one record per line)'
 )
-_RECORD_KEYS = frozenset({"id", "question", "context", "answers"})  # an article of the nested layout has none
+_RECORD_KEYS = frozenset({"id", "question", "context", "answers"})
+# what only a question (or a paragraph) holds: an article may carry an "id" of its own (CMRC2018, DRCD)
+_QUESTION_KEYS = frozenset({"question", "context", "answers", "qas"})
 
 
 def load_qa_records(
@@ -275,10 +277,13 @@ def _article(c: LoadedFile, aloc: str, art: Any) -> None:
 
 
 def _looks_nested(items: list) -> bool:
-    """More items look like articles than flat records: one broken item does not decide the layout."""
+    """More items look like articles than flat records: one broken item does not decide the layout. An item
+    with "paragraphs" and none of a question's keys is an article, even with an "id" of its own."""
     articles = records = 0
     for item in items:
-        if isinstance(item, dict) and _RECORD_KEYS & item.keys():
+        if isinstance(item, dict) and "paragraphs" in item and not _QUESTION_KEYS & item.keys():
+            articles += 1
+        elif isinstance(item, dict) and _RECORD_KEYS & item.keys():
             records += 1
         elif isinstance(item, dict) and ("title" in item or any(key.startswith("paragraph") for key in item)):
             articles += 1

@@ -129,6 +129,23 @@ def test_every_format_gives_the_same_records_and_references(tmp_path, form, v2):
     assert load_references(path) == {r["id"]: r["answers"]["text"] for r in expected}
 
 
+@pytest.mark.parametrize("wrapped", [True, False], ids=["data", "list"])
+def test_nested_articles_with_ids_of_their_own_are_articles(tmp_path, wrapped):
+    """CMRC2018 and DRCD give each article (and paragraph) an "id" of its own, as a flat record has: such a
+    file is still the official layout, which evaluate-v1.1.py scores, not flat records."""
+    nested = _nested(RECORDS)
+    for a, art in enumerate(nested["data"]):
+        art["id"] = f"ART_{a}"
+        for p, para in enumerate(art["paragraphs"]):
+            para["id"] = f"ART_{a}_P{p}"
+    path = tmp_path / "cmrc.json"
+    path.write_bytes(_j(nested if wrapped else nested["data"]))
+    recs, rep = load_qa_records(path)
+    assert recs == RECORDS
+    assert (rep.fmt, rep.n_records) == ("squad-nested", len(RECORDS))
+    assert load_references(path) == {r["id"]: r["answers"]["text"] for r in RECORDS}
+
+
 @pytest.mark.parametrize("form", ["nested", "jsonl", "flat_answer_objects"])
 def test_multiple_answers_all_kept_and_each_checked(tmp_path, form):
     rec = _rec(
@@ -376,6 +393,14 @@ BAD = [  # the cases docs/REFERENCE.md lists first: each names the record (posit
         "f.json",
         [_rec(0), _rec(1), {"paragraphs": []}],
         "[2]: field 'paragraphs': this",
+    ),
+    # an article's own "id" does not make it a record: among flat records it is still refused as an article
+    _case(
+        "article_with_id_in_flat_file",
+        "f.json",
+        {"data": [_rec(0), _rec(1), {"id": "A0", "title": "T", "paragraphs": []}]},
+        "data[2]: field 'paragraphs': this looks like a nested SQuAD article (it has 'paragraphs') inside a "
+        "file of flat records",
     ),
     # the layout is voted by every item: a broken first article is still reported as an article
     _case(
