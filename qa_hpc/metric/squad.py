@@ -43,13 +43,14 @@ def normalize_answer(s: str) -> str:
 
 
 def _f1(pred_tokens: Sequence[str], gold_tokens: Sequence[str], v2: bool) -> float:
-    """Bag-of-tokens F1 in the official operation order (bitwise-equal floats)."""
+    """Bag-of-tokens F1 in the official operation order (bitwise-equal floats), and of its type: the int 0
+    or 1 where the official scripts return one (v2's sum() of ints and floats adds them otherwise)."""
     if v2 and not (pred_tokens and gold_tokens):
-        return float(pred_tokens == gold_tokens)  # v2: "no answer" scores 1 against "no answer" only
+        return int(pred_tokens == gold_tokens)  # v2: "no answer" scores 1 against "no answer" only
     common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
     num_same = sum(common.values())
     if num_same == 0:  # v1: 0 even when both sides are empty ("" vs "the": EM 1, F1 0)
-        return 0.0
+        return 0
     precision, recall = num_same / len(pred_tokens), num_same / len(gold_tokens)
     return (2 * precision * recall) / (precision + recall)
 
@@ -59,6 +60,7 @@ def _raw_scores(
 ) -> tuple[dict[str, float], dict[str, float]]:
     if not references:
         raise ValueError("no questions to score: the reference set is empty")
+    # the official types: exact an int, F1 an int 0/1 or a float (the first best over the golds, as max())
     exact: dict[str, float] = {}
     f1: dict[str, float] = {}  # per-question best over the golds
     for qid, golds in references.items():
@@ -68,7 +70,7 @@ def _raw_scores(
         gold_norms = [normalize_answer(gold) for gold in golds]
         if v2:  # golds that normalize to nothing are dropped, yet the question stays HasAns (official quirk)
             gold_norms = [norm for norm in gold_norms if norm] or [""]
-        exact[qid] = float(max(pred_norm == norm for norm in gold_norms))
+        exact[qid] = int(max(pred_norm == norm for norm in gold_norms))
         f1[qid] = max(_f1(pred_norm.split(), norm.split(), v2) for norm in gold_norms)
     return exact, f1
 
@@ -121,7 +123,8 @@ def score_v2(
 
 
 def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: Sequence[str]) -> Scores:
-    """Percentages over ``qids`` (sum() as the official script; missing ids add 0)."""
+    """Percentages over ``qids`` (sum() as the official script, of its ints and floats: from Python 3.12 sum()
+    compensates float additions, not int ones, so the types matter to the last bit; missing ids add 0)."""
     n = len(qids)
     return {
         "exact": 100.0 * sum(exact[q] for q in qids if q in exact) / n,

@@ -4,8 +4,10 @@ modules), every expected value worked out by hand (arithmetic in the comments) o
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,6 +195,71 @@ def test_score_v2_thresholds_and_quirks(
     refs: dict, preds: dict, na: dict | None, thresh: float, expected: dict
 ):
     assert_scores(sm.score_v2(refs, preds, na, thresh), expected, every_key=False)
+
+
+# found by a random search under Python 3.12: there sum() compensates float additions (not int ones), and the
+# official v2 adds 1 (a: "" for no answer) + 1/3 (b) plainly, where a sum of floats keeps 1 + 1/3's rounding
+BITWISE_REFS = {"a": [], "b": ["gold blue gray"], "c": ["red"], "d": [], "e": ["pink", "green"]}
+BITWISE_PREDS = {"a": "", "b": "red white gray", "c": "red", "d": "pink", "e": "black"}
+BITWISE_NA = {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.9, "e": 0.4}  # d over 0.5: float(not has_answer)
+
+
+def official_v2_scores(refs: dict, preds: dict, na: dict | None, thresh: float) -> tuple[dict, dict]:
+    """evaluate-v2.0.py's per-question scores, of its types, written out for texts already normalized (lower
+    case words: the tokens are str.split()): exact an int; F1 an int where either side has no tokens or none
+    is shared, else a float; the best over the golds by max(); over the threshold float(not has_answer)."""
+
+    def f1(gold: str, pred: str):
+        g, p = gold.split(), pred.split()
+        same = sum((collections.Counter(g) & collections.Counter(p)).values())
+        if not g or not p:
+            return int(g == p)
+        if same == 0:
+            return 0
+        precision, recall = 1.0 * same / len(p), 1.0 * same / len(g)
+        return (2 * precision * recall) / (precision + recall)
+
+    exact, f1s = {}, {}
+    for qid, golds in refs.items():
+        golds = [gold for gold in golds if gold] or [""]
+        exact[qid] = max(int(gold == preds[qid]) for gold in golds)
+        f1s[qid] = max(f1(gold, preds[qid]) for gold in golds)
+    probs = na if na is not None else dict.fromkeys(refs, 0.0)
+    for scores in (exact, f1s):
+        for qid in scores:
+            if probs[qid] > thresh:
+                scores[qid] = float(not refs[qid])
+    return exact, f1s
+
+
+@pytest.mark.parametrize("na", [None, BITWISE_NA], ids=["raw", "thresholded"])
+def test_v2_totals_are_bitwise_the_official_sums(na: dict | None) -> None:
+    """exact, f1 and the HasAns/NoAns ones are the official 100.0 * sum(...) / n over the official types, to
+    the last bit. From Python 3.12 the totals differ if the per-question scores are all floats (sum() would
+    then compensate every addition); on 3.11 and before sum() adds plainly and they agree either way, so the
+    per-question scores' types are checked too (that check fails on any Python)."""
+    raw = sm._raw_scores(BITWISE_REFS, BITWISE_PREDS, v2=True)
+    official_raw = official_v2_scores(BITWISE_REFS, BITWISE_PREDS, None, 0.5)
+    assert raw == official_raw
+    assert [[type(v) for v in scores.values()] for scores in raw] == [
+        [type(v) for v in scores.values()] for scores in official_raw
+    ]
+    texts = [*BITWISE_PREDS.values(), *(gold for golds in BITWISE_REFS.values() for gold in golds)]
+    assert all(sm.normalize_answer(text) == text for text in texts)
+    exact, f1 = official_v2_scores(BITWISE_REFS, BITWISE_PREDS, na, 0.5)
+    expected = {}
+    for prefix, qids in (
+        ("", list(BITWISE_REFS)),
+        ("HasAns_", [qid for qid, golds in BITWISE_REFS.items() if golds]),
+        ("NoAns_", [qid for qid, golds in BITWISE_REFS.items() if not golds]),
+    ):
+        expected[f"{prefix}exact"] = 100.0 * sum(exact[qid] for qid in qids) / len(qids)
+        expected[f"{prefix}f1"] = 100.0 * sum(f1[qid] for qid in qids) / len(qids)
+        expected[f"{prefix}total"] = len(qids)
+    result = sm.score_v2(BITWISE_REFS, BITWISE_PREDS, na, 0.5)
+    assert {key: result[key] for key in expected} == expected
+    if sys.version_info >= (3, 12):  # the set is one where the types change the sum
+        assert 100.0 * sum(map(float, f1.values())) / len(f1) != expected["f1"]
 
 
 def test_dev_set_equals_the_official_v11_script() -> None:
