@@ -28,6 +28,7 @@
 #
 # Preemption: SLURM sends SIGUSR1 five minutes before the time limit; run_qa.py saves a checkpoint
 # and exits 75; the job requeues itself and resumes from outputs/<job name> (stable across requeues).
+# Ctrl-C on a job run by hand: the same checkpoint and exit 75, not requeued (run it again to resume).
 #
 # Overrides (environment): QA_MODEL QA_DATASET QA_EPOCHS QA_BATCH QA_LR QA_MAX_SEQ_LENGTH QA_DOC_STRIDE
 #   QA_SEED QA_OUTPUT_DIR QA_PRECISION(auto|bf16|fp16|fp32) QA_MODE(auto|baseline|demo)

@@ -59,7 +59,8 @@ qa_local_log() {
 	mkdir -p "$dir" 2>/dev/null && [ -w "$dir" ] || qa_die "QA_LOG_DIR=$dir: cannot write there (from $PWD)"
 	# the pid too: two jobs started in one second keep a log (and a report) each
 	QA_LOCAL_LOG="$(realpath -m "$dir")/$1-local-$(date +%Y%m%d-%H%M%S)-$$.out"
-	exec > >(tee -a "$QA_LOCAL_LOG") 2>&1
+	# tee -i: a Ctrl-C reaches tee too (the job's process group); it keeps copying until the job ends
+	exec > >(tee -i -a "$QA_LOCAL_LOG") 2>&1
 	qa_log "LOG=$QA_LOCAL_LOG"
 }
 
@@ -118,6 +119,10 @@ qa_rdzv_port() {
 # checkpoint (a stable --output_dir per job name). A job cancelled by the user stays cancelled:
 # scontrol refuses to requeue it.
 #
+# Ctrl-C on a job script run by hand (SIGINT to its process group) stops the run the same way: the run is
+# a background command of a non-interactive shell, so it starts with SIGINT ignored and only this shell
+# hears it; it passes SIGTERM on (a checkpoint, exit 75) and does not requeue.
+#
 #   qa_run_preemptible local CMD...     the command is the training process: pass the signal on
 #   qa_run_preemptible torchrun CMD...  the command is torchrun on this machine: send it SIGTERM,
 #                                       which it passes on to its workers
@@ -128,8 +133,10 @@ qa_run_preemptible() {
 	QA_SIGNALLED=""
 	QA_CHILD=""
 	QA_REQUEUED=""
+	QA_INTERRUPTED=""
 	trap '_qa_forward USR1' USR1
 	trap '_qa_forward TERM' TERM
+	trap '_qa_forward TERM INT' INT
 	_QA_HOW=$how
 	"$@" &
 	QA_CHILD=$!
@@ -137,7 +144,7 @@ qa_run_preemptible() {
 	# a trapped signal interrupts wait (status >128) while the child still runs: wait again
 	while kill -0 "$QA_CHILD" 2>/dev/null; do wait "$QA_CHILD"; done
 	wait "$QA_CHILD"; rc=$?   # the child's own status (bash keeps it after reaping)
-	trap - USR1 TERM
+	trap - USR1 TERM INT
 	local launcher_rc=$rc
 	qa_ranks_exit_code "$rc"
 	rc=$QA_RUN_RC
@@ -154,6 +161,12 @@ qa_run_preemptible() {
 	fi
 	if [ "$rc" = "$EXIT_PREEMPTED" ] || [ -n "$killed_by_it" ] \
 		|| { [ -n "$QA_SIGNALLED" ] && [ "$rc" != 0 ] && [ "$_QA_HOW" != local ]; }; then
+		if [ -n "$QA_INTERRUPTED" ]; then
+			# the user stopped it: not the scheduler's time up, so no requeue (also under srun --pty)
+			qa_log "PREEMPTED: stopped by SIG$QA_INTERRUPTED (Ctrl-C), not requeued:" \
+				"run the same command again to resume"
+			return "$EXIT_PREEMPTED"
+		fi
 		qa_requeue && { QA_REQUEUED=1; return 0; }
 		return "$EXIT_PREEMPTED"
 	fi
@@ -179,11 +192,15 @@ qa_ranks_exit_code() {
 	QA_RUN_RC=${run_rc:-$rc}
 }
 
+# _qa_forward SIG [HEARD]: pass SIG on to the run; HEARD, the signal this shell got when it is another
+# (INT: Ctrl-C, passed on as TERM)
 _qa_forward() {
-	local sig=$1
+	local sig=$1 heard=${2:-}
 	if [ -n "$QA_SIGNALLED" ]; then return 0; fi   # once: scancel may echo it back to this shell
 	QA_SIGNALLED=$sig
-	qa_log "PREEMPT_SIGNAL=SIG$sig: asking the run to save a checkpoint and stop"
+	QA_INTERRUPTED=$heard
+	qa_log "PREEMPT_SIGNAL=SIG$sig${heard:+ (from SIG$heard: Ctrl-C)}:" \
+		"asking the run to save a checkpoint and stop"
 	if [ "$_QA_HOW" = steps ] && [ -n "${SLURM_JOB_ID:-}" ]; then
 		# every process of the job's steps (torchrun agents and their workers) on every node
 		scancel --signal="$sig" "$SLURM_JOB_ID" 2>&1 | sed 's/^/[scancel] /' || true

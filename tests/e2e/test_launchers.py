@@ -506,6 +506,51 @@ def test_a_signal_while_the_run_starts_still_counts_as_preempted(tmp_path: Path)
     assert log.splitlines()[-1] == "RC=75", log
 
 
+def test_ctrl_c_stops_a_job_run_by_hand_with_a_checkpoint(tiny_bert: Path, tmp_path: Path):
+    """Ctrl-C on `bash job_cpu.sh` run by hand: SIGINT to its process group (the shell, tee and the run,
+    which a non-interactive shell starts with SIGINT ignored). The shell passes it on as SIGTERM, as a
+    preemption: the run saves a checkpoint, the job exits 75 without requeueing and its log keeps every line
+    to the end; nothing of the job is left running. (The shell used to die or ignore it, tee died with it,
+    and the run trained on.)"""
+    env = demo_job_env(tiny_bert, tmp_path, QA_MODE="demo", QA_DEMO_EPOCHS="1000")  # thousands of steps
+    job = LoggedProcess(
+        ["bash", str(REPO / "job_cpu.sh"), "--logging_steps", "1"],
+        tmp_path / "job.log",
+        env=env,
+        # as from a terminal: the job's shell starts with SIGINT at its default (bash cannot trap a signal
+        # ignored on entry, as it would be were pytest started with SIGINT ignored)
+        preexec_fn=partial(signal.signal, signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        job.wait_for(r"\{'loss'", count=2)  # it is training
+        os.killpg(job.proc.pid, signal.SIGINT)
+        code = job.proc.wait(timeout=120)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # tee and the run: gone soon after the shell
+            try:
+                os.killpg(job.proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("processes of the job run on 30 s after it exited:\n" + job.text()[-3000:])
+    finally:
+        job.kill_all()
+    log = job.text()
+    stopped = re.search(r"PREEMPTED signal=SIGTERM global_step=(\d+) checkpoint=(\S+)", log)
+    assert code == 75 and stopped, f"exit {code}:\n{log[-3000:]}"
+    assert (Path(stopped.group(2)) / "trainer_state.json").is_file(), log[-3000:]
+    for says in (
+        "PREEMPT_SIGNAL=SIGTERM (from SIGINT: Ctrl-C): asking the run to save a checkpoint and stop",
+        "EXIT_CODE=75 (after SIGTERM)",
+        "PREEMPTED: stopped by SIGINT (Ctrl-C), not requeued: run the same command again to resume",
+    ):
+        assert says in log, (says, log[-3000:])
+    assert re.search(r"JOB_SECONDS=\d+ JOB_EXIT_CODE=75$", log, re.M), log[-3000:]
+    (copy,) = (tmp_path / "logs").glob("bert_squad_cpu-local-*.out")  # tee copied it all
+    assert "JOB_EXIT_CODE=75" in copy.read_text(), copy.read_text()[-3000:]
+
+
 @pytest.mark.parametrize(
     "launcher, ranks, want",
     [
