@@ -192,8 +192,10 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     if resume and trained_every_step(resume, optimizer_steps(args, len(data.train)), args.output_dir):
         trained_before, resume = resume, None
     elif resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
-        given = args.resume_from_checkpoint == resume
-        why = "--resume_from_checkpoint" if given else "checkpoint found in --output_dir"
+        given = args.resume_from_checkpoint
+        why = "--resume_from_checkpoint" if given == resume else "checkpoint found in --output_dir"
+        if given and given != resume:
+            why += f", where a launch went on from --resume_from_checkpoint {given}"
         logger.info("RESUME_FROM=%s (%s; --overwrite_output_dir to start over)", resume, why)
     if plan.awaits_batch_count:
         plan, flags = replan_with_batch_count(values, flags, facts, len(data.train))

@@ -166,7 +166,8 @@ def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: boo
     leaves none, and the tables show it incomplete rather than as the earlier launch ended. Under
     --overwrite_output_dir the checkpoints of the run it replaces: else a later run of the command without
     the flag, a requeued job among them, would resume from the newest of them, the other run's weights and
-    step. Then the folder is marked as this launch's (LAUNCH_MARK: its Slurm job)."""
+    step. Then the folder is marked as this launch's (LAUNCH_MARK: its Slurm job, and the checkpoint it was
+    asked to start from: a later launch of the same command goes on from where this one gets)."""
     if not (training_args.do_train and training_args.should_save):
         return
     Path(training_args.output_dir, SUMMARY_FILE).unlink(missing_ok=True)
@@ -179,9 +180,12 @@ def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: boo
             "OVERWRITE removed=%s (--overwrite_output_dir: the checkpoints of the run this one replaces)",
             ",".join(os.path.basename(path) for path in old),
         )
-    write_json_atomic(
-        Path(training_args.output_dir, LAUNCH_MARK), {"slurm_job_id": os.environ.get("SLURM_JOB_ID")}
-    )
+    given = training_args.resume_from_checkpoint
+    mark = {
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "resume_from_checkpoint": os.path.abspath(given) if given else None,
+    }
+    write_json_atomic(Path(training_args.output_dir, LAUNCH_MARK), mark)
 
 
 # what a launch leaves in --output_dir before its first checkpoint: its record, memory report, TensorBoard
@@ -193,19 +197,40 @@ LAUNCH_FILES = frozenset({SUMMARY_FILE, MEMORY_FILE, "runs", "profiler", "OFFLIN
 
 def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:
     """What a non-empty --output_dir means (transformers 5 has no overwrite_output_dir):
-    --resume_from_checkpoint wins; else resume from its last complete checkpoint (a requeued job continues by
-    itself); other files than a launch's own (LAUNCH_FILES): refuse, unless --overwrite_output_dir. An
-    evaluation-only run may write anywhere but into a training run's folder (training_traces)."""
+    --resume_from_checkpoint wins, unless an earlier launch of the command went on from it there
+    (started_from), and refused among another run's checkpoints; else resume from its last complete checkpoint
+    (a requeued job continues by itself); other files than a launch's own (LAUNCH_FILES): refuse, unless
+    --overwrite_output_dir. An evaluation-only run may write anywhere but into a training run's folder
+    (training_traces)."""
     out, given = training_args.output_dir, training_args.resume_from_checkpoint
     if given and training_args.do_train:
         try:
-            checkpoint_state(given)
+            start = checkpoint_state(given).global_step
         except (OSError, ValueError) as err:
             raise UsageError(
                 f"--resume_from_checkpoint {given}: not a checkpoint (no readable trainer_state.json there: "
                 f"{getattr(err, 'strerror', None) or err}); give a checkpoint-N folder a training run "
                 "saved, or leave the flag out to resume from the last checkpoint in --output_dir"
             ) from err
+        inside = Path(out).resolve() in Path(given).resolve().parents
+        if overwrite_output_dir:
+            if inside:
+                raise UsageError(
+                    f"--overwrite_output_dir removes the checkpoints in --output_dir {out}, and "
+                    f"--resume_from_checkpoint {given} is one of them: give one of the two flags"
+                )
+            return given
+        ours = started_from(out) == os.path.abspath(given)
+        if ours and (later := last_complete_checkpoint(out)) and checkpoint_state(later).global_step > start:
+            # the same command again, after a stop or requeued by Slurm: on from where the last launch got,
+            # not back to `given` (every step since lost, and with --save_total_limit their checkpoints)
+            return later
+        if not inside and not ours and (others := checkpoints_oldest_first(out)):
+            raise UsageError(
+                f"--output_dir {out} holds another run's checkpoints ({os.path.basename(others[-1])}), "
+                f"among which a training from --resume_from_checkpoint {given} would save its own; add "
+                "--overwrite_output_dir to replace them, or choose another --output_dir"
+            )
         return given
     if not os.path.isdir(out) or overwrite_output_dir:
         return None
@@ -227,6 +252,15 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
             "--output_dir"
         )
     return None
+
+
+def started_from(output_dir: str) -> str | None:
+    """The checkpoint the training launch that marked `output_dir` was asked to start from (its absolute
+    path), None where it was not or no launch marked the folder."""
+    try:
+        return read_json_object(os.path.join(output_dir, LAUNCH_MARK)).get("resume_from_checkpoint")
+    except (OSError, ValueError):
+        return None
 
 
 def training_traces(output_dir: str) -> str | None:

@@ -33,6 +33,7 @@ from qa_hpc.flags import decide_and_build, read_flags
 from qa_hpc.preemption import (
     StopRequest,
     checkpoint_to_resume,
+    clear_for_launch,
     last_complete_checkpoint,
     replaces_output_dir,
 )
@@ -169,6 +170,39 @@ def test_what_an_output_dir_holds_decides_resume_start_or_refusal(tmp_path: Path
     with pytest.raises(UsageError, match=rf"--output_dir {out} holds a training run \(its record: "):
         checkpoint_to_resume(args(do_eval=True), overwrite_output_dir=False)
     assert checkpoint_to_resume(args(do_eval=True), overwrite_output_dir=True) is None
+
+
+def test_the_same_command_goes_on_from_where_a_launch_started_at_a_given_checkpoint_got(tmp_path: Path):
+    """--resume_from_checkpoint names where the run starts: the launch marks the folder with it, and the same
+    command run again (after a stop, or requeued by Slurm) resumes the newest checkpoint that launch saved,
+    not the given one again (every step since lost, and with --save_total_limit their checkpoints). Beside
+    another run's checkpoints it is refused; --overwrite_output_dir starts over from it, unless it is one of
+    the checkpoints the flag removes."""
+    start = tmp_path / "other" / "checkpoint-18"
+    out = tmp_path / "out"
+    for checkpoint, step in ((start, 18), (out / "checkpoint-177", 177)):
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+
+    def args(given: Path = start) -> TrainingArguments:
+        return TrainingArguments(
+            output_dir=str(out), report_to="none", do_train=True, resume_from_checkpoint=str(given)
+        )
+
+    def resume(overwrite: bool = False, given: Path = start) -> str | None:
+        return checkpoint_to_resume(args(given), overwrite_output_dir=overwrite)
+
+    with pytest.raises(UsageError, match=r"holds another run's checkpoints \(checkpoint-177\), among which"):
+        resume()  # no launch of this command marked the folder
+    clear_for_launch(args(), overwrite_output_dir=False)  # a launch of the command, as run_qa.py makes it
+    assert json.loads((out / LAUNCH_MARK).read_text())["resume_from_checkpoint"] == str(start)
+    assert resume() == str(out / "checkpoint-177")
+    assert resume(overwrite=True) == str(start)  # starts over from it, as asked
+    with pytest.raises(UsageError, match="--overwrite_output_dir removes the checkpoints in --output_dir"):
+        resume(overwrite=True, given=out / "checkpoint-177")
+    assert resume(given=out / "checkpoint-177") == str(out / "checkpoint-177")  # its own: as given
+    (out / "checkpoint-177" / "trainer_state.json").write_text(json.dumps({"global_step": 12}))
+    assert resume() == str(start)  # nothing saved past the given step yet
 
 
 def test_an_evaluation_only_run_never_replaces_the_record_of_a_training_run_however_it_ended(tmp_path: Path):
@@ -377,4 +411,7 @@ def test_a_requeued_job_with_overwrite_resumes_its_own_checkpoint(
 
     assert run.resume == (str(saved) if resumed else None)
     assert saved.exists() == resumed
-    assert json.loads((out / LAUNCH_MARK).read_text()) == {"slurm_job_id": job_id}
+    assert json.loads((out / LAUNCH_MARK).read_text()) == {
+        "slurm_job_id": job_id,
+        "resume_from_checkpoint": None,
+    }
