@@ -429,10 +429,16 @@ def unused_flags(values: FlagValues, plan: RunPlan) -> list[str]:
             f"--attn_implementation {values['attn_implementation']} calls no SDPA",
             ("attn_backend",),
         ),
+        (
+            values["do_train"],
+            "no --do_train: the model is --model_name_or_path's; give the checkpoint there",
+            ("resume_from_checkpoint",),
+        ),
     )
     defaults = {
         f.name: f.default for group in (SpeedArguments, ObservabilityArguments) for f in fields(group)
     }
+    defaults["resume_from_checkpoint"] = None
     return [
         f"--{name} {values[name]} ({why})"
         for on, why, names in subjects

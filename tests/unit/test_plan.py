@@ -589,6 +589,12 @@ def test_flags_given_whose_subject_the_plan_leaves_off_are_named():
         "--profile True (no --do_train: the profiler records training steps)",
         "--profile_active 3 (no --do_train: the profiler records training steps)",
     ]
+    # an evaluation evaluates --model_name_or_path: a checkpoint named to resume from was not evaluated
+    checkpoint = read_flags(["--output_dir", "o", "--do_eval", "--resume_from_checkpoint", "o/checkpoint-9"])
+    assert unused_flags(checkpoint, decide(checkpoint, facts("CPU"))) == [
+        "--resume_from_checkpoint o/checkpoint-9 (no --do_train: the model is --model_name_or_path's; give "
+        "the checkpoint there)"
+    ]
     defaults = read_flags(["--output_dir", "o", "--report_to", "none"])
     assert unused_flags(defaults, decide(defaults, facts("CPU"))) == []
 
