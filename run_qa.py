@@ -189,7 +189,9 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     check_max_seq_length(flags.data.max_seq_length, config, tokenizer, flags.model.model_name_or_path)
     data = build_data(flags.model, flags.data, args, tokenizer)
     trained_before = None
-    if resume and trained_every_step(resume, optimizer_steps(args, len(data.train)), args.output_dir):
+    if resume and trained_every_step(
+        resume, optimizer_steps(args, len(data.train)), args.output_dir, Params.of(flags, plan.precision)
+    ):
         trained_before, resume = resume, None
     elif resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
         given = args.resume_from_checkpoint

@@ -69,7 +69,8 @@ def refuse_non_finite(logits: Logits, what: str) -> None:
         raise DivergedModel(
             f"{what} have {nan} NaN values and {inf} infinite values, in {rows} of {len(start)} features: "
             "the model diverged, so no answers were written; train again with a lower --learning_rate or in "
-            "--precision bf16 or fp32 rather than fp16, or evaluate an earlier checkpoint"
+            "--precision bf16 or fp32 rather than fp16 (with --overwrite_output_dir or another --output_dir: "
+            "its checkpoints are the diverged run's), or evaluate an earlier checkpoint"
         )
 
 

@@ -25,6 +25,7 @@ from qa_hpc.record import (
     MEMORY_FILE,
     SUMMARY_FILE,
     TRAINER_STATE_FILE,
+    Params,
     RunRecord,
     Status,
     checkpoint_dir,
@@ -277,16 +278,45 @@ def training_traces(output_dir: str) -> str | None:
     return None
 
 
-def trained_every_step(checkpoint: str, total_steps: int, output_dir: str) -> bool:
+# The parameters whose change makes another training of the same data: a launch that asks for other ones
+# means to train, and a checkpoint at the last step would leave it nothing to train with them.
+RECIPE = (
+    "train_file",
+    "max_train_samples",
+    "max_seq_length",
+    "doc_stride",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+)
+
+
+def trained_every_step(checkpoint: str, total_steps: int, output_dir: str, params: Params) -> bool:
     """Whether `checkpoint` is the training's last step: an earlier launch trained every step (it was
     stopped at that step, or killed while it evaluated), so this one goes on with that checkpoint's model;
     resuming from it would train no step (or, under --max_steps, one past the limit, which the Trainer
     checks after a step). Where --output_dir holds the record of a run that ended ok (it trained, or went on
     from that checkpoint), the same command was simply run again: refused, before it replaces that run's
-    results."""
+    results; where its record says it trained with another RECIPE than this launch's `params` (a diverged
+    run trained again at a lower learning rate), refused too: this launch would train nothing."""
     if checkpoint_state(checkpoint).global_step < total_steps:
         return False
     record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
+    if record is not None and (
+        changed := [
+            name
+            for name in RECIPE
+            if getattr(record.params, name) is not None
+            and getattr(record.params, name) != getattr(params, name)
+        ]
+    ):
+        raise UsageError(
+            f"--output_dir {output_dir}: its last checkpoint {checkpoint} ends a training with "
+            + ", ".join(f"--{name} {getattr(record.params, name)}" for name in changed)
+            + "; this launch asks "
+            + ", ".join(f"--{name} {getattr(params, name)}" for name in changed)
+            + " and would train nothing with them: add --overwrite_output_dir, or choose another --output_dir"
+        )
     if record is not None and record.status == Status.OK:
         raise UsageError(
             f"--output_dir {output_dir} holds a finished training ({SUMMARY_FILE}: status ok) and its last "

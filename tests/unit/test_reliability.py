@@ -36,8 +36,9 @@ from qa_hpc.preemption import (
     clear_for_launch,
     last_complete_checkpoint,
     replaces_output_dir,
+    trained_every_step,
 )
-from qa_hpc.record import LAUNCH_MARK
+from qa_hpc.record import LAUNCH_MARK, Params
 
 
 def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(
@@ -203,6 +204,25 @@ def test_the_same_command_goes_on_from_where_a_launch_started_at_a_given_checkpo
     assert resume(given=out / "checkpoint-177") == str(out / "checkpoint-177")  # its own: as given
     (out / "checkpoint-177" / "trainer_state.json").write_text(json.dumps({"global_step": 12}))
     assert resume() == str(start)  # nothing saved past the given step yet
+
+
+def test_a_launch_that_asks_for_another_recipe_than_its_last_step_checkpoint_is_refused(tmp_path: Path):
+    """A checkpoint at the training's last step is gone on from (TRAINED_BEFORE: this launch trains nothing)
+    only by the command that trained it: a diverged run trained again at a lower learning rate had its
+    diverged model scored again, the new rate unsaid. Another recipe is refused, naming what changed."""
+    last = tmp_path / "checkpoint-30"
+    last.mkdir()
+    (last / "trainer_state.json").write_text(json.dumps({"global_step": 30}))
+    diverged = {"status": "failed", "exit_code": 2, "results": {}, "params": {"learning_rate": 1e8}}
+    (tmp_path / "run_summary.json").write_text(json.dumps(diverged))
+    same, lower = Params(learning_rate=1e8), Params(learning_rate=5e-5)
+    assert trained_every_step(str(last), 30, str(tmp_path), same)
+    assert not trained_every_step(str(last), 40, str(tmp_path), lower)  # a longer run resumes: it trains
+    with pytest.raises(
+        UsageError,
+        match=r"ends a training with --learning_rate 100000000.0; this launch asks --learning_rate 5e-05 and",
+    ):
+        trained_every_step(str(last), 30, str(tmp_path), lower)
 
 
 def test_an_evaluation_only_run_never_replaces_the_record_of_a_training_run_however_it_ended(tmp_path: Path):
