@@ -12,6 +12,7 @@ loss is a softmax over every position of the row, padding included.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -123,6 +124,11 @@ def make_collator(
 
     if pad_to_max_length:
         return default_data_collator
+    if tokenizer.padding_side != "right":
+        # rows padded last, as the features are (qa_hpc.features): a model whose tokenizer pads on the left
+        # (XLNet) would have its positions shifted by its batch's padding, and its answers read elsewhere
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.padding_side = "right"
     if buckets:
         return BucketCollator(tokenizer, buckets)
     return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=WIDTH_MULTIPLE)

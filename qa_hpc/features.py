@@ -105,6 +105,9 @@ def _tokenize(
         return_overflowing_tokens=True,
         return_offsets_mapping=True,
         padding="max_length" if cfg.pad_to_max_length else False,
+        # whatever side the tokenizer pads (it puts a left-padding model's context first, above): the
+        # padding goes last, where the logits' masks expect it (postprocess.mask_padding, batching.span_loss)
+        padding_side="right",
     )
     return tokenized, tokenized.pop("overflow_to_sample_mapping"), 1 if right else 0
 

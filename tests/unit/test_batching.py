@@ -4,6 +4,7 @@ SQuAD data)."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -159,3 +160,33 @@ def test_evaluation_in_buckets_gives_the_same_answers(qa, tmp_path):
         got = files["buckets"]["nbest_predictions"][qid]
         assert [c["text"] for c in got] == [c["text"] for c in candidates]
         np.testing.assert_allclose([c["score"] for c in got], [c["score"] for c in candidates], atol=1e-5)
+
+
+def test_a_tokenizer_that_pads_on_the_left_gets_every_row_padded_last(tokenizer):
+    """Postprocessing masks each row's padding at its end (mask_padding), and the bucket loss cuts it there
+    (span_loss): a tokenizer that pads on the left (XLNet) puts its context first, and its rows are padded
+    last all the same, in the features (--pad_to_max_length) and in every collator; the tokenizer itself is
+    left as it was."""
+    from qa_hpc.features import FeatureConfig, prepare_validation_features
+
+    left = copy.deepcopy(tokenizer)
+    left.padding_side = "left"
+    examples = {
+        "id": ["a", "b"],
+        "question": ["Who?", "Where was the treaty of the two kingdoms signed?"],
+        "context": ["Ann wrote it.", "The treaty was signed in Paris in 1783 by both kingdoms."],
+    }
+
+    def padded_last(masks) -> bool:
+        return all(list(row) == sorted(row, reverse=True) for row in masks)
+
+    features = prepare_validation_features(examples, left, FeatureConfig(64, 16, pad_to_max_length=True))
+    assert padded_last(features["attention_mask"]) and 0 in features["attention_mask"][0]
+    context = left("Ann wrote it.", add_special_tokens=False)["input_ids"]
+    assert features["input_ids"][0][1 : 1 + len(context)] == context  # the context first
+    unpadded = prepare_validation_features(examples, left, FeatureConfig(64, 16))
+    rows = [{k: unpadded[k][i] for k in ("input_ids", "attention_mask", "token_type_ids")} for i in range(2)]
+    for buckets in ((), (16, 32, 64)):
+        batch = make_collator(left, buckets, pad_to_max_length=False)(rows)
+        assert padded_last(batch["attention_mask"].tolist()) and 0 in batch["attention_mask"][0], buckets
+    assert left.padding_side == "left"
