@@ -271,3 +271,35 @@ def test_results_files_add_each_split_to_all_results_and_the_trainer_state_is_hf
     save_trainer_state(trainer := _trainer(tmp_path))  # the text Trainer.save_state writes
     trainer.state.save_to_json(str(tmp_path / "hf.json"))
     assert (tmp_path / "trainer_state.json").read_text() == (tmp_path / "hf.json").read_text()
+
+
+# the modules that read run records back (run_summary.json)
+RECORD_READERS = ("qa_hpc/record.py", "qa_hpc/tools/collect_results.py", "qa_hpc/tools/report.py")
+
+
+def test_what_the_readers_take_of_the_plan_and_effective_settings_is_theirs():
+    """Read back, the plan and the effective settings are Recorded, where a name they lack reads as None: a
+    typo, or a field renamed in RunPlan or Effective, would show as a missing figure in the tables, never as
+    an error. Every name the readers take of them (`plan.X`, `record.plan.X`, `effective.X`) is one of
+    RunPlan's or Effective's."""
+    import ast
+
+    from qa_hpc.effective import Effective
+    from qa_hpc.plan import RunPlan
+
+    repo = Path(__file__).resolve().parents[2]
+    has = {
+        part: {f.name for f in dataclasses.fields(cls)} | set(dir(cls))
+        for part, cls in (("plan", RunPlan), ("effective", Effective))
+    }
+    read = []
+    for path in RECORD_READERS:
+        for node in ast.walk(ast.parse((repo / path).read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Attribute):
+                continue
+            owner = node.value
+            part = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+            if part in has:
+                read.append((path, part, node.attr))
+    assert {part for _, part, _ in read} == {"plan", "effective"}  # the scan sees them
+    assert [(path, f"{part}.{name}") for path, part, name in read if name not in has[part]] == []
