@@ -59,6 +59,7 @@ from qa_hpc.preemption import (
     checkpoint_to_resume,
     clear_for_launch,
     replaces_output_dir,
+    say_resume,
     trained_every_step,
 )
 from qa_hpc.record import (
@@ -194,11 +195,7 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     ):
         trained_before, resume = resume, None
     elif resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
-        given = args.resume_from_checkpoint
-        why = "--resume_from_checkpoint" if given == resume else "checkpoint found in --output_dir"
-        if given and given != resume:
-            why += f", where a launch went on from --resume_from_checkpoint {given}"
-        logger.info("RESUME_FROM=%s (%s; --overwrite_output_dir to start over)", resume, why)
+        say_resume(resume, args.resume_from_checkpoint)
     if plan.awaits_batch_count:
         plan, flags = replan_with_batch_count(values, flags, facts, len(data.train))
         args = flags.training

@@ -255,6 +255,23 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     return None
 
 
+def say_resume(checkpoint: str, given: str | None) -> None:
+    """RESUME_FROM and why. RESUME_INEXACT where the checkpoint holds no optimizer state (saved under
+    --save_only_model): the Trainer then starts the optimizer's moments and the learning-rate schedule
+    over, and the run no longer equals an uninterrupted one, as a full checkpoint's does."""
+    why = "--resume_from_checkpoint" if given == checkpoint else "checkpoint found in --output_dir"
+    if given and given != checkpoint:
+        why += f", where a launch went on from --resume_from_checkpoint {given}"
+    logger.info("RESUME_FROM=%s (%s; --overwrite_output_dir to start over)", checkpoint, why)
+    # the Trainer's optimizer state: optimizer.pt (optimizer.bin, or an optimizer_0/ folder, when sharded)
+    if not any(name.startswith("optimizer") for name in os.listdir(checkpoint)):
+        logger.warning(
+            "RESUME_INEXACT checkpoint=%s (no optimizer state: saved with --save_only_model; the optimizer's "
+            "moments and the learning-rate schedule start over)",
+            checkpoint,
+        )
+
+
 def started_from(output_dir: str) -> str | None:
     """The checkpoint the training launch that marked `output_dir` was asked to start from (its absolute
     path), None where it was not or no launch marked the folder."""

@@ -36,6 +36,7 @@ from qa_hpc.preemption import (
     clear_for_launch,
     last_complete_checkpoint,
     replaces_output_dir,
+    say_resume,
     trained_every_step,
 )
 from qa_hpc.record import LAUNCH_MARK, Params
@@ -223,6 +224,26 @@ def test_a_launch_that_asks_for_another_recipe_than_its_last_step_checkpoint_is_
         match=r"ends a training with --learning_rate 100000000.0; this launch asks --learning_rate 5e-05 and",
     ):
         trained_every_step(str(last), 30, str(tmp_path), lower)
+
+
+def test_a_resume_says_where_from_and_whether_it_can_be_exact(tmp_path: Path, caplog) -> None:
+    """RESUME_FROM names the checkpoint and why; one saved under --save_only_model holds no optimizer state,
+    from which the Trainer starts the optimizer and the schedule over: RESUME_INEXACT says so (README
+    promises an exact resume from a full checkpoint, which the job scripts' requeues rely on)."""
+    full, model_only = tmp_path / "out" / "checkpoint-8", tmp_path / "out" / "checkpoint-9"
+    for checkpoint in (full, model_only):
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "model.safetensors").write_bytes(b"")
+    (full / "optimizer.pt").write_bytes(b"")
+    with caplog.at_level("INFO", logger="qa_hpc.preemption"):
+        say_resume(str(full), None)
+        assert f"RESUME_FROM={full} (checkpoint found in --output_dir;" in caplog.text
+        assert "RESUME_INEXACT" not in caplog.text
+        say_resume(str(model_only), "elsewhere/checkpoint-2")
+    assert "went on from --resume_from_checkpoint elsewhere/checkpoint-2;" in caplog.text
+    assert f"RESUME_INEXACT checkpoint={model_only} (no optimizer state: saved with --save_only_model;" in (
+        caplog.text
+    )
 
 
 def test_an_evaluation_only_run_never_replaces_the_record_of_a_training_run_however_it_ended(tmp_path: Path):
