@@ -244,7 +244,20 @@ qa_select_run() {
 	# own lines, TensorBoard folder and report follow it too
 	given=$(qa_flag_value output_dir "${@:2}")
 	[ -z "$given" ] || QA_OUTPUT_DIR=$given
-	local model=${QA_MODEL:-bert-base-uncased} dataset=${QA_DATASET:-squad} mode=${QA_MODE:-auto}
+	# the model and data the run reads: the job's own --model_name_or_path and --dataset_name win over
+	# QA_MODEL and QA_DATASET there too, and with its own train and validation files no data set is read:
+	# the cache is checked for what the run reads, not for the BASELINE's
+	local model dataset own train validation mode=${QA_MODE:-auto}
+	model=$(qa_flag_value model_name_or_path "${@:2}")
+	dataset=$(qa_flag_value dataset_name "${@:2}")
+	train=$(qa_flag_value train_file "${@:2}")
+	validation=$(qa_flag_value validation_file "${@:2}")
+	own=$model$dataset$train$validation
+	model=${model:-${QA_MODEL:-bert-base-uncased}}
+	dataset=${dataset:-${QA_DATASET:-squad}}
+	if [ -n "$train" ] && [ -n "$validation" ]; then
+		dataset=""
+	fi
 	if [ "$mode" = auto ]; then
 		if python -m qa_hpc.tools.prefetch --check --model "$model" --dataset "$dataset"; then
 			mode=baseline
@@ -252,6 +265,9 @@ qa_select_run() {
 			mode=baseline
 			unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE
 			qa_log "not cached but the hub is reachable: downloading into $HF_HOME"
+		elif [ -n "$own" ]; then
+			# asked for by name: the run itself says what is missing (exit 2), not a demo of something else
+			mode=baseline
 		else
 			mode=demo
 		fi
@@ -277,11 +293,12 @@ qa_select_run() {
 	baseline)
 		QA_RUN_MODE=baseline
 		QA_ARGS+=(
-			--model_name_or_path "$model" --dataset_name "$dataset"
+			--model_name_or_path "$model" ${dataset:+--dataset_name "$dataset"}
 			--num_train_epochs "${QA_EPOCHS:-2}" --per_device_train_batch_size "${QA_BATCH:-24}"
 			--learning_rate "${QA_LR:-4e-5}" --output_dir "$QA_OUT"
 		)
-		qa_log "RUN_MODE=baseline model=$model dataset=$dataset output_dir=$QA_OUT tensorboard=$tensorboard"
+		qa_log "RUN_MODE=baseline model=$model dataset=${dataset:-none (own files)}" \
+			"output_dir=$QA_OUT tensorboard=$tensorboard"
 		;;
 	demo)
 		QA_RUN_MODE=offline_demo

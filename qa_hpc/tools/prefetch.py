@@ -8,6 +8,7 @@ offline demo when the cache lacks them).
     python -m qa_hpc.tools.prefetch                 # download what is missing (login node); exit 0 when
                                                     # both are cached then, hub or not
     python -m qa_hpc.tools.prefetch --check         # offline: exit 0 when both are cached
+                                                    # (--dataset "": the model only)
     python -m qa_hpc.tools.prefetch --reachable     # exit 0 when the hub answers (5 s timeout)
 
 Greppable lines: CACHED model=... / CACHED dataset=... / MISSING ... / HUB_REACHABLE=0|1.
@@ -55,6 +56,9 @@ def report(model: str, dataset: str) -> bool:
             config = weights = None
         path = os.path.dirname(config) if isinstance(config, str) and isinstance(weights, str) else None
     print(f"CACHED model={model} path={path}" if path else f"MISSING model={model}", flush=True)
+    if not dataset:  # the run reads its own files
+        print("DATASET=none (the run's own files)", flush=True)
+        return bool(path)
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     import datasets
@@ -76,7 +80,7 @@ def report(model: str, dataset: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="bert-base-uncased")
-    ap.add_argument("--dataset", default="squad")
+    ap.add_argument("--dataset", default="squad", help='"": none (a run of its own files): the model only')
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="only report what is cached (offline)")
     mode.add_argument("--reachable", action="store_true", help="only test whether the hub answers")

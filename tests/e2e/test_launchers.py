@@ -460,6 +460,33 @@ def test_the_jobs_output_dir_and_report_follow_the_run(tmp_path: Path):
     assert not (tmp_path / "ft3_report").exists()
 
 
+def test_the_job_checks_the_cache_for_the_model_and_data_its_arguments_name(tiny_bert: Path, tmp_path: Path):
+    """The job's own --model_name_or_path and data files win in run_qa.py (the last value): the cache is
+    checked for them, not for bert-base and SQuAD, which decided alone whether a run of the user's own
+    model got the BASELINE recipe or the demo's (1 epoch, batch 8, its banner and folder). Named and not
+    there, the run is started all the same and says what is missing, rather than a demo of another model."""
+    show = 'qa_setup_env && qa_select_run ft3 "$@" 2>&1 && echo "ARGS ${QA_ARGS[*]}"'
+
+    def job(*args: str) -> str:
+        script = f"source {REPO}/scripts/env_setup.sh && {show}"
+        env = offline_env(
+            HF_HOME=str(tmp_path / "empty"),
+            QA_DEMO_DATA=str(tmp_path / "data"),
+            QA_DEMO_TRAIN="4",
+            QA_DEMO_EVAL="2",
+        )
+        proc = run(["bash", "-c", script, "job", *args], env=env)
+        return proc.stdout + proc.stderr
+
+    files = ("--train_file", "t.json", "--validation_file", "v.json")
+    own = job("--model_name_or_path", str(tiny_bert), *files)
+    assert f"RUN_MODE=baseline model={tiny_bert} dataset=none (own files) " in own, own
+    assert "--dataset_name" not in own and "--num_train_epochs 2 --per_device_train_batch_size 24" in own
+    missing = job("--model_name_or_path", str(tmp_path / "not_copied_yet"))
+    assert "RUN_MODE=baseline" in missing and "OFFLINE DEMO" not in missing, missing
+    assert "RUN_MODE=offline_demo" in job("--seed", "3")  # nothing named, nothing cached: the demo
+
+
 def test_a_log_folder_that_cannot_be_written_stops_the_job(tiny_bert: Path, tmp_path: Path):
     """Outside Slurm the job's log is its only record of the run: a QA_LOG_DIR it cannot write is one
     ERROR line and exit 2 before anything runs (the job used to run on with no log)."""
