@@ -92,15 +92,15 @@ SITTINGS = {
         # 30-42 s, HF's ~60 s, compiled 155 s (all_levers, compiling 6 shapes with CUDA graphs, not done in
         # 125 s), MiniLM eager 68 s; a warm compile: not yet measured on a GPU (a quarter of the cold one's
         # compile on a CPU, bench/results/2026-11-28_cpu2_compile_regions/); traced (dynamo's cudagraphs
-        # backend, a graph per bucket): not yet measured on a GPU (72 s for bert-base's 6 shapes on a CPU,
-        # inductor's one graph of symbolic sizes 101 s; bench/results/2026-11-29_cpu2_compile_traced/), so
-        # eager's 45 and most of a CPU's trace
+        # backend, a graph per bucket): not yet measured on a GPU (38 s for bert-base's 6 shapes on a CPU,
+        # inductor's one graph of symbolic sizes 107 s; bench/results/2026-11-29_cpu2_compile_traced_static/),
+        # so eager's 45 and most of a CPU's trace
         estimate_s={
             "eager": 45,
             "hf": 60,
             "compiled": 160,
             "warm": 80,
-            "traced": 100,
+            "traced": 75,
             "minilm": 75,
             "minilm_compiled": 200,
         },
@@ -179,9 +179,10 @@ VARIANTS = (  # in the order they run: what the targets need first, so that a sh
     Variant("all_levers", "ours", ATTN_AUTO + BUCKETS + GRAPHS + DYNAMIC + WORKERS_0),
     # CUDA graphs over the buckets with torch's own kernels: the step off the host without inductor's cold
     # compile, which kept the 3x over 2 epochs out of reach (~130 s on one H200); only traced, a graph per
-    # bucket: 72 s for bert-base's shape over 6 shapes on a CPU (one graph of symbolic sizes: 28 s, 7 s in
-    # regions, where inductor took 101 s and 29 s; bench/results/2026-11-29_cpu2_compile_traced/). Whether
-    # torch's kernels, unfused, replay as fast as inductor's (14.5 ms a step) is the GPU's to say
+    # bucket: 38 s for bert-base's shape over 6 shapes on a CPU, 13 s in regions, where inductor's one graph
+    # of symbolic sizes took 107 s and 35 s (bench/results/2026-11-29_cpu2_compile_traced_static/ and
+    # ../2026-11-29_cpu2_compile_traced/). Whether torch's kernels, unfused, replay as fast as inductor's
+    # (14.5 ms a step) is the GPU's to say
     Variant("buckets_cudagraphs", "ours", BUCKETS + CUDAGRAPHS_BACKEND + STATIC, lever="compile"),
     Variant(
         "buckets_cudagraphs_regions",
