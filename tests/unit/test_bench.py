@@ -3,12 +3,12 @@ plot. (Their command lines and scripts: tests/e2e/test_bench.py.)"""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path
 
 import pytest
+from fixtures.machines import one_h200
 from fixtures.outputs import temp_files
 
 from bench import (
@@ -21,7 +21,6 @@ from bench import (
     plot_learning_curve,
     suite_profile,
 )
-from qa_hpc.device import read_device_facts
 from qa_hpc.flags import read_flags
 from qa_hpc.plan import decide
 from qa_hpc.squad_io import load_qa_records
@@ -190,16 +189,7 @@ def test_every_variant_of_ours_is_a_plan_one_h200_takes():
     """What the GPU will decide, decided here on an H200's made-up facts: no variant of ours is refused
     there, and dynamo's cudagraphs backend gets a static graph per batch shape (with symbolic sizes its one
     recording would be replayed for every width, and fail at the second)."""
-    h200 = dataclasses.replace(
-        read_device_facts(),
-        cuda_available=True,
-        gpu_count=1,
-        capability=(9, 0),
-        gpu_name="NVIDIA H200",
-        cudnn_version=91900,
-        world_size=1,
-        local_world_size=1,
-    )
+    h200 = one_h200()
     known = gpu_speed.known_run_qa_flags()
     sitting = ["--output_dir", "/tmp/unused", "--do_train", "--do_eval", "--precision", "bf16"]
     for variant in gpu_speed.VARIANTS:

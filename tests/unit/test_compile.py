@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from fixtures.machines import one_h200
 from fixtures.procs import tiny_flags
 
 from qa_hpc import attention
@@ -204,17 +205,9 @@ def test_a_cache_folder_the_run_cannot_write_stops_it_naming_the_folder(
     plan, _ = decide_and_build(read_flags(eager), read_device_facts())
     assert plan.compile_cache_dir is None
     # one GPU process (made up), its compile waiting for the batch count: found now, before the data is read
-    h200 = dataclasses.replace(
-        read_device_facts(),
-        cuda_available=True,
-        gpu_count=1,
-        capability=(9, 0),
-        gpu_name="NVIDIA H200",
-        torch_cuda="13.0",
-        cudnn_version=91900,
-    )
+    bf16 = read_flags([*eager, "--precision", "bf16"])  # as the compile was measured
     with pytest.raises(UsageError, match=f"--compile_cache_dir {cache}: cannot write there"):
-        decide_and_build(read_flags([*eager, "--precision", "bf16"]), h200)  # as the compile was measured
+        decide_and_build(bf16, one_h200())
 
 
 @pytest.mark.parametrize("cuda_graphs", [True, False], ids=["cuda_graphs", "no_cuda_graphs"])
