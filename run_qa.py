@@ -58,6 +58,7 @@ from qa_hpc.preemption import (
     checkpoint_state,
     checkpoint_to_resume,
     clear_for_launch,
+    recipe_changes,
     replaces_output_dir,
     say_resume,
     trained_every_step,
@@ -190,12 +191,11 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     check_max_seq_length(flags.data.max_seq_length, config, tokenizer, flags.model.model_name_or_path)
     data = build_data(flags.model, flags.data, args, tokenizer)
     trained_before = None
-    if resume and trained_every_step(
-        resume, optimizer_steps(args, len(data.train)), args.output_dir, Params.of(flags, plan.precision)
-    ):
+    params = Params.of(flags, plan.precision)
+    if resume and trained_every_step(resume, optimizer_steps(args, len(data.train)), args.output_dir, params):
         trained_before, resume = resume, None
     elif resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
-        say_resume(resume, args.resume_from_checkpoint)
+        say_resume(resume, args.resume_from_checkpoint, recipe_changes(args.output_dir, params, None))
     if plan.awaits_batch_count:
         plan, flags = replan_with_batch_count(values, flags, facts, len(data.train))
         args = flags.training
@@ -229,7 +229,7 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
         set_cuda_tf32(plan.tf32)
     effective = Effective.read(trainer)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
-    clear_for_launch(args, replaces)
+    clear_for_launch(args, replaces, params)
     return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume, trained_before)
 
 

@@ -13,6 +13,7 @@ import shutil
 import signal
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -21,6 +22,7 @@ from qa_hpc.atomic_io import read_json_object, readable_as_umask_allows, write_j
 from qa_hpc.dist import launch_env, max_over_ranks
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 from qa_hpc.record import (
+    CHECKPOINT_NAME,
     LAUNCH_MARK,
     MEMORY_FILE,
     SUMMARY_FILE,
@@ -160,15 +162,31 @@ def replaces_output_dir(output_dir: str, overwrite_output_dir: bool) -> bool:
     return False
 
 
-def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: bool) -> None:
+# The parameters that make a training what it is: a launch that asks for others means to train, and a
+# checkpoint at the training's last step would leave it nothing to train with them (trained_every_step).
+RECIPE = (
+    "model",
+    "train_file",
+    "max_train_samples",
+    "max_seq_length",
+    "doc_stride",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "world_size",
+    "learning_rate",
+)
+
+
+def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: bool, params: Params) -> None:
     """What an earlier launch left that this training launch replaces, removed once the inputs are checked
     and the model and Trainer built, by each process that saves (with --save_on_each_node, one a node: on a
     shared folder the first removes, the others find nothing). That launch's record: a launch then killed
     leaves none, and the tables show it incomplete rather than as the earlier launch ended. Under
     --overwrite_output_dir the checkpoints of the run it replaces: else a later run of the command without
     the flag, a requeued job among them, would resume from the newest of them, the other run's weights and
-    step. Then the folder is marked as this launch's (LAUNCH_MARK: its Slurm job, and the checkpoint it was
-    asked to start from: a later launch of the same command goes on from where this one gets)."""
+    step. Then the folder is marked as this launch's (LAUNCH_MARK: its Slurm job; the checkpoint it was
+    asked to start from, so that a later launch of the same command goes on from where this one gets; and
+    its RECIPE, which a launch killed before its record still leaves)."""
     if not (training_args.do_train and training_args.should_save):
         return
     Path(training_args.output_dir, SUMMARY_FILE).unlink(missing_ok=True)
@@ -185,6 +203,7 @@ def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: boo
     mark = {
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "resume_from_checkpoint": os.path.abspath(given) if given else None,
+        "recipe": {name: getattr(params, name) for name in RECIPE},
     }
     write_json_atomic(Path(training_args.output_dir, LAUNCH_MARK), mark)
 
@@ -205,34 +224,7 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     (training_traces)."""
     out, given = training_args.output_dir, training_args.resume_from_checkpoint
     if given and training_args.do_train:
-        try:
-            start = checkpoint_state(given).global_step
-        except (OSError, ValueError) as err:
-            raise UsageError(
-                f"--resume_from_checkpoint {given}: not a checkpoint (no readable trainer_state.json there: "
-                f"{getattr(err, 'strerror', None) or err}); give a checkpoint-N folder a training run "
-                "saved, or leave the flag out to resume from the last checkpoint in --output_dir"
-            ) from err
-        inside = Path(out).resolve() in Path(given).resolve().parents
-        if overwrite_output_dir:
-            if inside:
-                raise UsageError(
-                    f"--overwrite_output_dir removes the checkpoints in --output_dir {out}, and "
-                    f"--resume_from_checkpoint {given} is one of them: give one of the two flags"
-                )
-            return given
-        ours = started_from(out) == os.path.abspath(given)
-        if ours and (later := last_complete_checkpoint(out)) and checkpoint_state(later).global_step > start:
-            # the same command again, after a stop or requeued by Slurm: on from where the last launch got,
-            # not back to `given` (every step since lost, and with --save_total_limit their checkpoints)
-            return later
-        if not inside and not ours and (others := checkpoints_oldest_first(out)):
-            raise UsageError(
-                f"--output_dir {out} holds another run's checkpoints ({os.path.basename(others[-1])}), "
-                f"among which a training from --resume_from_checkpoint {given} would save its own; add "
-                "--overwrite_output_dir to replace them, or choose another --output_dir"
-            )
-        return given
+        return _from_given(given, out, overwrite_output_dir)
     if not os.path.isdir(out) or overwrite_output_dir:
         return None
     if not training_args.do_train:
@@ -255,21 +247,71 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     return None
 
 
-def say_resume(checkpoint: str, given: str | None) -> None:
-    """RESUME_FROM and why. RESUME_INEXACT where the checkpoint holds no optimizer state (saved under
-    --save_only_model): the Trainer then starts the optimizer's moments and the learning-rate schedule
-    over, and the run no longer equals an uninterrupted one, as a full checkpoint's does."""
+def _from_given(given: str, out: str, overwrite_output_dir: bool) -> str:
+    """Where a training given --resume_from_checkpoint starts: there, unless a launch of the same command
+    marked --output_dir (started_from) and saved a later checkpoint there (a requeue, or the command run
+    again after a stop: on from where it got, not back to `given`, its steps since lost and, with
+    --save_total_limit, their checkpoints; `given` itself may be rotated away by then). Refused: `given`
+    among the checkpoints --overwrite_output_dir removes, and checkpoints of another run in --output_dir,
+    any outside `given`'s own folder, or past it inside it (a later launch would take them for its own)."""
+    ours = not overwrite_output_dir and started_from(out) == os.path.abspath(given)
+    last = last_complete_checkpoint(out, name_incomplete=False) if ours else None
+    try:
+        start = checkpoint_state(given).global_step
+    except (OSError, ValueError) as err:
+        if last is not None:
+            return last
+        raise UsageError(
+            f"--resume_from_checkpoint {given}: not a checkpoint (no readable trainer_state.json there: "
+            f"{getattr(err, 'strerror', None) or err}); give a checkpoint-N folder a training run "
+            "saved, or leave the flag out to resume from the last checkpoint in --output_dir"
+        ) from err
+    inside = Path(out).resolve() in Path(given).resolve().parents
+    if overwrite_output_dir:
+        if inside:
+            raise UsageError(
+                f"--overwrite_output_dir removes the checkpoints in --output_dir {out}, and "
+                f"--resume_from_checkpoint {given} is one of them: give one of the two flags"
+            )
+        return given
+    if last is not None and checkpoint_state(last).global_step > start:
+        return last
+    others = [
+        path
+        for path in checkpoints_oldest_first(out)
+        if not inside or int(CHECKPOINT_NAME.fullmatch(os.path.basename(path)).group(1)) > start
+    ]
+    if others and not ours:
+        what = "remove those past it, or copy it into another --output_dir and give that copy"
+        if not inside:
+            what = "add --overwrite_output_dir to replace them, or choose another --output_dir"
+        raise UsageError(
+            f"--output_dir {out} holds checkpoints of another run than one from --resume_from_checkpoint "
+            f"{given} ({os.path.basename(others[-1])}), which a later launch of this command would take "
+            f"for its own: {what}"
+        )
+    return given
+
+
+def say_resume(checkpoint: str, given: str | None, changes: list[str]) -> None:
+    """RESUME_FROM and why. RESUME_INEXACT where the run will not equal an uninterrupted one, as a resume
+    from a full checkpoint does: the checkpoint holds no optimizer state (saved under --save_only_model:
+    the Trainer starts the optimizer's moments and the learning-rate schedule over), or this launch
+    `changes` the training's RECIPE (recipe_changes: the checkpoint's schedule and data position are then
+    another run's; more processes skip a share of the data, or train past the end)."""
     why = "--resume_from_checkpoint" if given == checkpoint else "checkpoint found in --output_dir"
     if given and given != checkpoint:
         why += f", where a launch went on from --resume_from_checkpoint {given}"
     logger.info("RESUME_FROM=%s (%s; --overwrite_output_dir to start over)", checkpoint, why)
+    inexact = [f"this launch changes its training: {', '.join(changes)}"] if changes else []
     # the Trainer's optimizer state: optimizer.pt (optimizer.bin, or an optimizer_0/ folder, when sharded)
     if not any(name.startswith("optimizer") for name in os.listdir(checkpoint)):
-        logger.warning(
-            "RESUME_INEXACT checkpoint=%s (no optimizer state: saved with --save_only_model; the optimizer's "
-            "moments and the learning-rate schedule start over)",
-            checkpoint,
+        inexact.append(
+            "no optimizer state: saved with --save_only_model; the optimizer's moments and the learning-rate "
+            "schedule start over"
         )
+    if inexact and launch_env().local_rank == 0:  # once a node, as its folder may be its own
+        logger.warning("RESUME_INEXACT checkpoint=%s (%s)", checkpoint, "; ".join(inexact))
 
 
 def started_from(output_dir: str) -> str | None:
@@ -295,45 +337,17 @@ def training_traces(output_dir: str) -> str | None:
     return None
 
 
-# The parameters whose change makes another training of the same data: a launch that asks for other ones
-# means to train, and a checkpoint at the last step would leave it nothing to train with them.
-RECIPE = (
-    "train_file",
-    "max_train_samples",
-    "max_seq_length",
-    "doc_stride",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "learning_rate",
-)
-
-
 def trained_every_step(checkpoint: str, total_steps: int, output_dir: str, params: Params) -> bool:
     """Whether `checkpoint` is the training's last step: an earlier launch trained every step (it was
     stopped at that step, or killed while it evaluated), so this one goes on with that checkpoint's model;
     resuming from it would train no step (or, under --max_steps, one past the limit, which the Trainer
     checks after a step). Where --output_dir holds the record of a run that ended ok (it trained, or went on
     from that checkpoint), the same command was simply run again: refused, before it replaces that run's
-    results; where its record says it trained with another RECIPE than this launch's `params` (a diverged
-    run trained again at a lower learning rate), refused too: this launch would train nothing."""
+    results; where that training had another RECIPE than this launch's `params` (a diverged run trained
+    again at a lower learning rate), refused too: this launch would train nothing with it."""
     if checkpoint_state(checkpoint).global_step < total_steps:
         return False
     record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
-    if record is not None and (
-        changed := [
-            name
-            for name in RECIPE
-            if getattr(record.params, name) is not None
-            and getattr(record.params, name) != getattr(params, name)
-        ]
-    ):
-        raise UsageError(
-            f"--output_dir {output_dir}: its last checkpoint {checkpoint} ends a training with "
-            + ", ".join(f"--{name} {getattr(record.params, name)}" for name in changed)
-            + "; this launch asks "
-            + ", ".join(f"--{name} {getattr(params, name)}" for name in changed)
-            + " and would train nothing with them: add --overwrite_output_dir, or choose another --output_dir"
-        )
     if record is not None and record.status == Status.OK:
         raise UsageError(
             f"--output_dir {output_dir} holds a finished training ({SUMMARY_FILE}: status ok) and its last "
@@ -341,4 +355,35 @@ def trained_every_step(checkpoint: str, total_steps: int, output_dir: str, param
             f"--model_name_or_path {output_dir} --do_eval without --do_train, into another --output_dir; "
             "to train again: --overwrite_output_dir or another --output_dir"
         )
+    if changes := recipe_changes(output_dir, params, record):
+        raise UsageError(
+            f"--output_dir {output_dir}: its last checkpoint {checkpoint} ends a training that this launch "
+            f"changes ({', '.join(changes)}) and would train nothing with the change: add "
+            "--overwrite_output_dir, or choose another --output_dir"
+        )
     return True
+
+
+def recipe_changes(output_dir: str, params: Params, record: RunRecord | None) -> list[str]:
+    """What this launch's `params` change of the RECIPE of the training in `output_dir` (trained_with), each
+    as `--name then -> now` (the world size as `processes`)."""
+    trained = trained_with(output_dir, record)
+    return [
+        f"{'processes' if name == 'world_size' else '--' + name} {value} -> {getattr(params, name)}"
+        for name, value in trained.items()
+        if value != getattr(params, name)
+    ]
+
+
+def trained_with(output_dir: str, record: RunRecord | None) -> dict[str, Any]:
+    """The RECIPE of the training in `output_dir`: its last launch's mark has all of it, also where the
+    launch was killed before its record; a folder of an older version, the record's that it has."""
+    try:
+        recipe = read_json_object(os.path.join(output_dir, LAUNCH_MARK)).get("recipe")
+    except (OSError, ValueError):
+        recipe = None
+    if isinstance(recipe, dict):
+        return {name: recipe[name] for name in RECIPE if name in recipe}
+    if record is None:
+        return {}
+    return {name: getattr(record.params, name) for name in RECIPE if getattr(record.params, name) is not None}

@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 from pathlib import Path
@@ -35,6 +37,7 @@ from qa_hpc.preemption import (
     checkpoint_to_resume,
     clear_for_launch,
     last_complete_checkpoint,
+    recipe_changes,
     replaces_output_dir,
     say_resume,
     trained_every_step,
@@ -177,53 +180,88 @@ def test_what_an_output_dir_holds_decides_resume_start_or_refusal(tmp_path: Path
 def test_the_same_command_goes_on_from_where_a_launch_started_at_a_given_checkpoint_got(tmp_path: Path):
     """--resume_from_checkpoint names where the run starts: the launch marks the folder with it, and the same
     command run again (after a stop, or requeued by Slurm) resumes the newest checkpoint that launch saved,
-    not the given one again (every step since lost, and with --save_total_limit their checkpoints). Beside
-    another run's checkpoints it is refused; --overwrite_output_dir starts over from it, unless it is one of
-    the checkpoints the flag removes."""
+    not the given one again (every step since lost, and with --save_total_limit their checkpoints: the given
+    one too, when it was in the folder). Beside another run's checkpoints it is refused: any outside its own
+    folder, or past it inside it (a run rolled back to an earlier checkpoint), which a later launch would
+    take for its own; --overwrite_output_dir starts over from it, unless it is one of the checkpoints the
+    flag removes."""
     start = tmp_path / "other" / "checkpoint-18"
     out = tmp_path / "out"
-    for checkpoint, step in ((start, 18), (out / "checkpoint-177", 177)):
+
+    def save(checkpoint: Path, step: int) -> None:
         checkpoint.mkdir(parents=True)
         (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
 
-    def args(given: Path = start) -> TrainingArguments:
+    def args(given: Path) -> TrainingArguments:
         return TrainingArguments(
             output_dir=str(out), report_to="none", do_train=True, resume_from_checkpoint=str(given)
         )
 
-    def resume(overwrite: bool = False, given: Path = start) -> str | None:
+    def resume(given: Path = start, overwrite: bool = False) -> str | None:
         return checkpoint_to_resume(args(given), overwrite_output_dir=overwrite)
 
-    with pytest.raises(UsageError, match=r"holds another run's checkpoints \(checkpoint-177\), among which"):
+    def launch(given: Path) -> None:  # as run_qa.py marks the folder
+        clear_for_launch(args(given), overwrite_output_dir=False, params=Params())
+
+    save(start, 18)
+    save(out / "checkpoint-177", 177)
+    with pytest.raises(UsageError, match=r"holds checkpoints of another run .* \(checkpoint-177\), which a"):
         resume()  # no launch of this command marked the folder
-    clear_for_launch(args(), overwrite_output_dir=False)  # a launch of the command, as run_qa.py makes it
+    launch(start)
     assert json.loads((out / LAUNCH_MARK).read_text())["resume_from_checkpoint"] == str(start)
     assert resume() == str(out / "checkpoint-177")
     assert resume(overwrite=True) == str(start)  # starts over from it, as asked
     with pytest.raises(UsageError, match="--overwrite_output_dir removes the checkpoints in --output_dir"):
-        resume(overwrite=True, given=out / "checkpoint-177")
-    assert resume(given=out / "checkpoint-177") == str(out / "checkpoint-177")  # its own: as given
+        resume(out / "checkpoint-177", overwrite=True)
     (out / "checkpoint-177" / "trainer_state.json").write_text(json.dumps({"global_step": 12}))
     assert resume() == str(start)  # nothing saved past the given step yet
 
+    # rolled back inside the folder: the checkpoints past the given one are another run's
+    shutil.rmtree(out)
+    for step in (500, 1000):
+        save(out / f"checkpoint-{step}", step)
+    back = out / "checkpoint-500"
+    with pytest.raises(
+        UsageError, match=r"\(checkpoint-1000\), which a later launch .*: remove those past it"
+    ):
+        resume(back)
+    shutil.rmtree(out / "checkpoint-1000")
+    assert resume(back) == str(back)
+    launch(back)
+    save(out / "checkpoint-700", 700)
+    assert resume(back) == str(out / "checkpoint-700")
+    shutil.rmtree(back)  # rotated away (--save_total_limit 1): the requeue still goes on
+    assert resume(back) == str(out / "checkpoint-700")
 
-def test_a_launch_that_asks_for_another_recipe_than_its_last_step_checkpoint_is_refused(tmp_path: Path):
+
+def test_a_launch_that_changes_the_recipe_of_its_last_step_checkpoint_is_refused(tmp_path: Path):
     """A checkpoint at the training's last step is gone on from (TRAINED_BEFORE: this launch trains nothing)
-    only by the command that trained it: a diverged run trained again at a lower learning rate had its
-    diverged model scored again, the new rate unsaid. Another recipe is refused, naming what changed."""
+    only by a launch of the training it ends: a diverged run trained again at a lower learning rate had its
+    diverged model scored again, the new rate unsaid, and a run on more processes (fewer steps) a model of a
+    part of its schedule. Another recipe is refused, naming what changed, from the folder's mark (it
+    outlives a launch killed before its record), else from an older folder's record."""
     last = tmp_path / "checkpoint-30"
     last.mkdir()
     (last / "trainer_state.json").write_text(json.dumps({"global_step": 30}))
     diverged = {"status": "failed", "exit_code": 2, "results": {}, "params": {"learning_rate": 1e8}}
     (tmp_path / "run_summary.json").write_text(json.dumps(diverged))
-    same, lower = Params(learning_rate=1e8), Params(learning_rate=5e-5)
+    same, lower = Params(learning_rate=1e8, world_size=1), Params(learning_rate=5e-5, world_size=1)
     assert trained_every_step(str(last), 30, str(tmp_path), same)
     assert not trained_every_step(str(last), 40, str(tmp_path), lower)  # a longer run resumes: it trains
-    with pytest.raises(
-        UsageError,
-        match=r"ends a training with --learning_rate 100000000.0; this launch asks --learning_rate 5e-05 and",
-    ):
+    with pytest.raises(UsageError, match=r"this launch changes \(--learning_rate 100000000.0 -> 5e-05\) and"):
         trained_every_step(str(last), 30, str(tmp_path), lower)
+    # killed in its evaluation: no record, the mark has the recipe
+    (tmp_path / "run_summary.json").unlink()
+    recipe = {"model": None, "learning_rate": 1e8, "world_size": 1, "max_train_samples": None}
+    (tmp_path / LAUNCH_MARK).write_text(json.dumps({"slurm_job_id": None, "recipe": recipe}))
+    assert trained_every_step(str(last), 30, str(tmp_path), same)
+    four = dataclasses.replace(same, world_size=4, max_train_samples=100)
+    with pytest.raises(UsageError, match=r"\(--max_train_samples None -> 100, processes 1 -> 4\)"):
+        trained_every_step(str(last), 30, str(tmp_path), four)
+    assert recipe_changes(str(tmp_path), four, None) == [
+        "--max_train_samples None -> 100",
+        "processes 1 -> 4",
+    ]
 
 
 def test_a_resume_says_where_from_and_whether_it_can_be_exact(tmp_path: Path, caplog) -> None:
@@ -236,12 +274,17 @@ def test_a_resume_says_where_from_and_whether_it_can_be_exact(tmp_path: Path, ca
         (checkpoint / "model.safetensors").write_bytes(b"")
     (full / "optimizer.pt").write_bytes(b"")
     with caplog.at_level("INFO", logger="qa_hpc.preemption"):
-        say_resume(str(full), None)
+        say_resume(str(full), None, [])
         assert f"RESUME_FROM={full} (checkpoint found in --output_dir;" in caplog.text
         assert "RESUME_INEXACT" not in caplog.text
-        say_resume(str(model_only), "elsewhere/checkpoint-2")
-    assert "went on from --resume_from_checkpoint elsewhere/checkpoint-2;" in caplog.text
-    assert f"RESUME_INEXACT checkpoint={model_only} (no optimizer state: saved with --save_only_model;" in (
+        say_resume(str(model_only), "elsewhere/checkpoint-2", [])
+        assert "went on from --resume_from_checkpoint elsewhere/checkpoint-2;" in caplog.text
+        assert (
+            f"RESUME_INEXACT checkpoint={model_only} (no optimizer state: saved with --save_only_model;"
+            in (caplog.text)
+        )
+        say_resume(str(full), None, ["processes 1 -> 4"])
+    assert f"RESUME_INEXACT checkpoint={full} (this launch changes its training: processes 1 -> 4)" in (
         caplog.text
     )
 
@@ -452,7 +495,6 @@ def test_a_requeued_job_with_overwrite_resumes_its_own_checkpoint(
 
     assert run.resume == (str(saved) if resumed else None)
     assert saved.exists() == resumed
-    assert json.loads((out / LAUNCH_MARK).read_text()) == {
-        "slurm_job_id": job_id,
-        "resume_from_checkpoint": None,
-    }
+    mark = json.loads((out / LAUNCH_MARK).read_text())
+    assert (mark["slurm_job_id"], mark["resume_from_checkpoint"]) == (job_id, None)
+    assert mark["recipe"]["learning_rate"] == run.params.learning_rate
