@@ -104,7 +104,9 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
 		bash -c 'trap "" USR1; echo "STEP_CPUS node=${SLURMD_NODENAME:-$(hostname)} cpus=$(nproc)"; exec "$@"' \
 		torchrun-without-usr1 "${launcher[@]}"
 else
-	qa_run_preemptible torchrun "${launcher[@]}"
+	# Ctrl-C by hand: torchrun keeps SIGINT ignored, as the shell started it, which passes it on as SIGTERM
+	# (a checkpoint, exit 75); torchrun's own handling would pass SIGINT to the workers, which stop without one
+	qa_run_preemptible torchrun "${launcher[0]}" --signals_to_handle=SIGTERM,SIGHUP,SIGQUIT "${launcher[@]:1}"
 fi
 rc=$?
 qa_report "$rc"

@@ -533,15 +533,28 @@ def test_a_signal_while_the_run_starts_still_counts_as_preempted(tmp_path: Path)
     assert log.splitlines()[-1] == "RC=75", log
 
 
-def test_ctrl_c_stops_a_job_run_by_hand_with_a_checkpoint(tiny_bert: Path, tmp_path: Path):
-    """Ctrl-C on `bash job_cpu.sh` run by hand: SIGINT to its process group (the shell, tee and the run,
-    which a non-interactive shell starts with SIGINT ignored). The shell passes it on as SIGTERM, as a
-    preemption: the run saves a checkpoint, the job exits 75 without requeueing and its log keeps every line
-    to the end; nothing of the job is left running. (The shell used to die or ignore it, tee died with it,
-    and the run trained on.)"""
-    env = demo_job_env(tiny_bert, tmp_path, QA_MODE="demo", QA_DEMO_EPOCHS="1000")  # thousands of steps
+@pytest.mark.parametrize(
+    ("script", "processes"), [("job_cpu.sh", None), ("job_ddp.sh", "2")], ids=["cpu", "ddp"]
+)
+def test_ctrl_c_stops_a_job_run_by_hand_with_a_checkpoint(
+    tiny_bert: Path, tmp_path: Path, script: str, processes: str | None
+):
+    """Ctrl-C on `bash job_cpu.sh` or `bash job_ddp.sh` (torchrun, 2 CPU processes) run by hand: SIGINT to
+    its process group (the shell, tee, the run or torchrun and its workers, which a non-interactive shell
+    starts with SIGINT ignored). The shell passes it on as SIGTERM, as a preemption: the run saves a
+    checkpoint, the job exits 75 without requeueing and its log keeps every line to the end; nothing of the
+    job is left running. (The shell used to die or ignore it, tee died with it, and the run trained on;
+    torchrun passed SIGINT to its workers, which stopped without a checkpoint.)"""
+    env = demo_job_env(
+        tiny_bert,
+        tmp_path,
+        QA_MODE="demo",
+        QA_DEMO_EPOCHS="1000",  # thousands of steps
+        QA_CPU_PROCS_PER_NODE=processes,
+        QA_RDZV_PORT=str(free_port()),
+    )
     job = LoggedProcess(
-        ["bash", str(REPO / "job_cpu.sh"), "--logging_steps", "1"],
+        ["bash", str(REPO / script), "--logging_steps", "1"],
         tmp_path / "job.log",
         env=env,
         # as from a terminal: the job's shell starts with SIGINT at its default (bash cannot trap a signal
@@ -574,7 +587,7 @@ def test_ctrl_c_stops_a_job_run_by_hand_with_a_checkpoint(tiny_bert: Path, tmp_p
     ):
         assert says in log, (says, log[-3000:])
     assert re.search(r"JOB_SECONDS=\d+ JOB_EXIT_CODE=75$", log, re.M), log[-3000:]
-    (copy,) = (tmp_path / "logs").glob("bert_squad_cpu-local-*.out")  # tee copied it all
+    (copy,) = (tmp_path / "logs").glob(f"bert_squad_{script[4:7]}-local-*.out")  # tee copied it all
     assert "JOB_EXIT_CODE=75" in copy.read_text(), copy.read_text()[-3000:]
 
 
