@@ -30,7 +30,13 @@ from qa_hpc.atomic_io import readable_as_umask_allows
 from qa_hpc.batching import make_collator
 from qa_hpc.compile import CompiledSteps, apply_recompile_limit
 from qa_hpc.device import DeviceFacts, read_device_facts, set_cuda_tf32
-from qa_hpc.dist import end_process_group, exit_code_noted, launch_env, process_start_time
+from qa_hpc.dist import (
+    end_process_group,
+    exit_code_noted,
+    launch_env,
+    process_start_time,
+    same_on_every_rank,
+)
 from qa_hpc.dropout import install as install_bulk_dropout
 from qa_hpc.effective import Effective
 from qa_hpc.errors import EXIT_OK, EXIT_PREEMPTED, BatchContext, check_writable_dir, classify, guarded
@@ -194,7 +200,14 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     params = Params.of(flags, plan.precision)
     if resume and trained_every_step(resume, optimizer_steps(args, len(data.train)), args.output_dir, params):
         trained_before, resume = resume, None
-    elif resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
+    # each rank decided from the folder it sees: one that sees another (a node-local --output_dir without
+    # --save_on_each_node) would start from another step, its optimizer and schedule apart from rank 0's
+    same_on_every_rank(
+        f"where training starts in --output_dir {args.output_dir} (start over, resume from, trained before)",
+        (replaces, resume, trained_before),
+        "give an --output_dir every node sees, or --save_on_each_node to keep checkpoints on each node",
+    )
+    if resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
         say_resume(resume, args.resume_from_checkpoint, recipe_changes(args.output_dir, params, None))
     if plan.awaits_batch_count:
         plan, flags = replan_with_batch_count(values, flags, facts, len(data.train))

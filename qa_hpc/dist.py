@@ -16,6 +16,8 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
+from qa_hpc.errors import UsageError
+
 Launch = NamedTuple(
     "Launch", [("rank", int), ("local_rank", int), ("world_size", int), ("local_world_size", int)]
 )
@@ -59,6 +61,30 @@ def max_over_ranks(value: int, device: torch.device) -> int:
     box = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(box, op=dist.ReduceOp.MAX)
     return int(box.item())
+
+
+def same_on_every_rank(what: str, value: object, remedy: str) -> None:
+    """Raise UsageError on every rank (exit 2) where the ranks hold different `value`s of `what`, naming
+    them and the `remedy`: one all_gather_object; nothing in one process. For what each rank decides from
+    the files it sees."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    values: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    if message := disagreement(what, values):
+        raise UsageError(f"{message}; {remedy}")
+
+
+def disagreement(what: str, values: list[object]) -> str | None:
+    """What the ranks (by index) disagree on, in words; None where they agree."""
+    if all(value == values[0] for value in values):
+        return None
+    differ = [rank for rank, value in enumerate(values) if value != values[0]]
+    return (
+        f"the ranks disagree on {what}: rank 0 {values[0]!r}, "
+        + ", ".join(f"rank {rank} {values[rank]!r}" for rank in differ[:3])
+        + (f" (and {len(differ) - 3} more)" if len(differ) > 3 else "")
+    )
 
 
 @contextmanager

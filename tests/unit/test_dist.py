@@ -1,6 +1,7 @@
 """When this process started (qa_hpc.dist.process_start_time), which WALL_CLOCK_SECONDS counts from: read
 in this very process. (The closing line of a real run, between its timed phases and its whole life as a test
-measures it: tests/e2e/test_run_qa.py.) The exit code a rank notes for its job (exit_code_noted)."""
+measures it: tests/e2e/test_run_qa.py.) The exit code a rank notes for its job (exit_code_noted). What
+the ranks disagree on (disagreement)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import psutil
 import pytest
 
 import qa_hpc.dist
-from qa_hpc.dist import exit_code_noted, process_start_time
+from qa_hpc.dist import disagreement, exit_code_noted, process_start_time, same_on_every_rank
 
 
 def test_start_is_this_process_start_to_the_tick() -> None:
@@ -60,3 +61,21 @@ def test_a_rank_notes_its_exit_code_for_the_job(tmp_path: Path, body, code: int)
     ):
         sys.exit(2)
     assert done.value.code == 2
+
+
+def test_ranks_that_decide_apart_are_named_with_what_each_holds() -> None:
+    """Where each rank decides from the files it sees (where training starts), a rank that sees another
+    folder (a node-local --output_dir) is named with its value beside rank 0's; in one process, nothing is
+    gathered."""
+    assert disagreement("where training starts", [(False, "out/checkpoint-8")] * 4) is None
+    values = [(False, "out/checkpoint-8"), (False, "out/checkpoint-8"), (False, None), (False, None)]
+    assert disagreement("where training starts", values) == (
+        "the ranks disagree on where training starts: rank 0 (False, 'out/checkpoint-8'), "
+        "rank 2 (False, None), rank 3 (False, None)"
+    )
+    many = [1] + [2] * 5
+    assert (
+        disagreement("x", many)
+        == "the ranks disagree on x: rank 0 1, rank 1 2, rank 2 2, rank 3 2 (and 2 more)"
+    )
+    same_on_every_rank("x", object(), "no remedy needed")  # no process group: no collective, no error
