@@ -23,7 +23,7 @@ import numpy as np
 from datasets.fingerprint import Hasher
 
 from qa_hpc import squad_io, squad_records
-from qa_hpc.dist import first_on_each_filesystem
+from qa_hpc.dist import first_on_each_filesystem, launch_env
 from qa_hpc.errors import UsageError, check_writable_dir
 from qa_hpc.squad_io import check_dataset_rows, load_qa_records
 from qa_hpc.squad_records import LoadedFile
@@ -283,9 +283,19 @@ def build_data(
                 ds = ds.remove_columns("answers")
             examples[split] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
             cfg = FeatureConfig(data_args.max_seq_length, data_args.doc_stride, data_args.pad_to_max_length)
+            # --overwrite_cache: recomputed by global rank 0 alone; the others, after it, read what it wrote
+            # (each rewriting the shared file would replace the one rank 0 reads, memory-mapped)
+            recompute = data_args.overwrite_cache and launch_env().rank == 0
             try:
                 features[split] = _featurize(
-                    examples[split], fn, tokenizer, cfg, data_args, STAGE_OF_SPLIT[split], cache_dir
+                    examples[split],
+                    fn,
+                    tokenizer,
+                    cfg,
+                    data_args,
+                    STAGE_OF_SPLIT[split],
+                    cache_dir,
+                    recompute,
                 )
             except FeatureError as err:  # named where the reader names a record: file, place, id, field
                 where = loaded.seen.get(err.record_id)
@@ -364,9 +374,10 @@ def _featurize(
     data_args: DataTrainingArguments,
     name: str,
     cache_dir: str,
+    recompute: bool,
 ) -> datasets.Dataset:
     """examples.map(fn) into a cache file named by the examples' fingerprint, the tokenizer and the
-    settings."""
+    settings; `recompute`: even where that file is there."""
     # the tokenizer by its vocabulary and rules, not the folder it came from nor the truncation a call
     # left set
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
@@ -394,12 +405,12 @@ def _featurize(
         fn_kwargs={"tokenizer": tokenizer, "cfg": cfg},
         num_proc=data_args.preprocessing_num_workers,
         remove_columns=examples.column_names,
-        load_from_cache_file=not data_args.overwrite_cache,
+        load_from_cache_file=not recompute,
         new_fingerprint=key,
         cache_file_name=os.path.join(folder, "features.arrow"),
         desc=f"{name} features",
     )
-    computed = data_args.overwrite_cache or not before or set(os.listdir(folder)) != before
+    computed = recompute or not before or set(os.listdir(folder)) != before
     logger.info(
         "FEATURES_CACHE split=%s %s in %.1fs features=%d path=%s",
         name,

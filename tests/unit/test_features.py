@@ -466,6 +466,9 @@ def test_features_cache_reused_until_file_tokenizer_settings_or_code_change(
     reused = {"train": "reused", "eval": "reused"}
     assert (cache(), cache(), cache(doc_stride=48)) == (computed, reused, computed)
     assert (cache(padding_side="left"), cache(overwrite_cache=True)) == (computed, computed)
+    with monkeypatch.context() as another_rank:  # --overwrite_cache: rank 0 recomputes, the others read it
+        another_rank.setenv("RANK", "1")
+        assert cache(padding_side="left", overwrite_cache=True) == reused
     text = files["validation"].read_text(encoding="utf-8")
     # same size class, other bytes
     files["validation"].write_text(text.replace("?", " ?", 1), encoding="utf-8")
