@@ -22,7 +22,6 @@ from qa_hpc.atomic_io import read_json_object, readable_as_umask_allows, write_j
 from qa_hpc.dist import launch_env, max_over_ranks
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
 from qa_hpc.record import (
-    CHECKPOINT_NAME,
     LAUNCH_MARK,
     MEMORY_FILE,
     SUMMARY_FILE,
@@ -31,6 +30,7 @@ from qa_hpc.record import (
     RunRecord,
     Status,
     checkpoint_dir,
+    checkpoint_step,
     checkpoints_oldest_first,
 )
 
@@ -276,13 +276,9 @@ def _from_given(given: str, out: str, overwrite_output_dir: bool) -> str:
         return given
     if last is not None and checkpoint_state(last).global_step > start:
         return last
-    others = [
-        path
-        for path in checkpoints_oldest_first(out)
-        if not inside or int(CHECKPOINT_NAME.fullmatch(os.path.basename(path)).group(1)) > start
-    ]
+    others = [path for path in checkpoints_oldest_first(out) if not inside or checkpoint_step(path) > start]
     if others and not ours:
-        what = "remove those past it, or copy it into another --output_dir and give that copy"
+        what = "remove the checkpoints past it, or choose another --output_dir"
         if not inside:
             what = "add --overwrite_output_dir to replace them, or choose another --output_dir"
         raise UsageError(

@@ -54,6 +54,11 @@ def checkpoint_dir(output_dir: str | os.PathLike, step: int) -> str:
     return os.path.join(output_dir, f"{CHECKPOINT_PREFIX}{step}")
 
 
+def checkpoint_step(path: str | os.PathLike) -> int:
+    """The global step a checkpoint-N folder's name says."""
+    return int(CHECKPOINT_NAME.fullmatch(os.path.basename(path)).group(1))
+
+
 def checkpoints_oldest_first(output_dir: str | os.PathLike) -> list[str]:
     """The checkpoint-N folders in output_dir, by N (the Trainer's own order; transformers has no public
     call for it)."""

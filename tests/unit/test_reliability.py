@@ -222,7 +222,7 @@ def test_the_same_command_goes_on_from_where_a_launch_started_at_a_given_checkpo
         save(out / f"checkpoint-{step}", step)
     back = out / "checkpoint-500"
     with pytest.raises(
-        UsageError, match=r"\(checkpoint-1000\), which a later launch .*: remove those past it"
+        UsageError, match=r"\(checkpoint-1000\), which a later launch .*: remove the checkpoints past it"
     ):
         resume(back)
     shutil.rmtree(out / "checkpoint-1000")
