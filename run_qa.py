@@ -54,6 +54,7 @@ from qa_hpc.metric.squad import make_score
 from qa_hpc.model import ModelShape, check_max_seq_length, load_config, load_model, load_tokenizer
 from qa_hpc.observe.efficiency import train_efficiency
 from qa_hpc.observe.run import finish_observability, observability_callbacks
+from qa_hpc.outputs import SUMMARY_FILE, checkpoint_dir
 from qa_hpc.plan import FlagValues, RunPlan
 from qa_hpc.postprocess import make_postprocess
 from qa_hpc.preemption import (
@@ -70,7 +71,6 @@ from qa_hpc.preemption import (
     trained_every_step,
 )
 from qa_hpc.record import (
-    SUMMARY_FILE,
     Environment,
     Memory,
     Params,
@@ -78,7 +78,6 @@ from qa_hpc.record import (
     RunRecord,
     Status,
     Stopped,
-    checkpoint_dir,
     save_results,
     save_trainer_state,
 )

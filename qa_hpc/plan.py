@@ -18,6 +18,7 @@ from qa_hpc import attention
 from qa_hpc.batching import DEFAULT_BUCKETS, default_buckets, parse_buckets
 from qa_hpc.device import CPU_BF16_FEATURES, CpuFacts, DeviceFacts, read_device_facts
 from qa_hpc.errors import EXIT_USAGE, UsageError
+from qa_hpc.outputs import PROFILER_DIR
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_SHAPES = ("auto", "static", "dynamic")  # --compile_shapes
@@ -464,7 +465,7 @@ def _profile_dir(flags: FlagValues) -> str | None:
     """Where the profiler writes; None with --profile off, or with no training: it records training steps."""
     if not (flags["profile"] and flags["do_train"]):
         return None
-    return flags["profile_dir"] or f"{flags['output_dir']}/profiler"
+    return flags["profile_dir"] or f"{flags['output_dir']}/{PROFILER_DIR}"
 
 
 def decide_compiling(

@@ -21,18 +21,17 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from qa_hpc.atomic_io import read_json_object, readable_as_umask_allows, write_json_atomic
 from qa_hpc.dist import launch_env, max_over_ranks
 from qa_hpc.errors import EXIT_PREEMPTED, UsageError
-from qa_hpc.record import (
+from qa_hpc.outputs import (
     LAUNCH_MARK,
     MEMORY_FILE,
+    PROFILER_DIR,
     SUMMARY_FILE,
     TRAINER_STATE_FILE,
-    Params,
-    RunRecord,
-    Status,
     checkpoint_dir,
     checkpoint_step,
     checkpoints_oldest_first,
 )
+from qa_hpc.record import Params, RunRecord, Status
 
 logger = logging.getLogger(__name__)
 
@@ -212,7 +211,7 @@ def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: boo
 # events and profiler traces (the defaults' folders), and the marker a demo job writes at its end
 # (scripts/env_setup.sh qa_report). A launch that failed or was killed there is started again by the same or
 # the corrected command, not refused for them.
-LAUNCH_FILES = frozenset({SUMMARY_FILE, MEMORY_FILE, "runs", "profiler", "OFFLINE_DEMO.txt"})
+LAUNCH_FILES = frozenset({SUMMARY_FILE, MEMORY_FILE, "runs", PROFILER_DIR, "OFFLINE_DEMO.txt"})
 
 
 def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import platform
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -24,6 +23,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from qa_hpc.atomic_io import read_json_object, write_json_atomic, write_text_atomic
+from qa_hpc.outputs import ALL_RESULTS_FILE, SUMMARY_FILE, TRAINER_STATE_FILE
 
 if TYPE_CHECKING:  # torch and the Trainer are heavy to import; the tools that read records need none of them
     from transformers import Trainer
@@ -32,42 +32,6 @@ if TYPE_CHECKING:  # torch and the Trainer are heavy to import; the tools that r
     from qa_hpc.effective import Effective
     from qa_hpc.flags import Flags
     from qa_hpc.plan import RunPlan
-
-SUMMARY_FILE = "run_summary.json"
-# the other files of an output folder that more than one module reads or writes (the Trainer's names for its
-# own: transformers' TRAINER_STATE_NAME and PREFIX_CHECKPOINT_DIR, not imported: the tools load no torch)
-MEMORY_FILE = "memory.json"
-ALL_RESULTS_FILE = "all_results.json"
-TRAINER_STATE_FILE = "trainer_state.json"
-CHECKPOINT_PREFIX = "checkpoint-"
-# written by each training launch once it has replaced what it replaces: the Slurm job it belongs to. Hidden:
-# no check of what --output_dir holds counts it
-LAUNCH_MARK = ".qa_hpc_launch.json"
-
-
-# the folders the Trainer saves checkpoints into, numbered by global step (transformers' own pattern)
-CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)")
-
-
-def checkpoint_dir(output_dir: str | os.PathLike, step: int) -> str:
-    """The folder the Trainer saves global step `step`'s checkpoint into."""
-    return os.path.join(output_dir, f"{CHECKPOINT_PREFIX}{step}")
-
-
-def checkpoint_step(path: str | os.PathLike) -> int:
-    """The global step a checkpoint-N folder's name says."""
-    return int(CHECKPOINT_NAME.fullmatch(os.path.basename(path)).group(1))
-
-
-def checkpoints_oldest_first(output_dir: str | os.PathLike) -> list[str]:
-    """The checkpoint-N folders in output_dir, by N (the Trainer's own order; transformers has no public
-    call for it)."""
-    numbered = []
-    for path in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*"):
-        match = CHECKPOINT_NAME.fullmatch(path.name)
-        if match is not None and path.is_dir():
-            numbered.append((int(match.group(1)), str(path)))
-    return [path for _, path in sorted(numbered)]
 
 
 class Status(StrEnum):

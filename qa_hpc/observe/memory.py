@@ -16,7 +16,7 @@ import psutil
 import torch
 
 from qa_hpc.atomic_io import write_json_atomic
-from qa_hpc.record import MEMORY_FILE
+from qa_hpc.outputs import MEMORY_FILE
 
 if TYPE_CHECKING:  # qa_hpc.model imports transformers: these figures need none of it
     from qa_hpc.model import ModelShape

@@ -14,6 +14,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from qa_hpc.flags import ObservabilityArguments
+from qa_hpc.outputs import PROFILER_SUMMARY
 
 logger = logging.getLogger(__name__)
 KEPT = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
@@ -128,7 +129,7 @@ class ProfilerCallback(TrainerCallback):
         trace = os.path.join(self.out_dir, f"trace_rank{rank}{cycle_suffix}.json")
         prof.export_chrome_trace(trace)
         rank_suffix = f"_rank{rank}" if rank else ""
-        summary = os.path.join(self.out_dir, f"profiler_summary{rank_suffix}.txt")
+        summary = os.path.join(self.out_dir, PROFILER_SUMMARY.replace(".txt", f"{rank_suffix}.txt"))
         span = f"{steps[0]}-{steps[-1]}" if steps else "none"
         with open(summary, "w" if cycle == 1 else "a", encoding="utf-8") as fh:
             fh.write(

@@ -25,19 +25,16 @@ import pandas as pd
 
 from qa_hpc.atomic_io import read_json_object
 from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
-from qa_hpc.record import (
+from qa_hpc.outputs import (
     ALL_RESULTS_FILE,
     CHECKPOINT_PREFIX,
     LAUNCH_MARK,
     MEMORY_FILE,
     SUMMARY_FILE,
     TRAINER_STATE_FILE,
-    Memory,
-    RunRecord,
-    Status,
-    Stopped,
     checkpoints_oldest_first,
 )
+from qa_hpc.record import Memory, RunRecord, Status, Stopped
 from qa_hpc.tools.figures import NA, write_plots
 
 # Files only a run's output dir holds: a dir with any of them is a run, with or without a record.

@@ -25,7 +25,8 @@ import pandas as pd
 
 from qa_hpc.atomic_io import read_json_object, write_text_atomic
 from qa_hpc.errors import EXIT_IOERR, OutputError, check_writable_dir
-from qa_hpc.record import SUMMARY_FILE, TRAINER_STATE_FILE, Memory, RunRecord
+from qa_hpc.outputs import PROFILER_SUMMARY, SUMMARY_FILE, TRAINER_STATE_FILE
+from qa_hpc.record import Memory, RunRecord
 from qa_hpc.tools.collect_results import (
     OUTPUT_MARKERS,
     add_speedup,
@@ -37,7 +38,6 @@ from qa_hpc.tools.collect_results import (
 from qa_hpc.tools.figures import NA, curves_figure, write_plots
 
 NEEDED = ("status", "params", "plan", "results")  # a record without them is from an older layout
-PROFILE_TABLE = "profiler_summary.txt"
 TOP_OPS = 10
 # A comparison compares devices; runs that differ in one of these Parameters compare more than that.
 SAME = (
@@ -179,9 +179,9 @@ def profile_lines(run: pd.Series) -> list[str]:
     if recorded_out and where.is_relative_to(recorded_out):
         # inside the run's folder (the default): found in the folder given, which may be a copy or a move
         # (results copied off scratch), not at the path the record was written with
-        table = Path(run["output_dir"]) / where.relative_to(recorded_out) / PROFILE_TABLE
+        table = Path(run["output_dir"]) / where.relative_to(recorded_out) / PROFILER_SUMMARY
     else:
-        table = beside_output(run, str(where)) / PROFILE_TABLE
+        table = beside_output(run, str(where)) / PROFILER_SUMMARY
     if not table.is_file():
         return [f"Profiled, but there is no `{shown(table)}`."]
     lines = table.read_text(encoding="utf-8", errors="replace").splitlines()

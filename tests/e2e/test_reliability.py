@@ -38,7 +38,7 @@ from fixtures.runs import Run, assert_resumed_exactly, plain_flags, read
 
 from qa_hpc.atomic_io import write_json_atomic
 from qa_hpc.errors import EXIT_IOERR, EXIT_OOM, EXIT_PREEMPTED
-from qa_hpc.record import LAUNCH_MARK
+from qa_hpc.outputs import LAUNCH_MARK
 
 
 def test_sigterm_checkpoints_exits_75_and_resumes_exactly(

@@ -1099,7 +1099,8 @@ def test_a_setting_that_did_not_take_stops_the_run_and_is_recorded_with_both(
     test process's; nothing trains."""
     import run_qa
     from qa_hpc.effective import Effective
-    from qa_hpc.record import SUMMARY_FILE, RunRecord
+    from qa_hpc.outputs import SUMMARY_FILE
+    from qa_hpc.record import RunRecord
 
     read_back = Effective.read
     monkeypatch.setattr(run_qa, "setup_logging", lambda args: None)

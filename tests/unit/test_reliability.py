@@ -32,6 +32,7 @@ from qa_hpc.errors import (
     write_failure,
 )
 from qa_hpc.flags import decide_and_build, read_flags
+from qa_hpc.outputs import LAUNCH_MARK
 from qa_hpc.preemption import (
     StopRequest,
     checkpoint_to_resume,
@@ -42,7 +43,7 @@ from qa_hpc.preemption import (
     say_resume,
     trained_every_step,
 )
-from qa_hpc.record import LAUNCH_MARK, Params
+from qa_hpc.record import Params
 
 
 def test_atomic_write_keeps_the_old_file_on_failure_and_removes_only_dead_writers_temps(

@@ -19,8 +19,9 @@ import qa_hpc.tools.make_demo_data as mdd
 from qa_hpc.device import read_device_facts
 from qa_hpc.errors import EXIT_IOERR
 from qa_hpc.flags import read_flags
+from qa_hpc.outputs import LAUNCH_MARK
 from qa_hpc.plan import decide
-from qa_hpc.record import LAUNCH_MARK, Environment, Params, Recorded, RunRecord, Stopped
+from qa_hpc.record import Environment, Params, Recorded, RunRecord, Stopped
 from qa_hpc.squad_io import load_qa_records
 from qa_hpc.tools import collect_results
 from qa_hpc.tools.figures import bar_figure
