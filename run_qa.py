@@ -66,6 +66,7 @@ from qa_hpc.preemption import (
     checkpoint_to_resume,
     clear_for_launch,
     recipe_changes,
+    refuse_ignored_changes,
     replaces_output_dir,
     say_resume,
     trained_every_step,
@@ -207,7 +208,9 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
         "give an --output_dir every node sees, or --save_on_each_node to keep checkpoints on each node",
     )
     if resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
-        say_resume(resume, args.resume_from_checkpoint, recipe_changes(args.output_dir, params, None))
+        changes = recipe_changes(args.output_dir, params, None)
+        refuse_ignored_changes(resume, changes)
+        say_resume(resume, args.resume_from_checkpoint, changes)
     if plan.awaits_batch_count:
         plan, flags = replan_with_batch_count(values, flags, facts, len(data.train))
         args = flags.training
@@ -329,13 +332,15 @@ def train(run: Run, stop: StopRequest) -> bool:
             checkpoint=current_checkpoint(),
         )
         if trainer.is_world_process_zero():
+            # --overwrite_output_dir is skipped only by a Slurm requeue: by hand the flag would start over
+            again = "it again without --overwrite_output_dir" if run.flags.data.overwrite_output_dir else ""
             logger.warning(
-                "PREEMPTED signal=%s global_step=%d checkpoint=%s exit_code=%d (run the same command to "
-                "resume)",
+                "PREEMPTED signal=%s global_step=%d checkpoint=%s exit_code=%d (run %s to resume)",
                 stop.name,
                 trainer.state.global_step,
                 stopped.checkpoint,
                 EXIT_PREEMPTED,
+                again or "the same command",
             )
         log_compiled(run.trainer)
         record(run, Status.PREEMPTED, EXIT_PREEMPTED, stopped=stopped)

@@ -165,7 +165,8 @@ def replaces_output_dir(output_dir: str, overwrite_output_dir: bool) -> bool:
 # checkpoint at the training's last step would leave it nothing to train with them (trained_every_step).
 RECIPE = (
     "model",
-    "train_file",
+    "dataset",
+    "version_2_with_negative",
     "max_train_samples",
     "max_seq_length",
     "doc_stride",
@@ -288,7 +289,7 @@ def _from_given(given: str, out: str, overwrite_output_dir: bool) -> str:
     return given
 
 
-def say_resume(checkpoint: str, given: str | None, changes: list[str]) -> None:
+def say_resume(checkpoint: str, given: str | None, changes: dict[str, tuple[Any, Any]]) -> None:
     """RESUME_FROM and why. RESUME_INEXACT where the run will not equal an uninterrupted one, as a resume
     from a full checkpoint does: the checkpoint holds no optimizer state (saved under --save_only_model:
     the Trainer starts the optimizer's moments and the learning-rate schedule over), or this launch
@@ -298,7 +299,7 @@ def say_resume(checkpoint: str, given: str | None, changes: list[str]) -> None:
     if given and given != checkpoint:
         why += f", where a launch went on from --resume_from_checkpoint {given}"
     logger.info("RESUME_FROM=%s (%s; --overwrite_output_dir to start over)", checkpoint, why)
-    inexact = [f"this launch changes its training: {', '.join(changes)}"] if changes else []
+    inexact = [f"this launch changes its training: {shown(changes)}"] if changes else []
     # the Trainer's optimizer state: optimizer.pt (optimizer.bin, or an optimizer_0/ folder, when sharded)
     if not any(name.startswith("optimizer") for name in os.listdir(checkpoint)):
         inexact.append(
@@ -336,11 +337,13 @@ def trained_every_step(checkpoint: str, total_steps: int, output_dir: str, param
     """Whether `checkpoint` is the training's last step: an earlier launch trained every step (it was
     stopped at that step, or killed while it evaluated), so this one goes on with that checkpoint's model;
     resuming from it would train no step (or, under --max_steps, one past the limit, which the Trainer
-    checks after a step). Where --output_dir holds the record of a run that ended ok (it trained, or went on
-    from that checkpoint), the same command was simply run again: refused, before it replaces that run's
-    results; where that training had another RECIPE than this launch's `params` (a diverged run trained
-    again at a lower learning rate), refused too: this launch would train nothing with it."""
-    if checkpoint_state(checkpoint).global_step < total_steps:
+    checks after a step). Refused, before anything is replaced: the same command again where --output_dir
+    holds the record of a run that ended ok (it trained, or went on from that checkpoint); a launch that
+    changes the training's RECIPE (a diverged run trained again at a lower learning rate), which would
+    train nothing with the change; and a checkpoint past this launch's steps, a longer schedule's (or one
+    of fewer processes), whose model is not this training's end."""
+    step = checkpoint_state(checkpoint).global_step
+    if step < total_steps:
         return False
     record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
     if record is not None and record.status == Status.OK:
@@ -350,24 +353,52 @@ def trained_every_step(checkpoint: str, total_steps: int, output_dir: str, param
             f"--model_name_or_path {output_dir} --do_eval without --do_train, into another --output_dir; "
             "to train again: --overwrite_output_dir or another --output_dir"
         )
-    if changes := recipe_changes(output_dir, params, record):
+    changes = recipe_changes(output_dir, params, record)
+    if step > total_steps:
+        changed = f", the training's recipe changed ({shown(changes)})" if changes else ""
+        raise UsageError(
+            f"--output_dir {output_dir}: its last checkpoint {checkpoint} is at step {step}, past the "
+            f"{total_steps} steps this launch counts{changed}: resume it with the schedule it had (its "
+            "--num_train_epochs or --max_steps, and processes), or add --overwrite_output_dir, or choose "
+            "another --output_dir"
+        )
+    if changes:
         raise UsageError(
             f"--output_dir {output_dir}: its last checkpoint {checkpoint} ends a training that this launch "
-            f"changes ({', '.join(changes)}) and would train nothing with the change: add "
+            f"changes ({shown(changes)}) and would train nothing with the change: add "
             "--overwrite_output_dir, or choose another --output_dir"
         )
     return True
 
 
-def recipe_changes(output_dir: str, params: Params, record: RunRecord | None) -> list[str]:
-    """What this launch's `params` change of the RECIPE of the training in `output_dir` (trained_with), each
-    as `--name then -> now` (the world size as `processes`)."""
+def refuse_ignored_changes(checkpoint: str, changes: dict[str, tuple[Any, Any]]) -> None:
+    """A resume goes on with the checkpoint's optimizer and learning-rate schedule, which the Trainer
+    restores over the flags: a --learning_rate changed since would be logged and recorded, and never used.
+    Refused (a rolled-back diverged run trained on at the old rate)."""
+    if "learning_rate" in changes and any(name.startswith("optimizer") for name in os.listdir(checkpoint)):
+        then, now = changes["learning_rate"]
+        raise UsageError(
+            f"--learning_rate {now}: {checkpoint} goes on with the schedule of --learning_rate {then}, which "
+            "a resume restores with the optimizer; to train at another rate, start over "
+            "(--overwrite_output_dir, or another --output_dir with --model_name_or_path CHECKPOINT)"
+        )
+
+
+def recipe_changes(output_dir: str, params: Params, record: RunRecord | None) -> dict[str, tuple[Any, Any]]:
+    """What this launch's `params` change of the RECIPE of the training in `output_dir` (trained_with):
+    name -> (then, now)."""
     trained = trained_with(output_dir, record)
-    return [
-        f"{'processes' if name == 'world_size' else '--' + name} {value} -> {getattr(params, name)}"
-        for name, value in trained.items()
-        if value != getattr(params, name)
-    ]
+    return {
+        name: (then, getattr(params, name)) for name, then in trained.items() if then != getattr(params, name)
+    }
+
+
+def shown(changes: dict[str, tuple[Any, Any]]) -> str:
+    """The changes in words: `--learning_rate 0.001 -> 3e-05, processes 8 -> 16`."""
+    labels = {"world_size": "processes", "dataset": "data"}
+    return ", ".join(
+        f"{labels.get(name, '--' + name)} {then} -> {now}" for name, (then, now) in changes.items()
+    )
 
 
 def trained_with(output_dir: str, record: RunRecord | None) -> dict[str, Any]:

@@ -134,6 +134,7 @@ qa_run_preemptible() {
 	QA_CHILD=""
 	QA_REQUEUED=""
 	QA_INTERRUPTED=""
+	QA_RESUME_HINT=$(qa_resume_hint "$@")
 	trap '_qa_forward USR1' USR1
 	trap '_qa_forward TERM' TERM
 	trap '_qa_forward TERM INT' INT
@@ -163,8 +164,7 @@ qa_run_preemptible() {
 		|| { [ -n "$QA_SIGNALLED" ] && [ "$rc" != 0 ] && [ "$_QA_HOW" != local ]; }; then
 		if [ -n "$QA_INTERRUPTED" ]; then
 			# the user stopped it: not the scheduler's time up, so no requeue (also under srun --pty)
-			qa_log "PREEMPTED: stopped by SIG$QA_INTERRUPTED (Ctrl-C), not requeued:" \
-				"run the same command again to resume"
+			qa_log "PREEMPTED: stopped by SIG$QA_INTERRUPTED (Ctrl-C), not requeued: $QA_RESUME_HINT to resume"
 			return "$EXIT_PREEMPTED"
 		fi
 		qa_requeue && { QA_REQUEUED=1; return 0; }
@@ -211,11 +211,30 @@ _qa_forward() {
 	fi
 }
 
+# How to resume a stopped run by hand: the same command, unless it holds --overwrite_output_dir, which
+# outside a Slurm requeue starts over (run_qa.py's PREEMPTED line says the same).
+qa_resume_hint() {
+	local given
+	given=$(qa_flag_value overwrite_output_dir "$@")
+	case " $* " in
+	*" --overwrite_output_dir "* | *" --overwrite-output-dir "* | *" --overwrite_output_dir="* | *" --overwrite-output-dir="*)
+		case ${given,,} in
+		false | 0 | no) ;;
+		*)
+			echo "run it again without --overwrite_output_dir"
+			return
+			;;
+		esac
+		;;
+	esac
+	echo "run the same command again"
+}
+
 # Put this job back in the queue (it resumes from its last checkpoint). 0 if requeued.
 qa_requeue() {
 	local max=${QA_MAX_REQUEUES:-20}
 	if [ -z "${SLURM_JOB_ID:-}" ]; then
-		qa_log "PREEMPTED: not under SLURM, so run the same command again to resume"
+		qa_log "PREEMPTED: not under SLURM, so ${QA_RESUME_HINT:-run the same command again} to resume"
 		return 1
 	fi
 	if [ "${SLURM_RESTART_COUNT:-0}" -ge "$max" ]; then

@@ -534,10 +534,28 @@ def test_a_signal_while_the_run_starts_still_counts_as_preempted(tmp_path: Path)
 
 
 @pytest.mark.parametrize(
-    ("script", "processes"), [("job_cpu.sh", None), ("job_ddp.sh", "2")], ids=["cpu", "ddp"]
+    ("script", "processes", "extra", "resume", "run_qa_resume"),
+    [
+        ("job_cpu.sh", None, (), "run the same command again", "run the same command"),
+        # the flag starts over outside a Slurm requeue: the hints say to leave it out
+        (
+            "job_ddp.sh",
+            "2",
+            ("--overwrite_output_dir",),
+            "run it again without --overwrite_output_dir",
+            "run it again without --overwrite_output_dir",
+        ),
+    ],
+    ids=["cpu", "ddp"],
 )
 def test_ctrl_c_stops_a_job_run_by_hand_with_a_checkpoint(
-    tiny_bert: Path, tmp_path: Path, script: str, processes: str | None
+    tiny_bert: Path,
+    tmp_path: Path,
+    script: str,
+    processes: str | None,
+    extra: tuple[str, ...],
+    resume: str,
+    run_qa_resume: str,
 ):
     """Ctrl-C on `bash job_cpu.sh` or `bash job_ddp.sh` (torchrun, 2 CPU processes) run by hand: SIGINT to
     its process group (the shell, tee, the run or torchrun and its workers, which a non-interactive shell
@@ -554,7 +572,7 @@ def test_ctrl_c_stops_a_job_run_by_hand_with_a_checkpoint(
         QA_RDZV_PORT=str(free_port()),
     )
     job = LoggedProcess(
-        ["bash", str(REPO / script), "--logging_steps", "1"],
+        ["bash", str(REPO / script), "--logging_steps", "1", *extra],
         tmp_path / "job.log",
         env=env,
         # as from a terminal: the job's shell starts with SIGINT at its default (bash cannot trap a signal
@@ -583,7 +601,8 @@ def test_ctrl_c_stops_a_job_run_by_hand_with_a_checkpoint(
     for says in (
         "PREEMPT_SIGNAL=SIGTERM (from SIGINT: Ctrl-C): asking the run to save a checkpoint and stop",
         "EXIT_CODE=75 (after SIGTERM)",
-        "PREEMPTED: stopped by SIGINT (Ctrl-C), not requeued: run the same command again to resume",
+        f"PREEMPTED: stopped by SIGINT (Ctrl-C), not requeued: {resume} to resume",
+        f"exit_code=75 ({run_qa_resume} to resume)",
     ):
         assert says in log, (says, log[-3000:])
     assert re.search(r"JOB_SECONDS=\d+ JOB_EXIT_CODE=75$", log, re.M), log[-3000:]

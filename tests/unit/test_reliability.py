@@ -39,6 +39,7 @@ from qa_hpc.preemption import (
     clear_for_launch,
     last_complete_checkpoint,
     recipe_changes,
+    refuse_ignored_changes,
     replaces_output_dir,
     say_resume,
     trained_every_step,
@@ -259,10 +260,31 @@ def test_a_launch_that_changes_the_recipe_of_its_last_step_checkpoint_is_refused
     four = dataclasses.replace(same, world_size=4, max_train_samples=100)
     with pytest.raises(UsageError, match=r"\(--max_train_samples None -> 100, processes 1 -> 4\)"):
         trained_every_step(str(last), 30, str(tmp_path), four)
-    assert recipe_changes(str(tmp_path), four, None) == [
-        "--max_train_samples None -> 100",
-        "processes 1 -> 4",
-    ]
+    assert recipe_changes(str(tmp_path), four, None) == {
+        "max_train_samples": (None, 100),
+        "world_size": (1, 4),
+    }
+    # past this launch's steps (a longer schedule's, or one on fewer processes): not the end of this training
+    with pytest.raises(UsageError, match=r"is at step 30, past the 20 steps this launch counts: resume it"):
+        trained_every_step(str(last), 20, str(tmp_path), same)
+    with pytest.raises(
+        UsageError, match=r"past the 15 steps this launch counts, the .* \(processes 1 -> 4\): resume"
+    ):
+        trained_every_step(str(last), 15, str(tmp_path), dataclasses.replace(four, max_train_samples=None))
+
+
+def test_a_resume_refuses_a_learning_rate_the_checkpoints_schedule_would_override(tmp_path: Path) -> None:
+    """The Trainer restores the checkpoint's optimizer and learning-rate schedule over the flags: a new
+    --learning_rate (a rolled-back diverged run) would be logged and recorded, and never used. Without the
+    optimizer's state (--save_only_model) the schedule starts over at the new rate: it is taken."""
+    checkpoint = tmp_path / "checkpoint-8"
+    checkpoint.mkdir()
+    changed = {"learning_rate": (1e-3, 3e-5)}
+    refuse_ignored_changes(str(checkpoint), changed)
+    (checkpoint / "optimizer.pt").write_bytes(b"")
+    refuse_ignored_changes(str(checkpoint), {"world_size": (8, 16)})  # said: RESUME_INEXACT
+    with pytest.raises(UsageError, match=r"^--learning_rate 3e-05: .* schedule of --learning_rate 0.001"):
+        refuse_ignored_changes(str(checkpoint), changed)
 
 
 def test_a_resume_says_where_from_and_whether_it_can_be_exact(tmp_path: Path, caplog) -> None:
@@ -275,16 +297,16 @@ def test_a_resume_says_where_from_and_whether_it_can_be_exact(tmp_path: Path, ca
         (checkpoint / "model.safetensors").write_bytes(b"")
     (full / "optimizer.pt").write_bytes(b"")
     with caplog.at_level("INFO", logger="qa_hpc.preemption"):
-        say_resume(str(full), None, [])
+        say_resume(str(full), None, {})
         assert f"RESUME_FROM={full} (checkpoint found in --output_dir;" in caplog.text
         assert "RESUME_INEXACT" not in caplog.text
-        say_resume(str(model_only), "elsewhere/checkpoint-2", [])
+        say_resume(str(model_only), "elsewhere/checkpoint-2", {})
         assert "went on from --resume_from_checkpoint elsewhere/checkpoint-2;" in caplog.text
         assert (
             f"RESUME_INEXACT checkpoint={model_only} (no optimizer state: saved with --save_only_model;"
             in (caplog.text)
         )
-        say_resume(str(full), None, ["processes 1 -> 4"])
+        say_resume(str(full), None, {"world_size": (1, 4)})
     assert f"RESUME_INEXACT checkpoint={full} (this launch changes its training: processes 1 -> 4)" in (
         caplog.text
     )
