@@ -238,13 +238,21 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
         return None
     if (last := last_complete_checkpoint(out)) is not None:
         return last
+    refuse_leftovers(out)
+    return None
+
+
+def refuse_leftovers(out: str) -> None:
+    """Refuse a training into a folder that holds more than a launch's own files (LAUNCH_FILES) and no
+    checkpoint to go on from: another run's model and results, or the user's files."""
+    if not os.path.isdir(out):
+        return
     if leftovers := sorted(n for n in os.listdir(out) if not n.startswith(".") and n not in LAUNCH_FILES):
         raise UsageError(
             f"--output_dir {out} is not empty ({', '.join(leftovers[:5])}) and holds no checkpoint to "
             "resume from; add --overwrite_output_dir to train into it anyway, or choose another "
             "--output_dir"
         )
-    return None
 
 
 def _from_given(given: str, out: str, overwrite_output_dir: bool) -> str:
@@ -286,6 +294,8 @@ def _from_given(given: str, out: str, overwrite_output_dir: bool) -> str:
             f"{given} ({os.path.basename(others[-1])}), which a later launch of this command would take "
             f"for its own: {what}"
         )
+    if not inside and not ours:  # a finished run's model and results, say, without its checkpoints
+        refuse_leftovers(out)
     return given
 
 

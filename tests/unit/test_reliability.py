@@ -235,6 +235,13 @@ def test_the_same_command_goes_on_from_where_a_launch_started_at_a_given_checkpo
     shutil.rmtree(back)  # rotated away (--save_total_limit 1): the requeue still goes on
     assert resume(back) == str(out / "checkpoint-700")
 
+    # a finished run's model and results, its checkpoints deleted: not written over from elsewhere either
+    shutil.rmtree(out)
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"")
+    with pytest.raises(UsageError, match=r"is not empty \(model.safetensors\) and holds no checkpoint"):
+        resume()
+
 
 def test_a_launch_that_changes_the_recipe_of_its_last_step_checkpoint_is_refused(tmp_path: Path):
     """A checkpoint at the training's last step is gone on from (TRAINED_BEFORE: this launch trains nothing)
