@@ -259,6 +259,15 @@ def test_a_launch_that_changes_the_recipe_of_its_last_step_checkpoint_is_refused
     assert not trained_every_step(str(last), 40, str(tmp_path), lower)  # a longer run resumes: it trains
     with pytest.raises(UsageError, match=r"this launch changes \(--learning_rate 100000000.0 -> 5e-05\) and"):
         trained_every_step(str(last), 30, str(tmp_path), lower)
+    # an evaluation-only run's record (into this folder, under --overwrite_output_dir) ends no training
+    evaluated = {
+        "status": "ok",
+        "exit_code": 0,
+        "results": {"eval_f1": 1.0},
+        "params": {"learning_rate": None},
+    }
+    (tmp_path / "run_summary.json").write_text(json.dumps(evaluated))
+    assert trained_every_step(str(last), 30, str(tmp_path), same)
     # killed in its evaluation: no record, the mark has the recipe
     (tmp_path / "run_summary.json").unlink()
     recipe = {"model": None, "learning_rate": 1e8, "world_size": 1, "max_train_samples": None}
