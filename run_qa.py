@@ -196,21 +196,8 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     tokenizer = load_tokenizer(flags.model)
     check_max_seq_length(flags.data.max_seq_length, config, tokenizer, flags.model.model_name_or_path)
     data = build_data(flags.model, flags.data, args, tokenizer)
-    trained_before = None
     params = Params.of(flags, plan.precision)
-    if resume and trained_every_step(resume, optimizer_steps(args, len(data.train)), args.output_dir, params):
-        trained_before, resume = resume, None
-    # each rank decided from the folder it sees: one that sees another (a node-local --output_dir without
-    # --save_on_each_node) would start from another step, its optimizer and schedule apart from rank 0's
-    same_on_every_rank(
-        f"where training starts in --output_dir {args.output_dir} (start over, resume from, trained before)",
-        (replaces, resume, trained_before),
-        "give an --output_dir every node sees, or --save_on_each_node to keep checkpoints on each node",
-    )
-    if resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
-        changes = recipe_changes(args.output_dir, params, None)
-        refuse_ignored_changes(resume, changes)
-        say_resume(resume, args.resume_from_checkpoint, changes)
+    resume, trained_before = start_of_training(args, replaces, resume, data, params)
     if plan.awaits_batch_count:
         plan, flags = replan_with_batch_count(values, flags, facts, len(data.train))
         args = flags.training
@@ -291,6 +278,29 @@ def build_model(
     return model
 
 
+def start_of_training(
+    args: TrainingArguments, replaces: bool, resume: str | None, data: QAData, params: Params
+) -> tuple[str | None, str | None]:
+    """(the checkpoint to resume, the one an earlier launch trained every step to): at most one of them,
+    decided once the training data is counted (a run that resumes trains: it has training data), the same
+    on every rank, and said."""
+    trained_before = None
+    if resume and trained_every_step(resume, optimizer_steps(args, len(data.train)), args.output_dir, params):
+        trained_before, resume = resume, None
+    # each rank decided from the folder it sees: one that sees another (a node-local --output_dir without
+    # --save_on_each_node) would start from another step, its optimizer and schedule apart from rank 0's
+    same_on_every_rank(
+        f"where training starts in --output_dir {args.output_dir} (start over, resume from, trained before)",
+        (replaces, resume, trained_before),
+        "give an --output_dir every node sees, or --save_on_each_node to keep checkpoints on each node",
+    )
+    if resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
+        changes = recipe_changes(args.output_dir, params, None)
+        refuse_ignored_changes(resume, changes)
+        say_resume(resume, args.resume_from_checkpoint, changes)
+    return resume, trained_before
+
+
 def log_plan(plan: RunPlan, values: FlagValues) -> None:
     """PLAN, then UNUSED naming the flags given whose subject the plan leaves off."""
     logger.info(plan.log_line())
@@ -332,15 +342,16 @@ def train(run: Run, stop: StopRequest) -> bool:
             checkpoint=current_checkpoint(),
         )
         if trainer.is_world_process_zero():
-            # --overwrite_output_dir is skipped only by a Slurm requeue: by hand the flag would start over
-            again = "it again without --overwrite_output_dir" if run.flags.data.overwrite_output_dir else ""
+            again = "the same command"
+            if run.flags.data.overwrite_output_dir:  # skipped by a Slurm requeue only: by hand, a start over
+                again = "it again without --overwrite_output_dir"
             logger.warning(
                 "PREEMPTED signal=%s global_step=%d checkpoint=%s exit_code=%d (run %s to resume)",
                 stop.name,
                 trainer.state.global_step,
                 stopped.checkpoint,
                 EXIT_PREEMPTED,
-                again or "the same command",
+                again,
             )
         log_compiled(run.trainer)
         record(run, Status.PREEMPTED, EXIT_PREEMPTED, stopped=stopped)
