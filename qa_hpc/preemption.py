@@ -145,12 +145,11 @@ def replaces_output_dir(output_dir: str, overwrite_output_dir: bool) -> bool:
     job, restarts = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_RESTART_COUNT", "0")
     if not overwrite_output_dir or not job or restarts in ("", "0"):
         return overwrite_output_dir
-    try:
-        marked_by = read_json_object(os.path.join(output_dir, LAUNCH_MARK)).get("slurm_job_id")
-    except (OSError, ValueError):
-        return True
     # quiet: checkpoint_to_resume looks again, and names an incomplete checkpoint once
-    if marked_by != job or last_complete_checkpoint(output_dir, name_incomplete=False) is None:
+    if (
+        launch_mark(output_dir).get("slurm_job_id") != job
+        or last_complete_checkpoint(output_dir, name_incomplete=False) is None
+    ):
         return True
     logger.info(
         "OVERWRITE skipped: job %s restart %s is a requeue of the job whose first launch replaced the "
@@ -218,7 +217,7 @@ LAUNCH_FILES = frozenset({SUMMARY_FILE, MEMORY_FILE, "runs", PROFILER_DIR, "OFFL
 def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:
     """What a non-empty --output_dir means (transformers 5 has no overwrite_output_dir):
     --resume_from_checkpoint wins, unless an earlier launch of the command went on from it there
-    (started_from), and refused among another run's checkpoints; else resume from its last complete checkpoint
+    (launch_mark), and refused among another run's checkpoints; else resume from its last complete checkpoint
     (a requeued job continues by itself); other files than a launch's own (LAUNCH_FILES): refuse, unless
     --overwrite_output_dir. An evaluation-only run may write anywhere but into a training run's folder
     (training_traces)."""
@@ -257,12 +256,13 @@ def refuse_leftovers(out: str) -> None:
 
 def _from_given(given: str, out: str, overwrite_output_dir: bool) -> str:
     """Where a training given --resume_from_checkpoint starts: there, unless a launch of the same command
-    marked --output_dir (started_from) and saved a later checkpoint there (a requeue, or the command run
+    marked --output_dir (launch_mark) and saved a later checkpoint there (a requeue, or the command run
     again after a stop: on from where it got, not back to `given`, its steps since lost and, with
     --save_total_limit, their checkpoints; `given` itself may be rotated away by then). Refused: `given`
     among the checkpoints --overwrite_output_dir removes, and checkpoints of another run in --output_dir,
     any outside `given`'s own folder, or past it inside it (a later launch would take them for its own)."""
-    ours = not overwrite_output_dir and started_from(out) == os.path.abspath(given)
+    marked_start = launch_mark(out).get("resume_from_checkpoint")
+    ours = not overwrite_output_dir and marked_start == os.path.abspath(given)
     last = last_complete_checkpoint(out, name_incomplete=False) if ours else None
     try:
         start = checkpoint_state(given).global_step
@@ -310,8 +310,7 @@ def say_resume(checkpoint: str, given: str | None, changes: dict[str, tuple[Any,
         why += f", where a launch went on from --resume_from_checkpoint {given}"
     logger.info("RESUME_FROM=%s (%s; --overwrite_output_dir to start over)", checkpoint, why)
     inexact = [f"this launch changes its training: {shown(changes)}"] if changes else []
-    # the Trainer's optimizer state: optimizer.pt (optimizer.bin, or an optimizer_0/ folder, when sharded)
-    if not any(name.startswith("optimizer") for name in os.listdir(checkpoint)):
+    if not holds_optimizer_state(checkpoint):
         inexact.append(
             "no optimizer state: saved with --save_only_model; the optimizer's moments and the learning-rate "
             "schedule start over"
@@ -320,13 +319,20 @@ def say_resume(checkpoint: str, given: str | None, changes: dict[str, tuple[Any,
         logger.warning("RESUME_INEXACT checkpoint=%s (%s)", checkpoint, "; ".join(inexact))
 
 
-def started_from(output_dir: str) -> str | None:
-    """The checkpoint the training launch that marked `output_dir` was asked to start from (its absolute
-    path), None where it was not or no launch marked the folder."""
+def launch_mark(output_dir: str) -> dict[str, Any]:
+    """What the last training launch noted in `output_dir` (clear_for_launch): its Slurm job, the checkpoint
+    it was asked to start from, its RECIPE; {} where no launch marked the folder, or the mark is unreadable
+    (each key may be missing: a mark of an older version)."""
     try:
-        return read_json_object(os.path.join(output_dir, LAUNCH_MARK)).get("resume_from_checkpoint")
+        return read_json_object(os.path.join(output_dir, LAUNCH_MARK))
     except (OSError, ValueError):
-        return None
+        return {}
+
+
+def holds_optimizer_state(checkpoint: str) -> bool:
+    """Whether the Trainer saved its optimizer's state there: optimizer.pt (optimizer.bin, or an optimizer_0/
+    folder, when sharded); a checkpoint saved under --save_only_model has none."""
+    return any(name.startswith("optimizer") for name in os.listdir(checkpoint))
 
 
 def training_traces(output_dir: str) -> str | None:
@@ -387,7 +393,7 @@ def refuse_ignored_changes(checkpoint: str, changes: dict[str, tuple[Any, Any]])
     """A resume goes on with the checkpoint's optimizer and learning-rate schedule, which the Trainer
     restores over the flags: a --learning_rate changed since would be logged and recorded, and never used.
     Refused (a rolled-back diverged run trained on at the old rate)."""
-    if "learning_rate" in changes and any(name.startswith("optimizer") for name in os.listdir(checkpoint)):
+    if "learning_rate" in changes and holds_optimizer_state(checkpoint):
         then, now = changes["learning_rate"]
         raise UsageError(
             f"--learning_rate {now}: {checkpoint} goes on with the schedule of --learning_rate {then}, which "
@@ -416,10 +422,7 @@ def shown(changes: dict[str, tuple[Any, Any]]) -> str:
 def trained_with(output_dir: str, record: RunRecord | None) -> dict[str, Any]:
     """The RECIPE of the training in `output_dir`: its last launch's mark has all of it, also where the
     launch was killed before its record; a folder of an older version, the record's that it has."""
-    try:
-        recipe = read_json_object(os.path.join(output_dir, LAUNCH_MARK)).get("recipe")
-    except (OSError, ValueError):
-        recipe = None
+    recipe = launch_mark(output_dir).get("recipe")
     if isinstance(recipe, dict):
         return {name: recipe[name] for name in RECIPE if name in recipe}
     if record is None:
