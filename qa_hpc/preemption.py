@@ -31,7 +31,7 @@ from qa_hpc.outputs import (
     checkpoint_step,
     checkpoints_oldest_first,
 )
-from qa_hpc.record import Params, RunRecord, Status
+from qa_hpc.record import Params, RunRecord
 
 logger = logging.getLogger(__name__)
 
@@ -362,9 +362,8 @@ def trained_every_step(checkpoint: str, total_steps: int, output_dir: str, param
     if step < total_steps:
         return False
     record = RunRecord.load(os.path.join(output_dir, SUMMARY_FILE))
-    # a training's record: an evaluation-only run's (into this folder under --overwrite_output_dir) records
-    # no training parameters, and ended no training
-    if record is not None and record.status == Status.OK and record.params.learning_rate is not None:
+    # not an evaluation-only run's record (into this folder under --overwrite_output_dir)
+    if record is not None and record.ended_training:
         raise UsageError(
             f"--output_dir {output_dir} holds a finished training ({SUMMARY_FILE}: status ok) and its last "
             f"checkpoint {checkpoint} leaves nothing to train. To evaluate the trained model: "

@@ -304,6 +304,18 @@ class RunRecord:
     error: str | None = None  # failed runs only: the exception
     timestamp: str = field(default_factory=_now)
 
+    @property
+    def ended_training(self) -> bool:
+        """Whether this launch ended a training ok: it trained to the last step, or went on from a checkpoint
+        of that step (TRAINED_BEFORE: no steps, no training figures). An evaluation-only run records no
+        training parameters."""
+        return self.status == Status.OK and self.params.learning_rate is not None
+
+    @property
+    def trained_to_the_end(self) -> bool:
+        """Whether this launch trained steps and ended ok: --output_dir's trainer_state.json is its own."""
+        return self.status == Status.OK and self.results.train_runtime is not None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "timestamp": self.timestamp,

@@ -115,7 +115,7 @@ def read_log_history(out_dir: Path, record: RunRecord | None) -> list[dict[str, 
     own. (A run whose record says it trained to the end wrote its own: its file is taken whatever its time,
     which a copy of the folder may have changed.)"""
     newest_first = [*map(Path, reversed(checkpoints_oldest_first(out_dir)))]
-    if _trained_to_the_end(record) or not _older_than_last_launch(
+    if (record is not None and record.trained_to_the_end) or not _older_than_last_launch(
         out_dir / TRAINER_STATE_FILE, out_dir / LAUNCH_MARK
     ):
         newest_first.insert(0, out_dir)
@@ -126,10 +126,6 @@ def read_log_history(out_dir: Path, record: RunRecord | None) -> list[dict[str, 
             continue
         return history if isinstance(history, list) else []
     return []
-
-
-def _trained_to_the_end(record: RunRecord | None) -> bool:
-    return record is not None and record.status == Status.OK and record.results.train_runtime is not None
 
 
 def _older_than_last_launch(path: Path, mark: Path) -> bool:

@@ -237,6 +237,33 @@ def test_records_of_other_versions_read_back_with_what_they_lack_as_none(tmp_pat
     assert RunRecord.load(tmp_path / "missing.json") is None
 
 
+def test_what_a_record_says_of_the_training_it_ended() -> None:
+    """Two questions the readers ask of a record: did its launch end a training (then the same command has
+    nothing left to train), and did it train steps to the end (then the folder's trainer_state.json is its
+    own). A launch that went on from the last step's checkpoint ended one without training; an
+    evaluation-only run ended none; a preempted launch trained steps but ended nothing."""
+    trained = {"status": "ok", "params": {"learning_rate": 3e-5}, "results": {"train_runtime": 9.0}}
+    went_on = {**trained, "results": {"eval_f1": 50.0}}
+    evaluated = {"status": "ok", "params": {"learning_rate": None}, "results": {"eval_f1": 50.0}}
+    preempted = {**trained, "status": "preempted"}
+    said = {
+        name: (record.ended_training, record.trained_to_the_end)
+        for name, data in [
+            ("trained", trained),
+            ("went_on", went_on),
+            ("evaluated", evaluated),
+            ("preempted", preempted),
+        ]
+        for record in [RunRecord.from_json(data)]
+    }
+    assert said == {
+        "trained": (True, True),
+        "went_on": (True, False),
+        "evaluated": (False, False),
+        "preempted": (False, False),
+    }
+
+
 def _trainer(out: Path, main: bool = True) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         state=TrainerState(global_step=7, log_history=[{"loss": 1.0, "step": 7}]),
