@@ -162,6 +162,8 @@ def replaces_output_dir(output_dir: str, overwrite_output_dir: bool) -> bool:
 
 # The parameters that make a training what it is: a launch that asks for others means to train, and a
 # checkpoint at the training's last step would leave it nothing to train with them (trained_every_step).
+# The schedule is one of them: a resume under more epochs goes on with the learning rate of the longer
+# schedule's step, not the one an uninterrupted run of either had.
 RECIPE = (
     "model",
     "dataset",
@@ -173,7 +175,18 @@ RECIPE = (
     "gradient_accumulation_steps",
     "world_size",
     "learning_rate",
+    "epochs",
+    "max_steps",
 )
+
+
+def recipe_of(params: Params) -> dict[str, Any]:
+    """The RECIPE in `params`; the epochs None where --max_steps is given (the Trainer counts its steps
+    then, whatever the epochs)."""
+    recipe = {name: getattr(params, name) for name in RECIPE}
+    if (params.max_steps or 0) > 0:
+        recipe["epochs"] = None
+    return recipe
 
 
 def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: bool, params: Params) -> None:
@@ -202,7 +215,7 @@ def clear_for_launch(training_args: TrainingArguments, overwrite_output_dir: boo
     mark = {
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "resume_from_checkpoint": os.path.abspath(given) if given else None,
-        "recipe": {name: getattr(params, name) for name in RECIPE},
+        "recipe": recipe_of(params),
     }
     write_json_atomic(Path(training_args.output_dir, LAUNCH_MARK), mark)
 
@@ -404,15 +417,14 @@ def refuse_ignored_changes(checkpoint: str, changes: dict[str, tuple[Any, Any]])
 def recipe_changes(output_dir: str, params: Params, record: RunRecord | None) -> dict[str, tuple[Any, Any]]:
     """What this launch's `params` change of the RECIPE of the training in `output_dir` (trained_with):
     name -> (then, now)."""
+    now = recipe_of(params)
     trained = trained_with(output_dir, record)
-    return {
-        name: (then, getattr(params, name)) for name, then in trained.items() if then != getattr(params, name)
-    }
+    return {name: (then, now[name]) for name, then in trained.items() if then != now[name]}
 
 
 def shown(changes: dict[str, tuple[Any, Any]]) -> str:
     """The changes in words: `--learning_rate 0.001 -> 3e-05, processes 8 -> 16`."""
-    labels = {"world_size": "processes", "dataset": "data"}
+    labels = {"world_size": "processes", "dataset": "data", "epochs": "--num_train_epochs"}
     return ", ".join(
         f"{labels.get(name, '--' + name)} {then} -> {now}" for name, (then, now) in changes.items()
     )
@@ -426,4 +438,4 @@ def trained_with(output_dir: str, record: RunRecord | None) -> dict[str, Any]:
         return {name: recipe[name] for name in RECIPE if name in recipe}
     if record is None:
         return {}
-    return {name: getattr(record.params, name) for name in RECIPE if getattr(record.params, name) is not None}
+    return {name: then for name, then in recipe_of(record.params).items() if then is not None}

@@ -289,6 +289,32 @@ def test_a_launch_that_changes_the_recipe_of_its_last_step_checkpoint_is_refused
         trained_every_step(str(last), 15, str(tmp_path), dataclasses.replace(four, max_train_samples=None))
 
 
+def test_a_changed_schedule_is_a_changed_recipe(tmp_path: Path) -> None:
+    """More epochs after a finished run resume its last checkpoint under the longer schedule: its learning
+    rate at that step is the longer run's, not 0 as when it ended, nor what an uninterrupted longer run had
+    (RESUME_INEXACT names the change). Fewer steps than a checkpoint holds: refused, naming the change. The
+    epochs under --max_steps change nothing: the Trainer counts the steps."""
+    last = tmp_path / "checkpoint-30"
+    last.mkdir()
+    (last / "trainer_state.json").write_text(json.dumps({"global_step": 30}))
+    args = TrainingArguments(output_dir=str(tmp_path), do_train=True, report_to=[])
+    two = Params(epochs=2.0, max_steps=-1, world_size=1)
+    clear_for_launch(args, overwrite_output_dir=False, params=two)
+    three = dataclasses.replace(two, epochs=3.0)
+    assert recipe_changes(str(tmp_path), three, None) == {"epochs": (2.0, 3.0)}
+    assert not trained_every_step(str(last), 45, str(tmp_path), three)
+    with pytest.raises(
+        UsageError, match=r"past the 15 steps this launch counts, .*\(--num_train_epochs 2.0 -> 1.0\)"
+    ):
+        trained_every_step(str(last), 15, str(tmp_path), dataclasses.replace(two, epochs=1.0))
+    capped = dataclasses.replace(two, max_steps=30)
+    clear_for_launch(args, overwrite_output_dir=False, params=capped)
+    assert recipe_changes(str(tmp_path), dataclasses.replace(capped, epochs=5.0), None) == {}
+    assert recipe_changes(str(tmp_path), dataclasses.replace(capped, max_steps=60), None) == {
+        "max_steps": (30, 60)
+    }
+
+
 def test_a_resume_refuses_a_learning_rate_the_checkpoints_schedule_would_override(tmp_path: Path) -> None:
     """The Trainer restores the checkpoint's optimizer and learning-rate schedule over the flags: a new
     --learning_rate (a rolled-back diverged run) would be logged and recorded, and never used. Without the
