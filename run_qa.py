@@ -99,6 +99,7 @@ class Run:
     shape: ModelShape
     trainer: QuestionAnsweringTrainer
     effective: Effective
+    params: Params  # what the run's record and TensorBoard say it ran with
     preemption: PreemptionCallback
     resume: str | None
     # the last checkpoint of an earlier launch that trained every step: its model is the run's, and this
@@ -106,11 +107,6 @@ class Run:
     trained_before: str | None
     # every split's metrics, as the results files have them
     results: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def params(self) -> Params:
-        """What the run's record and TensorBoard say it ran with."""
-        return Params.of(self.flags, self.plan.precision)
 
     @property
     def oom_context(self) -> BatchContext:
@@ -232,7 +228,9 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     effective = Effective.read(trainer)
     print(effective.log_line(args.process_index), flush=True)  # every rank: what it really uses
     clear_for_launch(args, replaces, params)
-    return Run(flags, plan, facts, args, data, shape, trainer, effective, preemption, resume, trained_before)
+    return Run(
+        flags, plan, facts, args, data, shape, trainer, effective, params, preemption, resume, trained_before
+    )
 
 
 def replan_with_batch_count(
