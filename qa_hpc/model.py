@@ -203,7 +203,8 @@ class ModelShape:
     name: str
     params: int
     trainable_params: int
-    # parameters outside the embedding tables (they cost no matmul FLOPs)
+    # parameters outside the embedding tables (they cost no matmul FLOPs): every nn.Embedding's, whatever
+    # its name (XLNet's transformer.word_embedding, BART's model.shared), and BERT's embeddings.* block
     non_embedding_params: int
     layers: int
     hidden: int
@@ -213,6 +214,9 @@ class ModelShape:
     def of(cls, model: torch.nn.Module) -> ModelShape:
         cfg = getattr(model, "config", None)
         named = list(model.named_parameters())
+        tables = {
+            id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters(False)
+        }
         dims = (
             int(getattr(cfg, key, 0) or 0)
             for key in ("num_hidden_layers", "hidden_size", "num_attention_heads")
@@ -221,6 +225,6 @@ class ModelShape:
             str(getattr(cfg, "name_or_path", "") or ""),
             sum(p.numel() for _, p in named),
             sum(p.numel() for _, p in named if p.requires_grad),
-            sum(p.numel() for n, p in named if "embeddings." not in n),
+            sum(p.numel() for n, p in named if "embeddings." not in n and id(p) not in tables),
             *dims,
         )

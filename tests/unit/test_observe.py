@@ -14,7 +14,16 @@ import torch
 from fixtures.outputs import profiler_steps, scalars, tensorboard_events
 from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.profiler import ProfilerActivity
-from transformers import BertConfig, BertForQuestionAnswering, Trainer, TrainerControl, TrainerState
+from transformers import (
+    AutoModelForQuestionAnswering,
+    BartConfig,
+    BertConfig,
+    BertForQuestionAnswering,
+    Trainer,
+    TrainerControl,
+    TrainerState,
+    XLNetConfig,
+)
 from transformers.integrations import TensorBoardCallback
 
 from qa_hpc.device import read_device_facts
@@ -49,6 +58,31 @@ def _bert(**config) -> BertForQuestionAnswering:
 )
 def test_peak_table(name, precision, tf32, want):
     assert peak_tflops(name, precision, tf32) == want
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        # transformer.word_embedding
+        XLNetConfig(vocab_size=1000, d_model=64, n_layer=2, n_head=2, d_inner=128),
+        BartConfig(  # model.shared, and learned positions under embed_positions
+            vocab_size=1000,
+            d_model=64,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=128,
+            decoder_ffn_dim=128,
+        ),
+    ],
+    ids=["xlnet", "bart"],
+)
+def test_the_flop_count_leaves_out_embedding_tables_not_named_embeddings(config):
+    with torch.device("meta"):
+        model = AutoModelForQuestionAnswering.from_config(config)
+    # transformers' own count leaves out every nn.Embedding: a table costs no matmul FLOPs, whatever its name
+    assert ModelShape.of(model).non_embedding_params == model.num_parameters(exclude_embeddings=True)
 
 
 def test_train_efficiency_arithmetic():
