@@ -69,6 +69,7 @@ from qa_hpc.preemption import (
     refuse_ignored_changes,
     replaces_output_dir,
     say_resume,
+    take_trained_state,
     trained_every_step,
 )
 from qa_hpc.record import (
@@ -311,6 +312,7 @@ def train(run: Run, stop: StopRequest) -> bool:
     checkpoint."""
     trainer, out = run.trainer, run.args.output_dir
     if run.trained_before is not None:
+        take_trained_state(trainer.state, run.trained_before)
         if trainer.is_world_process_zero():
             logger.warning(
                 "TRAINED_BEFORE checkpoint=%s (the training's last step: an earlier launch trained every "

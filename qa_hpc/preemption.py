@@ -118,6 +118,16 @@ def checkpoint_state(checkpoint: str) -> TrainerState:
     return TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_FILE))
 
 
+def take_trained_state(state: TrainerState, checkpoint: str) -> None:
+    """A launch that trains nothing, an earlier one having trained every step (TRAINED_BEFORE): the Trainer's
+    step, epoch and log history as that checkpoint holds them, so that the evaluation of its model is logged
+    (TensorBoard, the results' epoch, the last loss among the run's totals) at the training's last step,
+    not at step 0. Each rank keeps its own is_*_process_zero."""
+    done = checkpoint_state(checkpoint)
+    state.global_step, state.epoch, state.max_steps = done.global_step, done.epoch, done.max_steps
+    state.log_history = done.log_history
+
+
 def last_complete_checkpoint(output_dir: str, name_incomplete: bool = True) -> str | None:
     """The newest checkpoint-N in output_dir with a readable trainer_state.json (the Trainer writes it last),
     naming those without unless told not to: a job killed while saving leaves one (transformers'

@@ -35,6 +35,7 @@ from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_repo
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.run import finish_observability, observability_callbacks
 from qa_hpc.observe.tensorboard import GPU_MEMORY, TensorBoard
+from qa_hpc.preemption import take_trained_state
 from qa_hpc.record import Memory, Params
 
 
@@ -516,3 +517,27 @@ def test_an_evaluation_only_run_shows_no_training_parameters_in_tensorboard(tmp_
         content["_hparams_/session_start_info"]
     ).session_start_info
     assert sorted(start.hparams) == ["device", "max_seq_length", "model", "precision", "world_size"]
+
+
+def test_an_evaluation_of_an_earlier_launchs_last_step_is_logged_at_that_step(tmp_path):
+    """TRAINED_BEFORE: a launch that trains nothing evaluates the model an earlier launch trained to the
+    last step; TensorBoard has that evaluation at the checkpoint's step (it was at step 0, before the
+    earlier launch's own curves) and the checkpoint's last loss among the run's totals."""
+    argv = ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--do_train"]
+    argv += ["--do_eval", "--report_to", "tensorboard", "--precision", "fp32", "--memory_report", "false"]
+    plan, flags = decide_and_build(read_flags(argv), read_device_facts())
+    model = _tiny()
+    trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
+    checkpoint = tmp_path / "checkpoint-30"
+    checkpoint.mkdir()
+    done = TrainerState(global_step=30, epoch=2.0, max_steps=30, log_history=[{"loss": 1.25, "step": 30}])
+    done.save_to_json(str(checkpoint / "trainer_state.json"))
+    take_trained_state(trainer.state, str(checkpoint))
+    trainer.log({"eval_f1": 41.5})
+    params = Params.of(flags, plan.precision)
+    finish_observability(trainer, flags, plan, params, ModelShape.of(model), {"eval_f1": 41.5}, 3.0)
+
+    acc = tensorboard_events(tmp_path)
+    assert scalars(acc, "eval/f1") == [(30, 41.5)]
+    assert scalars(acc, "hparam/final_loss") == [(30, 1.25)]
+    assert trainer.state.log_history[-1] == {"eval_f1": 41.5, "epoch": 2.0, "step": 30}
