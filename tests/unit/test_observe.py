@@ -541,3 +541,24 @@ def test_an_evaluation_of_an_earlier_launchs_last_step_is_logged_at_that_step(tm
     assert scalars(acc, "eval/f1") == [(30, 41.5)]
     assert scalars(acc, "hparam/final_loss") == [(30, 1.25)]
     assert trainer.state.log_history[-1] == {"eval_f1": 41.5, "epoch": 2.0, "step": 30}
+
+
+@pytest.mark.parametrize("max_steps", [None, 6])
+def test_a_run_that_max_steps_ends_says_so_in_the_hparams_tab(tmp_path, max_steps):
+    """--max_steps overrides --num_train_epochs: a 6-step run showed only its epochs flag (3.0), as a full
+    three-epoch run does."""
+    argv = ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--do_train"]
+    argv += ["--report_to", "tensorboard", "--precision", "fp32", "--memory_report", "false"]
+    argv += ["--max_steps", str(max_steps)] if max_steps else []
+    plan, flags = decide_and_build(read_flags(argv), read_device_facts())
+    model = _tiny()
+    trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
+    params = Params.of(flags, plan.precision)
+    finish_observability(trainer, flags, plan, params, ModelShape.of(model), {}, 3.0)
+
+    content = tensorboard_events(tmp_path).PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        content["_hparams_/session_start_info"]
+    ).session_start_info
+    hparams = {k: v.ListFields()[0][1] for k, v in start.hparams.items()}
+    assert (hparams["epochs"], hparams.get("max_steps")) == (3.0, max_steps)
