@@ -266,10 +266,10 @@ def resumed_runs(table: pd.DataFrame) -> pd.Series:
 def compared(table: pd.DataFrame, metric: str) -> pd.Series:
     """The rows a speedup on `metric` compares: those that ended ok with the figure, and for a time, only runs
     whose last launch trained every step (a resumed launch's times cover its own steps alone; its rates
-    count the steps it trained)."""
+    count the steps it trained; an evaluation-only launch's wall clock is no training's)."""
     rows = table["status"].eq(Status.OK) & table[metric].gt(0)
     if SPEEDUP_ON[metric] == "time":
-        rows &= ~resumed_runs(table)
+        rows &= ~resumed_runs(table) & table["train_runtime"].gt(0)
     return rows
 
 
@@ -291,10 +291,16 @@ def pick_baseline(table: pd.DataFrame, baseline: str | None, metric: str) -> tup
 
 def usable_baseline(table: pd.DataFrame, base: int, named: str, metric: str) -> tuple[int | None, str | None]:
     """base, or why the runs cannot be compared with it: it must have ended ok, with the figure, and for a
-    time, not have resumed."""
+    time, have trained every step in its last launch (not resumed, not evaluation only)."""
     row = table.loc[base]
     if compared(table, metric).at[base]:
         return base, None
+    time = SPEEDUP_ON[metric] == "time"
+    if row["status"] == Status.OK and row[metric] > 0 and time and not row["train_runtime"] > 0:
+        return None, (
+            f"{named} is {row['run']}, whose last launch trained nothing (no train_runtime): its {metric} "
+            "is no training's; name a run that trained every step with --baseline"
+        )
     if row["status"] == Status.OK and row[metric] > 0:
         return None, (
             f"{named} is {row['run']}, whose last launch resumed from step {row['resumed_from_step']}: its "

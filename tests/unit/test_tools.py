@@ -432,3 +432,33 @@ def test_a_run_that_only_predicted_on_answered_questions_shows_their_scores(tmp_
     )
     row = collect_results.run_row(tmp_path / "both")
     assert (row["exact_match"], row["f1"]) == (30.0, 45.0)
+
+
+def test_an_evaluation_only_run_gets_no_speedup_on_wall_clock(tmp_path, monkeypatch, capsys):
+    """--speedup_on wall_clock_seconds compares trainings: an evaluation-only run's wall clock (it trained
+    nothing) is neither the default baseline nor compared (it was both: a training 0.25x its evaluation)."""
+    for name, wall, results in (
+        ("a_eval_only", 4.0, Recorded(eval_f1=10.0, eval_runtime=3.0)),
+        ("b_trained", 16.0, Recorded(train_runtime=12.0, eval_f1=10.0, train_resumed_from_step=0)),
+        ("c_trained", 8.0, Recorded(train_runtime=6.0, eval_f1=10.0, train_resumed_from_step=0)),
+    ):
+        write_record(
+            tmp_path / "outputs" / name,
+            monkeypatch,
+            None,
+            status="ok",
+            exit_code=0,
+            wall_clock_seconds=wall,
+            results=results,
+        )
+    rows = rows_of(capsys, tmp_path, "outputs", "--speedup_on", "wall_clock_seconds")
+    assert {run: row["speedup"] for run, row in rows.items()} == {
+        "a_eval_only": None,
+        "b_trained": 1.0,
+        "c_trained": 2.0,
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        args = ["outputs", "--speedup_on", "wall_clock_seconds", "--baseline", "a_eval_only"]
+        assert collect_results.main(args) == 2
+    assert "a_eval_only, whose last launch trained nothing" in capsys.readouterr().err
