@@ -49,6 +49,7 @@ SAME = (
     "global batch",
     "learning rate",
     "max_seq_length",
+    "doc_stride",  # with max_seq_length, the windows (features) each question makes: the work of an epoch
     "precision",
 )
 # sections whose rows a run may lack without saying so (v1 has no HasAns, a CPU no MFU)

@@ -462,3 +462,27 @@ def test_an_evaluation_only_run_gets_no_speedup_on_wall_clock(tmp_path, monkeypa
         args = ["outputs", "--speedup_on", "wall_clock_seconds", "--baseline", "a_eval_only"]
         assert collect_results.main(args) == 2
     assert "a_eval_only, whose last launch trained nothing" in capsys.readouterr().err
+
+
+def test_the_report_warns_of_runs_that_cut_their_questions_into_other_windows(tmp_path, monkeypatch):
+    """--doc_stride decides, with --max_seq_length, how many features (windows) each question makes, so two
+    runs of the same questions and epochs at other strides train on other amounts of work (85 against 358
+    features at 32 and 96): the comparison warns, as for any other part of the recipe (it said nothing)."""
+    from qa_hpc.tools import report
+
+    for name, stride, seconds in (("stride32", 32, 7.0), ("stride96", 96, 3.0)):
+        record = write_record(
+            tmp_path / name,
+            monkeypatch,
+            None,
+            status="ok",
+            exit_code=0,
+            wall_clock_seconds=seconds + 1,
+            results=Recorded(train_runtime=seconds, train_resumed_from_step=0),
+        )
+        params = dataclasses.replace(record.params, max_seq_length=128, doc_stride=stride)
+        dataclasses.replace(record, params=params).write(str(tmp_path / name))
+    out = tmp_path / "report"
+    assert report.main([str(tmp_path / "stride32"), str(tmp_path / "stride96"), "--out", str(out)]) == 0
+    warning = next(line for line in (out / "report.md").read_text().splitlines() if "Warning" in line)
+    assert "doc_stride (32, 96)" in warning
