@@ -64,18 +64,25 @@ def _bar_value(value: float) -> str:
 
 
 def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
-    """One bar per run (red when it did not end ok), labelled with its value (and status when not ok)."""
+    """One bar per run (red when it did not end ok), labelled with its value (and status when not ok; a
+    resumed run's figure is its last launch's alone, which its label says: its wall clock is not the
+    run's)."""
     fig, ax = _axes(title=f"{label} per run", ylabel=label)
     ok = table["status"].eq(Status.OK)
     bars = ax.bar(
         range(len(table)), table[column].fillna(0.0), color=ok.map({True: "tab:blue", False: "tab:red"})
     )
+    resumed = table["resumed_from_step"].astype("Int64").fillna(0)
+
+    def said(good: bool, status: str, step: int) -> str:
+        return f" ({status})" if not good else f" (last launch, from step {step})" if step > 0 else ""
+
     ax.bar_label(
         bars,
         fontsize=8,
         labels=[
-            (NA if pd.isna(value) else _bar_value(value)) + ("" if good else f" ({status})")
-            for value, good, status in zip(table[column], ok, table["status"])
+            (NA if pd.isna(value) else _bar_value(value)) + said(good, status, step)
+            for value, good, status, step in zip(table[column], ok, table["status"], resumed)
         ],
     )
     ax.set_xticks(range(len(table)), table["run"], rotation=20, ha="right", fontsize=8)

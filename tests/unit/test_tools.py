@@ -486,3 +486,22 @@ def test_the_report_warns_of_runs_that_cut_their_questions_into_other_windows(tm
     assert report.main([str(tmp_path / "stride32"), str(tmp_path / "stride96"), "--out", str(out)]) == 0
     warning = next(line for line in (out / "report.md").read_text().splitlines() if "Warning" in line)
     assert "doc_stride (32, 96)" in warning
+
+
+def test_a_resumed_runs_bar_says_it_is_its_last_launchs(tmp_path, monkeypatch):
+    """wall_time.png: a resumed run's wall clock is its last launch's alone (the tables give it no speedup on
+    a time); its bar says so, where it read as the whole run's."""
+    for name, wall, step in (("whole", 20.0, 0), ("resumed", 15.0, 40)):
+        write_record(
+            tmp_path / name,
+            monkeypatch,
+            None,
+            status="ok",
+            exit_code=0,
+            wall_clock_seconds=wall,
+            results=Recorded(train_runtime=wall - 2, train_resumed_from_step=step),
+        )
+    table = collect_results.read_runs([str(tmp_path)])[0]
+    (ax,) = bar_figure(table, "wall_clock_seconds", "wall clock seconds").axes
+    labels = dict(zip(table["run"], (text.get_text() for text in ax.texts)))
+    assert labels == {"resumed": "15 (last launch, from step 40)", "whole": "20"}
