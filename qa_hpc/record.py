@@ -175,7 +175,9 @@ class Params:
     its name."""
 
     model: str | None = None  # --model_name_or_path
-    dataset: str | None = None  # the train file, else the validation file, else --dataset_name
+    # the train file, else the validation file, else --dataset_name; a run that does not train: the file it
+    # evaluated on, else the one it predicted on, else --dataset_name
+    dataset: str | None = None
     epochs: float | None = None
     parallel_mode: str | None = None
     device: str | None = None
@@ -220,8 +222,10 @@ class Params:
         params = cls(**derived, **same_name)
         if training.do_train:
             return params
-        # a run that does not train: its training flags' defaults would read as what it trained with
-        return dataclasses.replace(params, **dict.fromkeys(TRAINING_ONLY))
+        # a run that does not train: its training flags' defaults would read as what it trained with, and a
+        # --train_file given beside (a job script's flags) as what it read
+        read = (training.do_eval and data.validation_file) or (training.do_predict and data.test_file)
+        return dataclasses.replace(params, **dict.fromkeys(TRAINING_ONLY), dataset=read or data.dataset_name)
 
     @property
     def global_batch(self) -> int | None:

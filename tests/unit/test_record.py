@@ -211,6 +211,19 @@ def test_a_run_that_does_not_train_records_no_training_parameters(tmp_path: Path
         assert params.max_seq_length == 384 and params.per_device_eval_batch_size is not None
 
 
+def test_a_run_that_does_not_train_records_the_data_it_read_not_a_train_file_beside(tmp_path: Path) -> None:
+    """A job script's flags with --do_train left out still name --train_file: the run never reads it, and its
+    dataset is the file it evaluated (or predicted) on (it was the train file, the report's "dataset")."""
+    common = ["--output_dir", str(tmp_path), "--use_cpu", "--precision", "fp32", "--train_file", "t.json"]
+    for argv, dataset in (
+        (["--do_eval", "--validation_file", "v.json", "--test_file", "p.json"], "v.json"),
+        (["--do_predict", "--validation_file", "v.json", "--test_file", "p.json"], "p.json"),
+        (["--do_train", "--do_eval", "--validation_file", "v.json"], "t.json"),
+    ):
+        plan, flags = decide_and_build(read_flags([*common, *argv]), read_device_facts())
+        assert Params.of(flags, plan.precision).dataset == dataset, argv
+
+
 def test_records_of_other_versions_read_back_with_what_they_lack_as_none(tmp_path: Path) -> None:
     path = tmp_path / "run_summary.json"
     older = {
