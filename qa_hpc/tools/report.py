@@ -235,6 +235,9 @@ def comparison(table: pd.DataFrame, base: int, out: Path) -> list[str]:
     table = add_speedup(table, base, "train_runtime")
     devices = table["world_size"] / table.at[base, "world_size"]
     parameters = [dict(sections(run)["Parameters"]) for _, run in table.iterrows()]
+    for rows in parameters:  # --max_steps: the Trainer leaves --num_train_epochs unused
+        if isinstance(rows["max steps"], int) and rows["max steps"] > 0:
+            rows["epochs"] = None
     cells = pd.DataFrame(
         {
             "run": table["run"],

@@ -505,3 +505,30 @@ def test_a_resumed_runs_bar_says_it_is_its_last_launchs(tmp_path, monkeypatch):
     (ax,) = bar_figure(table, "wall_clock_seconds", "wall clock seconds").axes
     labels = dict(zip(table["run"], (text.get_text() for text in ax.texts)))
     assert labels == {"resumed": "15 (last launch, from step 40)", "whole": "20"}
+
+
+def test_the_report_does_not_warn_of_epochs_a_max_steps_run_never_used(tmp_path, monkeypatch):
+    """Under --max_steps the Trainer ignores --num_train_epochs: two runs of the same 1,000 steps, one with
+    the job scripts' 2 epochs and one with the default 3, trained alike (the comparison warned of epochs)."""
+    from qa_hpc.tools import report
+
+    for name, epochs, max_steps in (("two", 2.0, 1000), ("three", 3.0, 1000), ("epochs", 3.0, -1)):
+        record = write_record(
+            tmp_path / name,
+            monkeypatch,
+            None,
+            status="ok",
+            exit_code=0,
+            wall_clock_seconds=10.0,
+            results=Recorded(train_runtime=8.0, train_resumed_from_step=0),
+        )
+        params = dataclasses.replace(record.params, epochs=epochs, max_steps=max_steps)
+        dataclasses.replace(record, params=params).write(str(tmp_path / name))
+
+    def warning(*runs: str) -> str | None:
+        out = tmp_path / "report"
+        assert report.main([*(str(tmp_path / run) for run in runs), "--out", str(out)]) == 0
+        return next((ln for ln in (out / "report.md").read_text().splitlines() if "Warning" in ln), None)
+
+    assert warning("two", "three") is None
+    assert "max steps (1,000, -1)" in warning("two", "epochs")
