@@ -124,7 +124,9 @@ def take_trained_state(state: TrainerState, checkpoint: str) -> None:
     (TensorBoard, the results' epoch, the last loss among the run's totals) at the training's last step,
     not at step 0. Each rank keeps its own is_*_process_zero."""
     done = checkpoint_state(checkpoint)
-    state.global_step, state.epoch, state.max_steps = done.global_step, done.epoch, done.max_steps
+    state.global_step = done.global_step
+    state.epoch = done.epoch
+    state.max_steps = done.max_steps
     state.log_history = done.log_history
 
 

@@ -75,7 +75,9 @@ def bar_figure(table: pd.DataFrame, column: str, label: str) -> Figure:
     resumed = table["resumed_from_step"].astype("Int64").fillna(0)
 
     def said(good: bool, status: str, step: int) -> str:
-        return f" ({status})" if not good else f" (last launch, from step {step})" if step > 0 else ""
+        if not good:
+            return f" ({status})"
+        return f" (last launch, from step {step})" if step > 0 else ""
 
     ax.bar_label(
         bars,
