@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
@@ -127,6 +128,9 @@ class ProfilerCallback(TrainerCallback):
         cycle = len(self.written)
         cycle_suffix = "" if cycle == 1 else f"_cycle{cycle}"
         trace = os.path.join(self.out_dir, f"trace_rank{rank}{cycle_suffix}.json")
+        if cycle == 1:  # an earlier launch's later cycles in the folder (a relaunch) would read as this one's
+            for stale in Path(self.out_dir).glob(f"trace_rank{rank}_cycle*.json"):
+                stale.unlink(missing_ok=True)
         prof.export_chrome_trace(trace)
         rank_suffix = f"_rank{rank}" if rank else ""
         summary = os.path.join(self.out_dir, PROFILER_SUMMARY.replace(".txt", f"{rank_suffix}.txt"))

@@ -202,6 +202,8 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
         read_device_facts(),
     )
     assert [type(c) for c in observability_callbacks(flags, plan)] == [ProfilerCallback]  # no TensorBoard
+    stale = tmp_path / "trace_rank0_cycle5.json"  # an earlier launch's, into the same folder
+    stale.write_text("{}")
     cb, model = ProfilerCallback(flags.observe, str(tmp_path), on_gpu=False), torch.nn.Linear(32, 32)
     state, control, ran = TrainerState(max_steps=steps), TrainerControl(), []
     with caplog.at_level(logging.INFO, logger="qa_hpc.observe.profiler"):
@@ -213,7 +215,8 @@ def test_profiler_schedule(tmp_path, caplog, schedule, steps, running, written, 
             ran += [state.global_step] if cb.prof is not None else []
         cb.on_train_end(flags.training, state, control)
     assert ran == running and cb.written == written
-    assert sorted(p.name for p in tmp_path.glob("trace_*.json")) == sorted(traces)
+    left = sorted(traces) if written else [stale.name]  # a launch that profiled nothing replaced nothing
+    assert sorted(p.name for p in tmp_path.glob("trace_*.json")) == left
     for name, profiled in traces.items():
         assert profiler_steps(json.loads((tmp_path / name).read_text())) == profiled
     assert all(words in caplog.text for words in logged)
