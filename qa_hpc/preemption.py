@@ -196,7 +196,7 @@ def recipe_of(params: Params) -> dict[str, Any]:
     """The RECIPE in `params`; the epochs None where --max_steps is given (the Trainer counts its steps
     then, whatever the epochs)."""
     recipe = {name: getattr(params, name) for name in RECIPE}
-    if (params.max_steps or 0) > 0:
+    if params.trains_by_steps:
         recipe["epochs"] = None
     return recipe
 

@@ -228,6 +228,11 @@ class Params:
         return dataclasses.replace(params, **dict.fromkeys(TRAINING_ONLY), dataset=read or data.dataset_name)
 
     @property
+    def trains_by_steps(self) -> bool:
+        """Whether --max_steps sets the training's length: the Trainer leaves --num_train_epochs unused."""
+        return (self.max_steps or 0) > 0
+
+    @property
     def global_batch(self) -> int | None:
         """Samples per optimizer step over every process; None for a run that does not train."""
         parts = (self.per_device_train_batch_size, self.world_size, self.gradient_accumulation_steps)

@@ -86,7 +86,7 @@ def finish_observability(
         hparams = {
             **{name: getattr(params, name) for name in HPARAMS},
             # the steps that decided the training's length where --max_steps did, not --num_train_epochs
-            "max_steps": params.max_steps if (params.max_steps or 0) > 0 else None,
+            "max_steps": params.max_steps if params.trains_by_steps else None,
             "total_train_batch_size": params.global_batch,
             "device": plan.gpu_name or "cpu",
         }

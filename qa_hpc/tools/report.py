@@ -234,10 +234,12 @@ def comparison(table: pd.DataFrame, base: int, out: Path) -> list[str]:
     figures."""
     table = add_speedup(table, base, "train_runtime")
     devices = table["world_size"] / table.at[base, "world_size"]
-    parameters = [dict(sections(run)["Parameters"]) for _, run in table.iterrows()]
-    for rows in parameters:  # --max_steps: the Trainer leaves --num_train_epochs unused
-        if isinstance(rows["max steps"], int) and rows["max steps"] > 0:
+    parameters = []
+    for _, run in table.iterrows():
+        rows = dict(sections(run)["Parameters"])
+        if run["record"].params.trains_by_steps:  # the epochs go unused: runs differ in none
             rows["epochs"] = None
+        parameters.append(rows)
     cells = pd.DataFrame(
         {
             "run": table["run"],
