@@ -43,6 +43,12 @@ CPU_FLAGS = (
     "amx_fp16",
 )
 CPU_BF16_FEATURES = ("amx_bf16", "avx512_bf16")  # bf16 GEMMs in hardware
+# oneDNN, which runs torch's bf16 matmuls on a CPU, uses no instruction above the level its own variable
+# ONEDNN_MAX_CPU_ISA names. These levels are below AVX512_CORE_BF16: under them a bf16 matmul runs without
+# bf16 instructions, ~200x slower than fp32 on an AVX512-BF16 EPYC (bench/cpu_peak.py --size 1024: bf16
+# 0.0009 TFLOP/s under ONEDNN_MAX_CPU_ISA=AVX2, 0.42 without; fp32 0.19 either way)
+ONEDNN_ISA_VAR = "ONEDNN_MAX_CPU_ISA"
+ONEDNN_BELOW_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
 # Variables by which a job asks for a GPU
 GPU_REQUEST_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
 TEST_MACHINE_VAR = "QA_TEST_MACHINE"  # made-up CPU facts for a whole process, in tests only
@@ -57,11 +63,18 @@ class CpuFacts:
     vendor: str  # /proc/cpuinfo's vendor_id: GenuineIntel, AuthenticAMD, ...
     flags: tuple[str, ...]  # which of CPU_FLAGS torch finds
     source: str = "/proc/cpuinfo"  # or TEST_MACHINE_VAR
+    # the setting that keeps oneDNN's kernels below bf16 instructions (`ONEDNN_MAX_CPU_ISA=AVX2`), None: none
+    bf16_held_by: str | None = None
 
     @property
     def bf16(self) -> str | None:
         """The feature that makes bf16 fast on this CPU (CPU_BF16_FEATURES), None without one."""
         return next((name for name in CPU_BF16_FEATURES if name in self.flags), None)
+
+    @property
+    def fast_bf16(self) -> bool:
+        """Whether bf16 matmuls run on that feature here: the CPU has it and oneDNN may use it."""
+        return self.bf16 is not None and self.bf16_held_by is None
 
     @property
     def source_note(self) -> str:
@@ -116,11 +129,18 @@ class DeviceFacts:
 
 
 def read_cpu(env: Mapping[str, str] = os.environ) -> CpuFacts:
-    """This machine's CPU, or the made-up one of QA_TEST_MACHINE."""
+    """This machine's CPU, held below bf16 where ONEDNN_MAX_CPU_ISA says so; or the made-up one of
+    QA_TEST_MACHINE, which is the whole CPU a test describes (an AVX2-held run of the tests keeps the
+    decisions of each CPU they make up)."""
     if env.get(TEST_MACHINE_VAR, "").strip():
         return parse_test_machine(env[TEST_MACHINE_VAR])
+    held = None
+    if env.get(ONEDNN_ISA_VAR, "").strip().upper() in ONEDNN_BELOW_BF16:
+        held = f"{ONEDNN_ISA_VAR}={env[ONEDNN_ISA_VAR].strip()}"
     try:
-        first_cpu = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n")[0].splitlines()
+        # a brand string is ASCII; a byte that is not UTF-8 must not end the run
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        first_cpu = cpuinfo.split("\n\n")[0].splitlines()
     except OSError:
         first_cpu = []
     info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu)}
@@ -132,6 +152,7 @@ def read_cpu(env: Mapping[str, str] = os.environ) -> CpuFacts:
         model=f"{name} (family {family} model {model})",
         vendor=info.get("vendor_id", "unknown"),
         flags=tuple(name for name in CPU_FLAGS if capabilities.get(name)),
+        bf16_held_by=held,
     )
 
 

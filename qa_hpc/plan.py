@@ -821,8 +821,10 @@ def decide_precision(flags: FlagValues, facts: DeviceFacts, device: str, ampere:
             f"supported here: use one of {', '.join(ACCELERATE_PRECISION)}"
         )
     elif device == "cpu":  # auto: bf16 where the CPU does it in hardware (AVX512-BF16/AMX), else fp32
-        precision = "bf16" if facts.cpu.bf16 else "fp32"
+        precision = "bf16" if facts.cpu.fast_bf16 else "fp32"
         reason = f"auto: CPU has {facts.cpu.bf16 or 'no ' + ' or '.join(CPU_BF16_FEATURES)}"
+        if facts.cpu.bf16 and not facts.cpu.fast_bf16:
+            reason += f", which {facts.cpu.bf16_held_by} keeps oneDNN's matmuls from"
         reason += facts.cpu.source_note
     else:  # auto on a GPU: bf16 where its tensor cores do it, else fp16
         precision = "bf16" if ampere else "fp16"

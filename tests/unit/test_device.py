@@ -9,7 +9,7 @@ import types
 
 import pytest
 import torch
-from fixtures.machines import AVX2_AMD, CPU_KINDS, CpuKind
+from fixtures.machines import AMX_INTEL, AVX2_AMD, AVX512_BF16_AMD, CPU_KINDS, CpuKind
 
 import qa_hpc.plan
 from qa_hpc.device import (
@@ -135,6 +135,38 @@ def test_each_kind_of_cpu_gets_its_precision_and_dropout_masks_from_the_facts_ru
     asked = decide(read_flags([*on_cpu, "--precision", "fp32", "--dropout_mask", "torch"]), facts)
     assert (asked.precision, asked.dropout_mask) == ("fp32", "torch")
     assert "QA_TEST_MACHINE" not in asked.log_line()  # nothing was taken from the made-up CPU
+
+
+@pytest.mark.parametrize(
+    "held, precision",
+    [
+        (None, "bf16"),
+        ("AVX2", "fp32"),
+        ("avx512_core_vnni", "fp32"),  # oneDNN reads the level in any case
+        ("AVX512_CORE_BF16", "bf16"),
+        ("ALL", "bf16"),
+    ],
+)
+@pytest.mark.parametrize("kind", [AVX512_BF16_AMD, AMX_INTEL], ids=lambda kind: kind.name)
+def test_bf16_is_not_chosen_where_onednn_is_held_below_it(
+    kind: CpuKind, held: str | None, precision: str, monkeypatch
+):
+    """ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 keeps torch's bf16 matmuls off the CPU's bf16 instructions
+    (~200x slower than fp32 on the AVX512-BF16 EPYC): auto picks fp32 there and says why; the CPU's flags
+    stay what it has. Here torch finds the made-up CPU's instruction sets on this one; a QA_TEST_MACHINE
+    is the whole CPU a test describes, held by nothing."""
+    flags = parse_test_machine(kind.test_machine).flags
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: dict.fromkeys(flags, True))
+    env = {"ONEDNN_MAX_CPU_ISA": held} if held else {}
+    cpu = read_cpu(env)
+    assert cpu.flags == flags
+    plan = decide(read_flags(["--output_dir", "o", "--use_cpu"]), read_device_facts(env))
+    assert plan.precision == precision
+    if precision == "fp32":
+        assert cpu.bf16_held_by == f"ONEDNN_MAX_CPU_ISA={held}"
+        assert f"which ONEDNN_MAX_CPU_ISA={held} keeps oneDNN's matmuls from) " in plan.log_line()
+    made_up = read_cpu({**env, "QA_TEST_MACHINE": kind.test_machine})
+    assert made_up.fast_bf16 and made_up.bf16_held_by is None
 
 
 @pytest.mark.parametrize(
