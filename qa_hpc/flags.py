@@ -218,9 +218,9 @@ class SpeedArguments:
     attn_implementation: str | None = flag(
         None,
         "(qa-hpc) Attention kernel: 'sdpa', 'eager', 'flex_attention', 'flash_attention_2', "
-        "'flash_attention_3' or 'flash_attention_4' (FlashAttention: a GPU of compute capability 8.0+, bf16 "
-        "or fp16, and flash_attn, flash_attn_interface for 3, or kernels). Default: transformers' choice "
-        "(sdpa for BERT-style models).",
+        "'flash_attention_3' or 'flash_attention_4' (FlashAttention: a GPU of compute capability 8.0+, "
+        "9.0+ for 4, bf16 or fp16, and flash_attn, flash_attn_interface for 3, or kernels). Default: "
+        "transformers' choice (sdpa for BERT-style models).",
     )
     attn_backend: str = flag(
         "auto",

@@ -680,12 +680,15 @@ ATTENTION_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "flash_attention_3": ("flash_attn_interface", "kernels"),
     "flash_attention_4": ("flash_attn", "kernels"),
 }
+# a FlashAttention's least compute capability where it is not 8.0, as transformers checks it at load
+# (FLASH_ATTENTION_COMPATIBILITY_MATRIX in transformers/modeling_flash_attention_utils.py: FA4 from Hopper)
+FLASH_MIN_CAPABILITY = {"flash_attention_4": (9, 0)}
 
 
 def refuse_unusable_attention(implementation: str, device: str, precision: str, facts: DeviceFacts) -> None:
     """Refuse an --attn_implementation transformers does not have, or a FlashAttention this run cannot run
-    (it needs a GPU of compute capability 8.0 or newer, half precision and a module that provides it): found
-    once the model loads or at its first step, each was a traceback."""
+    (it needs a GPU of compute capability 8.0 or newer, 9.0 for FlashAttention 4, half precision and a module
+    that provides it): found once the model loads or at its first step, each was a traceback."""
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise PlanError(
             f"--attn_implementation {implementation}: give one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
@@ -694,9 +697,11 @@ def refuse_unusable_attention(implementation: str, device: str, precision: str, 
     if not providers:
         return
     named = f"--attn_implementation {implementation}"
-    if device != "cuda" or facts.capability is None or facts.capability < BF16_MIN_CAPABILITY:
+    least = FLASH_MIN_CAPABILITY.get(implementation, BF16_MIN_CAPABILITY)
+    if device != "cuda" or facts.capability is None or facts.capability < least:
         where = "a CPU" if device != "cuda" else f"a GPU {_sm(facts.capability)}"
-        raise PlanError(f"{named} needs a GPU of compute capability 8.0 or newer; this run is on {where}")
+        needs = f"{least[0]}.{least[1]}"
+        raise PlanError(f"{named} needs a GPU of compute capability {needs} or newer; this run is on {where}")
     if precision == "fp32":
         raise PlanError(f"{named} runs in bf16 or fp16 only: give --precision bf16, or leave the flag out")
     if not set(providers) & facts.modules:

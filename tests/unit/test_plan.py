@@ -531,6 +531,11 @@ def test_compile_turned_off_and_configured_at_once_is_refused(given, named):
         ("H100", "flash_attention_2", "auto", ("flash_attn",), None),
         ("H100", "flash_attention_2", "auto", ("kernels",), None),  # transformers takes the hub's kernel
         ("H100", "flash_attention_4", "fp16", ("flash_attn",), None),
+        ("B200", "flash_attention_4", "auto", ("kernels",), None),
+        # transformers refuses FlashAttention 4 below 9.0 as the model loads
+        ("A100", "flash_attention_4", "auto", ("flash_attn",), "9.0 or newer; this run is on a GPU sm_80"),
+        ("RTX4090", "flash_attention_4", "auto", ("flash_attn",), "9.0 or newer; this run is on a GPU sm_89"),
+        ("A100", "flash_attention_3", "auto", ("flash_attn_interface",), None),
         ("H100", "flash_attention_2", "auto", (), "needs one of the Python modules flash_attn, kernels"),
         ("H100", "flash_attention_3", "auto", ("flash_attn",), "the Python modules flash_attn_interface, "),
         ("H100", "flash_attention_2", "fp32", ("flash_attn",), "runs in bf16 or fp16 only"),
