@@ -51,7 +51,14 @@ from qa_hpc.flags import (
     unused_flags,
 )
 from qa_hpc.metric.squad import make_score
-from qa_hpc.model import ModelShape, check_max_seq_length, load_config, load_model, load_tokenizer
+from qa_hpc.model import (
+    ModelShape,
+    check_attention_dropout,
+    check_max_seq_length,
+    load_config,
+    load_model,
+    load_tokenizer,
+)
 from qa_hpc.observe.efficiency import train_efficiency
 from qa_hpc.observe.run import finish_observability, observability_callbacks
 from qa_hpc.outputs import SUMMARY_FILE, checkpoint_dir
@@ -192,6 +199,7 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     config = load_config(flags.model)
     tokenizer = load_tokenizer(flags.model)
     check_max_seq_length(flags.data.max_seq_length, config, tokenizer, flags.model.model_name_or_path)
+    check_attention_dropout(flags.speed.attn_implementation, config, args.do_train)
     data = build_data(flags.model, flags.data, args, tokenizer)
     params = Params.of(flags, plan.precision)
     resume, trained_before = start_of_training(args, replaces, resume, data, params)

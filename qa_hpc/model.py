@@ -165,6 +165,29 @@ def check_max_seq_length(
         )
 
 
+# a config's attention dropout, by the names transformers' models give it (BERT, RoBERTa, ELECTRA: the first)
+ATTENTION_DROPOUT_KEYS = ("attention_probs_dropout_prob", "attention_dropout")
+
+
+def check_attention_dropout(
+    attn_implementation: str | None, config: PretrainedConfig, do_train: bool
+) -> None:
+    """--attn_implementation flex_attention in a training run of a model with attention dropout (BERT's 0.1):
+    transformers' flex_attention takes no dropout and raises at the first training step
+    (integrations/flex_attention.py), after the data is featurized; refused here, before anything is written.
+    Evaluation passes no dropout, so a run that does not train keeps it."""
+    if attn_implementation != "flex_attention" or not do_train:
+        return
+    given = {key: getattr(config, key) for key in ATTENTION_DROPOUT_KEYS if getattr(config, key, None)}
+    if given:
+        key, value = next(iter(given.items()))
+        raise UsageError(
+            f"--attn_implementation flex_attention takes no attention dropout, and this model trains with "
+            f"{key}={value} (transformers' flex_attention raises at the first training step): leave the flag "
+            "out for SDPA, or use it without --do_train"
+        )
+
+
 def _absolute_positions(config: PretrainedConfig) -> bool:
     """Whether the model adds a learned embedding per position, which ends at max_position_embeddings."""
     if getattr(config, "position_embedding_type", "absolute") != "absolute":

@@ -21,7 +21,14 @@ from transformers.utils import is_scipy_available
 
 from qa_hpc.errors import UsageError
 from qa_hpc.flags import ModelArguments
-from qa_hpc.model import check_max_seq_length, from_disk_or_hub, load_config, load_model, resolve_model_path
+from qa_hpc.model import (
+    check_attention_dropout,
+    check_max_seq_length,
+    from_disk_or_hub,
+    load_config,
+    load_model,
+    resolve_model_path,
+)
 
 UNSET = int(1e30)  # transformers' VERY_LARGE_INTEGER: a tokenizer saved without model_max_length
 
@@ -48,6 +55,17 @@ def test_a_window_longer_than_the_model_takes_is_refused(config, tokenizer_limit
     with pytest.raises(UsageError, match=re.escape(f"--max_seq_length 600: m takes at most {refused}")):
         check_max_seq_length(600, config, tokenizer, "m")
     check_max_seq_length(512, config, tokenizer, "m")
+
+
+def test_flex_attention_in_a_training_run_with_attention_dropout_is_refused() -> None:
+    """transformers' flex_attention raises at the first training step of a BERT (attention dropout 0.1:
+    "`flex_attention` does not support `dropout`", integrations/flex_attention.py); the run stops before
+    anything loads. Without training, or without attention dropout, it runs."""
+    with pytest.raises(UsageError, match=re.escape("attention_probs_dropout_prob=0.1")):
+        check_attention_dropout("flex_attention", BertConfig(), do_train=True)
+    check_attention_dropout("flex_attention", BertConfig(), do_train=False)
+    check_attention_dropout("sdpa", BertConfig(), do_train=True)
+    check_attention_dropout("flex_attention", BertConfig(attention_probs_dropout_prob=0.0), do_train=True)
 
 
 def test_a_name_neither_on_disk_nor_in_the_cache_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
