@@ -383,6 +383,14 @@ NULL_ROW = row({0: 3.0, 5: 2.0}, {0: 3.0, 5: 2.0})  # null = s[0]+e[0] = 6; best
             {"q": "gamma"},
             {"q": -4.0},
         ),
+        # equal null scores 0.0 and -0.0 (written differently): the first window's, as the loop keeps it
+        (
+            [row({0: 0.0}, {0: 0.0}), row({0: -0.0}, {0: -0.0})],
+            ["q", "q"],
+            V2,
+            {"q": ""},
+            {"q": 10.0},
+        ),
     ],
 )
 def test_hand_built_logits(rows, ids, cfg, answers, null_odds):
