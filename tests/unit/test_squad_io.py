@@ -632,6 +632,7 @@ FIXABLE = [
             _ans("Bern", 5),  # nearest is 0 (5 away, not 11)
             _ans("Aare", 70),  # past the context's end: the nearest is 55
             _ans("Bern", -3),  # before its start: the nearest is 0
+            _ans("Bern", 8),  # 0 and 16 are both 8 away: the earlier
         ]
     )
 ]
@@ -640,8 +641,8 @@ FIXABLE = [
 @pytest.mark.parametrize(
     "mode,starts,counts",
     [
-        ("fix", [[0], [16], [55, 51], [0], [55], [0]], "records=6 impossible=0 skipped=0 fixed=6"),
-        ("skip", [[0]], "records=1 impossible=0 skipped=5 fixed=0 skipped_answer_not_at_start=5"),
+        ("fix", [[0], [16], [55, 51], [0], [55], [0], [0]], "records=7 impossible=0 skipped=0 fixed=7"),
+        ("skip", [[0]], "records=1 impossible=0 skipped=6 fixed=0 skipped_answer_not_at_start=6"),
     ],
 )
 def test_answer_check_fix_and_skip_are_counted(tmp_path, mode, starts, counts):
