@@ -257,6 +257,7 @@ def test_a_launch_that_changes_the_recipe_of_its_last_step_checkpoint_is_refused
     same, lower = Params(learning_rate=1e8, world_size=1), Params(learning_rate=5e-5, world_size=1)
     assert trained_every_step(str(last), 30, str(tmp_path), same)
     assert not trained_every_step(str(last), 40, str(tmp_path), lower)  # a longer run resumes: it trains
+    assert not trained_every_step(str(last), 31, str(tmp_path), lower)  # one step short of the end, too
     with pytest.raises(UsageError, match=r"this launch changes \(--learning_rate 100000000.0 -> 5e-05\) and"):
         trained_every_step(str(last), 30, str(tmp_path), lower)
     # an evaluation-only run's record (into this folder, under --overwrite_output_dir) ends no training
