@@ -78,4 +78,6 @@ def test_ranks_that_decide_apart_are_named_with_what_each_holds() -> None:
         disagreement("x", many)
         == "the ranks disagree on x: rank 0 1, rank 1 2, rank 2 2, rank 3 2 (and 2 more)"
     )
+    # three named: none more
+    assert disagreement("x", many[:4]) == "the ranks disagree on x: rank 0 1, rank 1 2, rank 2 2, rank 3 2"
     same_on_every_rank("x", object(), "no remedy needed")  # no process group: no collective, no error
