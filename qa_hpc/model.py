@@ -178,14 +178,13 @@ def check_attention_dropout(
     Evaluation passes no dropout, so a run that does not train keeps it."""
     if attn_implementation != "flex_attention" or not do_train:
         return
-    given = {key: getattr(config, key) for key in ATTENTION_DROPOUT_KEYS if getattr(config, key, None)}
-    if given:
-        key, value = next(iter(given.items()))
-        raise UsageError(
-            f"--attn_implementation flex_attention takes no attention dropout, and this model trains with "
-            f"{key}={value} (transformers' flex_attention raises at the first training step): leave the flag "
-            "out for SDPA, or use it without --do_train"
-        )
+    for key in ATTENTION_DROPOUT_KEYS:
+        if value := getattr(config, key, None):
+            raise UsageError(
+                "--attn_implementation flex_attention takes no attention dropout, and this model trains "
+                f"with {key}={value} (transformers' flex_attention raises at the first training step): leave "
+                "the flag out for SDPA, or use it without --do_train"
+            )
 
 
 def _absolute_positions(config: PretrainedConfig) -> bool:
