@@ -13,7 +13,14 @@ import torch
 from fixtures.features import demo_features
 from transformers import AutoModelForQuestionAnswering
 
-from qa_hpc.batching import BucketCollator, default_buckets, make_collator, parse_buckets, smallest_bucket
+from qa_hpc.batching import (
+    BucketCollator,
+    default_buckets,
+    make_collator,
+    parse_buckets,
+    smallest_bucket,
+    span_loss,
+)
 from qa_hpc.flags import DataTrainingArguments, QATrainingArguments
 from qa_hpc.postprocess import make_postprocess
 from trainer_qa import QuestionAnsweringTrainer
@@ -190,3 +197,18 @@ def test_a_tokenizer_that_pads_on_the_left_gets_every_row_padded_last(tokenizer)
         batch = make_collator(left, buckets, pad_to_max_length=False)(rows)
         assert padded_last(batch["attention_mask"].tolist()) and 0 in batch["attention_mask"][0], buckets
     assert left.padding_side == "left"
+
+
+def test_the_span_loss_ignores_an_answer_past_the_width_and_counts_the_last_position():
+    """As BertForQuestionAnswering's loss: a start or end at or past the row's width is ignored in its own
+    cross-entropy (the mean of the others), one at the last position counts; the logits past `width` (a
+    bucket's extra padding) take no share of the softmax."""
+    torch.manual_seed(0)
+    start, end = torch.randn(3, 12), torch.randn(3, 12)
+    width = 8
+    starts, ends = torch.tensor([2, 7, 30]), torch.tensor([7, 9, 3])  # row 2's start, row 1's end: past 8
+    log_start, log_end = start[:, :width].log_softmax(-1), end[:, :width].log_softmax(-1)
+    start_loss = -(log_start[0, 2] + log_start[1, 7]) / 2
+    end_loss = -(log_end[0, 7] + log_end[2, 3]) / 2
+    loss = span_loss(start, end, starts, ends, width)
+    assert torch.allclose(loss, (start_loss + end_loss) / 2, atol=1e-6)

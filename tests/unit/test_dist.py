@@ -14,7 +14,14 @@ import psutil
 import pytest
 
 import qa_hpc.dist
-from qa_hpc.dist import disagreement, exit_code_noted, process_start_time, same_on_every_rank
+from qa_hpc.dist import (
+    Launch,
+    disagreement,
+    exit_code_noted,
+    launch_env,
+    process_start_time,
+    same_on_every_rank,
+)
 
 
 def test_start_is_this_process_start_to_the_tick() -> None:
@@ -81,3 +88,16 @@ def test_ranks_that_decide_apart_are_named_with_what_each_holds() -> None:
     # three named: none more
     assert disagreement("x", many[:4]) == "the ranks disagree on x: rank 0 1, rank 1 2, rank 2 2, rank 3 2"
     same_on_every_rank("x", object(), "no remedy needed")  # no process group: no collective, no error
+
+
+@pytest.mark.parametrize(
+    "env, launch",
+    [
+        ({}, Launch(0, 0, 1, 1)),  # no launcher: rank 0 of 1
+        ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, Launch(3, 1, 8, 4)),
+        # set but empty or not a number (a job script's leftover): as if unset, not a ValueError at start
+        ({"RANK": "", "LOCAL_RANK": " ", "WORLD_SIZE": "two", "LOCAL_WORLD_SIZE": "-1"}, Launch(0, 0, 1, 1)),
+    ],
+)
+def test_a_process_finds_its_place_from_what_its_launcher_set(env: dict[str, str], launch: Launch) -> None:
+    assert launch_env(env) == launch

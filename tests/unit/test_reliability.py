@@ -330,7 +330,7 @@ def test_a_resume_refuses_a_learning_rate_the_checkpoints_schedule_would_overrid
         refuse_ignored_changes(str(checkpoint), changed)
 
 
-def test_a_resume_says_where_from_and_whether_it_can_be_exact(tmp_path: Path, caplog) -> None:
+def test_a_resume_says_where_from_and_whether_it_can_be_exact(tmp_path: Path, caplog, monkeypatch) -> None:
     """RESUME_FROM names the checkpoint and why; one saved under --save_only_model holds no optimizer state,
     from which the Trainer starts the optimizer and the schedule over: RESUME_INEXACT says so (README
     promises an exact resume from a full checkpoint, which the job scripts' requeues rely on)."""
@@ -353,6 +353,11 @@ def test_a_resume_says_where_from_and_whether_it_can_be_exact(tmp_path: Path, ca
     assert f"RESUME_INEXACT checkpoint={full} (this launch changes its training: processes 1 -> 4)" in (
         caplog.text
     )
+    caplog.clear()
+    monkeypatch.setenv("LOCAL_RANK", "1")  # once a node: its local rank 0 said it
+    with caplog.at_level("INFO", logger="qa_hpc.preemption"):
+        say_resume(str(full), None, {"world_size": (1, 4)})
+    assert "RESUME_FROM" in caplog.text and "RESUME_INEXACT" not in caplog.text
 
 
 def test_an_evaluation_only_run_never_replaces_the_record_of_a_training_run_however_it_ended(tmp_path: Path):
@@ -516,6 +521,7 @@ def test_overwrite_removes_the_replaced_runs_checkpoints_so_no_later_run_resumes
         ("7", "1", None, True, False),  # no launch of this job marked the folder: replace what is there
         ("7", "1", "7", False, False),  # its first launch saved no checkpoint: start over, as asked
         ("7", "0", "7", True, False),  # the job's first launch (an sbatch of the same job id cannot be)
+        ("7", "", "7", True, False),  # set but empty: no restart counted
         (None, None, "7", True, False),  # not under Slurm: the flag as given
     ],
 )
