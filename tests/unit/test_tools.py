@@ -155,11 +155,13 @@ def rows_of(capsys, root: Path, *args: str) -> dict[str, dict]:
 
 def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fields) -> RunRecord:
     """A record as run_qa.py writes one, through the real writer, under (job name, job id) or outside Slurm;
-    the plan decided for `layout` (world size, processes per node) of H100s."""
+    the plan decided for `layout` (world size, processes per node) of H100s; `params`, the Params fields
+    given (a dict)."""
     for key, value in zip(("SLURM_JOB_NAME", "SLURM_JOB_ID"), job or (None, None)):
         monkeypatch.setenv(key, value) if value else monkeypatch.delenv(key, raising=False)
     out_dir.mkdir(parents=True)
     world, per_node = fields.pop("layout", (1, 1))
+    given = fields.pop("params", {})
     h100 = dataclasses.replace(
         FACTS,
         cuda_available=True,
@@ -172,13 +174,36 @@ def write_record(out_dir: Path, monkeypatch, job: tuple[str, str] | None, **fiel
     plan = decide(read_flags(["--output_dir", str(out_dir)]), h100)
     record = RunRecord(
         environment=Environment.of(FACTS),
-        params=Params(world_size=world, precision=plan.precision, output_dir=str(out_dir)),
+        params=Params(world_size=world, precision=plan.precision, output_dir=str(out_dir), **given),
         plan=plan,
         effective=Recorded(precision="bf16", world_size=world, device="cuda", device_name="NVIDIA H100"),
         **fields,
     )
     record.write(str(out_dir))
     return record
+
+
+def trained(out_dir: Path, monkeypatch, train_runtime: float, resumed_from_step: int = 0, **params) -> None:
+    """The record of a training that ended ok outside Slurm, its wall clock 2 s past its train time;
+    `params`, the Params fields given."""
+    write_record(
+        out_dir,
+        monkeypatch,
+        None,
+        status="ok",
+        exit_code=0,
+        wall_clock_seconds=train_runtime + 2,
+        results=Recorded(train_runtime=train_runtime, train_resumed_from_step=resumed_from_step),
+        params=params,
+    )
+
+
+def report_warning(runs: list[Path], out: Path) -> str | None:
+    """The report's warning line on `runs`, None without one."""
+    from qa_hpc.tools import report
+
+    assert report.main([*map(str, runs), "--out", str(out)]) == 0
+    return next((line for line in (out / "report.md").read_text().splitlines() if "Warning" in line), None)
 
 
 @pytest.fixture
@@ -468,23 +493,9 @@ def test_the_report_warns_of_runs_that_cut_their_questions_into_other_windows(tm
     """--doc_stride decides, with --max_seq_length, how many features (windows) each question makes, so two
     runs of the same questions and epochs at other strides train on other amounts of work (85 against 358
     features at 32 and 96): the comparison warns, as for any other part of the recipe (it said nothing)."""
-    from qa_hpc.tools import report
-
     for name, stride, seconds in (("stride32", 32, 7.0), ("stride96", 96, 3.0)):
-        record = write_record(
-            tmp_path / name,
-            monkeypatch,
-            None,
-            status="ok",
-            exit_code=0,
-            wall_clock_seconds=seconds + 1,
-            results=Recorded(train_runtime=seconds, train_resumed_from_step=0),
-        )
-        params = dataclasses.replace(record.params, max_seq_length=128, doc_stride=stride)
-        dataclasses.replace(record, params=params).write(str(tmp_path / name))
-    out = tmp_path / "report"
-    assert report.main([str(tmp_path / "stride32"), str(tmp_path / "stride96"), "--out", str(out)]) == 0
-    warning = next(line for line in (out / "report.md").read_text().splitlines() if "Warning" in line)
+        trained(tmp_path / name, monkeypatch, seconds, max_seq_length=128, doc_stride=stride)
+    warning = report_warning([tmp_path / "stride32", tmp_path / "stride96"], tmp_path / "report")
     assert "doc_stride (32, 96)" in warning
 
 
@@ -492,15 +503,7 @@ def test_a_resumed_runs_bar_says_it_is_its_last_launchs(tmp_path, monkeypatch):
     """wall_time.png: a resumed run's wall clock is its last launch's alone (the tables give it no speedup on
     a time); its bar says so, where it read as the whole run's."""
     for name, wall, step in (("whole", 20.0, 0), ("resumed", 15.0, 40)):
-        write_record(
-            tmp_path / name,
-            monkeypatch,
-            None,
-            status="ok",
-            exit_code=0,
-            wall_clock_seconds=wall,
-            results=Recorded(train_runtime=wall - 2, train_resumed_from_step=step),
-        )
+        trained(tmp_path / name, monkeypatch, wall - 2, resumed_from_step=step)
     table = collect_results.read_runs([str(tmp_path)])[0]
     (ax,) = bar_figure(table, "wall_clock_seconds", "wall clock seconds").axes
     labels = dict(zip(table["run"], (text.get_text() for text in ax.texts)))
@@ -510,25 +513,11 @@ def test_a_resumed_runs_bar_says_it_is_its_last_launchs(tmp_path, monkeypatch):
 def test_the_report_does_not_warn_of_epochs_a_max_steps_run_never_used(tmp_path, monkeypatch):
     """Under --max_steps the Trainer ignores --num_train_epochs: two runs of the same 1,000 steps, one with
     the job scripts' 2 epochs and one with the default 3, trained alike (the comparison warned of epochs)."""
-    from qa_hpc.tools import report
-
     for name, epochs, max_steps in (("two", 2.0, 1000), ("three", 3.0, 1000), ("epochs", 3.0, -1)):
-        record = write_record(
-            tmp_path / name,
-            monkeypatch,
-            None,
-            status="ok",
-            exit_code=0,
-            wall_clock_seconds=10.0,
-            results=Recorded(train_runtime=8.0, train_resumed_from_step=0),
-        )
-        params = dataclasses.replace(record.params, epochs=epochs, max_steps=max_steps)
-        dataclasses.replace(record, params=params).write(str(tmp_path / name))
+        trained(tmp_path / name, monkeypatch, 8.0, epochs=epochs, max_steps=max_steps)
 
     def warning(*runs: str) -> str | None:
-        out = tmp_path / "report"
-        assert report.main([*(str(tmp_path / run) for run in runs), "--out", str(out)]) == 0
-        return next((ln for ln in (out / "report.md").read_text().splitlines() if "Warning" in ln), None)
+        return report_warning([tmp_path / run for run in runs], tmp_path / "report")
 
     assert warning("two", "three") is None
     assert "max steps (1,000, -1)" in warning("two", "epochs")
