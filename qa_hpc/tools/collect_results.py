@@ -295,13 +295,12 @@ def usable_baseline(table: pd.DataFrame, base: int, named: str, metric: str) -> 
     row = table.loc[base]
     if compared(table, metric).at[base]:
         return base, None
-    time = SPEEDUP_ON[metric] == "time"
-    if row["status"] == Status.OK and row[metric] > 0 and time and not row["train_runtime"] > 0:
-        return None, (
-            f"{named} is {row['run']}, whose last launch trained nothing (no train_runtime): its {metric} "
-            "is no training's; name a run that trained every step with --baseline"
-        )
-    if row["status"] == Status.OK and row[metric] > 0:
+    if row["status"] == Status.OK and row[metric] > 0:  # a time, of a launch that trained not every step
+        if not row["train_runtime"] > 0:
+            return None, (
+                f"{named} is {row['run']}, whose last launch trained nothing (no train_runtime): its "
+                f"{metric} is no training's; name a run that trained every step with --baseline"
+            )
         return None, (
             f"{named} is {row['run']}, whose last launch resumed from step {row['resumed_from_step']}: its "
             f"{metric} covers that launch alone; name a run that trained every step with --baseline"
