@@ -23,7 +23,7 @@ SWITCHES: dict[str, tuple[Callable[[bool], None], Callable[[], bool]]] = {
     "math": (SDP.enable_math_sdp, SDP.math_sdp_enabled),
 }
 ALL = "all"  # every kernel enabled: torch's own choice
-NOT_SDPA = "n/a"  # the model's attention does not go through SDPA (eager, flash_attention_2)
+NOT_SDPA = "n/a"  # the model's attention does not go through SDPA (eager, flex_attention, a FlashAttention)
 CPU_KERNELS = ("flash", "math")  # the only SDPA kernels torch has on a CPU
 # transformers' SDPA attention, given the padding mask for every batch (`mask_every_batch`)
 ALWAYS_MASKED = "sdpa_always_masked"

@@ -226,8 +226,8 @@ class SpeedArguments:
         "auto",
         "(qa-hpc) The SDPA kernels attention may run: 'auto' (on GPUs where torch runs cuDNN attention "
         "first, every kernel but cuDNN's while batch shapes vary; elsewhere torch's choice), 'all' (torch's "
-        "choice), or a comma-separated subset of flash,efficient,cudnn,math. Not applied under "
-        "--attn_implementation eager or flash_attention_2.",
+        "choice), or a comma-separated subset of flash,efficient,cudnn,math. Not applied under an "
+        "--attn_implementation other than sdpa.",
     )
     compile_shapes: str = flag(
         "auto",

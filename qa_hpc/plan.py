@@ -712,7 +712,8 @@ def refuse_unusable_attention(implementation: str, device: str, precision: str, 
 
 
 def names_other_attention(attn_implementation: str | None) -> bool:
-    """--attn_implementation names an attention that does not call SDPA (eager, flash_attention_2)."""
+    """--attn_implementation names an attention that does not call SDPA (eager, flex_attention, a
+    FlashAttention)."""
     return attn_implementation not in (None, "sdpa")
 
 
