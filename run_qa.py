@@ -202,7 +202,9 @@ def setup(values: FlagValues, flags: Flags, plan: RunPlan, facts: DeviceFacts, s
     check_attention_dropout(flags.speed.attn_implementation, config, args.do_train)
     data = build_data(flags.model, flags.data, args, tokenizer)
     params = Params.of(flags, plan.precision)
-    resume, trained_before = start_of_training(args, replaces, resume, data, params)
+    resume, trained_before = start_of_training(
+        args, replaces, resume, data, params, flags.data.overwrite_output_dir
+    )
     if plan.awaits_batch_count:
         plan, flags = replan_with_batch_count(values, flags, facts, len(data.train))
         args = flags.training
@@ -286,7 +288,12 @@ def build_model(
 
 
 def start_of_training(
-    args: TrainingArguments, replaces: bool, resume: str | None, data: QAData, params: Params
+    args: TrainingArguments,
+    replaces: bool,
+    resume: str | None,
+    data: QAData,
+    params: Params,
+    overwrite_given: bool,
 ) -> tuple[str | None, str | None]:
     """(the checkpoint to resume, the one an earlier launch trained every step to): at most one of them,
     decided once the training data is counted (a run that resumes trains: it has training data), the same
@@ -304,7 +311,7 @@ def start_of_training(
     if resume:  # said only now: a checkpoint that leaves nothing to train is not resumed
         changes = recipe_changes(args.output_dir, params, None)
         refuse_ignored_changes(resume, changes)
-        say_resume(resume, args.resume_from_checkpoint, changes)
+        say_resume(resume, args.resume_from_checkpoint, changes, overwrite_given)
     return resume, trained_before
 
 

@@ -324,16 +324,22 @@ def _from_given(given: str, out: str, overwrite_output_dir: bool) -> str:
     return given
 
 
-def say_resume(checkpoint: str, given: str | None, changes: dict[str, tuple[Any, Any]]) -> None:
-    """RESUME_FROM and why. RESUME_INEXACT where the run will not equal an uninterrupted one, as a resume
-    from a full checkpoint does: the checkpoint holds no optimizer state (saved under --save_only_model:
-    the Trainer starts the optimizer's moments and the learning-rate schedule over), or this launch
-    `changes` the training's RECIPE (recipe_changes: the checkpoint's schedule and data position are then
-    another run's; more processes skip a share of the data, or train past the end)."""
+def say_resume(
+    checkpoint: str, given: str | None, changes: dict[str, tuple[Any, Any]], overwrite_given: bool = False
+) -> None:
+    """RESUME_FROM and why, and how to start over where the command does not already say it (a requeue that
+    skips its --overwrite_output_dir: OVERWRITE skipped says why). RESUME_INEXACT where the run will not
+    equal an uninterrupted one, as a resume from a full checkpoint does: the checkpoint holds no optimizer
+    state (saved under --save_only_model: the Trainer starts the optimizer's moments and the learning-rate
+    schedule over), or this launch `changes` the training's RECIPE (recipe_changes: the checkpoint's
+    schedule and data position are then another run's; more processes skip a share of the data, or train
+    past the end)."""
     why = "--resume_from_checkpoint" if given == checkpoint else "checkpoint found in --output_dir"
     if given and given != checkpoint:
         why += f", where a launch went on from --resume_from_checkpoint {given}"
-    logger.info("RESUME_FROM=%s (%s; --overwrite_output_dir to start over)", checkpoint, why)
+    if not overwrite_given:
+        why += "; --overwrite_output_dir to start over"
+    logger.info("RESUME_FROM=%s (%s)", checkpoint, why)
     inexact = [f"this launch changes its training: {shown(changes)}"] if changes else []
     if not holds_optimizer_state(checkpoint):
         inexact.append(

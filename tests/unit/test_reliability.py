@@ -341,7 +341,9 @@ def test_a_resume_says_where_from_and_whether_it_can_be_exact(tmp_path: Path, ca
     (full / "optimizer.pt").write_bytes(b"")
     with caplog.at_level("INFO", logger="qa_hpc.preemption"):
         say_resume(str(full), None, {})
-        assert f"RESUME_FROM={full} (checkpoint found in --output_dir;" in caplog.text
+        assert (
+            f"RESUME_FROM={full} (checkpoint found in --output_dir; --overwrite_output_dir to" in caplog.text
+        )
         assert "RESUME_INEXACT" not in caplog.text
         say_resume(str(model_only), "elsewhere/checkpoint-2", {})
         assert "went on from --resume_from_checkpoint elsewhere/checkpoint-2;" in caplog.text
@@ -353,6 +355,10 @@ def test_a_resume_says_where_from_and_whether_it_can_be_exact(tmp_path: Path, ca
     assert f"RESUME_INEXACT checkpoint={full} (this launch changes its training: processes 1 -> 4)" in (
         caplog.text
     )
+    caplog.clear()
+    with caplog.at_level("INFO", logger="qa_hpc.preemption"):  # a requeue that skipped the flag it holds
+        say_resume(str(full), None, {}, overwrite_given=True)
+    assert f"RESUME_FROM={full} (checkpoint found in --output_dir)\n" in caplog.text
     caplog.clear()
     monkeypatch.setenv("LOCAL_RANK", "1")  # once a node: its local rank 0 said it
     with caplog.at_level("INFO", logger="qa_hpc.preemption"):
