@@ -33,6 +33,7 @@ from qa_hpc.tools.collect_results import (
     md_table,
     pick_baseline,
     read_runs,
+    resumed_runs,
     usable_baseline,
 )
 from qa_hpc.tools.figures import NA, curves_figure, write_plots
@@ -240,9 +241,11 @@ def comparison(table: pd.DataFrame, base: int, out: Path) -> list[str]:
         if run["record"].params.trains_by_steps:  # the epochs go unused: runs differ in none
             rows["epochs"] = None
         parameters.append(rows)
+    # a resumed run's times are its last launch's alone: said beside its name
+    last_launch = " (times: its last launch, from step " + table["resumed_from_step"].astype("string") + ")"
     cells = pd.DataFrame(
         {
-            "run": table["run"],
+            "run": table["run"].where(~resumed_runs(table), table["run"] + last_launch),
             "wall clock s": table["wall_clock_seconds"],
             "train s": table["train_runtime"],
             "precision": table["precision"],
@@ -274,9 +277,9 @@ def comparison(table: pd.DataFrame, base: int, out: Path) -> list[str]:
         md_table(cells.astype(object).map(number)),
         "",
         f"Baseline {table.at[base, 'run']}. speedup = its train time / the run's (none for a run whose last "
-        "launch resumed: its train time is that launch's alone; compare its train samples/s); efficiency = "
-        "speedup / (the run's devices / the baseline's); train samples/s over all ranks; peak memory as in "
-        "each run's Memory table.",
+        "launch resumed: its wall clock and train time are that launch's alone; compare its train "
+        "samples/s); efficiency = speedup / (the run's devices / the baseline's); train samples/s over all "
+        "ranks; peak memory as in each run's Memory table.",
         "",
         *(f"![{name}]({name})" for name in pngs),
         "",

@@ -510,6 +510,22 @@ def test_a_resumed_runs_bar_says_it_is_its_last_launchs(tmp_path, monkeypatch):
     assert labels == {"resumed": "15 (last launch, from step 40)", "whole": "20"}
 
 
+def test_the_reports_comparison_says_a_resumed_runs_times_are_its_last_launchs(tmp_path, monkeypatch):
+    """The comparison table's wall clock and train time of a resumed run are its last launch's alone (no
+    speedup, as the footnote says): its name says so, where they read as the whole run's."""
+    from qa_hpc.tools import report
+
+    for name, step in (("whole", 0), ("resumed", 40)):
+        trained(tmp_path / name, monkeypatch, 10.0, resumed_from_step=step)
+    out = tmp_path / "report"
+    assert report.main([str(tmp_path / "whole"), str(tmp_path / "resumed"), "--out", str(out)]) == 0
+    rows = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ")]
+    assert any(
+        row.startswith("| resumed (times: its last launch, from step 40) | 12.00 | 10.00 |") for row in rows
+    )
+    assert any(row.startswith("| whole | 12.00 | 10.00 |") for row in rows), rows
+
+
 def test_the_report_does_not_warn_of_epochs_a_max_steps_run_never_used(tmp_path, monkeypatch):
     """Under --max_steps the Trainer ignores --num_train_epochs: two runs of the same 1,000 steps, one with
     the job scripts' 2 epochs and one with the default 3, trained alike (the comparison warned of epochs)."""
