@@ -14,6 +14,7 @@ Every line that shows the CPU then says `cpu_source=QA_TEST_MACHINE`: it is for 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import platform
 from collections.abc import Mapping
@@ -95,7 +96,8 @@ class DeviceFacts:
     gpu_count: int  # GPUs torch can use in this process
     capability: tuple[int, int] | None  # compute capability of this rank's GPU
     gpu_name: str | None
-    cpus: int  # CPUs this process may run on (affinity mask, capped by SLURM_CPUS_PER_TASK)
+    # CPUs this process may run on (affinity mask, capped by SLURM_CPUS_PER_TASK and a cgroup CPU quota)
+    cpus: int
     world_size: int
     local_world_size: int  # processes of this job on this node
     launcher: str  # torchrun | accelerate | python
@@ -112,6 +114,9 @@ class DeviceFacts:
     # the CPUs of the launcher that started this process (torchrun's agent; None: started by no launcher),
     # which a launcher that binds each process to CPUs of its own (torchrun --numa-binding) shares out
     launcher_cpus: int | None = None
+    # the CPUs a cgroup CPU quota allows this process's group (a container's --cpus, a Kubernetes limit),
+    # which caps both counts above; None: no quota
+    cpu_quota: int | None = None
 
     def machine_line(self) -> str:
         """The one MACHINE line bench scripts keep with every result (spaces in names as _)."""
@@ -220,6 +225,69 @@ def _usable_cpus(env: Mapping[str, str], pid: int = 0) -> int:
     return max(1, cpus)
 
 
+def cgroup_cpu_quota(proc: Path = Path("/proc/self")) -> int | None:
+    """The CPUs a cgroup CPU quota lets this process's group use (a container's --cpus, a Kubernetes CPU
+    limit: its affinity mask still names every CPU of the host; Slurm limits by the mask instead), rounded
+    up; None without a quota, or where none can be read. Each mounted hierarchy of the cpu controller is
+    read in the process's own group and every group above it (the smallest quota binds): cgroup v2's
+    cpu.max ("QUOTA PERIOD", or "max PERIOD": none), v1's cpu.cfs_quota_us (-1: none) over
+    cpu.cfs_period_us."""
+    try:
+        groups = (proc / "cgroup").read_text(encoding="utf-8").splitlines()
+        mounts = (proc / "mountinfo").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    # hierarchy-id:controllers:path; cgroup v2's controllers are empty
+    own = dict(line.split(":", 2)[1:] for line in groups if line.count(":") >= 2)
+    v1_cpu = next((path for names, path in own.items() if "cpu" in names.split(",")), None)
+    limits = []
+    for line in mounts:
+        # mount id, parent, major:minor, root, mount point, options, [tags,] "-", type, source, options
+        fields = line.split()
+        if "-" not in fields[5:]:
+            continue
+        kind = fields[fields.index("-", 5) + 1 :]
+        if len(kind) < 3:
+            continue
+        if kind[0] == "cgroup2":
+            path, read = own.get(""), _v2_quota
+        elif kind[0] == "cgroup" and "cpu" in kind[2].split(","):
+            path, read = v1_cpu, _v1_quota
+        else:
+            continue
+        relative = os.path.relpath(path, fields[3]) if path else ".."
+        if relative.startswith(".."):  # this process's group lies outside what the mount shows
+            continue
+        top = Path(fields[4])
+        for group in [top / relative, *(top / relative).parents]:
+            if (limit := read(group)) is not None:
+                limits.append(limit)
+            if group == top:
+                break
+    return max(1, math.ceil(min(limits))) if limits else None
+
+
+def _v2_quota(group: Path) -> float | None:
+    try:
+        quota, period = (group / "cpu.max").read_text(encoding="utf-8").split()
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(group: Path) -> float | None:
+    try:
+        quota = int((group / "cpu.cfs_quota_us").read_text(encoding="utf-8"))
+        period = int((group / "cpu.cfs_period_us").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _within(cpus: int | None, quota: int | None) -> int | None:
+    return cpus if cpus is None or quota is None else min(cpus, quota)
+
+
 def _gpus_requested(env: Mapping[str, str]) -> str | None:
     """What in the environment asked for a GPU, as NAME=value words (None: nothing did)."""
     asked = []
@@ -264,13 +332,15 @@ def read_device_facts(env: Mapping[str, str] = os.environ) -> DeviceFacts:
     mixed = env.get("ACCELERATE_MIXED_PRECISION")
     cudnn = torch.backends.cudnn.version() if cuda and torch.backends.cudnn.is_available() else None
     launcher = _launcher(env)
+    quota = cgroup_cpu_quota()
     return DeviceFacts(
         cuda_available=cuda,
         gpu_count=count,
         capability=tuple(torch.cuda.get_device_capability(index)) if index is not None else None,
         gpu_name=torch.cuda.get_device_name(index) if index is not None else None,
-        cpus=_usable_cpus(env),
-        launcher_cpus=_launcher_cpus(env, launcher),
+        cpus=_within(_usable_cpus(env), quota),
+        launcher_cpus=_within(_launcher_cpus(env, launcher), quota),
+        cpu_quota=quota,
         world_size=launch.world_size,
         local_world_size=launch.local_world_size,
         launcher=launcher,

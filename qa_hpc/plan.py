@@ -280,7 +280,8 @@ def _cpu_share(facts: DeviceFacts) -> tuple[int, str]:
     divided again)."""
     node = facts.launcher_cpus or facts.cpus
     even = node // max(1, facts.local_world_size)
-    counted = f"{node} CPUs / {facts.local_world_size} process(es) on this node"
+    quota = " (a cgroup CPU quota's)" if node == facts.cpu_quota else ""
+    counted = f"{node} CPUs{quota} / {facts.local_world_size} process(es) on this node"
     if facts.cpus < even:
         return max(1, facts.cpus), f"{counted}, at most the {facts.cpus} this process is bound to"
     return max(1, even), counted

@@ -15,6 +15,7 @@ import qa_hpc.plan
 from qa_hpc.device import (
     CPU_FLAGS,
     CpuFacts,
+    cgroup_cpu_quota,
     parse_test_machine,
     read_cpu,
     read_device_facts,
@@ -198,8 +199,89 @@ def test_usable_cpus_are_the_affinity_capped_by_slurms_cpus_per_task(
     """Slurm with task/none leaves the mask at the whole node (64 CPUs here, made up): the allocation is
     then only in SLURM_CPUS_PER_TASK."""
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr("qa_hpc.device.cgroup_cpu_quota", lambda: None)  # whatever this machine has
     env = {} if slurm_cpus is None else {"SLURM_CPUS_PER_TASK": slurm_cpus}
     assert read_device_facts(env).cpus == cpus
+
+
+def _cgroups(tmp_path, own: str, mounts: list[tuple[str, str, str]], files: dict[str, str]):
+    """A made-up /proc/self (its cgroup file: `own`; mountinfo: (root, type, options) mounted at
+    tmp_path/m<i>) and the groups' files (path under tmp_path -> text)."""
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "cgroup").write_text(own)
+    lines = [
+        f"{30 + i} 23 0:{26 + i} {root} {tmp_path}/m{i} rw,relatime - {kind} cgroup {options}"
+        for i, (root, kind, options) in enumerate(mounts)
+    ]
+    (proc / "mountinfo").write_text("25 1 0:20 / /proc rw - proc proc rw\n" + "\n".join(lines) + "\n")
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return proc
+
+
+V2 = ("/", "cgroup2", "rw")
+V1_CPU = ("/", "cgroup", "rw,cpu,cpuacct")
+
+
+@pytest.mark.parametrize(
+    "own, mounts, files, cpus",
+    [
+        # a container in its own cgroup namespace (docker --cpus 1.5): its group is the mount's top
+        ("0::/\n", [V2], {"m0/cpu.max": "150000 100000\n"}, 2),
+        # a Kubernetes pod's container: no quota of its own, its pod's binds
+        (
+            "0::/kubepods/pod1/c1\n",
+            [V2],
+            {"m0/kubepods/pod1/cpu.max": "400000 100000", "m0/kubepods/pod1/c1/cpu.max": "max 100000"},
+            4,
+        ),
+        # the smallest quota on the way up binds
+        (
+            "0::/a/b\n",
+            [V2],
+            {"m0/a/cpu.max": "200000 100000", "m0/a/b/cpu.max": "300000 100000"},
+            2,
+        ),
+        # cgroup v1, cpu and cpuacct mounted together; the hybrid's v2 mount holds no quota
+        (
+            "4:cpu,cpuacct:/docker/abc\n0::/\n",
+            [V1_CPU, V2],
+            {"m0/docker/abc/cpu.cfs_quota_us": "300000", "m0/docker/abc/cpu.cfs_period_us": "100000"},
+            3,
+        ),
+        (
+            "4:cpu,cpuacct:/\n",
+            [V1_CPU],
+            {"m0/cpu.cfs_quota_us": "-1", "m0/cpu.cfs_period_us": "100000"},
+            None,
+        ),
+        # a quota under 1 CPU still leaves one
+        ("0::/\n", [V2], {"m0/cpu.max": "20000 100000"}, 1),
+        # the group outside what the mount shows (another namespace's root): nothing read there
+        ("0::/elsewhere\n", [("/mine", "cgroup2", "rw")], {"m0/cpu.max": "100000 100000"}, None),
+        # no cpu controller mounted, no files
+        ("3:memory:/x\n", [("/", "cgroup", "rw,memory")], {}, None),
+    ],
+    ids=["v2_container", "v2_pod", "v2_smallest", "v1", "v1_none", "v2_below_one", "outside", "none"],
+)
+def test_a_cgroup_cpu_quota_is_found_where_containers_put_it(tmp_path, own, mounts, files, cpus):
+    """A container's --cpus or a Kubernetes limit leaves the affinity mask at every CPU of the host: threads
+    by the mask alone would oversubscribe the quota (torch's default does). Read in the process's own group
+    and each above it, v2 and v1, rounded up."""
+    assert cgroup_cpu_quota(_cgroups(tmp_path, own, mounts, files)) == cpus
+
+
+def test_the_plan_shares_out_the_cpus_a_quota_allows(monkeypatch):
+    """The quota caps the CPUs of the process and of its launcher, and PLAN says whose count it is."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr("qa_hpc.device.cgroup_cpu_quota", lambda: 6)
+    facts = read_device_facts({"TORCHELASTIC_RUN_ID": "r", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"})
+    assert (facts.cpus, facts.launcher_cpus, facts.cpu_quota) == (6, 6, 6)
+    plan = decide(read_flags(["--output_dir", "o", "--use_cpu"]), facts)
+    assert plan.threads == 3
+    assert "threads=3 (6 CPUs (a cgroup CPU quota's) / 2 process(es) on this node)" in plan.log_line()
 
 
 @pytest.mark.parametrize("driver", ["580.65.06", None], ids=["nvml", "no-nvml"])
