@@ -407,7 +407,23 @@ def decide_and_build(
     if failure := compile_failure(plan, facts.gpu_index):
         print(f"COMPILE fallback=eager reason={failure}", flush=True)
         plan = decide_after_compile_failed(values, facts, plan.compile_backend)
-    return plan, build_flags(values, plan.training_fields(values["tf32"]))
+    flags = build_flags(values, plan.training_fields(values["tf32"]))
+    refuse_uneven_batches(flags.training, plan.world_size)
+    return plan, flags
+
+
+def refuse_uneven_batches(training: TrainingArguments, world_size: int) -> None:
+    """--accelerator_config even_batches false leaves the processes of a run unequal batch counts: training's
+    gradient sync then waits --ddp_timeout (30 minutes by default) for a step the other process never takes,
+    and the evaluation's gather of logits aborts. Refused before anything loads; one process has nothing
+    to even out."""
+    if world_size > 1 and not training.accelerator_config.even_batches:
+        raise UsageError(
+            "--accelerator_config even_batches false gives the processes unequal batch counts: training "
+            "waits --ddp_timeout for a step one process never takes, and the evaluation's gather aborts; "
+            "leave it out (the default repeats a few samples to even the last batches, and the evaluation "
+            "drops the repeats)"
+        )
 
 
 def unused_flags(values: FlagValues, plan: RunPlan) -> list[str]:

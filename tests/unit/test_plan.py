@@ -27,6 +27,7 @@ from qa_hpc.flags import (
     build_flags,
     decide_and_build,
     read_flags,
+    refuse_uneven_batches,
     training_batches,
     unused_flags,
 )
@@ -508,6 +509,22 @@ def test_what_no_run_can_have_or_the_plan_would_not_say_is_refused(given, says):
 
 def test_a_training_that_does_not_evaluate_may_drop_its_last_batch():
     assert decide(ask(dataloader_drop_last=True, do_train=True), facts("CPU")).device == "cpu"
+
+
+def test_uneven_batches_are_refused_in_a_run_of_several_processes(tmp_path):
+    """--accelerator_config even_batches false: 2 gloo processes training 9 features at 4 waited --ddp_timeout
+    for the step one never took, and evaluating 13 questions, the gather aborted (SIGABRT); refused. One
+    process has nothing to even out."""
+    uneven = read_flags(["--output_dir", str(tmp_path), "--accelerator_config", '{"even_batches": false}'])
+    _, flags = decide_and_build(uneven, facts("CPU"))
+    assert not flags.training.accelerator_config.even_batches
+    refuse_uneven_batches(flags.training, world_size=1)
+    with pytest.raises(
+        UsageError, match=r"^--accelerator_config even_batches false gives the processes unequal"
+    ):
+        refuse_uneven_batches(flags.training, world_size=2)
+    _, even = decide_and_build(read_flags(["--output_dir", str(tmp_path)]), facts("CPU"))
+    refuse_uneven_batches(even.training, world_size=2)
 
 
 @pytest.mark.parametrize(
