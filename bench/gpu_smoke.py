@@ -29,7 +29,7 @@ from transformers import TrainerCallback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run_qa.py, qa_hpc/
 from qa_hpc.outputs import SUMMARY_FILE
-from qa_hpc.record import RunRecord, Status  # noqa: E402 - on the path set above
+from qa_hpc.record import RunRecord, Status
 
 STEP_TIMES = "step_times.json"
 TRAIN_FEATURES = 88524  # SQuAD v1.1 train at 384/128 (docs/PERFORMANCE.md)

@@ -250,9 +250,11 @@ def cgroup_cpu_quota(proc: Path = Path("/proc/self")) -> int | None:
         if len(kind) < 3:
             continue
         if kind[0] == "cgroup2":
-            path, read = own.get(""), _v2_quota
+            path = own.get("")
+            read = _v2_quota
         elif kind[0] == "cgroup" and "cpu" in kind[2].split(","):
-            path, read = v1_cpu, _v1_quota
+            path = v1_cpu
+            read = _v1_quota
         else:
             continue
         relative = os.path.relpath(path, fields[3]) if path else ".."

@@ -205,9 +205,15 @@ class Params:
     @classmethod
     def of(cls, flags: Flags, precision: str) -> Params:
         data, training = flags.data, flags.training
+        # the file the run read first; a run that does not train never read a --train_file given beside (a
+        # job script's flags)
+        if training.do_train:
+            read = data.train_file or data.validation_file
+        else:
+            read = (training.do_eval and data.validation_file) or (training.do_predict and data.test_file)
         derived = {
             "model": flags.model.model_name_or_path,
-            "dataset": data.train_file or data.validation_file or data.dataset_name,
+            "dataset": read or data.dataset_name,
             "epochs": training.num_train_epochs,
             "parallel_mode": str(training.parallel_mode.value),
             "device": str(training.device),
@@ -222,10 +228,8 @@ class Params:
         params = cls(**derived, **same_name)
         if training.do_train:
             return params
-        # a run that does not train: its training flags' defaults would read as what it trained with, and a
-        # --train_file given beside (a job script's flags) as what it read
-        read = (training.do_eval and data.validation_file) or (training.do_predict and data.test_file)
-        return dataclasses.replace(params, **dict.fromkeys(TRAINING_ONLY), dataset=read or data.dataset_name)
+        # a run that does not train: its training flags' defaults would read as what it trained with
+        return dataclasses.replace(params, **dict.fromkeys(TRAINING_ONLY))
 
     @property
     def trains_by_steps(self) -> bool:
