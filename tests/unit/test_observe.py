@@ -28,13 +28,14 @@ from transformers.integrations import TensorBoardCallback
 
 from qa_hpc.device import read_device_facts
 from qa_hpc.errors import UsageError
-from qa_hpc.flags import decide_and_build, read_flags
+from qa_hpc.flags import Flags, decide_and_build, read_flags
 from qa_hpc.model import ModelShape
 from qa_hpc.observe.efficiency import peak_tflops, train_efficiency, train_flops_per_sequence
 from qa_hpc.observe.memory import anatomy_estimate, measure_process, memory_report
 from qa_hpc.observe.profiler import ProfilerCallback
 from qa_hpc.observe.run import finish_observability, observability_callbacks
 from qa_hpc.observe.tensorboard import GPU_MEMORY, TensorBoard
+from qa_hpc.plan import RunPlan
 from qa_hpc.preemption import take_trained_state
 from qa_hpc.record import Memory, Params
 
@@ -111,6 +112,34 @@ def _tiny() -> BertForQuestionAnswering:
     return _bert(
         vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64
     )
+
+
+def _reporting_run(tmp_path, *given: str) -> tuple[RunPlan, Flags, Trainer]:
+    """A run of `given` flags reporting to TensorBoard in tmp_path/runs/r (fp32, no memory report): its plan,
+    flags, and the Trainer of _tiny() with the run's callbacks."""
+    argv = ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), *given]
+    argv += ["--report_to", "tensorboard", "--precision", "fp32", "--memory_report", "false"]
+    plan, flags = decide_and_build(read_flags(argv), read_device_facts())
+    return (
+        plan,
+        flags,
+        Trainer(model=_tiny(), args=flags.training, callbacks=observability_callbacks(flags, plan)),
+    )
+
+
+def _finish(trainer: Trainer, flags: Flags, plan: RunPlan, results: dict) -> None:
+    """The run's end as run_qa.py reports it, 3 s of wall clock."""
+    params = Params.of(flags, plan.precision)
+    finish_observability(trainer, flags, plan, params, ModelShape.of(trainer.model), results, 3.0)
+
+
+def _hparams(acc) -> dict:
+    """The HPARAMS tab's parameters in the event files read back (`acc`), name -> value."""
+    content = acc.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        content["_hparams_/session_start_info"]
+    ).session_start_info
+    return {name: value.ListFields()[0][1] for name, value in start.hparams.items()}
 
 
 # _tiny() by hand (512 positions, 2 token types, no pooler): embeddings 100*32 + 512*32 + 2*32 + LN 64
@@ -424,11 +453,7 @@ def test_finish_writes_the_memory_report_and_tensorboard_totals(tmp_path):
     assert (memory.estimate_mb, memory.estimate_bytes_per_param, memory.nodes) == (40.6, 16, 1)
 
     acc = tensorboard_events(tmp_path)
-    content = acc.PluginTagToContent("hparams")
-    start = plugin_data_pb2.HParamsPluginData.FromString(
-        content["_hparams_/session_start_info"]
-    ).session_start_info
-    hparams = {k: v.ListFields()[0][1] for k, v in start.hparams.items()}
+    hparams = _hparams(acc)
     assert [
         hparams[k]
         for k in ("per_device_train_batch_size", "total_train_batch_size", "max_seq_length", "precision")
@@ -507,38 +532,25 @@ def test_a_gpu_process_measures_its_own_gpu_made_up_here(monkeypatch, tmp_path, 
 def test_an_evaluation_only_run_shows_no_training_parameters_in_tensorboard(tmp_path):
     """The HPARAMS tab says what the record says: a run that does not train shows no batch, epochs or
     learning rate, which would read as what it trained with."""
-    argv = ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--do_eval"]
-    argv += ["--report_to", "tensorboard", "--precision", "fp32", "--memory_report", "false"]
-    plan, flags = decide_and_build(read_flags(argv), read_device_facts())
-    model = _tiny()
-    trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
-    params = Params.of(flags, plan.precision)
-    finish_observability(trainer, flags, plan, params, ModelShape.of(model), {"eval_f1": 41.5}, 3.0)
+    plan, flags, trainer = _reporting_run(tmp_path, "--do_eval")
+    _finish(trainer, flags, plan, {"eval_f1": 41.5})
 
-    content = tensorboard_events(tmp_path).PluginTagToContent("hparams")
-    start = plugin_data_pb2.HParamsPluginData.FromString(
-        content["_hparams_/session_start_info"]
-    ).session_start_info
-    assert sorted(start.hparams) == ["device", "max_seq_length", "model", "precision", "world_size"]
+    hparams = _hparams(tensorboard_events(tmp_path))
+    assert sorted(hparams) == ["device", "max_seq_length", "model", "precision", "world_size"]
 
 
 def test_an_evaluation_of_an_earlier_launchs_last_step_is_logged_at_that_step(tmp_path):
     """TRAINED_BEFORE: a launch that trains nothing evaluates the model an earlier launch trained to the
     last step; TensorBoard has that evaluation at the checkpoint's step (it was at step 0, before the
     earlier launch's own curves) and the checkpoint's last loss among the run's totals."""
-    argv = ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--do_train"]
-    argv += ["--do_eval", "--report_to", "tensorboard", "--precision", "fp32", "--memory_report", "false"]
-    plan, flags = decide_and_build(read_flags(argv), read_device_facts())
-    model = _tiny()
-    trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
+    plan, flags, trainer = _reporting_run(tmp_path, "--do_train", "--do_eval")
     checkpoint = tmp_path / "checkpoint-30"
     checkpoint.mkdir()
     done = TrainerState(global_step=30, epoch=2.0, max_steps=30, log_history=[{"loss": 1.25, "step": 30}])
     done.save_to_json(str(checkpoint / "trainer_state.json"))
     take_trained_state(trainer.state, str(checkpoint))
     trainer.log({"eval_f1": 41.5})
-    params = Params.of(flags, plan.precision)
-    finish_observability(trainer, flags, plan, params, ModelShape.of(model), {"eval_f1": 41.5}, 3.0)
+    _finish(trainer, flags, plan, {"eval_f1": 41.5})
 
     acc = tensorboard_events(tmp_path)
     assert scalars(acc, "eval/f1") == [(30, 41.5)]
@@ -550,18 +562,9 @@ def test_an_evaluation_of_an_earlier_launchs_last_step_is_logged_at_that_step(tm
 def test_a_run_that_max_steps_ends_says_so_in_the_hparams_tab(tmp_path, max_steps):
     """--max_steps overrides --num_train_epochs: a 6-step run showed only its epochs flag (3.0), as a full
     three-epoch run does."""
-    argv = ["--output_dir", str(tmp_path), "--logging_dir", str(tmp_path / "runs" / "r"), "--do_train"]
-    argv += ["--report_to", "tensorboard", "--precision", "fp32", "--memory_report", "false"]
-    argv += ["--max_steps", str(max_steps)] if max_steps else []
-    plan, flags = decide_and_build(read_flags(argv), read_device_facts())
-    model = _tiny()
-    trainer = Trainer(model=model, args=flags.training, callbacks=observability_callbacks(flags, plan))
-    params = Params.of(flags, plan.precision)
-    finish_observability(trainer, flags, plan, params, ModelShape.of(model), {}, 3.0)
+    given = ["--max_steps", str(max_steps)] if max_steps else []
+    plan, flags, trainer = _reporting_run(tmp_path, "--do_train", *given)
+    _finish(trainer, flags, plan, {})
 
-    content = tensorboard_events(tmp_path).PluginTagToContent("hparams")
-    start = plugin_data_pb2.HParamsPluginData.FromString(
-        content["_hparams_/session_start_info"]
-    ).session_start_info
-    hparams = {k: v.ListFields()[0][1] for k, v in start.hparams.items()}
+    hparams = _hparams(tensorboard_events(tmp_path))
     assert (hparams["epochs"], hparams.get("max_steps")) == (3.0, max_steps)
