@@ -133,10 +133,10 @@ class DeviceFacts:
         return "MACHINE " + " ".join(f"{key}={value}".replace(" ", "_") for key, value in shown.items())
 
 
-def read_cpu(env: Mapping[str, str] = os.environ) -> CpuFacts:
-    """This machine's CPU, held below bf16 where ONEDNN_MAX_CPU_ISA says so; or the made-up one of
-    QA_TEST_MACHINE, which is the whole CPU a test describes (an AVX2-held run of the tests keeps the
-    decisions of each CPU they make up)."""
+def read_cpu(env: Mapping[str, str] = os.environ, cpuinfo_file: Path = Path("/proc/cpuinfo")) -> CpuFacts:
+    """This machine's CPU (`cpuinfo_file` names it), held below bf16 where ONEDNN_MAX_CPU_ISA says so; or the
+    made-up one of QA_TEST_MACHINE, which is the whole CPU a test describes (an AVX2-held run of the tests
+    keeps the decisions of each CPU they make up)."""
     if env.get(TEST_MACHINE_VAR, "").strip():
         return parse_test_machine(env[TEST_MACHINE_VAR])
     held = None
@@ -144,7 +144,7 @@ def read_cpu(env: Mapping[str, str] = os.environ) -> CpuFacts:
         held = f"{ONEDNN_ISA_VAR}={env[ONEDNN_ISA_VAR].strip()}"
     try:
         # a brand string is ASCII; a byte that is not UTF-8 must not end the run
-        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        cpuinfo = cpuinfo_file.read_text(encoding="utf-8", errors="replace")
         first_cpu = cpuinfo.split("\n\n")[0].splitlines()
     except OSError:
         first_cpu = []

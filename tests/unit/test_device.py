@@ -107,6 +107,17 @@ def test_the_machine_line_says_a_made_up_cpu_and_gives_its_words_back(kind: CpuK
     assert "cpu_source" not in real and f" cpus={facts.cpus} gpu=" in real
 
 
+def test_a_cpuinfo_byte_that_is_not_utf8_still_names_the_cpu(tmp_path):
+    """/proc/cpuinfo is read as text: a byte that is not UTF-8 in a brand string (0xe9, Latin-1's e-acute)
+    raised UnicodeDecodeError and ended the run before its plan; it reads as the replacement character."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_bytes(
+        b"vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: EPYC caf\xe9\n\n"
+    )
+    cpu = read_cpu({}, cpuinfo)
+    assert (cpu.model, cpu.vendor) == ("EPYC caf\ufffd (family 25 model 17)", "AuthenticAMD")
+
+
 @pytest.mark.parametrize(
     "flags, bf16",
     [
