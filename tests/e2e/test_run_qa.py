@@ -274,6 +274,9 @@ def test_a_finished_run_is_not_trained_again_and_a_longer_one_resumes_replacing_
     assert "RESUME_FROM" not in same  # nothing was resumed
     assert f"TRAINED_BEFORE checkpoint={checkpoint} " in after_last_step
     assert "'loss'" not in after_last_step and "RESUME_FROM" not in after_last_step
+    # evaluated as at the training's end, not at step 0: the epoch is the checkpoint's
+    evaluated = re.search(r"^\{'eval_.*'epoch': '?([\d.]+)'?\}$", after_last_step, re.M)
+    assert evaluated and float(evaluated.group(1)) == EPOCHS, after_last_step[-3000:]
     assert read(out / "eval_results.json")["eval_f1"] == read(plain.out / "eval_results.json")["eval_f1"]
     assert f"RESUME_FROM={checkpoint} " in longer
     epochs = [float(e) for e in re.findall(r"^\{'loss'.*'epoch': '?([\d.]+)", longer, re.M)]
