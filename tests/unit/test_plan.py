@@ -525,6 +525,10 @@ def test_uneven_batches_are_refused_in_a_run_of_several_processes(tmp_path):
         refuse_uneven_batches(flags.training, world_size=2)
     _, even = decide_and_build(read_flags(["--output_dir", str(tmp_path)]), facts("CPU"))
     refuse_uneven_batches(even.training, world_size=2)
+    # as run_qa.py builds its flags: refused for the plan's processes
+    two = dataclasses.replace(facts("CPU"), world_size=2, local_world_size=2)
+    with pytest.raises(UsageError, match=r"^--accelerator_config even_batches false"):
+        decide_and_build(uneven, two)
 
 
 @pytest.mark.parametrize(
