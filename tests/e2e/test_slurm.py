@@ -57,6 +57,8 @@ def test_ft3_job_is_preempted_requeues_resumes_and_scores(slurm, one_node_jobs: 
     # the job's arguments hold --overwrite_output_dir: the requeue resumed the checkpoint its first run saved
     second = log.partition("restart_count=1")[2]
     assert "OVERWRITE skipped: job " in second and "OVERWRITE removed" not in log, second[-3000:]
+    # and is not told to add the flag it holds to start over
+    assert re.search(r"RESUME_FROM=\S+ \(checkpoint found in --output_dir\)$", second, re.M), second[-3000:]
 
 
 def test_ddp_job_with_dataloader_workers_is_preempted_requeues_resumes_and_scores(
